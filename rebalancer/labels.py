@@ -1,0 +1,76 @@
+"""Label selectors and node selector terms with Kubernetes semantics (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
+NODE_SELECTOR_OPERATORS = SELECTOR_OPERATORS | {"Gt", "Lt"}
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One ``matchExpressions`` entry."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        op = self.operator
+        present = self.key in labels
+        if op == "Exists":
+            return present
+        if op == "DoesNotExist":
+            return not present
+        if op == "In":
+            return present and labels[self.key] in self.values
+        if op == "NotIn":
+            return not present or labels[self.key] not in self.values
+        if op in ("Gt", "Lt"):
+            if not present or len(self.values) != 1:
+                return False
+            try:
+                have, bound = int(labels[self.key]), int(self.values[0])
+            except ValueError:
+                return False
+            return have > bound if op == "Gt" else have < bound
+        return False  # an unknown operator selects nothing, as the API server would reject it
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A ``metav1.LabelSelector``: all of ``match_labels`` and all expressions must hold.
+
+    An empty selector matches everything; "no selector" is modelled as ``None`` by callers.
+    """
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for key, value in self.match_labels:
+            if labels.get(key) != value:
+                return False
+        return all(req.matches(labels) for req in self.match_expressions)
+
+    @property
+    def empty(self) -> bool:
+        return not self.match_labels and not self.match_expressions
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """One term of ``requiredDuringSchedulingIgnoredDuringExecution``; terms are ORed."""
+
+    match_expressions: tuple[Requirement, ...] = ()
+    match_fields: tuple[Requirement, ...] = ()
+
+    def matches(self, node_name: str, labels: Mapping[str, str]) -> bool:
+        if not self.match_expressions and not self.match_fields:
+            return False  # an empty term matches no node (Kubernetes API reference)
+        fields = {"metadata.name": node_name}
+        return all(r.matches(labels) for r in self.match_expressions) and all(
+            r.matches(fields) for r in self.match_fields
+        )

@@ -1,0 +1,162 @@
+"""Frozen domain types. CPU is integer millicores, memory integer bytes, time epoch seconds.
+
+These are built once by the adapters (``rebalancer.kube``, ``rebalancer.prom``) or by test
+builders, and never mutated: strategies receive them inside a :class:`ClusterSnapshot`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rebalancer.labels import LabelSelector, NodeSelectorTerm
+
+SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
+
+DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+PodKey = tuple[str, str]
+"""(namespace, name): the key Prometheus and the Eviction API both use for a pod."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRef:
+    """The controller a pod belongs to, resolved through ReplicaSets to Deployments."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str  # "" with operator Exists tolerates every taint
+    operator: str  # Equal | Exists
+    value: str
+    effect: str  # "" means every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    labels: Mapping[str, str]
+    allocatable_cpu_m: int
+    allocatable_memory: int
+    allocatable_pods: int
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    namespace: str
+    name: str
+    uid: str
+    node_name: str | None
+    phase: str
+    ready: bool
+    workload: WorkloadRef | None  # None: a bare pod, nothing would recreate it
+    owner_kind: str | None  # the direct controller's kind (ReplicaSet, DaemonSet, Node, ...)
+    priority: int
+    priority_class: str
+    qos: str  # Guaranteed | Burstable | BestEffort
+    cpu_request_m: int
+    memory_request: int
+    created: float
+    restarts: int
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)  # only the annotations rebalancer reads
+    volume_kinds: frozenset[str] = frozenset()  # emptyDir, hostPath, persistentVolumeClaim, ...
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    required_affinity: tuple[NodeSelectorTerm, ...] = ()
+    terminating: bool = False
+    mirror: bool = False
+
+    @property
+    def key(self) -> PodKey:
+        return (self.namespace, self.name)
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def deletion_cost(self) -> int:
+        """The pod-deletion-cost annotation as the ReplicaSet controller reads it (invalid: 0)."""
+        raw = self.annotations.get(DELETION_COST_ANNOTATION)
+        if raw is None:
+            return 0
+        try:
+            value = int(raw, 10)
+        except ValueError:
+            return 0
+        return value if INT32_MIN <= value <= INT32_MAX else 0
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    """A policy/v1 PodDisruptionBudget, with the status the disruption controller computed."""
+
+    namespace: str
+    name: str
+    selector: LabelSelector | None  # None selects no pod; an empty selector selects all in the namespace
+    min_available: int | str | None
+    max_unavailable: int | str | None
+    disruptions_allowed: int
+    current_healthy: int
+    desired_healthy: int
+    expected_pods: int
+
+    def selects(self, pod: Pod) -> bool:
+        return self.selector is not None and pod.namespace == self.namespace and self.selector.matches(pod.labels)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFacts:
+    """What the Kubernetes API said, as read by one snapshot."""
+
+    nodes: tuple[Node, ...]
+    pods: tuple[Pod, ...]
+    budgets: tuple[DisruptionBudget, ...] = ()
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UsageReport:
+    """Real CPU usage as a window statistic, read from Prometheus.
+
+    A node or pod missing from the mappings is *unknown*, never zero. ``failure`` set means the
+    source as a whole failed or cannot be trusted: no eviction may follow from this cycle.
+    """
+
+    node_cpu_m: Mapping[str, int] = field(default_factory=dict)
+    pod_cpu_m: Mapping[PodKey, int] = field(default_factory=dict)
+    node_problems: Mapping[str, str] = field(default_factory=dict)
+    failure: str | None = None
+    node_from_pods: bool = False  # no node query: a node's usage is the sum of its pods' usage
+    description: str = ""
+
+    @classmethod
+    def failed(cls, reason: str) -> UsageReport:
+        return cls(node_cpu_m={}, pod_cpu_m={}, node_problems={}, failure=reason)

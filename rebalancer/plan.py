@@ -1,0 +1,93 @@
+"""What strategies return: planned evictions and the decision record that explains them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from rebalancer.model import PodKey, WorkloadRef
+
+
+class NodeClass(StrEnum):
+    HOT = "hot"
+    COLD = "cold"
+    NORMAL = "normal"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDecision:
+    """Why a node got its class from one strategy."""
+
+    strategy: str
+    node: str
+    pool: str
+    node_class: NodeClass
+    reason: str
+    usage_m: int | None
+    allocatable_m: int
+    usage_pct: float | None
+    low_pct: float | None
+    high_pct: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PodDecision:
+    """Why a pod on a node the strategy acted on was chosen or passed over."""
+
+    strategy: str
+    namespace: str
+    name: str
+    node: str
+    chosen: bool
+    reason: str
+    usage_m: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedEviction:
+    strategy: str
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    pool: str
+    workload: WorkloadRef | None
+    usage_m: int
+    reason: str
+    room_on: str  # the concrete node whose real room made the move acceptable
+
+    @property
+    def key(self) -> PodKey:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyResult:
+    strategy: str
+    evictions: tuple[PlannedEviction, ...]
+    node_decisions: tuple[NodeDecision, ...]
+    pod_decisions: tuple[PodDecision, ...]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionPlan:
+    """The outcome of planning one cycle. ``blocked`` set: no eviction may happen, and why."""
+
+    taken_at: float
+    results: tuple[StrategyResult, ...]
+    blocked: str | None = None
+
+    @property
+    def evictions(self) -> tuple[PlannedEviction, ...]:
+        if self.blocked:
+            return ()
+        seen: set[PodKey] = set()
+        out: list[PlannedEviction] = []
+        for result in self.results:
+            for eviction in result.evictions:
+                if eviction.key not in seen:
+                    seen.add(eviction.key)
+                    out.append(eviction)
+        return tuple(out)

@@ -1,0 +1,74 @@
+"""Kubernetes resource quantities ("250m", "1.5", "512Mi", "1e3") as integers.
+
+CPU becomes integer millicores and memory integer bytes, once, in the adapters.
+Results are cached: a large cluster repeats a few hundred distinct strings millions of times.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+
+
+class QuantityError(ValueError):
+    """A string is not a Kubernetes quantity."""
+
+
+@lru_cache(maxsize=4096)
+def parse_quantity(text: str) -> Decimal:
+    """Parse a quantity into an exact Decimal of base units."""
+    raw = text.strip()
+    if not raw:
+        raise QuantityError("empty quantity")
+    for suffix, factor in _BINARY.items():
+        if raw.endswith(suffix):
+            return _number(raw[: -len(suffix)], text) * factor
+    if raw[-1] in "eE" or ("e" in raw[1:] or "E" in raw[1:]):
+        return _number(raw, text)
+    suffix = raw[-1] if raw[-1] in _DECIMAL and not raw[-1].isdigit() else ""
+    number = raw[: -len(suffix)] if suffix else raw
+    return _number(number, text) * _DECIMAL[suffix]
+
+
+def _number(number: str, original: str) -> Decimal:
+    try:
+        value = Decimal(number)
+    except InvalidOperation as exc:
+        raise QuantityError(f"not a quantity: {original!r}") from exc
+    if not value.is_finite():
+        raise QuantityError(f"not a finite quantity: {original!r}")
+    return value
+
+
+@lru_cache(maxsize=4096)
+def cpu_millis(text: str) -> int:
+    """CPU quantity -> millicores, rounded up as the kubelet does ("1n" is 1m)."""
+    return math.ceil(parse_quantity(text) * 1000)
+
+
+@lru_cache(maxsize=4096)
+def memory_bytes(text: str) -> int:
+    """Memory quantity -> bytes, rounded up."""
+    return math.ceil(parse_quantity(text))
+
+
+def format_millis(millis: int) -> str:
+    """Millicores in the usual short form: 1500 -> '1500m', 2000 -> '2'."""
+    if millis % 1000 == 0:
+        return str(millis // 1000)
+    return f"{millis}m"

@@ -1,0 +1,209 @@
+"""Pydantic v2 models for the parts of the policy that every strategy shares.
+
+Input from outside only: frozen, unknown fields rejected, camelCase in YAML, every field described.
+Strategy arguments live beside each strategy (``strategies/``); the whole policy is ``rebalancer.policy``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from rebalancer.labels import SELECTOR_OPERATORS, LabelSelector, Requirement
+
+Percent = Annotated[float, Field(ge=0, le=100)]
+DURATION_PATTERN = r"^[1-9][0-9]*(s|m|h|d)$"
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN, description="A PromQL duration such as 30s, 5m, 1h.")]
+
+
+class Model(BaseModel):
+    """Base of every policy model."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=AliasGenerator(validation_alias=to_camel, serialization_alias=to_camel),
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class SelectorRequirementSpec(Model):
+    key: str = Field(min_length=1, description="Label key.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(description="How the key is tested.")
+    values: tuple[str, ...] = Field(default=(), description="Values for In / NotIn; empty otherwise.")
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> SelectorRequirementSpec:
+        assert self.operator in SELECTOR_OPERATORS
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class LabelSelectorSpec(Model):
+    """A Kubernetes label selector: every matchLabels pair and every expression must hold."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict, description="Exact label values.")
+    match_expressions: tuple[SelectorRequirementSpec, ...] = Field(default=(), description="Set-based rules.")
+
+    def to_selector(self) -> LabelSelector:
+        return LabelSelector(
+            match_labels=tuple(sorted(self.match_labels.items())),
+            match_expressions=tuple(Requirement(r.key, r.operator, tuple(r.values)) for r in self.match_expressions),
+        )
+
+
+class ResourceThresholds(Model):
+    """Thresholds in percent of allocatable. Real CPU usage is the resource rebalancer measures."""
+
+    cpu: Percent = Field(description="CPU usage in percent of the node's allocatable CPU.")
+
+
+class PoolDefinition(Model):
+    name: str = Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$", description="Pool name.")
+    node_selector: LabelSelectorSpec = Field(description="Nodes whose labels match belong to this pool.")
+
+
+class PoolSettings(Model):
+    """How nodes are grouped into resource pools (for example inference / hybrid / training)."""
+
+    definitions: tuple[PoolDefinition, ...] = Field(
+        default=(), description="Named pools, tried in order; the first whose nodeSelector matches wins."
+    )
+    label: str | None = Field(
+        default=None,
+        description="Otherwise, the value of this node label names the pool (for example 'node-pool').",
+    )
+    default_pool: str = Field(default="default", min_length=1, description="Pool of nodes nothing else names.")
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> PoolSettings:
+        names = [d.name for d in self.definitions]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"pool names must be unique, repeated: {', '.join(duplicates)}")
+        return self
+
+
+class NamespaceFilter(Model):
+    include: tuple[str, ...] = Field(default=(), description="Only these namespaces (empty: all).")
+    exclude: tuple[str, ...] = Field(default=(), description="Never these namespaces.")
+
+    @model_validator(mode="after")
+    def _not_both(self) -> NamespaceFilter:
+        if self.include and self.exclude:
+            raise ValueError("set include or exclude, not both")
+        return self
+
+
+class ProtectionSettings(Model):
+    """Which pods are never evicted. Mirror, static, DaemonSet, terminating and system-critical pods
+    are always protected; the settings below add to that."""
+
+    evictable_namespaces: NamespaceFilter = Field(
+        default_factory=lambda: NamespaceFilter(exclude=("kube-system",)),
+        description="Namespaces whose pods may be evicted.",
+    )
+    label_selector: LabelSelectorSpec | None = Field(
+        default=None, description="When set, only pods matching it may be evicted."
+    )
+    protected_label_selector: LabelSelectorSpec | None = Field(
+        default=None, description="Pods matching it are never evicted (for example a service-tier label)."
+    )
+    priority_threshold: int | None = Field(
+        default=None, description="Pods with priority at or above this value are never evicted."
+    )
+    protected_priority_classes: tuple[str, ...] = Field(
+        default=(), description="Pods of these PriorityClasses are never evicted."
+    )
+    evict_local_storage_pods: bool = Field(
+        default=False,
+        description="Allow evicting pods with emptyDir or hostPath volumes (their data is lost).",
+    )
+    evict_pods_with_pvc: bool = Field(default=True, description="Allow evicting pods that mount a PVC.")
+    opt_out_annotation: str = Field(
+        default="rebalancer.io/evict",
+        description="A pod with this annotation set to 'false' is never evicted; 'true' opts it in.",
+    )
+    honor_descheduler_opt_in: bool = Field(
+        default=True,
+        description="Treat 'descheduler.alpha.kubernetes.io/evict' as an explicit opt-in, as the descheduler does.",
+    )
+
+
+DEFAULT_POD_CPU_QUERY = (
+    "quantile_over_time({quantile}, (sum by (namespace, pod) ("
+    'rate(container_cpu_usage_seconds_total{{container!="", container!="POD"}}[{rate_window}])'
+    "))[{window}:{step}])"
+)
+DEFAULT_NODE_CPU_QUERY = (
+    "quantile_over_time({quantile}, (sum by ({node_label}) ("
+    'rate(container_cpu_usage_seconds_total{{id="/"}}[{rate_window}])'
+    "))[{window}:{step}])"
+)
+DEFAULT_NODE_FRESHNESS_QUERY = 'max by ({node_label}) (timestamp(container_cpu_usage_seconds_total{{id="/"}}))'
+
+
+class UsageQueries(Model):
+    """PromQL templates. Placeholders: {quantile} {window} {step} {rate_window} {node_label}."""
+
+    pod_cpu: str = Field(
+        default=DEFAULT_POD_CPU_QUERY,
+        description="Per-pod CPU cores, one series per (namespace, pod). The default excludes cAdvisor's "
+        'pod-level (container="") and pause (container="POD") series, which would double the usage.',
+    )
+    node_cpu: str | None = Field(
+        default=DEFAULT_NODE_CPU_QUERY,
+        description="Per-node CPU cores, one series per node (label nodeLabel). The default reads cAdvisor's "
+        "root cgroup, which includes system daemons. null: a node's usage is the sum of its pods' usage.",
+    )
+    node_freshness: str | None = Field(
+        default=DEFAULT_NODE_FRESHNESS_QUERY,
+        description="Per-node time of the newest raw sample; nodes older than maxDataAgeSeconds are unknown.",
+    )
+
+
+class PrometheusSettings(Model):
+    url: str = Field(default="http://prometheus-operated.monitoring:9090", description="Prometheus base URL.")
+    timeout_seconds: float = Field(default=15.0, gt=0, le=300, description="Timeout of one query.")
+    bearer_token_file: str | None = Field(default=None, description="File holding a bearer token, if needed.")
+    verify_tls: bool = Field(default=True, description="Verify the server certificate for https URLs.")
+    window: Duration = Field(default="10m", description="Usage is a statistic over this window (spike guard).")
+    quantile: float = Field(default=0.95, gt=0, le=1, description="Quantile taken over the window.")
+    step: Duration = Field(default="1m", description="Subquery resolution inside the window.")
+    rate_window: Duration = Field(
+        default="5m", description="rate() window; at least two scrape intervals or rate() returns nothing."
+    )
+    node_label: str = Field(default="node", min_length=1, description="Label that carries the node name.")
+    max_data_age_seconds: float = Field(
+        default=300,
+        gt=0,
+        description="Nodes whose newest sample is older are unknown; if all are, no evictions.",
+    )
+    queries: UsageQueries = Field(default_factory=UsageQueries, description="PromQL templates.")
+
+    def render(self, template: str) -> str:
+        return template.format(
+            quantile=self.quantile,
+            window=self.window,
+            step=self.step,
+            rate_window=self.rate_window,
+            node_label=self.node_label,
+        )
+
+    @model_validator(mode="after")
+    def _templates_render(self) -> PrometheusSettings:
+        for name in ("pod_cpu", "node_cpu", "node_freshness"):
+            template = getattr(self.queries, name)
+            if template is None:
+                continue
+            try:
+                self.render(template)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ValueError(f"queries.{to_camel(name)}: cannot fill the template: {exc!r}") from exc
+        return self

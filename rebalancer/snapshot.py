@@ -1,0 +1,122 @@
+"""The immutable cluster snapshot strategies plan on (pure: no I/O, no clock)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from rebalancer.labels import LabelSelector
+from rebalancer.model import ClusterFacts, DisruptionBudget, Node, Pod, PodKey, UsageReport
+from rebalancer.settings import PoolSettings
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLoad:
+    """What is on a node: requests of its non-terminal pods and its real usage (None: unknown)."""
+
+    requested_cpu_m: int
+    requested_memory: int
+    pod_count: int
+    usage_m: int | None
+    unknown_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    taken_at: float
+    nodes: Mapping[str, Node]
+    pool_of: Mapping[str, str]
+    pods_by_node: Mapping[str, tuple[Pod, ...]]
+    load: Mapping[str, NodeLoad]
+    pod_usage: Mapping[PodKey, int]
+    budgets: tuple[DisruptionBudget, ...]
+    usage_failure: str | None
+
+    def pods_on(self, node: str) -> tuple[Pod, ...]:
+        return self.pods_by_node.get(node, ())
+
+    def usage_of(self, pod: Pod) -> int | None:
+        return self.pod_usage.get(pod.key)
+
+    def pools(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self.pool_of.values())))
+
+
+class PoolResolver:
+    """Maps a node to its resource pool (first matching definition, then the label, then default)."""
+
+    def __init__(self, settings: PoolSettings) -> None:
+        self._definitions: tuple[tuple[str, LabelSelector], ...] = tuple(
+            (d.name, d.node_selector.to_selector()) for d in settings.definitions
+        )
+        self._label = settings.label
+        self._default = settings.default_pool
+
+    def pool_of(self, node: Node) -> str:
+        for name, selector in self._definitions:
+            if selector.matches(node.labels):
+                return name
+        if self._label and self._label in node.labels:
+            return node.labels[self._label]
+        return self._default
+
+
+def build_snapshot(facts: ClusterFacts, usage: UsageReport, pools: PoolSettings, taken_at: float) -> ClusterSnapshot:
+    resolver = PoolResolver(pools)
+    nodes = {n.name: n for n in sorted(facts.nodes, key=lambda n: n.name)}
+    grouped: dict[str, list[Pod]] = {name: [] for name in nodes}
+    for pod in facts.pods:
+        if pod.node_name in grouped and pod.phase not in TERMINAL_PHASES:
+            grouped[pod.node_name].append(pod)
+    pods_by_node = {name: tuple(pods) for name, pods in grouped.items()}
+    load = {name: _node_load(node, pods_by_node[name], usage) for name, node in nodes.items()}
+    return ClusterSnapshot(
+        taken_at=taken_at,
+        nodes=MappingProxyType(nodes),
+        pool_of=MappingProxyType({name: resolver.pool_of(node) for name, node in nodes.items()}),
+        pods_by_node=MappingProxyType(pods_by_node),
+        load=MappingProxyType(load),
+        pod_usage=MappingProxyType(dict(usage.pod_cpu_m)),
+        budgets=facts.budgets,
+        usage_failure=usage.failure,
+    )
+
+
+def _node_load(node: Node, pods: Iterable[Pod], usage: UsageReport) -> NodeLoad:
+    cpu = memory = count = 0
+    pod_sum = 0
+    missing = 0
+    for pod in pods:
+        cpu += pod.cpu_request_m
+        memory += pod.memory_request
+        count += 1
+        value = usage.pod_cpu_m.get(pod.key)
+        if value is None:
+            if pod.phase == "Running":
+                missing += 1
+        else:
+            pod_sum += value
+    usage_m, why = _node_usage(node, usage, pod_sum, missing)
+    return NodeLoad(cpu, memory, count, usage_m, why)
+
+
+def _node_usage(node: Node, usage: UsageReport, pod_sum: int, missing: int) -> tuple[int | None, str | None]:
+    if usage.failure:
+        return None, f"usage source failed: {usage.failure}"
+    if not node.ready:
+        return None, "node is not Ready: its usage cannot be trusted"
+    if node.allocatable_cpu_m <= 0:
+        return None, "node reports no allocatable CPU"
+    if node.name in usage.node_problems:
+        return None, usage.node_problems[node.name]
+    if usage.node_from_pods:
+        if missing:
+            return None, f"usage of {missing} running pod(s) unknown, so the node sum is unknown"
+        return pod_sum, None
+    value = usage.node_cpu_m.get(node.name)
+    if value is None:
+        return None, "no usage data for this node"
+    return value, None

@@ -1,0 +1,108 @@
+"""Which pods on a node a strategy may move, and the disruption budgets a plan has used up."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rebalancer.model import DisruptionBudget, Pod
+from rebalancer.plan import PodDecision
+from rebalancer.protections import Protections
+from rebalancer.snapshot import ClusterSnapshot
+
+
+class BudgetLedger:
+    """PodDisruptionBudgets with the disruptions this plan already spent.
+
+    Planning with them avoids evictions the Eviction API would refuse; the API stays the authority.
+    """
+
+    def __init__(self, budgets: Iterable[DisruptionBudget]) -> None:
+        self._by_namespace: dict[str, list[DisruptionBudget]] = defaultdict(list)
+        for budget in budgets:
+            self._by_namespace[budget.namespace].append(budget)
+        self._spent: dict[tuple[str, str], int] = defaultdict(int)
+        self._journal: list[tuple[str, str]] = []
+
+    def _matching(self, pod: Pod) -> list[DisruptionBudget]:
+        return [b for b in self._by_namespace.get(pod.namespace, ()) if b.selects(pod)]
+
+    def blocker(self, pod: Pod) -> str | None:
+        matching = self._matching(pod)
+        if len(matching) > 1:
+            names = ", ".join(sorted(b.name for b in matching))
+            return f"matched by {len(matching)} PodDisruptionBudgets ({names}); the Eviction API refuses that"
+        if not matching:
+            return None
+        budget = matching[0]
+        spent = self._spent[(budget.namespace, budget.name)]
+        if not pod.ready:
+            return None  # evicting an unready pod does not reduce the healthy count
+        if budget.disruptions_allowed - spent <= 0:
+            return (
+                f"PodDisruptionBudget {budget.namespace}/{budget.name} allows no more disruptions "
+                f"(disruptionsAllowed {budget.disruptions_allowed}, {spent} already planned)"
+            )
+        return None
+
+    def take(self, pod: Pod) -> None:
+        if not pod.ready:
+            return
+        for budget in self._matching(pod):
+            key = (budget.namespace, budget.name)
+            self._spent[key] += 1
+            self._journal.append(key)
+
+    def checkpoint(self) -> int:
+        return len(self._journal)
+
+    def rollback(self, checkpoint: int) -> None:
+        while len(self._journal) > checkpoint:
+            self._spent[self._journal.pop()] -= 1
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    pod: Pod
+    usage_m: int
+
+    def preference(self) -> tuple[int, bool, int, int]:
+        """Lower sorts first: lower priority, not ready, lower deletion cost, more restarts."""
+        pod = self.pod
+        return (pod.priority, pod.ready, pod.deletion_cost, -pod.restarts)
+
+
+def screen(
+    strategy: str,
+    node: str,
+    snapshot: ClusterSnapshot,
+    protections: Protections,
+    ledger: BudgetLedger,
+    *,
+    need_usage: bool = True,
+) -> tuple[list[Candidate], list[PodDecision], list[tuple[Pod, str]]]:
+    """Split a node's pods into movable candidates and pods passed over (with the reason).
+
+    Returns (candidates, passed-over decisions, blocking pods): blocking pods are the protected pods that
+    would stay on the node (DaemonSet and mirror pods excepted, as a cluster autoscaler ignores them).
+    """
+    candidates: list[Candidate] = []
+    passed: list[PodDecision] = []
+    blocking: list[tuple[Pod, str]] = []
+    for pod in snapshot.pods_on(node):
+        usage = snapshot.usage_of(pod)
+        why = protections.reason(pod)
+        if why is None and usage is None:
+            why = "usage unknown (missing is never read as zero)"
+        if why is None and need_usage and usage == 0:
+            why = "no measurable usage: moving it would not cool the node"
+        if why is None:
+            why = ledger.blocker(pod)
+        if why is None and usage is not None:
+            candidates.append(Candidate(pod, usage))
+            continue
+        passed.append(PodDecision(strategy, pod.namespace, pod.name, node, False, why or "", usage))
+        if pod.owner_kind != "DaemonSet" and not pod.mirror and pod.owner_kind != "Node":
+            blocking.append((pod, why or ""))
+    return candidates, passed, blocking

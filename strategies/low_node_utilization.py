@@ -1,0 +1,228 @@
+"""LowNodeUtilization on real CPU usage: cool hot nodes with the fewest evictions onto cold nodes
+that really have room."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, model_validator
+from rebalancer.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult
+from rebalancer.protections import Protections
+from rebalancer.snapshot import ClusterSnapshot
+
+from strategies.base import StrategySettings
+from strategies.candidates import BudgetLedger, Candidate, screen
+from strategies.placement import RoomTracker
+from strategies.thresholds import Band, PoolThresholds, cap_millis, classify_nodes, pool_bands
+
+KIND = "LowNodeUtilization"
+
+
+class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
+    """Nodes above targetThresholds are hot; nodes below thresholds are cold and receive the load."""
+
+    kind: Literal["LowNodeUtilization"] = Field(description="Strategy name.")
+    use_deviation_thresholds: bool | None = Field(
+        default=False,
+        description="Thresholds are deviations from the pool's mean usage instead of absolute percentages.",
+    )
+    number_of_nodes: int = Field(
+        default=0, ge=0, description="Act only when more than this many nodes of a pool are cold."
+    )
+    pools: dict[str, PoolThresholds] = Field(
+        default_factory=dict,
+        description="Per-pool thresholds (pool name -> thresholds), overriding the above.",
+    )
+    max_no_of_pods_to_evict_per_node: int | None = Field(
+        default=None, ge=1, description="At most this many planned evictions per hot node."
+    )
+    destinations_in_same_pool: bool = Field(
+        default=True, description="Only count room on cold nodes of the hot node's own pool."
+    )
+
+    @model_validator(mode="after")
+    def _thresholds_ordered(self) -> LowNodeUtilizationSettings:
+        default = bool(self.use_deviation_thresholds)
+        problems = []
+        if (why := self.order_problem(default)) is not None:
+            problems.append(why)
+        for pool, pool_settings in self.pools.items():
+            if (why := pool_settings.order_problem(default)) is not None:
+                problems.append(f"pools.{pool}: {why}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+def _decide(pct: float, band: Band) -> tuple[NodeClass, str]:
+    if pct > band.high_pct:
+        return NodeClass.HOT, f"usage {pct:.1f}% > target {band.high_pct:.1f}% ({band.explanation})"
+    if pct < band.low_pct:
+        return NodeClass.COLD, f"usage {pct:.1f}% < threshold {band.low_pct:.1f}% ({band.explanation})"
+    return NodeClass.NORMAL, f"usage {pct:.1f}% within [{band.low_pct:.1f}%, {band.high_pct:.1f}%]"
+
+
+@dataclass(frozen=True, slots=True)
+class LowNodeUtilization:
+    settings: LowNodeUtilizationSettings
+
+    @property
+    def name(self) -> str:
+        return KIND
+
+    def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult:
+        s = self.settings
+        bands = pool_bands(snapshot, s, s.pools, bool(s.use_deviation_thresholds))
+        decisions = classify_nodes(snapshot, KIND, bands, _decide)
+        ordered = tuple(decisions.values())
+        if snapshot.usage_failure:
+            return StrategyResult(KIND, (), ordered, (), (f"no evictions: {snapshot.usage_failure}",))
+        notes: list[str] = []
+        active_pools = self._active_pools(snapshot, decisions, notes)
+        caps = {
+            name: cap_millis(d.allocatable_m, d.high_pct or 0.0)
+            for name, d in decisions.items()
+            if d.node_class is NodeClass.COLD and d.pool in active_pools
+        }
+        trackers = self._trackers(snapshot, caps)
+        hot = sorted(
+            (d for d in ordered if d.node_class is NodeClass.HOT and d.pool in active_pools),
+            key=lambda d: -(d.usage_pct or 0.0),
+        )
+        ledger = BudgetLedger(snapshot.budgets)
+        evictions: list[PlannedEviction] = []
+        pod_decisions: list[PodDecision] = []
+        for decision in hot:
+            tracker = trackers[decision.pool if s.destinations_in_same_pool else ""]
+            chosen, records = self._relieve(decision, snapshot, protections, ledger, tracker)
+            evictions.extend(chosen)
+            pod_decisions.extend(records)
+        return StrategyResult(KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes))
+
+    def _active_pools(
+        self, snapshot: ClusterSnapshot, decisions: dict[str, NodeDecision], notes: list[str]
+    ) -> set[str]:
+        active = set()
+        for pool in snapshot.pools():
+            in_pool = [d for d in decisions.values() if d.pool == pool]
+            cold = sum(1 for d in in_pool if d.node_class is NodeClass.COLD)
+            hot = sum(1 for d in in_pool if d.node_class is NodeClass.HOT)
+            known = sum(1 for d in in_pool if d.node_class is not NodeClass.UNKNOWN)
+            if hot == 0:
+                notes.append(f"pool {pool}: no hot node")
+            elif cold == 0 and self.settings.destinations_in_same_pool:
+                notes.append(f"pool {pool}: {hot} hot node(s) but no cold node to take their load")
+            elif cold <= self.settings.number_of_nodes:
+                notes.append(
+                    f"pool {pool}: {cold} cold node(s), not more than numberOfNodes {self.settings.number_of_nodes}"
+                )
+            elif cold == known:
+                notes.append(f"pool {pool}: every node is cold")
+            else:
+                active.add(pool)
+        return active
+
+    def _trackers(self, snapshot: ClusterSnapshot, caps: dict[str, int]) -> dict[str, RoomTracker]:
+        if not self.settings.destinations_in_same_pool:
+            return {"": RoomTracker(snapshot, caps)}
+        by_pool: dict[str, dict[str, int]] = {pool: {} for pool in snapshot.pools()}
+        for name, cap in caps.items():
+            by_pool[snapshot.pool_of[name]][name] = cap
+        return {pool: RoomTracker(snapshot, pool_caps) for pool, pool_caps in by_pool.items()}
+
+    def _relieve(
+        self,
+        decision: NodeDecision,
+        snapshot: ClusterSnapshot,
+        protections: Protections,
+        ledger: BudgetLedger,
+        tracker: RoomTracker,
+    ) -> tuple[list[PlannedEviction], list[PodDecision]]:
+        node = decision.node
+        target_m = cap_millis(decision.allocatable_m, decision.high_pct or 0.0)
+        excess = (decision.usage_m or 0) - target_m
+        pool, records = screen(KIND, node, snapshot, protections, ledger)[:2]
+        limit = self.settings.max_no_of_pods_to_evict_per_node
+        chosen: list[PlannedEviction] = []
+        while excess > 0 and pool:
+            if limit is not None and len(chosen) >= limit:
+                break
+            picked = None
+            for candidate in _ordered(pool, excess):
+                pool.remove(candidate)
+                blocked = ledger.blocker(candidate.pod)  # earlier choices may have spent its budget
+                if blocked is not None:
+                    records.append(_passed(candidate, node, blocked))
+                    continue
+                placement = tracker.find(candidate.pod, candidate.usage_m, exclude=(node,))
+                if placement.node is None:
+                    records.append(_passed(candidate, node, placement.reason))
+                    continue
+                picked = candidate
+                tracker.commit(placement.node, candidate.pod, candidate.usage_m)
+                ledger.take(candidate.pod)
+                reason = _why_chosen(candidate, excess, placement.reason)
+                chosen.append(_eviction(candidate, decision, reason, placement.node))
+                records.append(
+                    PodDecision(
+                        KIND,
+                        candidate.pod.namespace,
+                        candidate.pod.name,
+                        node,
+                        True,
+                        reason,
+                        candidate.usage_m,
+                    )
+                )
+                excess -= candidate.usage_m
+                break
+            if picked is None:
+                break
+        stop = _stop_reason(excess, limit, len(chosen))
+        records.extend(_passed(c, node, stop) for c in pool)
+        return chosen, records
+
+
+def _ordered(pool: list[Candidate], excess: int) -> list[Candidate]:
+    """Fewest evictions first: if one pod can cover the excess, the preferred one among those that can
+    (closest fit on ties); otherwise the biggest pods first, so that the count stays minimal."""
+    covering = [c for c in pool if c.usage_m >= excess]
+    covering.sort(key=lambda c: (c.pod.priority, c.pod.ready, c.pod.deletion_cost, c.usage_m, -c.pod.restarts))
+    rest = [c for c in pool if c.usage_m < excess]
+    rest.sort(key=lambda c: (-c.usage_m, c.preference()))
+    return covering + rest
+
+
+def _why_chosen(candidate: Candidate, excess: int, room: str) -> str:
+    covers = "covers" if candidate.usage_m >= excess else "reduces"
+    return f"usage {candidate.usage_m}m {covers} the remaining {excess}m above target; {room}"
+
+
+def _stop_reason(excess: int, limit: int | None, chosen: int) -> str:
+    if excess <= 0:
+        return "not needed: the node is under target after the chosen evictions"
+    if limit is not None and chosen >= limit:
+        return f"maxNoOfPodsToEvictPerNode {limit} reached"
+    return "not chosen"
+
+
+def _passed(candidate: Candidate, node: str, reason: str) -> PodDecision:
+    pod = candidate.pod
+    return PodDecision(KIND, pod.namespace, pod.name, node, False, reason, candidate.usage_m)
+
+
+def _eviction(candidate: Candidate, decision: NodeDecision, reason: str, room_on: str) -> PlannedEviction:
+    pod = candidate.pod
+    return PlannedEviction(
+        strategy=KIND,
+        namespace=pod.namespace,
+        name=pod.name,
+        uid=pod.uid,
+        node=decision.node,
+        pool=decision.pool,
+        workload=pod.workload,
+        usage_m=candidate.usage_m,
+        reason=f"node {decision.node} hot ({decision.usage_pct:.1f}% > {decision.high_pct:.1f}%): {reason}",
+        room_on=room_on,
+    )
