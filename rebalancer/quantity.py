@@ -7,6 +7,7 @@ Results are cached: a large cluster repeats a few hundred distinct strings milli
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 
@@ -29,20 +30,21 @@ class QuantityError(ValueError):
     """A string is not a Kubernetes quantity."""
 
 
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
+
+
 @lru_cache(maxsize=4096)
 def parse_quantity(text: str) -> Decimal:
-    """Parse a quantity into an exact Decimal of base units."""
-    raw = text.strip()
-    if not raw:
-        raise QuantityError("empty quantity")
-    for suffix, factor in _BINARY.items():
-        if raw.endswith(suffix):
-            return _number(raw[: -len(suffix)], text) * factor
-    if raw[-1] in "eE" or ("e" in raw[1:] or "E" in raw[1:]):
-        return _number(raw, text)
-    suffix = raw[-1] if raw[-1] in _DECIMAL and not raw[-1].isdigit() else ""
-    number = raw[: -len(suffix)] if suffix else raw
-    return _number(number, text) * _DECIMAL[suffix]
+    """Parse a quantity (number, then a binary suffix, a decimal suffix or an exponent) into base units."""
+    match = _QUANTITY.match(text.strip())
+    if match is None:
+        raise QuantityError(f"not a quantity: {text!r}")
+    number, suffix = match.group(1), match.group(2) or ""
+    if suffix in _BINARY:
+        return _number(number, text) * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return _number(number, text) * _DECIMAL[suffix]
+    return _number(number + suffix, text)  # exponent form, e.g. 1e3
 
 
 def _number(number: str, original: str) -> Decimal:

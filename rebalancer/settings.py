@@ -18,6 +18,14 @@ DURATION_PATTERN = r"^[1-9][0-9]*(s|m|h|d)$"
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, description="A PromQL duration such as 30s, 5m, 1h.")]
 
 
+class FieldProblems(ValueError):
+    """Raised by cross-field validators: each problem names the field it is about (relative path)."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{path}: {message}" for path, message in problems))
+
+
 class Model(BaseModel):
     """Base of every policy model."""
 
@@ -125,7 +133,12 @@ class ProtectionSettings(Model):
         default=False,
         description="Allow evicting pods with emptyDir or hostPath volumes (their data is lost).",
     )
-    evict_pods_with_pvc: bool = Field(default=True, description="Allow evicting pods that mount a PVC.")
+    evict_pods_with_pvc: bool = Field(
+        default=True,
+        validation_alias="evictPodsWithPVC",
+        serialization_alias="evictPodsWithPVC",
+        description="Allow evicting pods that mount a PVC.",
+    )
     opt_out_annotation: str = Field(
         default="rebalancer.io/evict",
         description="A pod with this annotation set to 'false' is never evicted; 'true' opts it in.",

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from rebalancer.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult
 from rebalancer.protections import Protections
-from rebalancer.settings import ResourceThresholds
+from rebalancer.settings import FieldProblems, ResourceThresholds
 from rebalancer.snapshot import ClusterSnapshot
 
 from strategies.base import StrategySettings
@@ -41,15 +41,15 @@ class HighNodeUtilizationSettings(StrategySettings, PoolThresholds):
 
     @model_validator(mode="after")
     def _valid(self) -> HighNodeUtilizationSettings:
-        problems = []
-        every = [("", self), *((f"pools.{k}: ", v) for k, v in self.pools.items())]
+        problems: list[tuple[str, str]] = []
+        every = [("", self), *((f"pools.{k}.", v) for k, v in self.pools.items())]
         for prefix, pool_settings in every:
             if pool_settings.use_deviation_thresholds:
-                problems.append(f"{prefix}useDeviationThresholds is not supported by {KIND}")
-            elif (why := pool_settings.order_problem(False)) is not None:
-                problems.append(prefix + why)
+                problems.append((f"{prefix}useDeviationThresholds", f"not supported by {KIND}"))
+            elif (problem := pool_settings.order_problem(False)) is not None:
+                problems.append((prefix + problem[0], problem[1]))
         if problems:
-            raise ValueError("; ".join(problems))
+            raise FieldProblems(problems)
         return self
 
 

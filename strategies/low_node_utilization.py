@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from rebalancer.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult
 from rebalancer.protections import Protections
+from rebalancer.settings import FieldProblems
 from rebalancer.snapshot import ClusterSnapshot
 
 from strategies.base import StrategySettings
@@ -45,13 +46,13 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
     def _thresholds_ordered(self) -> LowNodeUtilizationSettings:
         default = bool(self.use_deviation_thresholds)
         problems = []
-        if (why := self.order_problem(default)) is not None:
-            problems.append(why)
+        if (problem := self.order_problem(default)) is not None:
+            problems.append(problem)
         for pool, pool_settings in self.pools.items():
-            if (why := pool_settings.order_problem(default)) is not None:
-                problems.append(f"pools.{pool}: {why}")
+            if (problem := pool_settings.order_problem(default)) is not None:
+                problems.append((f"pools.{pool}.{problem[0]}", problem[1]))
         if problems:
-            raise ValueError("; ".join(problems))
+            raise FieldProblems(problems)
         return self
 
 

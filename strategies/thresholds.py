@@ -26,14 +26,14 @@ class PoolThresholds(Model):
             return strategy_default
         return self.use_deviation_thresholds
 
-    def order_problem(self, strategy_default: bool) -> str | None:
-        """Absolute thresholds must not exceed targetThresholds (deviations may)."""
+    def order_problem(self, strategy_default: bool) -> tuple[str, str] | None:
+        """Absolute thresholds must not exceed targetThresholds (deviations may): (field, message)."""
         if self.effective_deviation(strategy_default):
             return None
         if self.thresholds.cpu > self.target_thresholds.cpu:
             return (
-                f"thresholds.cpu ({self.thresholds.cpu:g}) must not be above "
-                f"targetThresholds.cpu ({self.target_thresholds.cpu:g})"
+                "thresholds.cpu",
+                f"{self.thresholds.cpu:g} must not be above targetThresholds.cpu ({self.target_thresholds.cpu:g})",
             )
         return None
 

@@ -1,0 +1,21 @@
+"""One planning cycle: facts and usage -> snapshot -> strategies -> plan (pure)."""
+
+from __future__ import annotations
+
+from strategies import build
+
+from rebalancer.model import ClusterFacts, UsageReport
+from rebalancer.plan import EvictionPlan
+from rebalancer.policy import Policy
+from rebalancer.protections import Protections
+from rebalancer.snapshot import ClusterSnapshot, build_snapshot
+
+
+def plan_cycle(
+    facts: ClusterFacts, usage: UsageReport, policy: Policy, taken_at: float
+) -> tuple[ClusterSnapshot, EvictionPlan]:
+    snapshot = build_snapshot(facts, usage, policy.pools, taken_at)
+    protections = Protections.from_settings(policy.protections)
+    results = tuple(build(s).plan(snapshot, protections) for s in policy.strategies if s.enabled)
+    blocked = f"usage source failed, no evictions this cycle: {usage.failure}" if usage.failure else None
+    return snapshot, EvictionPlan(taken_at, results, blocked)

@@ -1,0 +1,261 @@
+"""LowNodeUtilization on real usage: table-driven cases over plain builders."""
+
+from __future__ import annotations
+
+from rebalancer.cycle import plan_cycle
+from rebalancer.model import ClusterFacts, Taint, Toleration, UsageReport
+from rebalancer.plan import EvictionPlan, NodeClass
+from rebalancer.policy import Policy
+
+from tests.builders import budget, node, pod, policy, usage
+
+LNU = """
+kind: LowNodeUtilization
+thresholds: {cpu: 20}
+targetThresholds: {cpu: 70}
+"""
+
+
+def run(nodes, pods, report, pol: Policy | None = None, budgets=()) -> EvictionPlan:
+    facts = ClusterFacts(tuple(nodes), tuple(pods), tuple(budgets))
+    return plan_cycle(facts, report, pol or policy(LNU), 1_700_000_000.0)[1]
+
+
+def classes(plan: EvictionPlan) -> dict[str, NodeClass]:
+    return {d.node: d.node_class for d in plan.results[0].node_decisions}
+
+
+def evicted(plan: EvictionPlan) -> list[str]:
+    return [e.name for e in plan.evictions]
+
+
+def why(plan: EvictionPlan, pod_name: str) -> str:
+    return next(d.reason for d in plan.results[0].pod_decisions if d.name == pod_name)
+
+
+def test_hot_node_relieved_onto_cold_node_with_fewest_evictions():
+    # hot: 9000m of 10000m (90%), target 70% -> 2000m must go. One 2500m pod covers it; 3 x 800m would too.
+    pods = [pod("big", "hot"), pod("a", "hot"), pod("b", "hot"), pod("c", "hot")]
+    report = usage({"hot": 9000, "cold": 1000}, {"big": 2500, "a": 800, "b": 800, "c": 800})
+    plan = run([node("hot"), node("cold")], pods, report)
+    assert classes(plan) == {"hot": NodeClass.HOT, "cold": NodeClass.COLD}
+    assert evicted(plan) == ["big"]
+    assert plan.evictions[0].room_on == "cold"
+    assert "not needed" in why(plan, "a")
+
+
+def test_closest_fit_when_several_pods_cover_the_excess():
+    pods = [pod("huge", "hot"), pod("fits", "hot"), pod("small", "hot")]
+    report = usage({"hot": 8000, "cold": 500}, {"huge": 5000, "fits": 1200, "small": 300})
+    assert evicted(run([node("hot"), node("cold")], pods, report)) == ["fits"]
+
+
+def test_biggest_first_when_no_single_pod_covers():
+    # excess 3000m: 1500 + 1400 leave 100m, which the smallest covering pod (200m) closes: three evictions
+    pods = [pod(n, "hot") for n in ("p1500", "p1400", "p1200", "p300", "p200")]
+    report = usage({"hot": 10_000, "cold": 0}, {"p1500": 1500, "p1400": 1400, "p1200": 1200, "p300": 300, "p200": 200})
+    assert evicted(run([node("hot"), node("cold")], pods, report)) == ["p1500", "p1400", "p200"]
+
+
+def test_preference_breaks_ties_lower_priority_then_not_ready():
+    pods = [
+        pod("important", "hot", priority=1000),
+        pod("ready", "hot"),
+        pod("unready", "hot", ready=False),
+    ]
+    report = usage({"hot": 8000, "cold": 1000}, {"important": 1500, "ready": 1500, "unready": 1500})
+    assert evicted(run([node("hot"), node("cold")], pods, report)) == ["unready"]
+
+
+def test_lower_deletion_cost_preferred():
+    cost = "controller.kubernetes.io/pod-deletion-cost"
+    pods = [pod("costly", "hot", annotations={cost: "100"}), pod("cheap", "hot", annotations={cost: "-5"})]
+    report = usage({"hot": 8000, "cold": 1000}, {"costly": 1500, "cheap": 1500})
+    assert evicted(run([node("hot"), node("cold")], pods, report)) == ["cheap"]
+
+
+def test_no_cold_node_means_no_eviction():
+    pods = [pod("a", "hot")]
+    report = usage({"hot": 9000, "mid": 5000}, {"a": 3000})
+    plan = run([node("hot"), node("mid")], pods, report)
+    assert evicted(plan) == []
+    assert any("no cold node" in n for n in plan.results[0].notes)
+
+
+def test_all_hot_means_no_eviction():
+    pods = [pod("a", "n1"), pod("b", "n2")]
+    plan = run([node("n1"), node("n2")], pods, usage({"n1": 9000, "n2": 9500}, {"a": 3000, "b": 3000}))
+    assert set(classes(plan).values()) == {NodeClass.HOT}
+    assert evicted(plan) == []
+
+
+def test_unknown_node_is_neither_hot_nor_cold_nor_destination():
+    pods = [pod("a", "hot"), pod("x", "mystery")]
+    report = usage({"hot": 9000}, {"a": 3000})  # 'mystery' has no data: unknown, never zero
+    plan = run([node("hot"), node("mystery")], pods, report)
+    assert classes(plan)["mystery"] is NodeClass.UNKNOWN
+    assert evicted(plan) == []
+
+
+def test_pod_with_unknown_usage_is_not_chosen():
+    pods = [pod("known", "hot"), pod("unknown", "hot")]
+    plan = run([node("hot"), node("cold")], pods, usage({"hot": 9000, "cold": 0}, {"known": 500}))
+    assert evicted(plan) == ["known"]
+    assert "usage unknown" in why(plan, "unknown")
+
+
+def test_usage_failure_blocks_the_plan():
+    pods = [pod("a", "hot")]
+    plan = run([node("hot"), node("cold")], pods, UsageReport.failed("prometheus down"))
+    assert plan.blocked is not None and "prometheus down" in plan.blocked
+    assert plan.evictions == ()
+    assert set(classes(plan).values()) == {NodeClass.UNKNOWN}
+
+
+def test_room_runs_out_on_concrete_cold_nodes():
+    # hot: 30000m on 30000m, 9000m above target -> three 3000m pods needed; each cold node has 5100m
+    # of room under its 70% target, so it takes one 3000m pod and not a second: only two moves fit
+    pods = [pod(f"p{i}", "hot") for i in range(4)]
+    nodes = [node("hot", cpu_m=30_000), node("c1"), node("c2")]
+    report = usage({"hot": 30_000, "c1": 1900, "c2": 1900}, {f"p{i}": 3000 for i in range(4)})
+    plan = run(nodes, pods, report)
+    assert len(plan.evictions) == 2
+    assert {e.room_on for e in plan.evictions} == {"c1", "c2"}
+    assert any("real-usage room" in d.reason for d in plan.results[0].pod_decisions if not d.chosen)
+
+
+def test_room_is_not_a_pooled_total():
+    # 2 x 3000m of room in total, but no single cold node can take a 4000m pod
+    pods = [pod("big", "hot")]
+    report = usage({"hot": 10_000, "c1": 4000, "c2": 4000}, {"big": 4000})
+    plan = run([node("hot"), node("c1"), node("c2")], pods, report)
+    assert evicted(plan) == []
+
+
+def test_requests_must_fit_allocatable_on_the_destination():
+    pods = [pod("a", "hot", cpu_request_m=3000), pod("filler", "cold", cpu_request_m=8000)]
+    report = usage({"hot": 9000, "cold": 500}, {"a": 3000, "filler": 100})
+    plan = run([node("hot"), node("cold")], pods, report)
+    assert evicted(plan) == []
+    assert "CPU requests" in why(plan, "a")
+
+
+def test_taints_and_node_selectors_limit_destinations():
+    gpu_taint = Taint("gpu", "true", "NoSchedule")
+    nodes = [node("hot"), node("tainted", taints=[gpu_taint]), node("labelled", labels={"disk": "ssd"})]
+    pods = [
+        pod("needs-ssd", "hot", node_selector={"disk": "ssd"}),
+        pod("tolerates", "hot", tolerations=[Toleration("gpu", "Exists", "", "")], node_selector={"zone": "x"}),
+    ]
+    report = usage({"hot": 9500, "tainted": 0, "labelled": 0}, {"needs-ssd": 1500, "tolerates": 1500})
+    plan = run(nodes, pods, report)
+    assert [(e.name, e.room_on) for e in plan.evictions] == [("needs-ssd", "labelled")]
+    assert "no destination with room accepts it" in why(plan, "tolerates")
+
+
+def test_pools_have_their_own_thresholds_and_destinations():
+    pol = policy(
+        LNU + "pools:\n  gpu: {thresholds: {cpu: 10}, targetThresholds: {cpu: 90}}\n",
+    )
+    nodes = [node("g1", pool="gpu"), node("g2", pool="gpu"), node("w1", pool="web"), node("w2", pool="web")]
+    pods = [pod("ga", "g1"), pod("wa", "w1")]
+    # 85% is normal in the gpu pool (target 90) but hot in the web pool (default target 70)
+    report = usage({"g1": 8500, "g2": 500, "w1": 8500, "w2": 500}, {"ga": 2000, "wa": 2000})
+    plan = run(nodes, pods, report, pol)
+    assert classes(plan) == {"g1": NodeClass.NORMAL, "g2": NodeClass.COLD, "w1": NodeClass.HOT, "w2": NodeClass.COLD}
+    assert [(e.name, e.room_on) for e in plan.evictions] == [("wa", "w2")]
+
+
+def test_destinations_stay_in_the_pool():
+    nodes = [node("w1", pool="web"), node("b1", pool="batch"), node("b2", pool="batch")]
+    pods = [pod("wa", "w1")]
+    report = usage({"w1": 9000, "b1": 0, "b2": 9000}, {"wa": 2500})
+    assert evicted(run(nodes, pods, report)) == []
+
+
+def test_deviation_thresholds_follow_the_pool_mean():
+    pol = policy("""
+kind: LowNodeUtilization
+useDeviationThresholds: true
+thresholds: {cpu: 10}
+targetThresholds: {cpu: 10}
+""")
+    # mean 40%: below 30% cold, above 50% hot
+    nodes = [node("a"), node("b"), node("c"), node("d")]
+    pods = [pod("p", "a")]
+    report = usage({"a": 6000, "b": 4000, "c": 4000, "d": 2000}, {"p": 1000})
+    plan = run(nodes, pods, report, pol)
+    assert classes(plan) == {"a": NodeClass.HOT, "b": NodeClass.NORMAL, "c": NodeClass.NORMAL, "d": NodeClass.COLD}
+    assert evicted(plan) == ["p"]
+
+
+def test_number_of_nodes_guard():
+    pol = policy(LNU + "numberOfNodes: 1\n")
+    pods = [pod("a", "hot")]
+    plan = run([node("hot"), node("cold")], pods, usage({"hot": 9000, "cold": 0}, {"a": 3000}), pol)
+    assert evicted(plan) == []
+    assert any("numberOfNodes" in n for n in plan.results[0].notes)
+
+
+def test_max_pods_per_node():
+    pol = policy(LNU + "maxNoOfPodsToEvictPerNode: 1\n")
+    pods = [pod("a", "hot"), pod("b", "hot")]
+    plan = run([node("hot"), node("cold")], pods, usage({"hot": 10_000, "cold": 0}, {"a": 2000, "b": 2000}), pol)
+    assert evicted(plan) == ["a"]
+    assert "maxNoOfPodsToEvictPerNode" in why(plan, "b")
+
+
+def test_disruption_budget_spent_across_the_plan():
+    pods = [pod("a", "hot", labels={"app": "db"}), pod("b", "hot", labels={"app": "db"})]
+    report = usage({"hot": 10_000, "cold": 0}, {"a": 2000, "b": 2000})
+    plan = run([node("hot"), node("cold")], pods, report, budgets=[budget("db", {"app": "db"}, allowed=1)])
+    assert len(plan.evictions) == 1
+    assert any("allows no more disruptions" in d.reason for d in plan.results[0].pod_decisions)
+
+
+def test_pod_matched_by_two_budgets_is_passed_over():
+    pods = [pod("a", "hot", labels={"app": "db", "tier": "x"})]
+    budgets = [budget("one", {"app": "db"}, 5), budget("two", {"tier": "x"}, 5)]
+    plan = run([node("hot"), node("cold")], pods, usage({"hot": 9000, "cold": 0}, {"a": 3000}), budgets=budgets)
+    assert evicted(plan) == []
+    assert "2 PodDisruptionBudgets" in why(plan, "a")
+
+
+def test_protected_pods_are_never_chosen():
+    pods = [
+        pod("ds", "hot", kind="DaemonSet"),
+        pod("bare", "hot", workload=None),
+        pod("local", "hot", volumes=["emptyDir"]),
+        pod("critical", "hot", priority=2_000_000_000),
+        pod("system", "hot", namespace="kube-system"),
+        pod("mirror", "hot", mirror=True, workload=None, owner_kind="Node"),
+        pod("leaving", "hot", terminating=True),
+        pod("optout", "hot", annotations={"rebalancer.io/evict": "false"}),
+    ]
+    pod_usage = {(p.namespace, p.name): 1500 for p in pods}
+    plan = run([node("hot"), node("cold")], pods, UsageReport({"hot": 9500, "cold": 0}, pod_usage))
+    assert evicted(plan) == []
+    reasons = {d.name: d.reason for d in plan.results[0].pod_decisions}
+    assert reasons["ds"] == "DaemonSet pod"
+    assert reasons["bare"].startswith("bare pod")
+    assert reasons["local"].startswith("local storage")
+    assert reasons["critical"].startswith("system-critical")
+    assert "kube-system" in reasons["system"]
+    assert reasons["mirror"].startswith("mirror pod") or reasons["mirror"].startswith("static pod")
+    assert reasons["leaving"] == "terminating"
+    assert reasons["optout"].startswith("opted out")
+
+
+def test_descheduler_opt_in_annotation_allows_local_storage():
+    annotated = pod("local", "hot", volumes=["emptyDir"], annotations={"descheduler.alpha.kubernetes.io/evict": ""})
+    plan = run([node("hot"), node("cold")], [annotated], usage({"hot": 9000, "cold": 0}, {"local": 2500}))
+    assert evicted(plan) == ["local"]
+
+
+def test_hottest_node_gets_room_first():
+    pods = [pod("warm-pod", "warm"), pod("hot-pod", "hot")]
+    report = usage({"warm": 7500, "hot": 9900, "cold": 5000}, {"warm-pod": 1500, "hot-pod": 1500})
+    # cold (5000m, below 55%) has room for one 1500m pod under 70%: the hotter node gets it
+    pol = policy(LNU.replace("cpu: 20", "cpu: 55"))
+    plan = run([node("warm"), node("hot"), node("cold")], pods, report, pol)
+    assert evicted(plan) == ["hot-pod"]

@@ -1,0 +1,81 @@
+"""Policy loading: every example loads, every problem names its field, check-config exits 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rebalancer.cli import main
+from rebalancer.demo import demo_policy_path
+from rebalancer.errors import ConfigError
+from rebalancer.policy import parse_policy
+
+CONFIG = Path(__file__).resolve().parents[2] / "config"
+
+
+@pytest.mark.parametrize("path", sorted(CONFIG.glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_load(path: Path) -> None:
+    policy = parse_policy(path.read_text(), str(path))
+    assert policy.strategies
+
+
+def test_demo_policy_loads() -> None:
+    assert parse_policy(demo_policy_path().read_text()).strategies[0].kind == "LowNodeUtilization"
+
+
+BAD = [
+    (
+        "strategies:\n- kind: LowNodeUtilization\n  thresholds: {cpu: 80}\n  targetThresholds: {cpu: 70}\n",
+        "strategies.0.thresholds.cpu",
+        "must not be above targetThresholds.cpu",
+    ),
+    (
+        "strategies:\n- kind: LowNodeUtilization\n  thresholds: {cpu: 10}\n  targetThresholds: {cpu: 70}\n"
+        "  pools: {gpu: {thresholds: {cpu: 50}, targetThresholds: {cpu: 40}}}\n",
+        "strategies.0.pools.gpu.thresholds.cpu",
+        "must not be above",
+    ),
+    ("strategies:\n- kind: LowNodeUtilization\n  thresholds: {cpu: 120}\n  targetThresholds: {cpu: 70}\n",
+     "strategies.0.thresholds.cpu", "less than or equal to 100"),
+    ("strategies:\n- kind: LowNodeUtilization\n  thresholds: {cpu: 1}\n  targetThresholds: {cpu: 70}\n  typo: 1\n",
+     "strategies.0.typo", "Extra inputs are not permitted"),
+    ("strategies:\n- kind: Nope\n", "strategies.0", "does not match any of the expected tags"),
+    ("strategies: []\n", "strategies", "at least 1 item"),
+    ("prometheus: {window: 10 minutes}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+     "prometheus.window", "should match pattern"),
+    ("prometheus: {queries: {podCpu: 'sum({oops})'}}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+     "prometheus", "queries.podCpu: cannot fill the template"),
+    ("protections: {evictableNamespaces: {include: [a], exclude: [b]}}\n"
+     "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+     "protections.evictableNamespaces", "not both"),
+    ("pools: {definitions: [{name: a, nodeSelector: {}}, {name: a, nodeSelector: {}}]}\n"
+     "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n", "pools", "repeated: a"),
+    ("protections:\n  labelSelector: {matchExpressions: [{key: a, operator: In}]}\n"
+     "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+     "protections.labelSelector.matchExpressions.0", "needs at least one value"),
+    ("strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}, useDeviationThresholds: true}\n",
+     "strategies.0.useDeviationThresholds", "not supported"),
+    ("a: 1\na: 2\n", "", "duplicate key 'a'"),
+    ("- just a list\n", "", "must be a YAML mapping"),
+]
+
+
+@pytest.mark.parametrize(("text", "path", "message"), BAD)
+def test_problems_name_the_field(text: str, path: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_policy(text, "p.yaml")
+    assert any(p == path and message in m for p, m in info.value.problems), info.value.problems
+
+
+def test_check_config_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text((CONFIG / "low-node-utilization.yaml").read_text())
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD[0][0])
+    assert main(["check-config", str(good)]) == 0
+    assert main(["check-config", str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: strategies.0.thresholds.cpu: 80 must not be above targetThresholds.cpu (70)" in err
+    assert main(["check-config", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
