@@ -41,7 +41,8 @@ def plan_live(policy: Policy, connection: ClusterConnection, clock: Clock = time
     api = connect(connection.kubeconfig, connection.context)
     kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
     facts = kube.read_facts()
-    usage = read_usage(PrometheusUsageSource(policy.prometheus).read, now)
+    with PrometheusUsageSource(policy.prometheus) as prometheus:
+        usage = read_usage(prometheus.read, now)
     snapshot, plan = plan_cycle(facts, usage, policy, now)
     return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}")
 

@@ -159,7 +159,11 @@ DEFAULT_NODE_CPU_QUERY = (
     'rate(container_cpu_usage_seconds_total{{id="/"}}[{rate_window}])'
     "))[{window}:{step}])"
 )
-DEFAULT_NODE_FRESHNESS_QUERY = 'max by ({node_label}) (timestamp(container_cpu_usage_seconds_total{{id="/"}}))'
+# timestamp() alone only sees the 5-minute lookback, so a stale node would vanish instead of showing its age:
+# the newest sample time over the same span the usage queries read.
+DEFAULT_NODE_FRESHNESS_QUERY = (
+    'max by ({node_label}) (max_over_time(timestamp(container_cpu_usage_seconds_total{{id="/"}})[{window}:{step}]))'
+)
 
 
 class UsageQueries(Model):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from rebalancer.cli import main
 from rebalancer.demo import demo_policy_path
 from rebalancer.errors import ConfigError
@@ -36,26 +35,51 @@ BAD = [
         "strategies.0.pools.gpu.thresholds.cpu",
         "must not be above",
     ),
-    ("strategies:\n- kind: LowNodeUtilization\n  thresholds: {cpu: 120}\n  targetThresholds: {cpu: 70}\n",
-     "strategies.0.thresholds.cpu", "less than or equal to 100"),
-    ("strategies:\n- kind: LowNodeUtilization\n  thresholds: {cpu: 1}\n  targetThresholds: {cpu: 70}\n  typo: 1\n",
-     "strategies.0.typo", "Extra inputs are not permitted"),
+    (
+        "strategies:\n- kind: LowNodeUtilization\n  thresholds: {cpu: 120}\n  targetThresholds: {cpu: 70}\n",
+        "strategies.0.thresholds.cpu",
+        "less than or equal to 100",
+    ),
+    (
+        "strategies:\n- kind: LowNodeUtilization\n  thresholds: {cpu: 1}\n  targetThresholds: {cpu: 70}\n  typo: 1\n",
+        "strategies.0.typo",
+        "Extra inputs are not permitted",
+    ),
     ("strategies:\n- kind: Nope\n", "strategies.0", "does not match any of the expected tags"),
     ("strategies: []\n", "strategies", "at least 1 item"),
-    ("prometheus: {window: 10 minutes}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
-     "prometheus.window", "should match pattern"),
-    ("prometheus: {queries: {podCpu: 'sum({oops})'}}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
-     "prometheus", "queries.podCpu: cannot fill the template"),
-    ("protections: {evictableNamespaces: {include: [a], exclude: [b]}}\n"
-     "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
-     "protections.evictableNamespaces", "not both"),
-    ("pools: {definitions: [{name: a, nodeSelector: {}}, {name: a, nodeSelector: {}}]}\n"
-     "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n", "pools", "repeated: a"),
-    ("protections:\n  labelSelector: {matchExpressions: [{key: a, operator: In}]}\n"
-     "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
-     "protections.labelSelector.matchExpressions.0", "needs at least one value"),
-    ("strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}, useDeviationThresholds: true}\n",
-     "strategies.0.useDeviationThresholds", "not supported"),
+    (
+        "prometheus: {window: 10 minutes}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "prometheus.window",
+        "should match pattern",
+    ),
+    (
+        "prometheus: {queries: {podCpu: 'sum({oops})'}}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "prometheus",
+        "queries.podCpu: cannot fill the template",
+    ),
+    (
+        "protections: {evictableNamespaces: {include: [a], exclude: [b]}}\n"
+        "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "protections.evictableNamespaces",
+        "not both",
+    ),
+    (
+        "pools: {definitions: [{name: a, nodeSelector: {}}, {name: a, nodeSelector: {}}]}\n"
+        "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "pools",
+        "repeated: a",
+    ),
+    (
+        "protections:\n  labelSelector: {matchExpressions: [{key: a, operator: In}]}\n"
+        "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "protections.labelSelector.matchExpressions.0",
+        "needs at least one value",
+    ),
+    (
+        "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}, useDeviationThresholds: true}\n",
+        "strategies.0.useDeviationThresholds",
+        "not supported",
+    ),
     ("a: 1\na: 2\n", "", "duplicate key 'a'"),
     ("- just a list\n", "", "must be a YAML mapping"),
 ]

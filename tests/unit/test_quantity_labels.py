@@ -1,14 +1,24 @@
 from __future__ import annotations
 
 import pytest
-
 from rebalancer.labels import LabelSelector, NodeSelectorTerm, Requirement
 from rebalancer.quantity import QuantityError, cpu_millis, format_millis, memory_bytes
 
 
 @pytest.mark.parametrize(
     ("text", "millis"),
-    [("250m", 250), ("1", 1000), ("1.5", 1500), ("0.1", 100), ("2k", 2_000_000), ("1n", 1), ("100u", 1), ("1e3", 1_000_000), (".5", 500), ("1E", 10**21)],
+    [
+        ("250m", 250),
+        ("1", 1000),
+        ("1.5", 1500),
+        ("0.1", 100),
+        ("2k", 2_000_000),
+        ("1n", 1),
+        ("100u", 1),
+        ("1e3", 1_000_000),
+        (".5", 500),
+        ("1E", 10**21),
+    ],
 )
 def test_cpu(text: str, millis: int) -> None:
     assert cpu_millis(text) == millis

@@ -1,0 +1,204 @@
+"""cAdvisor-shaped ``container_cpu_usage_seconds_total`` history, and what Prometheus should make of it.
+
+Per pod, cAdvisor (through the kubelet's /metrics/cadvisor) reports one series per real container,
+one for the pause container (``container="POD"``) and one pod-level cgroup series (``container=""``)
+that already holds the sum of the others; per node, the root cgroup (``id="/"``) holds everything
+including system daemons. Summing all of them doubles the usage: the history has all of them.
+
+A load is a :data:`Rate`: cores used during the sample interval that ends at ``t``. Counters advance by
+``rate(t) * step`` at every step, so the expected ``rate()`` over a window is an exact average.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import gzip
+import math
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.adapters.prom_fixture import Series
+
+Rate = Callable[[float], float]
+METRIC = "container_cpu_usage_seconds_total"
+COUNTER_START = 5000.0  # core-seconds used before the history starts (containers started earlier)
+# ../shared/data beside the project (override with REBALANCER_DATA_DIR)
+DATA_DIR = Path(os.environ.get("REBALANCER_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
+TRACE_DIR = DATA_DIR / "bitbrains-rnd-2013-07"
+
+
+def constant(cores: float) -> Rate:
+    return lambda t: cores
+
+
+def spike(base: float, extra: float, start: float, end: float) -> Rate:
+    """``base`` cores, plus ``extra`` during (start, end]."""
+    return lambda t: base + extra if start < t <= end else base
+
+
+def add(*rates: Rate) -> Rate:
+    return lambda t: sum(r(t) for r in rates)
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    cores: Rate
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    namespace: str
+    name: str
+    node: str
+    containers: tuple[Container, ...]
+    pause_cores: float = 0.002
+
+    @property
+    def uid(self) -> str:
+        return str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.namespace}.{self.name}"))
+
+    def usage(self) -> Rate:
+        """What rebalancer should see for this pod: its real containers, not pause or pod cgroup."""
+        return add(*(c.cores for c in self.containers))
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    system_cores: float = 0.25
+    last_sample: float | None = None  # cAdvisor on this node stops reporting after this time
+
+
+@dataclass(frozen=True)
+class CadvisorHistory:
+    nodes: tuple[NodeSpec, ...]
+    pods: tuple[PodSpec, ...]
+    start: float
+    end: float
+    step: float = 30.0
+    node_label: str = "node"
+
+    def node(self, name: str) -> NodeSpec:
+        return next(n for n in self.nodes if n.name == name)
+
+    def node_usage(self, name: str) -> Rate:
+        """The root cgroup: system daemons plus every container of every pod, pause included."""
+        pods = [p for p in self.pods if p.node == name]
+        parts = [constant(self.node(name).system_cores), *(p.usage() for p in pods)]
+        parts += [constant(p.pause_cores) for p in pods]
+        return add(*parts)
+
+    def times(self, node: str) -> list[float]:
+        last = self.node(node).last_sample
+        count = int((self.end - self.start) // self.step)
+        stamps = [self.start + i * self.step for i in range(count + 1)]
+        return [t for t in stamps if last is None or t <= last]
+
+    def series(self) -> list[Series]:
+        out: list[Series] = []
+        for node in self.nodes:
+            base = {"job": "kubelet", "metrics_path": "/metrics/cadvisor", "instance": f"{node.name}:10250"}
+            base[self.node_label] = node.name
+            stamps = self.times(node.name)
+            out.append(Series(METRIC, {**base, "id": "/"}, _counter(self.node_usage(node.name), stamps)))
+            for pod in (p for p in self.pods if p.node == node.name):
+                cgroup = f"/kubepods/burstable/pod{pod.uid}"
+                labels = {**base, "namespace": pod.namespace, "pod": pod.name}
+                for index, container in enumerate(pod.containers):
+                    cid = f"{pod.uid[:8]}c{index}"
+                    out.append(
+                        Series(
+                            METRIC,
+                            {**labels, "container": container.name, "id": f"{cgroup}/{cid}", "image": "app:1"},
+                            _counter(container.cores, stamps),
+                        )
+                    )
+                pause = f"{cgroup}/{pod.uid[:8]}pause"
+                out.append(
+                    Series(
+                        METRIC,
+                        {**labels, "container": "POD", "id": pause, "image": "registry.k8s.io/pause:3.9"},
+                        _counter(constant(pod.pause_cores), stamps),
+                    )
+                )
+                whole = add(pod.usage(), constant(pod.pause_cores))
+                out.append(Series(METRIC, {**labels, "container": "", "id": cgroup}, _counter(whole, stamps)))
+        return out
+
+
+def _counter(rate: Rate, stamps: Sequence[float]) -> list[tuple[float, float]]:
+    samples: list[tuple[float, float]] = []
+    value = COUNTER_START
+    for i, t in enumerate(stamps):
+        if i:
+            value += rate(t) * (t - stamps[i - 1])
+        samples.append((t, value))
+    return samples
+
+
+def expected_quantile(
+    rate: Rate, at: float, *, quantile: float, window: float, step: float, rate_window: float, sample_step: float
+) -> float:
+    """``quantile_over_time(q, rate(x[rate_window])[window:step])`` at ``at`` on Prometheus 2.x.
+
+    2.x ranges are closed on both ends: the subquery has a point at every multiple of ``step`` in
+    [at - window, at], and rate() over samples exactly ``sample_step`` apart and aligned with those
+    points is the exact mean of the load over (t - rate_window, t]. Quantiles interpolate linearly
+    between ranks, as ``numpy.quantile`` does by default.
+    """
+    first = math.ceil((at - window) / step) * step
+    points = [first + i * step for i in range(int((at - first) // step) + 1)]
+    means = []
+    for t in points:
+        ends = [t - k * sample_step for k in range(int(rate_window // sample_step))]
+        means.append(sum(rate(e) for e in ends) / len(ends))
+    means.sort()
+    rank = quantile * (len(means) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(means) - 1)
+    return means[low] + (means[high] - means[low]) * (rank - low)
+
+
+# -- the Bitbrains trace ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceLoad:
+    """A VM of the Bitbrains Rnd trace as a load: cores = usage MHz / (capacity MHz / cores).
+
+    Each row holds the mean over the ~5 minutes *ending* at its timestamp, so the rate at ``t`` is the
+    value of the first row at or after ``t``.
+    """
+
+    vm: int
+    stamps: tuple[float, ...]
+    cores: tuple[float, ...]
+
+    def __call__(self, t: float) -> float:
+        index = bisect.bisect_left(self.stamps, t)
+        return self.cores[min(index, len(self.cores) - 1)]
+
+
+def bitbrains_vm(vm: int, directory: Path = TRACE_DIR) -> TraceLoad:
+    path = directory / f"{vm}.csv.gz"
+    stamps: list[float] = []
+    cores: list[float] = []
+    with gzip.open(path, "rt", encoding="utf-8", newline="") as raw:
+        rows = csv.reader(raw, delimiter=";")
+        next(rows)  # header
+        for row in rows:
+            stamp, count, capacity, used = (float(v.strip()) for v in row[:4])
+            if count <= 0 or capacity <= 0:
+                continue
+            if stamps and stamp <= stamps[-1]:  # a few files repeat timestamps
+                continue
+            stamps.append(stamp)
+            cores.append(used / (capacity / count))
+    if not stamps:
+        raise ValueError(f"{path}: no usable rows (0 cores or 0 MHz capacity)")
+    return TraceLoad(vm, tuple(stamps), tuple(cores))

@@ -1,0 +1,158 @@
+"""Edge cases of the narrow decoder (wire JSON -> domain), without a server."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+import pytest
+from rebalancer.errors import KubeUnavailable
+from rebalancer.kube import decode, wire
+from rebalancer.kube.lister import ListCall, malformed
+from rebalancer.model import Pod, WorkloadRef
+from tests.kubeapi import builders as b
+
+KEEP = frozenset({"keep.me/please"})
+
+
+def decode_pods(*raw: dict[str, Any], owners: decode.RsOwners | None = None) -> list[Pod]:
+    body = msgspec.json.encode({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": list(raw)})
+    return decode.PodDecoder(KEEP, owners or {}).pods(wire.POD_LIST.decode(body).items)
+
+
+def decode_pod(raw: dict[str, Any], **kwargs: Any) -> Pod:
+    return decode_pods(raw, **kwargs)[0]
+
+
+def test_unknown_and_missing_fields_never_fail() -> None:
+    pod = decode_pod({"metadata": {"name": "x", "futureField": {"a": [1, 2]}}, "spec": {"newThing": True}})
+    assert (pod.name, pod.namespace, pod.phase, pod.cpu_request_m, pod.created) == ("x", "", "", 0, 0.0)
+    assert (pod.workload, pod.node_name, pod.qos) == (None, None, "BestEffort")
+    empty = decode.node(msgspec.json.decode(b"{}", type=wire.Node))
+    assert (empty.allocatable_cpu_m, empty.ready) == (0, False)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2024-05-01T08:00:00Z", 1714550400.0),
+        ("2024-05-01T08:00:00.250Z", 1714550400.25),
+        ("2024-05-01T10:00:00+02:00", 1714550400.0),
+    ],
+)
+def test_timestamps(text: str, expected: float) -> None:
+    assert decode.timestamp(text, "pod a/b", "metadata.creationTimestamp") == expected
+
+
+@pytest.mark.parametrize("text", ["2024-05-01T08:00:00", "yesterday", ""])
+def test_bad_timestamps(text: str) -> None:
+    with pytest.raises(KubeUnavailable, match=rf"^pod a/b: metadata.creationTimestamp: not an RFC 3339 time '{text}'"):
+        decode.timestamp(text, "pod a/b", "metadata.creationTimestamp")
+
+
+def test_pod_level_resources_replace_the_container_sum_for_what_they_name() -> None:
+    raw = b.pod("p", containers=[b.container(cpu="100m", memory="1Gi")], overhead={"cpu": "10m"})
+    raw["spec"]["resources"] = {"requests": {"cpu": "2"}}
+    pod = decode_pod(raw)
+    assert (pod.cpu_request_m, pod.memory_request) == (2010, 2**30)
+
+
+def test_sidecars_count_only_for_init_containers_after_them() -> None:
+    pod = decode_pod(
+        b.pod(
+            "p",
+            containers=[b.container(cpu="100m")],
+            init_containers=[
+                b.container("big-init", cpu="900m"),  # runs before the sidecar starts: 900m alone
+                b.container("sidecar-1", cpu="50m", restart_policy="Always"),
+                b.container("sidecar-2", cpu="50m", restart_policy="Always"),
+                b.container("late-init", cpu="820m"),  # beside both sidecars: 920m
+            ],
+        )
+    )
+    assert pod.cpu_request_m == 920  # max(100 + 50 + 50, 900, 820 + 100)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path"),
+    [
+        (
+            lambda p: p["spec"]["initContainers"][0]["resources"]["requests"].update(cpu="lots"),
+            "spec.initContainers[0]",
+        ),
+        (lambda p: p["spec"].update(overhead={"memory": "lots"}), "spec.overhead.memory"),
+        (lambda p: p["spec"].update(resources={"requests": {"cpu": "lots"}}), "spec.resources.requests.cpu"),
+    ],
+)
+def test_malformed_quantities_name_the_field(mutate: Any, path: str) -> None:
+    raw = b.pod("p", namespace="ns", init_containers=[b.container("i", cpu="1")])
+    mutate(raw)
+    with pytest.raises(KubeUnavailable, match=rf"^pod ns/p: {re.escape(path)}.*: not a quantity 'lots'$") as caught:
+        decode_pod(raw)
+    assert caught.value.reason == "Malformed"
+
+
+def test_malformed_node_allocatable() -> None:
+    raw = b.node("n1", allocatable={"cpu": "4 cpus"})
+    with pytest.raises(KubeUnavailable, match=r"^node n1: status.allocatable.cpu: not a quantity '4 cpus'$"):
+        decode.node(msgspec.json.decode(msgspec.json.encode(raw), type=wire.Node))
+
+
+@pytest.mark.parametrize(
+    ("containers", "expected"),
+    [
+        ([b.container()], "BestEffort"),
+        ([b.container(cpu="1", limit_cpu="1000m", memory="1Gi", limit_memory="1024Mi")], "Guaranteed"),
+        ([b.container(limit_cpu="1", limit_memory="1Gi"), b.container("b", cpu="1")], "Burstable"),
+        ([b.container(cpu="1", limit_cpu="2", memory="1Gi", limit_memory="1Gi")], "Burstable"),
+    ],
+)
+def test_qos_when_the_status_lacks_it(containers: list[dict[str, Any]], expected: str) -> None:
+    assert decode_pod(b.pod("p", containers=containers, qos=None)).qos == expected
+
+
+def test_qos_from_the_status_wins() -> None:
+    assert decode_pod(b.pod("p", containers=[b.container()], qos="Guaranteed")).qos == "Guaranteed"
+
+
+def test_annotations_filtered_and_shared_empties() -> None:
+    a, c = decode_pods(
+        b.pod("a", annotations={"keep.me/please": "1", "drop.me": "2"}),
+        b.pod("c", annotations={"drop.me": "2"}),
+    )
+    assert dict(a.annotations) == {"keep.me/please": "1"}
+    assert c.annotations == {}
+    assert c.annotations is c.node_selector  # one shared empty mapping, not one per pod
+
+
+def test_replica_set_resolution_uses_the_owner_map() -> None:
+    raw = b.pod("p", namespace="ns", owners=[b.owner("ReplicaSet", "rs-1")])
+    assert decode_pod(raw, owners={("ns", "rs-1"): ("Deployment", "web")}).workload == WorkloadRef(
+        "Deployment", "ns", "web"
+    )
+    assert decode_pod(raw, owners={("other", "rs-1"): ("Deployment", "web")}).workload == WorkloadRef(
+        "ReplicaSet", "ns", "rs-1"
+    )
+    rs = msgspec.json.decode(msgspec.json.encode(b.replica_set("rs-1", "ns")), type=wire.ReplicaSet)
+    assert decode.replica_set_owner(rs) is None
+    rs = msgspec.json.decode(msgspec.json.encode(b.replica_set("rs-1", "ns", deployment="web")), type=wire.ReplicaSet)
+    assert decode.replica_set_owner(rs) == (("ns", "rs-1"), ("Deployment", "web"))
+
+
+def test_budget_values() -> None:
+    raw = b.pdb("x", min_available=0, selector=None)
+    budget = decode.budget(msgspec.json.decode(msgspec.json.encode(raw), type=wire.PodDisruptionBudget))
+    assert (budget.selector, budget.min_available, budget.max_unavailable) == (None, 0, None)
+
+
+def test_malformed_names_the_item_when_it_can() -> None:
+    call: ListCall[Any] = ListCall("pods", "pod", lambda **_: None, wire.POD_LIST)
+    raw = msgspec.json.encode({"items": [{"metadata": {"name": "ok"}}, {"metadata": {"name": "bad", "namespace": "n"},
+                                                                        "spec": {"priority": "high"}}]})  # fmt: skip
+    with pytest.raises(msgspec.ValidationError) as caught:
+        wire.POD_LIST.decode(raw)
+    assert str(malformed(call, raw, caught.value)) == "pod n/bad: spec.priority: Expected `int | null`, got `str`"
+    with pytest.raises(msgspec.ValidationError) as caught:
+        wire.POD_LIST.decode(b'{"metadata": {"resourceVersion": 5}}')
+    assert str(malformed(call, b"", caught.value)).startswith("list pods: malformed response: Expected `str`")

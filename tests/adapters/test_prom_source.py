@@ -1,0 +1,352 @@
+"""PrometheusUsageSource: the real prometheus-api-client against the real Prometheus binary.
+
+History (cAdvisor-shaped counters, one pod driven by the real Bitbrains trace) is backfilled with
+promtool and queried at END, a fixed instant in July 2013: nothing depends on the wall clock.
+HTTP failures a real Prometheus cannot be made to produce on demand (503, silence, odd bodies) come
+from a tiny local HTTP server.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from rebalancer.errors import MetricsMalformed, MetricsStale, MetricsUnavailable, SourceError
+from rebalancer.prom import PrometheusUsageSource
+from rebalancer.settings import DEFAULT_POD_CPU_QUERY, PrometheusSettings, UsageQueries
+from tests.adapters.cadvisor import (
+    CadvisorHistory,
+    Container,
+    NodeSpec,
+    PodSpec,
+    bitbrains_vm,
+    constant,
+    expected_quantile,
+    spike,
+)
+from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, StartPrometheus, closed_port
+
+pytestmark = pytest.mark.prometheus
+
+END = 1372718700.0  # 2013-07-01T22:45:00Z, inside the Bitbrains trace month
+START = END - 2 * 3600
+STALE_AGE = 810  # n3's cAdvisor stopped reporting this long before END
+SPIKE_END = END - 240  # spiky-1 burns 3.5 extra cores during the 30 s before this
+TRACE = bitbrains_vm(1)  # 2 cores; busy from about 22:20 to 23:20 UTC on 2013-07-01 (up to 1.26 cores)
+
+HISTORY = CadvisorHistory(
+    nodes=(NodeSpec("n1", 0.30), NodeSpec("n2", 0.20), NodeSpec("n3", 0.25, last_sample=END - STALE_AGE)),
+    pods=(
+        PodSpec("shop", "web-1", "n1", (Container("app", constant(0.5)), Container("sidecar", constant(0.1)))),
+        PodSpec("shop", "trace-1", "n1", (Container("app", TRACE),)),
+        PodSpec("shop", "spiky-1", "n2", (Container("app", spike(0.4, 3.5, SPIKE_END - 30, SPIKE_END)),)),
+        PodSpec("batch", "batch-1", "n2", (Container("worker", constant(1.2)),)),
+        PodSpec("shop", "stale-1", "n3", (Container("app", constant(0.7)),)),
+    ),
+    start=START,
+    end=END,
+)
+
+RATE = 'rate(container_cpu_usage_seconds_total{{container!="", container!="POD"}}[5m])'
+POD_SUM = f"sum by (namespace, pod) ({RATE})"
+# The default freshness query looks back over the usage window, so it shows the age of every node the
+# usage queries can still see (window + lookback), also when nodes are summed from pods.
+WINDOW_FRESHNESS = PrometheusSettings().queries.node_freshness
+
+
+@pytest.fixture(scope="module")
+def prom(start_prometheus: StartPrometheus) -> PrometheusServer:
+    return start_prometheus(HISTORY.series())
+
+
+def settings_for(url: str, **queries: Any) -> PrometheusSettings:
+    options = {k: queries.pop(k) for k in list(queries) if k not in ("pod_cpu", "node_cpu", "node_freshness")}
+    return PrometheusSettings(url=url, queries=UsageQueries(**queries), **options)
+
+
+def read(url: str, at: float = END, **settings: Any) -> Any:
+    with PrometheusUsageSource(settings_for(url, **settings)) as source:
+        return source.read(at)
+
+
+def expected_m(rate: Any, **window: float) -> int:
+    shape = {"quantile": 0.95, "window": 600, "step": 60, "rate_window": 300} | window
+    return round(expected_quantile(rate, END, sample_step=HISTORY.step, **shape) * 1000)
+
+
+# -- usage figures -----------------------------------------------------------------------------
+
+
+def test_pod_usage_counts_real_containers_only(prom: PrometheusServer) -> None:
+    report = read(prom.url)
+
+    assert report.failure is None
+    assert report.pod_cpu_m[("shop", "web-1")] == 600  # app 0.5 + sidecar 0.1
+    assert report.pod_cpu_m[("batch", "batch-1")] == 1200
+    # The history does hold the trap: summing every cAdvisor series of the pod doubles it (+ pause).
+    naive = prom.query('sum by (pod) (rate(container_cpu_usage_seconds_total{pod="web-1"}[5m]))', END)
+    assert isinstance(naive, dict)
+    assert round(float(naive["result"][0]["value"][1]) * 1000) == 1204
+
+
+def test_node_usage_is_the_root_cgroup_window_quantile(prom: PrometheusServer) -> None:
+    report = read(prom.url)
+
+    for node in ("n1", "n2"):
+        assert abs(report.node_cpu_m[node] - expected_m(HISTORY.node_usage(node))) <= 2, node
+    assert report.node_from_pods is False
+    assert "0.95 quantile over 10m (step 1m) of rate[5m]" in report.description
+
+
+def test_real_trace_shape_is_read_as_its_window_p95(prom: PrometheusServer) -> None:
+    recent = [TRACE(END - k * 30) for k in range(30)]  # the last 15 minutes of the trace
+    assert max(recent) - min(recent) > 0.5, "the chosen trace slice should move (busy VM)"
+
+    report = read(prom.url)
+
+    value = report.pod_cpu_m[("shop", "trace-1")]
+    assert abs(value - expected_m(TRACE)) <= 2
+    assert value < round(max(recent) * 1000)  # a 5-minute peak is smoothed, not copied
+
+
+def test_short_spike_barely_moves_the_window_quantile(prom: PrometheusServer) -> None:
+    peak = 400 + 3500
+    smoothed = 400 + 3500 * 30 // 300  # the spike spread over the 5-minute rate window
+
+    default = read(prom.url).pod_cpu_m[("shop", "spiky-1")]
+    # With a long window of fine steps the spike is under 5 % of the points: the P95 ignores it.
+    guarded = read(prom.url, window="30m", step="30s", rate_window="1m").pod_cpu_m[("shop", "spiky-1")]
+
+    assert default == expected_m(HISTORY.pods[2].usage()) == smoothed
+    assert default < peak / 5
+    assert guarded == expected_m(HISTORY.pods[2].usage(), window=1800, step=30, rate_window=60) == 400
+
+
+def test_node_from_pods_when_no_node_query(prom: PrometheusServer) -> None:
+    report = read(prom.url, node_cpu=None, node_freshness=WINDOW_FRESHNESS)
+
+    assert report.node_from_pods is True
+    assert report.node_cpu_m == {}
+    assert report.pod_cpu_m[("shop", "web-1")] == 600
+    assert "n3" in report.node_problems  # freshness still applies to a node summed from its pods
+    assert "sum of their pods" in report.description
+
+
+# -- staleness ---------------------------------------------------------------------------------
+
+
+def test_stale_node_is_unknown_not_zero(prom: PrometheusServer) -> None:
+    # Prometheus itself still answers a node CPU value for n3 (the window reaches back to its data).
+    raw = prom.query(PrometheusSettings().render(PrometheusSettings().queries.node_cpu or ""), END)
+    assert isinstance(raw, dict)
+    assert {r["metric"]["node"] for r in raw["result"]} == {"n1", "n2", "n3"}
+
+    report = read(prom.url)
+
+    assert set(report.node_cpu_m) == {"n1", "n2"}
+    assert report.node_problems == {"n3": f"newest sample {STALE_AGE}s old > maxDataAgeSeconds 300"}
+
+
+def test_freshness_query_limited_to_the_lookback_still_flags_the_node(prom: PrometheusServer) -> None:
+    # timestamp() alone sees only the 5-minute lookback: n3 vanishes from the answer, so its age is
+    # unknown -- still a problem for that node, never a pass.
+    lookback_only = 'max by ({node_label}) (timestamp(container_cpu_usage_seconds_total{{id="/"}}))'
+    report = read(prom.url, node_freshness=lookback_only)
+
+    assert set(report.node_problems) == {"n3"}
+    assert "lookback" in report.node_problems["n3"]
+    assert set(report.node_cpu_m) == {"n1", "n2"}
+
+
+def test_without_freshness_query_no_node_is_flagged(prom: PrometheusServer) -> None:
+    report = read(prom.url, node_freshness=None)
+
+    assert report.node_problems == {}
+    assert set(report.node_cpu_m) == {"n1", "n2", "n3"}
+    assert "not checked" in report.description
+
+
+def test_all_nodes_stale_fails_the_source(prom: PrometheusServer) -> None:
+    with pytest.raises(MetricsStale, match="node_freshness answered no series"):
+        read(prom.url, at=END + 3600)
+    with pytest.raises(MetricsStale, match=r"newest sample over all 2 node\(s\) is 700s old"):
+        read(prom.url, at=END + 700, node_freshness=WINDOW_FRESHNESS)
+
+
+def test_no_pod_samples_is_stale_never_zero(prom: PrometheusServer) -> None:
+    query = DEFAULT_POD_CPU_QUERY.replace('container!="POD"', 'container!="POD", namespace="nowhere"')
+    with pytest.raises(MetricsStale, match="pod_cpu answered no series"):
+        read(prom.url, pod_cpu=query)
+
+
+# -- malformed answers -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("queries", "message"),
+    [
+        pytest.param({"pod_cpu": f"scalar(sum({RATE}))"}, "got a scalar or string", id="scalar"),
+        pytest.param({"pod_cpu": '"text"'}, "got a scalar or string", id="string"),
+        pytest.param(
+            {"pod_cpu": 'container_cpu_usage_seconds_total{{container="app"}}[5m]'}, "range vector", id="matrix"
+        ),
+        pytest.param({"node_cpu": 'container_cpu_usage_seconds_total{{id="/"}}[5m]'}, "range vector", id="node-matrix"),
+        pytest.param({"pod_cpu": f"({POD_SUM} - {POD_SUM}) / 0"}, "has the value NaN", id="nan"),
+        pytest.param({"pod_cpu": f"{POD_SUM} / 0"}, r"has the value \+Inf", id="inf"),
+        pytest.param({"pod_cpu": f"-1 * {POD_SUM}"}, "negative value", id="negative"),
+        pytest.param({"pod_cpu": f"sum by (pod) ({RATE})"}, "no 'namespace' label", id="no-namespace"),
+        pytest.param({"pod_cpu": f"sum by (namespace) ({RATE})"}, "no 'pod' label", id="no-pod"),
+        pytest.param(
+            {"node_cpu": 'sum(rate(container_cpu_usage_seconds_total{{id="/"}}[5m]))'}, "no 'node' label", id="no-node"
+        ),
+        pytest.param({"node_label": "kubernetes_node"}, "no 'kubernetes_node' label", id="wrong-node-label"),
+        pytest.param(
+            {"pod_cpu": f"sum by (namespace, pod, container) ({RATE})"},
+            "more than one series for pod shop/web-1",
+            id="duplicate-pod",
+        ),
+        pytest.param(
+            {"node_cpu": "sum by (node, id) (rate(container_cpu_usage_seconds_total[5m]))"},
+            "more than one series for node",
+            id="duplicate-node",
+        ),
+    ],
+)
+def test_untrustworthy_answers_are_malformed(prom: PrometheusServer, queries: dict[str, Any], message: str) -> None:
+    with pytest.raises(MetricsMalformed, match=message):
+        read(prom.url, **queries)
+
+
+def test_invalid_promql_carries_prometheus_message(prom: PrometheusServer) -> None:
+    with pytest.raises(MetricsUnavailable, match=r"HTTP 400 \(bad_data\): .*parse error") as caught:
+        read(prom.url, pod_cpu=f"sum by (namespace, pod) ({RATE}")
+    assert isinstance(caught.value.__cause__, PrometheusApiClientException)
+
+
+# -- transport failures ------------------------------------------------------------------------
+
+
+def test_prometheus_down_is_unavailable_without_retries() -> None:
+    with closed_port() as port:
+        started = time.monotonic()
+        with pytest.raises(MetricsUnavailable, match="cannot reach Prometheus") as caught:
+            read(f"http://127.0.0.1:{port}")
+    assert time.monotonic() - started < 2
+    assert isinstance(caught.value.__cause__, requests.ConnectionError)
+
+
+def test_http_503_is_unavailable_with_prometheus_error(canned_http: CannedHttpServer) -> None:
+    canned_http.reply(503, {"status": "error", "errorType": "unavailable", "error": "TSDB not ready"})
+
+    with pytest.raises(MetricsUnavailable, match=r"HTTP 503 \(unavailable\): TSDB not ready"):
+        read(canned_http.url)
+    assert len(canned_http.requests) == 1  # no retry storm inside a cycle
+
+
+def test_timeout_is_unavailable(canned_http: CannedHttpServer) -> None:
+    canned_http.reply(200, answer(), delay=5)
+
+    started = time.monotonic()
+    with pytest.raises(MetricsUnavailable, match=r"did not answer within 0.3s") as caught:
+        read(canned_http.url, timeout_seconds=0.3)
+    assert time.monotonic() - started < 2
+    assert isinstance(caught.value.__cause__, requests.Timeout)
+
+
+def answer(*series: dict[str, Any]) -> dict[str, Any]:
+    return {"status": "success", "data": {"resultType": "vector", "result": list(series)}}
+
+
+AB = {"namespace": "a", "pod": "b"}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error", "message"),
+    [
+        pytest.param(503, {"status": "error", "error": "x"}, MetricsUnavailable, "HTTP 503", id="503"),
+        pytest.param(502, b"<html>bad gateway</html>", MetricsUnavailable, "HTTP 502: <html>bad gateway", id="502"),
+        pytest.param(401, b"Unauthorized", MetricsUnavailable, "HTTP 401: Unauthorized", id="401"),
+        pytest.param(
+            422,
+            {"status": "error", "errorType": "execution", "error": "too many samples"},
+            MetricsUnavailable,
+            r"HTTP 422 \(execution\): too many samples",
+            id="422",
+        ),
+        pytest.param(200, b"<html>login</html>", MetricsMalformed, "not JSON", id="html-200"),
+        pytest.param(
+            200,
+            {"status": "error", "errorType": "internal", "error": "boom"},
+            MetricsUnavailable,
+            r"HTTP 200 \(internal\): boom",
+            id="status-error-200",
+        ),
+        pytest.param(200, {"status": "success"}, MetricsMalformed, "no data.result", id="no-data"),
+        pytest.param(
+            200,
+            {"status": "success", "data": {"result": {"a": 1}}},
+            MetricsMalformed,
+            "instant vector",
+            id="result-not-list",
+        ),
+        pytest.param(
+            200,
+            answer({"metric": AB, "value": [END, "many"]}),
+            MetricsMalformed,
+            "unparsable value 'many'",
+            id="bad-number",
+        ),
+        pytest.param(
+            200, answer({"metric": AB, "value": [END]}), MetricsMalformed, r"no \[time, value\] pair", id="bad-pair"
+        ),
+        pytest.param(
+            200, answer({"metric": AB, "histogram": [END, {}]}), MetricsMalformed, "native histogram", id="histogram"
+        ),
+        pytest.param(200, answer({"value": [END, "1"]}), MetricsMalformed, "no label set", id="no-metric"),
+    ],
+)
+def test_no_library_exception_leaks(
+    canned_http: CannedHttpServer, status: int, body: Any, error: type[SourceError], message: str
+) -> None:
+    canned_http.reply(status, body)
+
+    with pytest.raises(SourceError) as caught:
+        read(canned_http.url, node_cpu=None, node_freshness=None)
+
+    assert type(caught.value) is error
+    caught.match(message)
+    assert type(caught.value).__module__ == "rebalancer.errors"
+
+
+# -- request details ---------------------------------------------------------------------------
+
+
+def test_bearer_token_time_and_timeout_are_sent(canned_http: CannedHttpServer, tmp_path: Path) -> None:
+    canned_http.reply(200, answer({"metric": AB, "value": [END, "0.2504"]}))
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    settings = settings_for(canned_http.url, node_cpu=None, node_freshness=None, bearer_token_file=str(token))
+
+    with PrometheusUsageSource(settings) as source:
+        report = source.read(END)
+        token.write_text("rotated")
+        source.read(END)
+
+    assert report.pod_cpu_m == {("a", "b"): 250}
+    first, second = canned_http.requests
+    assert first.headers["Authorization"] == "Bearer s3cret"
+    assert second.headers["Authorization"] == "Bearer rotated"
+    sent = urllib.parse.parse_qs(urllib.parse.urlsplit(first.path).query)
+    assert sent["time"] == ["1372718700.000"]
+    assert sent["timeout"] == ["15s"]
+
+
+def test_unreadable_token_file_is_unavailable(tmp_path: Path) -> None:
+    settings = settings_for("http://127.0.0.1:9", bearer_token_file=str(tmp_path / "missing"))
+    with pytest.raises(MetricsUnavailable, match="bearer token file"):
+        PrometheusUsageSource(settings).read(END)

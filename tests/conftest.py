@@ -1,0 +1,26 @@
+"""Fixtures shared by every test directory (keep this small; specific fixtures live beside their tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.kubeapi import TestApiServer
+from tests.kubeapi.builders import write_kubeconfig
+
+KUBE_TOKEN = "test-token"
+
+
+@pytest.fixture
+def kube_server() -> Iterator[TestApiServer]:
+    """The test Kubernetes API server on 127.0.0.1, requiring the bearer token ``KUBE_TOKEN``."""
+    with TestApiServer(token=KUBE_TOKEN) as server:
+        yield server
+
+
+@pytest.fixture
+def kubeconfig(kube_server: TestApiServer, tmp_path: Path) -> Path:
+    """A kubeconfig file pointing at ``kube_server``, for the real client's config loader."""
+    return write_kubeconfig(tmp_path / "kubeconfig", kube_server.url, token=KUBE_TOKEN)

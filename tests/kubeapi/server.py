@@ -1,0 +1,367 @@
+"""A test Kubernetes API server on 127.0.0.1 that speaks the real wire format.
+
+It serves what rebalancer's adapters read (nodes, pods, ReplicaSets, PodDisruptionBudgets, ...)
+from a versioned in-memory :class:`Store`, with the real server's list semantics: ``limit`` and
+``continue`` (consistent pages, 410 Expired after compaction), ``fieldSelector``,
+``labelSelector``, ``resourceVersion``/``resourceVersionMatch``, and ``Status`` error bodies.
+Faults (an error answer, a delay, a dropped connection) are injected per path.
+
+Routing is a small table of (method, path regex, handler); :meth:`TestApiServer.route` adds to
+it, so subresources (eviction), Events, ConfigMaps or Leases plug in without touching the core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import re
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import msgspec
+
+from tests.kubeapi import resources, selectors, status
+from tests.kubeapi.resources import ResourceType
+from tests.kubeapi.status import ApiError
+from tests.kubeapi.store import Store
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: bytes
+    params: dict[str, str] = field(default_factory=dict)  # named groups of the matched route
+
+    def json(self) -> Any:
+        return json.loads(self.body or b"null")
+
+
+@dataclass
+class Response:
+    code: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, code: int, obj: Any, headers: dict[str, str] | None = None) -> Response:
+        return cls(code, msgspec.json.encode(obj), headers or {})
+
+
+Handler = Callable[[Request], Response]
+
+
+@dataclass
+class Fault:
+    """What goes wrong for requests to one path.
+
+    ``error``: answer with this Status (e.g. ``status.forbidden(...)``); ``code``: answer with
+    this HTTP status and a Status body (``reason``/``message`` default to the real server's);
+    ``body``: answer ``code`` (default 200) with these raw bytes (a proxy's HTML page, say);
+    ``delay``: wait this long first (a client timeout); ``drop``: close the connection without
+    an answer. ``times``: how many requests it hits (None: until cleared);
+    ``method``: only this method; ``with_continue``: only requests carrying (True) or not
+    carrying (False) a continue token.
+    """
+
+    error: ApiError | None = None
+    code: int = 0
+    body: bytes | None = None
+    reason: str | None = None
+    message: str = ""
+    delay: float = 0.0
+    drop: bool = False
+    retry_after: int | None = None
+    times: int | None = None
+    method: str | None = None
+    with_continue: bool | None = None
+
+    def applies(self, request: Request) -> bool:
+        if self.method is not None and request.method != self.method:
+            return False
+        return self.with_continue is None or bool(request.query.get("continue")) == self.with_continue
+
+
+_NAME = r"(?P<name>[^/]+)"
+_NS = r"(?P<namespace>[^/]+)"
+
+
+class TestApiServer:
+    """Start with ``TestApiServer()`` (already serving), read ``.url``, ``.stop()`` when done."""
+
+    __test__ = False  # not a test class, whatever pytest thinks of the name
+
+    def __init__(self, *, token: str | None = None, user: str = "system:serviceaccount:kube-system:rebalancer") -> None:
+        self.store = Store()
+        self.token = token
+        self.user = user
+        self.requests: list[Request] = []
+        self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        self._faults: dict[str, list[Fault]] = {}
+        self._hooks: list[Callable[[Request], None]] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        for rtype in resources.RESOURCES:
+            self._add_resource_routes(rtype)
+        self._http = _HTTPServer(self)
+        self._thread = threading.Thread(target=self._http.serve_forever, args=(0.05,), name="kubeapi", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._http.server_address[1]}"
+
+    def stop(self) -> None:
+        """Stop serving and cut every open connection (later requests: connection refused)."""
+        self._stopping.set()
+        self._http.shutdown()
+        self._http.server_close()
+        self._http.close_connections()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> TestApiServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- store shortcuts --------------------------------------------------------------------
+
+    def add(self, *objs: dict[str, Any]) -> None:
+        for obj in objs:
+            self.store.create(obj)
+
+    def delete(self, plural: str, name: str, namespace: str | None = None) -> None:
+        self.store.delete(plural, name, namespace)
+
+    # --- faults and hooks -------------------------------------------------------------------
+
+    def set_fault(self, path: str, fault: Fault) -> None:
+        """Add a fault for requests to exactly ``path`` (checked in the order added)."""
+        with self._lock:
+            self._faults.setdefault(path, []).append(fault)
+
+    def clear_faults(self, path: str | None = None) -> None:
+        with self._lock:
+            if path is None:
+                self._faults.clear()
+            else:
+                self._faults.pop(path, None)
+
+    def on_request(self, hook: Callable[[Request], None]) -> None:
+        """Run ``hook`` before each request is served (e.g. to change the store mid-list)."""
+        with self._lock:
+            self._hooks.append(hook)
+
+    def expire_continue_on(self, path: str, times: int = 1) -> None:
+        """Before the next ``times`` requests to ``path`` carrying a continue token, expire all tokens."""
+        left = [times]
+
+        def hook(request: Request) -> None:
+            if request.path == path and request.query.get("continue") and left[0] > 0:
+                left[0] -= 1
+                self.store.expire_continue_tokens()
+
+        self.on_request(hook)
+
+    def requests_to(self, path: str) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.path == path]
+
+    # --- routing ----------------------------------------------------------------------------
+
+    def route(self, method: str, pattern: str, handler: Handler) -> None:
+        """Serve ``method`` requests whose path fully matches ``pattern`` with ``handler``."""
+        self._routes.append((method, re.compile(pattern), handler))
+
+    def _add_resource_routes(self, rtype: ResourceType) -> None:
+        base = re.escape(rtype.prefix)
+        plural = re.escape(rtype.plural)
+        list_, get = functools.partial(self._list, rtype), functools.partial(self._get, rtype)
+        self.route("GET", f"{base}/{plural}", list_)
+        if rtype.namespaced:
+            self.route("GET", f"{base}/namespaces/{_NS}/{plural}", list_)
+            self.route("GET", f"{base}/namespaces/{_NS}/{plural}/{_NAME}", get)
+        else:
+            self.route("GET", f"{base}/{plural}/{_NAME}", get)
+
+    def handle(self, request: Request) -> Response | None:
+        """Answer one request; None means drop the connection without an answer."""
+        with self._lock:
+            self.requests.append(request)
+            hooks = list(self._hooks)
+        for hook in hooks:
+            hook(request)
+        try:
+            fault = self._take_fault(request)
+            if fault is not None:
+                if fault.delay and self._stopping.wait(fault.delay):
+                    return None
+                if fault.drop:
+                    return None
+                if fault.error is not None:
+                    raise fault.error
+                if fault.body is not None:
+                    return Response(fault.code or 200, fault.body)
+                if fault.code:
+                    raise status.generic(fault.code, fault.message, fault.reason, fault.retry_after)
+            self._authenticate(request)
+            return self._dispatch(request)
+        except ApiError as error:
+            return Response.of(error.code, error.body, error.headers)
+
+    def _take_fault(self, request: Request) -> Fault | None:
+        with self._lock:
+            for fault in self._faults.get(request.path, []):
+                if fault.applies(request) and (fault.times is None or fault.times > 0):
+                    if fault.times is not None:
+                        fault.times -= 1
+                    return fault
+        return None
+
+    def _authenticate(self, request: Request) -> None:
+        if self.token is not None and request.headers.get("authorization") != f"Bearer {self.token}":
+            raise status.unauthorized()
+
+    def _dispatch(self, request: Request) -> Response:
+        allowed = False
+        for method, pattern, handler in self._routes:
+            match = pattern.fullmatch(request.path)
+            if match is None:
+                continue
+            if method != request.method:
+                allowed = True
+                continue
+            return handler(dataclasses.replace(request, params=match.groupdict()))
+        if allowed:
+            raise status.method_not_allowed(request.method)
+        raise status.no_route()
+
+    # --- the generic read handlers ----------------------------------------------------------
+
+    def _get(self, rtype: ResourceType, request: Request) -> Response:
+        name, namespace = request.params["name"], request.params.get("namespace")
+        obj = self.store.get(rtype.plural, name, namespace)
+        if obj is None:
+            raise status.not_found(rtype.plural, rtype.group, name)
+        return Response.of(200, {"kind": rtype.kind, "apiVersion": rtype.api_version, **obj})
+
+    def _list(self, rtype: ResourceType, request: Request) -> Response:
+        q = request.query
+        predicates = []
+        if q.get("fieldSelector"):
+            predicates.append(selectors.field_selector(q["fieldSelector"], rtype))
+        if q.get("labelSelector"):
+            predicates.append(selectors.label_selector(q["labelSelector"]))
+        try:
+            limit = int(q.get("limit") or 0)
+        except ValueError:
+            raise status.bad_request(f"invalid limit: {q['limit']!r}") from None
+        token = q.get("continue") or None
+        revision = self._list_revision(q, token)
+        page = self.store.list(
+            rtype,
+            request.params.get("namespace"),
+            limit=max(limit, 0),
+            continue_token=token,
+            revision=revision,
+            predicate=(lambda o: all(p(o) for p in predicates)) if predicates else None,
+        )
+        meta: dict[str, Any] = {"resourceVersion": str(page.revision)}
+        if page.continue_token:
+            meta["continue"] = page.continue_token
+            if page.remaining is not None:
+                meta["remainingItemCount"] = page.remaining
+        head = msgspec.json.encode({"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version, "metadata": meta})
+        body = head[:-1] + b',"items":[' + b",".join(page.items) + b"]}"
+        return Response(200, body)
+
+    def _list_revision(self, q: dict[str, str], token: str | None) -> int | None:
+        raw, match = q.get("resourceVersion", ""), q.get("resourceVersionMatch", "")
+        if token and raw not in ("", "0"):
+            raise status.bad_request("specifying resource version is not allowed when using continue")
+        if match and not raw:
+            raise status.bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")
+        if raw in ("", "0"):
+            return None  # most recent ("0": any, which this server serves as the most recent)
+        try:
+            requested = int(raw)
+        except ValueError:
+            raise status.bad_request(f"invalid resource version: {raw}") from None
+        return self.store.check_revision(requested, exact=match == "Exact")
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, app: TestApiServer) -> None:
+        self.app = app
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _RequestHandler)
+
+    def close_connections(self) -> None:
+        with self.connections_lock:
+            for conn in list(self.connections):
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+            self.connections.clear()
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as urllib3 pools connections
+    server: _HTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.connections_lock:
+            self.server.connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.connections_lock:
+            self.server.connections.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # quiet: the request log is ``TestApiServer.requests``
+
+    def _serve(self) -> None:
+        parts = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        request = Request(
+            method=self.command,
+            path=parts.path,
+            query=dict(parse_qsl(parts.query, keep_blank_values=True)),
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=self.rfile.read(length) if length else b"",
+        )
+        response = self.server.app.handle(request)
+        if response is None:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.send_response(response.code, status.HTTP_PHRASES.get(response.code))
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.send_header("Audit-Id", str(uuid.uuid4()))
+        for name, value in response.headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(response.body)))
+        self.end_headers()
+        self.wfile.write(response.body)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve

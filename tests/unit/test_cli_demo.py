@@ -1,0 +1,40 @@
+"""`rebalancer plan --demo`: the real planner on the embedded snapshot, through the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from rebalancer.cli import main
+
+
+def test_demo_plan_json_has_hot_nodes_and_evictions_from_them(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--demo", "--output", "json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["blocked"] is None
+    nodes = {n["node"]: n for n in record["strategies"][0]["nodes"]}
+    hot = {name for name, n in nodes.items() if n["node_class"] == "hot"}
+    assert hot
+    assert record["evictions"]
+    for eviction in record["evictions"]:
+        assert eviction["node"] in hot
+        assert nodes[eviction["room_on"]]["node_class"] == "cold"
+        assert eviction["reason"]
+    passed = [p for p in record["strategies"][0]["pods"] if not p["chosen"]]
+    assert any(p["reason"] == "DaemonSet pod" for p in passed)
+
+
+def test_demo_table_through_the_console_entry_point() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "rebalancer.cli", "plan", "--demo"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "== LowNodeUtilization" in out
+    assert " hot " in out
+    assert "planned eviction(s)" in out
+
+
+def test_plan_without_policy_or_demo_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan"]) == 2
+    assert "--policy FILE is required" in capsys.readouterr().err
