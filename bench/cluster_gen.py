@@ -375,6 +375,7 @@ def _template(variant: int) -> bytes:
     import msgspec
 
     p = pod(variant, 1)
+    del p["kind"], p["apiVersion"]  # list items carry no kind/apiVersion
     meta, spec = p["metadata"], p["spec"]
     meta["name"], meta["namespace"], meta["generateName"] = "@@NAME@@", "@@NS@@", "@@APP@@-5d8f9c7b6-"
     meta["uid"] = "10000000-0000-4000-8000-@@UIDN@@"
@@ -393,7 +394,7 @@ _TEMPLATES: dict[int, bytes] = {}
 
 
 def pod_bytes(i: int, node_count: int) -> tuple[str, str, bytes]:
-    """(namespace, name, JSON) of pod ``i``: the same object as ``pod(i)`` in shape, 30x faster to make."""
+    """(namespace, name, list-item JSON) of pod ``i``: ``pod(i)`` in shape, about 8x faster to make."""
     variant = i % 20
     template = _TEMPLATES.get(variant)
     if template is None:
@@ -412,3 +413,28 @@ def pod_bytes(i: int, node_count: int) -> tuple[str, str, bytes]:
         .replace(b"@@IP@@", ip.encode())
     )
     return namespace, name, out
+
+
+def list_item(obj: dict[str, Any]) -> tuple[str | None, str, bytes]:
+    """(namespace, name, list-item JSON without kind/apiVersion) of a generated object."""
+    import msgspec
+
+    item = {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
+    meta = obj["metadata"]
+    meta.setdefault("resourceVersion", "1")
+    return meta.get("namespace"), meta["name"], msgspec.json.encode(item)
+
+
+def replica_sets_for(pods: int) -> Iterator[dict[str, Any]]:
+    """The ReplicaSets (owned by Deployments) that the first ``pods`` pods reference, once each."""
+    seen: set[tuple[str, str]] = set()
+    for i in range(pods):
+        namespace = NAMESPACES[i % len(NAMESPACES)]
+        app = f"svc-{(i // 7) % 2000:04d}"
+        if (namespace, app) in seen:
+            continue
+        seen.add((namespace, app))
+        rs = replica_set(len(seen))
+        rs["metadata"]["name"], rs["metadata"]["namespace"] = f"{app}-5d8f9c7b6", namespace
+        rs["metadata"]["ownerReferences"][0]["name"] = app
+        yield rs

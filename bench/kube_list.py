@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
 from rebalancer.kube import KubeSource, connect, decode, wire
 from rebalancer.kube.lister import gc_paused
 from tests.kubeapi import TestApiServer

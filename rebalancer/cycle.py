@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from strategies import build
-
 from rebalancer.model import ClusterFacts, UsageReport
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
 from rebalancer.protections import Protections
 from rebalancer.snapshot import ClusterSnapshot, build_snapshot
+from strategies import build
 
 
 def plan_cycle(

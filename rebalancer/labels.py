@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 NODE_SELECTOR_OPERATORS = SELECTOR_OPERATORS | {"Gt", "Lt"}
 
 
-@dataclass(frozen=True, slots=True)
-class Requirement:
+class Requirement(msgspec.Struct, frozen=True, gc=False):
     """One ``matchExpressions`` entry."""
 
     key: str
@@ -39,8 +39,7 @@ class Requirement:
         return False  # an unknown operator selects nothing, as the API server would reject it
 
 
-@dataclass(frozen=True, slots=True)
-class LabelSelector:
+class LabelSelector(msgspec.Struct, frozen=True, gc=False):
     """A ``metav1.LabelSelector``: all of ``match_labels`` and all expressions must hold.
 
     An empty selector matches everything; "no selector" is modelled as ``None`` by callers.
@@ -60,8 +59,7 @@ class LabelSelector:
         return not self.match_labels and not self.match_expressions
 
 
-@dataclass(frozen=True, slots=True)
-class NodeSelectorTerm:
+class NodeSelectorTerm(msgspec.Struct, frozen=True, gc=False):
     """One term of ``requiredDuringSchedulingIgnoredDuringExecution``; terms are ORed."""
 
     match_expressions: tuple[Requirement, ...] = ()

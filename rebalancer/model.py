@@ -1,5 +1,9 @@
 """Frozen domain types. CPU is integer millicores, memory integer bytes, time epoch seconds.
 
+They are msgspec Structs (frozen, slotted): a cluster holds 150,000 pods, and a Struct is built about
+five times faster than a frozen dataclass and is left out of the cyclic garbage collector (gc=False:
+none of these objects can take part in a reference cycle).
+
 These are built once by the adapters (``rebalancer.kube``, ``rebalancer.prom``) or by test
 builders, and never mutated: strategies receive them inside a :class:`ClusterSnapshot`.
 """
@@ -7,7 +11,8 @@ builders, and never mutated: strategies receive them inside a :class:`ClusterSna
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 from rebalancer.labels import LabelSelector, NodeSelectorTerm
 
@@ -20,8 +25,7 @@ PodKey = tuple[str, str]
 """(namespace, name): the key Prometheus and the Eviction API both use for a pod."""
 
 
-@dataclass(frozen=True, slots=True)
-class WorkloadRef:
+class WorkloadRef(msgspec.Struct, frozen=True, gc=False):
     """The controller a pod belongs to, resolved through ReplicaSets to Deployments."""
 
     kind: str
@@ -32,15 +36,13 @@ class WorkloadRef:
         return f"{self.kind}/{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class Taint:
+class Taint(msgspec.Struct, frozen=True, gc=False):
     key: str
     value: str
     effect: str  # NoSchedule | PreferNoSchedule | NoExecute
 
 
-@dataclass(frozen=True, slots=True)
-class Toleration:
+class Toleration(msgspec.Struct, frozen=True, gc=False):
     key: str  # "" with operator Exists tolerates every taint
     operator: str  # Equal | Exists
     value: str
@@ -56,8 +58,7 @@ class Toleration:
         return self.value == taint.value
 
 
-@dataclass(frozen=True, slots=True)
-class Node:
+class Node(msgspec.Struct, frozen=True, gc=False):
     name: str
     labels: Mapping[str, str]
     allocatable_cpu_m: int
@@ -68,8 +69,7 @@ class Node:
     ready: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class Pod:
+class Pod(msgspec.Struct, frozen=True, gc=False):
     namespace: str
     name: str
     uid: str
@@ -85,11 +85,11 @@ class Pod:
     memory_request: int
     created: float
     restarts: int
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)  # only the annotations rebalancer reads
+    labels: Mapping[str, str] = msgspec.field(default_factory=dict)
+    annotations: Mapping[str, str] = msgspec.field(default_factory=dict)  # only the annotations rebalancer reads
     volume_kinds: frozenset[str] = frozenset()  # emptyDir, hostPath, persistentVolumeClaim, ...
     tolerations: tuple[Toleration, ...] = ()
-    node_selector: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = msgspec.field(default_factory=dict)
     required_affinity: tuple[NodeSelectorTerm, ...] = ()
     terminating: bool = False
     mirror: bool = False
@@ -114,8 +114,7 @@ class Pod:
         return value if INT32_MIN <= value <= INT32_MAX else 0
 
 
-@dataclass(frozen=True, slots=True)
-class DisruptionBudget:
+class DisruptionBudget(msgspec.Struct, frozen=True, gc=False):
     """A policy/v1 PodDisruptionBudget, with the status the disruption controller computed."""
 
     namespace: str
@@ -132,8 +131,7 @@ class DisruptionBudget:
         return self.selector is not None and pod.namespace == self.namespace and self.selector.matches(pod.labels)
 
 
-@dataclass(frozen=True, slots=True)
-class ClusterFacts:
+class ClusterFacts(msgspec.Struct, frozen=True, gc=False):
     """What the Kubernetes API said, as read by one snapshot."""
 
     nodes: tuple[Node, ...]
@@ -142,17 +140,16 @@ class ClusterFacts:
     resource_version: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class UsageReport:
+class UsageReport(msgspec.Struct, frozen=True, gc=False):
     """Real CPU usage as a window statistic, read from Prometheus.
 
     A node or pod missing from the mappings is *unknown*, never zero. ``failure`` set means the
     source as a whole failed or cannot be trusted: no eviction may follow from this cycle.
     """
 
-    node_cpu_m: Mapping[str, int] = field(default_factory=dict)
-    pod_cpu_m: Mapping[PodKey, int] = field(default_factory=dict)
-    node_problems: Mapping[str, str] = field(default_factory=dict)
+    node_cpu_m: Mapping[str, int] = msgspec.field(default_factory=dict)
+    pod_cpu_m: Mapping[PodKey, int] = msgspec.field(default_factory=dict)
+    node_problems: Mapping[str, str] = msgspec.field(default_factory=dict)
     failure: str | None = None
     node_from_pods: bool = False  # no node query: a node's usage is the sum of its pods' usage
     description: str = ""

@@ -7,10 +7,10 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError
-from strategies import REGISTRY, AnyStrategySettings
 
 from rebalancer.errors import ConfigError
 from rebalancer.settings import FieldProblems, Model, PoolSettings, PrometheusSettings, ProtectionSettings
+from strategies import REGISTRY, AnyStrategySettings
 
 API_VERSION: Literal["rebalancer.io/v1alpha1"] = "rebalancer.io/v1alpha1"
 

@@ -130,9 +130,7 @@ def place(all_pods: list[tuple[Pod, Trace]], node_list: list[Node]) -> list[tupl
 
 
 def _bind(pod: Pod, node: str) -> Pod:
-    from dataclasses import replace
-
-    return replace(pod, node_name=node)
+    return msgspec.structs.replace(pod, node_name=node)
 
 
 def daemon_and_extras(node_list: list[Node]) -> list[Pod]:

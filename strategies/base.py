@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from pydantic import Field
+
 from rebalancer.plan import StrategyResult
 from rebalancer.protections import Protections
 from rebalancer.settings import Model

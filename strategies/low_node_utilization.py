@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, model_validator
+
 from rebalancer.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult
 from rebalancer.protections import Protections
 from rebalancer.settings import FieldProblems
 from rebalancer.snapshot import ClusterSnapshot
-
 from strategies.base import StrategySettings
 from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.placement import RoomTracker

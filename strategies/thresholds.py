@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from statistics import fmean
 
 from pydantic import Field
+
 from rebalancer.plan import NodeClass, NodeDecision
 from rebalancer.settings import Model, ResourceThresholds
 from rebalancer.snapshot import ClusterSnapshot

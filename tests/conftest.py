@@ -10,6 +10,8 @@ import pytest
 from tests.kubeapi import TestApiServer
 from tests.kubeapi.builders import write_kubeconfig
 
+pytest_plugins = ["tests.prometheus_fixtures"]
+
 KUBE_TOKEN = "test-token"
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -73,25 +74,32 @@ def list_all(
     timeout: float,
     host: str,
 ) -> Listed[_D]:
-    """Every object of ``call``'s collection, converted page by page with ``convert``."""
-    for relists in range(MAX_RELISTS + 1):
-        out: list[_D] = []
-        token: str | None = None
-        resource_version = ""
-        pages = 0
-        try:
-            while True:
-                body: ListBody[_W] = _page(call, page_size, token, timeout, host)
-                pages += 1
-                if pages == 1:
-                    resource_version = body.metadata.resource_version
-                out.extend(convert(body.items))
-                token = body.metadata.continue_ or None
-                del body
-                if token is None:
-                    return Listed(out, resource_version, pages, relists)
-        except _Expired:
-            continue
+    """Every object of ``call``'s collection, converted page by page with ``convert``.
+
+    The next page is fetched on a helper thread while this one is converted: the socket wait
+    releases the GIL, so transfer and conversion overlap (at most two pages are held at once).
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"list-{call.what}") as fetcher:
+        for relists in range(MAX_RELISTS + 1):
+            out: list[_D] = []
+            resource_version = ""
+            pages = 0
+            pending: Future[bytes] = fetcher.submit(_fetch, call, page_size, None, timeout, host)
+            try:
+                while True:
+                    body: ListBody[_W] = _decode(call, pending.result())
+                    pages += 1
+                    if pages == 1:
+                        resource_version = body.metadata.resource_version
+                    token = body.metadata.continue_ or None
+                    if token is not None:
+                        pending = fetcher.submit(_fetch, call, page_size, token, timeout, host)
+                    out.extend(convert(body.items))
+                    del body
+                    if token is None:
+                        return Listed(out, resource_version, pages, relists)
+            except _Expired:
+                continue
     raise KubeUnavailable(
         f"list {call.what}: the continue token expired {MAX_RELISTS + 1} times in a row; "
         "the cluster changes faster than it can be listed",
@@ -117,7 +125,8 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _page(call: ListCall[_W], limit: int, token: str | None, timeout: float, host: str) -> Any:
+def _fetch(call: ListCall[Any], limit: int, token: str | None, timeout: float, host: str) -> bytes:
+    """One page's raw body (runs on the fetcher thread); library errors become ours."""
     try:
         response = call.method(
             limit=limit,
@@ -141,6 +150,10 @@ def _page(call: ListCall[_W], limit: int, token: str | None, timeout: float, hos
         raise KubeUnavailable(f"list {call.what}: authentication failed: {exc}") from exc
     except OpenApiException as exc:
         raise KubeUnavailable(f"list {call.what}: {type(exc).__name__}: {exc}") from exc
+    return raw
+
+
+def _decode(call: ListCall[_W], raw: bytes) -> Any:
     try:
         return call.decoder.decode(raw)
     except msgspec.DecodeError as exc:

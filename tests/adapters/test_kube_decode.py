@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 import pytest
+
 from rebalancer.errors import KubeUnavailable
 from rebalancer.kube import decode, wire
 from rebalancer.kube.lister import ListCall, malformed

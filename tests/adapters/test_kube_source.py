@@ -9,6 +9,7 @@ from typing import Any
 import kubernetes.client
 import pytest
 import urllib3
+
 from rebalancer.errors import ConfigError, KubeForbidden, KubeUnavailable, RebalancerError
 from rebalancer.kube import KubeSource, connect
 from rebalancer.kube.lister import MAX_RELISTS

@@ -12,6 +12,7 @@ from typing import Any
 
 import kubernetes.client
 import pytest
+
 from rebalancer.kube import connect
 from tests.kubeapi import Fault, TestApiServer
 from tests.kubeapi import builders as b

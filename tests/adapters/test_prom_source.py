@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import requests
 from prometheus_api_client.exceptions import PrometheusApiClientException
+
 from rebalancer.errors import MetricsMalformed, MetricsStale, MetricsUnavailable, SourceError
 from rebalancer.prom import PrometheusUsageSource
 from rebalancer.settings import DEFAULT_POD_CPU_QUERY, PrometheusSettings, UsageQueries

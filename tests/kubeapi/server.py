@@ -106,6 +106,7 @@ class TestApiServer:
         self.token = token
         self.user = user
         self.requests: list[Request] = []
+        self.record_requests = True  # benchmarks turn it off: millions of requests would pile up
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self._faults: dict[str, list[Fault]] = {}
         self._hooks: list[Callable[[Request], None]] = []
@@ -198,7 +199,8 @@ class TestApiServer:
     def handle(self, request: Request) -> Response | None:
         """Answer one request; None means drop the connection without an answer."""
         with self._lock:
-            self.requests.append(request)
+            if self.record_requests:
+                self.requests.append(request)
             hooks = list(self._hooks)
         for hook in hooks:
             hook(request)
@@ -326,6 +328,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        # Headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm holds the
+        # second until the client's delayed ACK (40 ms) on every keep-alive request. Go's net/http
+        # (the real API server) sets TCP_NODELAY too.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.server.connections_lock:
             self.server.connections.add(self.connection)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from rebalancer.cycle import plan_cycle
 from rebalancer.model import ClusterFacts
 from rebalancer.plan import EvictionPlan, NodeClass
-
 from tests.builders import budget, node, pod, policy, usage
 
 HNU = """

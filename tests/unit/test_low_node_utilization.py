@@ -6,7 +6,6 @@ from rebalancer.cycle import plan_cycle
 from rebalancer.model import ClusterFacts, Taint, Toleration, UsageReport
 from rebalancer.plan import EvictionPlan, NodeClass
 from rebalancer.policy import Policy
-
 from tests.builders import budget, node, pod, policy, usage
 
 LNU = """
@@ -150,7 +149,7 @@ def test_taints_and_node_selectors_limit_destinations():
     report = usage({"hot": 9500, "tainted": 0, "labelled": 0}, {"needs-ssd": 1500, "tolerates": 1500})
     plan = run(nodes, pods, report)
     assert [(e.name, e.room_on) for e in plan.evictions] == [("needs-ssd", "labelled")]
-    assert "no destination with room accepts it" in why(plan, "tolerates")
+    assert why(plan, "tolerates") == "no destination accepts it (2 node(s): nodeSelector zone=x does not match)"
 
 
 def test_pools_have_their_own_thresholds_and_destinations():

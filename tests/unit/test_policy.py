@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from rebalancer.cli import main
 from rebalancer.demo import demo_policy_path
 from rebalancer.errors import ConfigError

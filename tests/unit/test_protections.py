@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 import pytest
+
 from rebalancer.protections import Protections
 from rebalancer.settings import ProtectionSettings
-
 from tests.builders import pod
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from rebalancer.labels import LabelSelector, NodeSelectorTerm, Requirement
 from rebalancer.quantity import QuantityError, cpu_millis, format_millis, memory_bytes
 

@@ -1,4 +1,4 @@
-"""Fixtures for adapter tests against real servers (Prometheus now; Alertmanager can join them here)."""
+"""Real-Prometheus fixtures, shared by adapter and service tests (loaded by tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, Series, StartPrometheus, require_binary
 
 

@@ -1,0 +1,36 @@
+"""Serve a synthetic cluster from the test API server until stdin closes (a benchmark helper).
+
+    python -m bench.serve_cluster --nodes 5000 --pods 150000
+
+Prints ``READY <url> <seconds to load>`` once every object is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from bench.cluster_gen import list_item, node, pod_bytes, replica_sets_for
+from tests.kubeapi import TestApiServer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, required=True)
+    parser.add_argument("--pods", type=int, required=True)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    server = TestApiServer()
+    server.record_requests = False
+    store = server.store
+    store.load_encoded("nodes", (list_item(node(i)) for i in range(args.nodes)))
+    store.load_encoded("replicasets", (list_item(rs) for rs in replica_sets_for(args.pods)))
+    store.load_encoded("pods", (pod_bytes(i, args.nodes) for i in range(args.pods)))
+    print(f"READY {server.url} {time.perf_counter() - started:.1f}", flush=True)
+    sys.stdin.read()  # serve until the parent closes our stdin
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
