@@ -109,6 +109,31 @@ def child_snapshot(url: str) -> dict[str, Any]:
     }
 
 
+def child_raw(url: str) -> dict[str, Any]:
+    """The floor: the same pod pages through the official client's transport, bytes only, no decoding."""
+    import kubernetes.client
+    import kubernetes.config
+
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=kubeconfig(url), client_configuration=configuration)
+    api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
+    api.list_node(limit=1, _preload_content=False).release_conn()  # warm the client (lazy imports)
+    total = pages = 0
+    token = None
+    started = time.perf_counter()
+    while True:
+        response = api.list_pod_for_all_namespaces(limit=500, _continue=token, _preload_content=False)
+        body = response.data
+        response.release_conn()
+        total += len(body)
+        pages += 1
+        head = body[: body.find(b',"items"')] + b"}"
+        token = json.loads(head)["metadata"].get("continue")
+        if not token:
+            break
+    return {"seconds": time.perf_counter() - started, "bytes": total, "pages": pages}
+
+
 def child_baseline(url: str, pods: int) -> dict[str, Any]:
     """The official client's default path: generated V1Pod models, the same pages, first ``pods`` pods."""
     import kubernetes.client
@@ -155,11 +180,14 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=150_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline-pods", type=int, default=15_000)
-    parser.add_argument("--child", choices=["snapshot", "baseline"])
+    parser.add_argument("--child", choices=["snapshot", "baseline", "raw"])
     parser.add_argument("--url")
     args = parser.parse_args()
     if args.child == "snapshot":
         print(json.dumps(child_snapshot(args.url)))
+        return
+    if args.child == "raw":
+        print(json.dumps(child_raw(args.url)))
         return
     if args.child == "baseline":
         print(json.dumps(child_baseline(args.url, args.baseline_pods)))
@@ -189,6 +217,10 @@ def main() -> None:
 
 
 def report(args: argparse.Namespace, url: str) -> None:
+    raw = [run_child("raw", url, []) for _ in range(args.runs)]
+    raw_s = statistics.median(r["seconds"] for r in raw)
+    print(f"raw transfer of the pod pages (official client transport, no decoding), median of {args.runs}: "
+          f"{raw_s:.2f} s for {raw[0]['bytes'] / 1e9:.2f} GB in {raw[0]['pages']} pages")
     runs = [run_child("snapshot", url, []) for _ in range(args.runs)]
     base = run_child("baseline", url, ["--baseline-pods", str(args.baseline_pods)])
     snap_s = statistics.median(r["snapshot_s"] for r in runs)

@@ -18,6 +18,7 @@ import functools
 import json
 import re
 import socket
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -312,6 +313,12 @@ class _HTTPServer(ThreadingHTTPServer):
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _RequestHandler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that goes away mid-connection is normal (a process exits); anything else is printed."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     def close_connections(self) -> None:
         with self.connections_lock:

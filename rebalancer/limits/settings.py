@@ -1,0 +1,419 @@
+"""The policy's ``limits:`` section: caps, rates, time windows, lists and service levels for evictions.
+
+Pydantic v2 models on the project's ``Model`` base (frozen, unknown fields rejected, camelCase in YAML,
+every field described). Field names follow the descheduler and Koordinator where the meaning is the same;
+the README documents each limiter with an example. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from collections import Counter
+from collections.abc import Iterable
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from rebalancer.settings import FieldProblems, LabelSelectorSpec, Model
+
+WEEKDAYS: tuple[str, ...] = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+Weekday = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+
+_DURATION = re.compile(r"^([1-9][0-9]*)(s|m|h|d)$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_CLOCK = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+_PERCENT = re.compile(r"^(100|[1-9][0-9]?)%$")
+POOL_NAME = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
+
+
+def duration_seconds(text: str) -> int:
+    """``"30s"``, ``"5m"``, ``"1h"``, ``"1d"`` in seconds."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration such as 30s, 5m, 1h, 1d")
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def _check_duration(text: str) -> str:
+    duration_seconds(text)
+    return text
+
+
+def _check_start(text: str) -> str:
+    if _CLOCK.match(text) is None:
+        raise ValueError(f"{text!r} is not a time of day HH:MM between 00:00 and 23:59")
+    return text
+
+
+def _check_end(text: str) -> str:
+    if text != "24:00" and _CLOCK.match(text) is None:
+        raise ValueError(f"{text!r} is not a time of day HH:MM between 00:01 and 24:00")
+    return text
+
+
+def _check_zone(name: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown time zone {name!r} (an IANA name such as Europe/Amsterdam or UTC)") from exc
+    return name
+
+
+def clock_minutes(text: str) -> int:
+    """Minutes since midnight of ``HH:MM`` (``24:00`` is 1440)."""
+    hours, minutes = text.split(":")
+    return int(hours) * 60 + int(minutes)
+
+
+Duration = Annotated[
+    str, AfterValidator(_check_duration), Field(description="A duration: a whole number and s, m, h or d (5m, 1d).")
+]
+StartClock = Annotated[str, AfterValidator(_check_start)]
+EndClock = Annotated[str, AfterValidator(_check_end)]
+TimeZoneName = Annotated[str, AfterValidator(_check_zone)]
+
+
+def _duplicates(values: Iterable[object]) -> list[str]:
+    return sorted(str(v) for v, n in Counter(values).items() if n > 1)
+
+
+# ---------------------------------------------------------------------------------------------- caps
+
+
+class PeriodCap(Model):
+    """At most ``count`` evictions in any sliding window of length ``period``."""
+
+    count: int = Field(ge=1, description="Evictions allowed in any window of the period.")
+    period: Duration = Field(description="Length of the sliding window (1h, 1d, ...).")
+
+    @property
+    def seconds(self) -> int:
+        return duration_seconds(self.period)
+
+
+class TokenBucket(Model):
+    """A token bucket: ``burst`` evictions at once, then ``perMinute`` on average."""
+
+    per_minute: float = Field(gt=0, le=10_000, description="Tokens added per minute (0.1: one every 10 minutes).")
+    burst: int = Field(ge=1, description="Bucket size: evictions allowed back to back after a quiet spell.")
+
+    @property
+    def per_second(self) -> float:
+        return self.per_minute / 60.0
+
+
+def _period_problems(caps: tuple[PeriodCap, ...]) -> list[tuple[str, str]]:
+    seconds = [cap.seconds for cap in caps]
+    problems = []
+    for i, s in enumerate(seconds):
+        if s in seconds[:i]:
+            first = seconds.index(s)
+            problems.append(
+                (f"maxPerPeriod.{i}.period", f"{caps[i].period} repeats the period of maxPerPeriod.{first}")
+            )
+    return problems
+
+
+class ScopeLimits(Model):
+    """Caps on every eviction in a scope (the whole cluster, or one resource pool)."""
+
+    max_per_cycle: int | None = Field(
+        default=None, ge=1, description="At most this many evictions per cycle (descheduler: maxNoOfPodsToEvictTotal)."
+    )
+    max_per_period: tuple[PeriodCap, ...] = Field(
+        default=(), description="Sliding-window caps, for example 20 per 1h and 100 per 1d; all must hold."
+    )
+    rate: TokenBucket | None = Field(default=None, description="Token-bucket rate limit with a burst.")
+
+    @model_validator(mode="after")
+    def _periods_unique(self) -> ScopeLimits:
+        if problems := _period_problems(self.max_per_period):
+            raise FieldProblems(problems)
+        return self
+
+
+class GlobalLimits(ScopeLimits):
+    """Cluster-wide caps, and per resource pool caps that hold in addition."""
+
+    pools: dict[Annotated[str, Field(pattern=POOL_NAME)], ScopeLimits] = Field(
+        default_factory=dict, description="Pool name -> caps on the evictions from that pool's nodes."
+    )
+
+
+class NodeLimits(Model):
+    """Caps per source node (every node alike)."""
+
+    max_per_cycle: int | None = Field(
+        default=None, ge=1, description="At most this many evictions per node per cycle (maxNoOfPodsToEvictPerNode)."
+    )
+    max_per_period: tuple[PeriodCap, ...] = Field(
+        default=(), description="Sliding-window caps per node, for example 3 per 1h."
+    )
+    cooldown: Duration | None = Field(
+        default=None, description="After an eviction from a node, no other eviction from it for this long."
+    )
+
+    @model_validator(mode="after")
+    def _periods_unique(self) -> NodeLimits:
+        if problems := _period_problems(self.max_per_period):
+            raise FieldProblems(problems)
+        return self
+
+
+def _check_unavailable(value: int | str) -> int | str:
+    if isinstance(value, str) and _PERCENT.match(value) is None:
+        raise ValueError(f"{value!r} is neither a whole number nor a percentage from 1% to 100%")
+    return value
+
+
+class WorkloadLimits(Model):
+    """Caps per workload (the Deployment, StatefulSet, ... a pod belongs to)."""
+
+    max_per_cycle: int | None = Field(
+        default=None, ge=1, description="At most this many evictions per workload per cycle (maxMigratingPerWorkload)."
+    )
+    max_per_period: tuple[PeriodCap, ...] = Field(
+        default=(), description="Sliding-window caps per workload, for example 2 per 1h."
+    )
+    max_unavailable: Annotated[int | str, AfterValidator(_check_unavailable)] | None = Field(
+        default=None,
+        description="Koordinator's maxUnavailablePerWorkload: a whole number (>= 1) or a percentage such as '25%' "
+        "of the desired replicas, rounded down. Pods already unavailable count; when the eviction would make more "
+        "than this many replicas unavailable it waits. Unknown replica counts block.",
+    )
+    min_interval: Duration | None = Field(
+        default=None, description="At least this long between two evictions of the same workload."
+    )
+
+    @field_validator("max_unavailable")
+    @classmethod
+    def _positive(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be at least 1 (or a percentage)")
+        return value
+
+    @model_validator(mode="after")
+    def _periods_unique(self) -> WorkloadLimits:
+        if problems := _period_problems(self.max_per_period):
+            raise FieldProblems(problems)
+        return self
+
+    def unavailable_allowed(self, desired: int) -> int | None:
+        """maxUnavailable in pods for ``desired`` replicas (a percentage is rounded down); None: no cap."""
+        value = self.max_unavailable
+        if value is None:
+            return None
+        if isinstance(value, int):
+            return value
+        return desired * int(value.removesuffix("%")) // 100
+
+
+# ------------------------------------------------------------------------------------------- windows
+
+
+class TimeWindow(Model):
+    """Local wall-clock hours on some weekdays. ``start`` after ``end`` crosses midnight: the window opens
+    on the listed day and closes at ``end`` the next day."""
+
+    days: tuple[Weekday, ...] = Field(
+        default=WEEKDAYS, min_length=1, description="Days the window opens on (Mon ... Sun); default every day."
+    )
+    start: StartClock = Field(description="Opening time HH:MM (local, inclusive).")
+    end: EndClock = Field(description="Closing time HH:MM (local, exclusive); 24:00 is midnight at the end of the day.")
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> TimeWindow:
+        problems = []
+        if self.start_minute == self.end_minute:
+            problems.append(("end", f"equals start {self.start}: use start 00:00, end 24:00 for a whole day"))
+        if repeated := _duplicates(self.days):
+            problems.append(("days", f"repeated: {', '.join(repeated)}"))
+        if problems:
+            raise FieldProblems(problems)
+        return self
+
+    @property
+    def start_minute(self) -> int:
+        return clock_minutes(self.start)
+
+    @property
+    def end_minute(self) -> int:
+        return clock_minutes(self.end)
+
+    @property
+    def weekdays(self) -> frozenset[int]:
+        """Python weekday numbers (Monday 0)."""
+        return frozenset(WEEKDAYS.index(d) for d in self.days)
+
+
+class _Windows(Model):
+    allowed: tuple[TimeWindow, ...] = Field(
+        default=(), description="Evictions only inside one of these windows (empty: at any time)."
+    )
+    blackout: tuple[TimeWindow, ...] = Field(default=(), description="Never an eviction inside these windows.")
+
+
+class PoolWindows(_Windows):
+    """A pool's allowed and blackout windows; they narrow the cluster's windows, never widen them."""
+
+    time_zone: TimeZoneName | None = Field(
+        default=None, description="IANA time zone of these windows; default the cluster's timeZone."
+    )
+
+
+class WindowSettings(_Windows):
+    """When evictions may happen, in local wall-clock time. A blackout wins over an allowed window; no
+    allowed window listed means always allowed outside blackouts. A pool's windows apply as well."""
+
+    time_zone: TimeZoneName = Field(
+        default="UTC", description="IANA time zone of the windows (Europe/Amsterdam, Asia/Tokyo, UTC)."
+    )
+    pools: dict[Annotated[str, Field(pattern=POOL_NAME)], PoolWindows] = Field(
+        default_factory=dict, description="Pool name -> windows that also apply to evictions from that pool."
+    )
+
+
+# --------------------------------------------------------------------------------------------- lists
+
+
+class NameList(Model):
+    """Names in a black list and a white list."""
+
+    black: tuple[str, ...] = Field(default=(), description="Never these (black wins over white).")
+    white: tuple[str, ...] = Field(default=(), description="When non-empty: only these.")
+
+
+class NodeList(NameList):
+    """Nodes by name or by node label selector."""
+
+    black_selectors: tuple[LabelSelectorSpec, ...] = Field(
+        default=(), description="Never nodes matching one of these node label selectors."
+    )
+    white_selectors: tuple[LabelSelectorSpec, ...] = Field(
+        default=(), description="With white: only nodes named there or matching one of these selectors."
+    )
+
+
+class WorkloadName(Model):
+    """A workload by kind, namespace and name."""
+
+    kind: str = Field(min_length=1, description="Controller kind: Deployment, StatefulSet, Job, ...")
+    namespace: str = Field(min_length=1, description="Namespace of the workload.")
+    name: str = Field(min_length=1, description="Name of the workload.")
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+class WorkloadList(Model):
+    """Workloads by kind/namespace/name or by pod label selector."""
+
+    black: tuple[WorkloadName, ...] = Field(default=(), description="Never pods of these workloads.")
+    white: tuple[WorkloadName, ...] = Field(default=(), description="When any white entry is set: only these.")
+    black_selectors: tuple[LabelSelectorSpec, ...] = Field(
+        default=(), description="Never pods matching one of these pod label selectors."
+    )
+    white_selectors: tuple[LabelSelectorSpec, ...] = Field(
+        default=(), description="With white: only pods of workloads named there or matching one of these selectors."
+    )
+
+
+class ListSettings(Model):
+    """Black and white lists. Every black list is checked before any white list, and black wins: a
+    listed item is blocked even if a white list names it. A category whose white list (names or selectors)
+    is non-empty passes only what that white list names. Categories are independent: all must pass."""
+
+    namespaces: NameList = Field(default_factory=NameList, description="Namespaces of the pods.")
+    pools: NameList = Field(default_factory=NameList, description="Resource pools of the source nodes.")
+    nodes: NodeList = Field(default_factory=NodeList, description="Source nodes, by name or node labels.")
+    workloads: WorkloadList = Field(default_factory=WorkloadList, description="Workloads, by name or pod labels.")
+
+
+# ------------------------------------------------------------------------------------- service level
+
+
+class TierRule(Model):
+    """What a service tier allows: ``never`` evicted, or only inside ``windows``."""
+
+    rule: Literal["never", "windows"] = Field(description="never: never evicted; windows: only inside windows.")
+    windows: tuple[TimeWindow, ...] = Field(default=(), description="With rule windows: the allowed windows.")
+    time_zone: TimeZoneName | None = Field(default=None, description="Zone of the windows; default the cluster's.")
+
+    @model_validator(mode="after")
+    def _rule_fits(self) -> TierRule:
+        if self.rule == "windows" and not self.windows:
+            raise FieldProblems([("windows", "rule windows needs at least one window")])
+        if self.rule == "never" and self.windows:
+            raise FieldProblems([("windows", "rule never takes no windows")])
+        return self
+
+
+class ServiceLevelSettings(Model):
+    """Service levels that no eviction opt-in overrides (unlike protections.protectedPriorityClasses)."""
+
+    protected_priority_classes: tuple[str, ...] = Field(
+        default=(), description="Pods of these PriorityClasses are never evicted, whatever their annotations."
+    )
+    tier_label: str | None = Field(
+        default=None, min_length=1, description="Pod label naming the service tier (for example service-tier)."
+    )
+    tiers: dict[str, TierRule] = Field(
+        default_factory=dict, description="Tier (label value) -> rule. Pods of other tiers or without the label: "
+        "no service-level restriction.",
+    )
+
+    @model_validator(mode="after")
+    def _label_for_tiers(self) -> ServiceLevelSettings:
+        if self.tiers and self.tier_label is None:
+            raise FieldProblems([("tierLabel", "tiers are set: name the pod label that carries the tier")])
+        return self
+
+
+# ------------------------------------------------------------------------------------------------ root
+
+
+class LimitSettings(Model):
+    """The ``limits:`` section. Every configured limit holds at once; nothing is limited by default."""
+
+    cluster: GlobalLimits = Field(
+        default_factory=GlobalLimits,
+        validation_alias="global",
+        serialization_alias="global",
+        description="Cluster-wide caps (and per pool caps under pools).",
+    )
+    node: NodeLimits = Field(default_factory=NodeLimits, description="Caps per source node.")
+    workload: WorkloadLimits = Field(default_factory=WorkloadLimits, description="Caps per workload.")
+    windows: WindowSettings = Field(default_factory=WindowSettings, description="When evictions may happen.")
+    lists: ListSettings = Field(default_factory=ListSettings, description="Black and white lists.")
+    service_level: ServiceLevelSettings = Field(
+        default_factory=ServiceLevelSettings, description="Priority classes and service tiers."
+    )
+
+    @property
+    def horizon_seconds(self) -> int:
+        """How long state must be kept: the longest period, cooldown or minimum interval configured."""
+        spans = [0]
+        scopes: list[ScopeLimits | NodeLimits | WorkloadLimits] = [
+            self.cluster,
+            *self.cluster.pools.values(),
+            self.node,
+            self.workload,
+        ]
+        for scope in scopes:
+            spans.extend(cap.seconds for cap in scope.max_per_period)
+        for span in (self.node.cooldown, self.workload.min_interval):
+            if span is not None:
+                spans.append(duration_seconds(span))
+        return max(spans)
+
+    def bucket_scopes(self) -> dict[str, TokenBucket]:
+        """Token-bucket scope key (``global``, ``pool/<name>``) -> its bucket settings."""
+        out: dict[str, TokenBucket] = {}
+        if self.cluster.rate is not None:
+            out["global"] = self.cluster.rate
+        for name, pool in sorted(self.cluster.pools.items()):
+            if pool.rate is not None:
+                out[f"pool/{name}"] = pool.rate
+        return out
