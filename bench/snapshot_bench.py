@@ -219,8 +219,10 @@ def main() -> None:
 def report(args: argparse.Namespace, url: str) -> None:
     raw = [run_child("raw", url, []) for _ in range(args.runs)]
     raw_s = statistics.median(r["seconds"] for r in raw)
-    print(f"raw transfer of the pod pages (official client transport, no decoding), median of {args.runs}: "
-          f"{raw_s:.2f} s for {raw[0]['bytes'] / 1e9:.2f} GB in {raw[0]['pages']} pages")
+    print(
+        f"raw transfer of the pod pages (official client transport, no decoding), median of {args.runs}: "
+        f"{raw_s:.2f} s for {raw[0]['bytes'] / 1e9:.2f} GB in {raw[0]['pages']} pages"
+    )
     runs = [run_child("snapshot", url, []) for _ in range(args.runs)]
     base = run_child("baseline", url, ["--baseline-pods", str(args.baseline_pods)])
     snap_s = statistics.median(r["snapshot_s"] for r in runs)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from rebalancer.cycle import plan_cycle
 from rebalancer.demo import load_demo
-from rebalancer.errors import SourceError
-from rebalancer.kube import KubeSource, connect
+from rebalancer.errors import ConfigError, SourceError
+from rebalancer.evictor import DryRun, Evictor, EvictorReport
+from rebalancer.kube import ApiClient, ConfigMapStateStore, KubeActions, KubeSource, connect
 from rebalancer.model import ClusterFacts, UsageReport
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
@@ -19,6 +23,7 @@ from rebalancer.protections import Protections
 from rebalancer.snapshot import ClusterSnapshot
 
 log = logging.getLogger(__name__)
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 Clock = Callable[[], float]
 
 
@@ -35,16 +40,64 @@ class ClusterConnection:
     context: str | None = None
 
 
-def plan_live(policy: Policy, connection: ClusterConnection, clock: Clock = time.time) -> PlanOutcome:
+def plan_live(
+    policy: Policy, connection: ClusterConnection, clock: Clock = time.time, api: ApiClient | None = None
+) -> PlanOutcome:
     """Read the cluster and Prometheus, then plan. A failed usage read blocks evictions, not the plan."""
     now = clock()
-    api = connect(connection.kubeconfig, connection.context)
+    api = api or connect(connection.kubeconfig, connection.context)
     kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
     facts = kube.read_facts()
     with PrometheusUsageSource(policy.prometheus) as prometheus:
         usage = read_usage(prometheus.read, now)
     snapshot, plan = plan_cycle(facts, usage, policy, now)
     return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}")
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    planned: PlanOutcome
+    report: EvictorReport
+
+
+def run_once(
+    policy: Policy, connection: ClusterConnection, dry_run: DryRun = DryRun.OFF, clock: Clock = time.time
+) -> RunOutcome:
+    """One CronJob cycle: snapshot, plan, limits, evict, persist."""
+    api = connect(connection.kubeconfig, connection.context)
+    planned = plan_live(policy, connection, clock, api)
+    namespace = state_namespace(policy.state.namespace)
+    evictor = Evictor(
+        actions=KubeActions(api),
+        limits_store=ConfigMapStateStore(api, namespace, policy.state.config_map),
+        backoff_store=ConfigMapStateStore(api, namespace, policy.state.backoff_config_map),
+        settings=policy.limits,
+        protections=Protections.from_settings(policy.protections),
+        dry_run=dry_run,
+        requester=f"rebalancer/{socket.gethostname()}",
+    )
+    report = evictor.apply(planned.plan, planned.snapshot, planned.snapshot.taken_at)
+    return RunOutcome(planned, report)
+
+
+def state_namespace(configured: str | None) -> str:
+    """The namespace of the state ConfigMaps: the policy's, else $POD_NAMESPACE, else the service account's."""
+    if configured:
+        return configured
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip()
+    except OSError:
+        raise ConfigError(
+            "policy",
+            [
+                (
+                    "state.namespace",
+                    f"not set, and neither $POD_NAMESPACE nor {SERVICE_ACCOUNT_NAMESPACE} says where rebalancer runs",
+                )
+            ],
+        ) from None
 
 
 def read_usage(read: Callable[[float], UsageReport], now: float) -> UsageReport:

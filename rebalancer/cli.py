@@ -1,6 +1,7 @@
 """Command line: a thin front over the composition root.
 
-Exit codes: 0 done; 2 invalid configuration; 3 a source failed or the plan is blocked; 1 unexpected.
+Exit codes: 0 done (nothing to do included); 2 invalid configuration; 3 a source failed, the plan is blocked or
+the cycle was aborted; 4 some evictions failed; 1 unexpected.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from rebalancer import __version__
 from rebalancer.errors import ConfigError, RebalancerError
 from rebalancer.policy import load_policy
 
-EXIT_OK, EXIT_UNEXPECTED, EXIT_CONFIG, EXIT_SOURCE = 0, 1, 2, 3
+EXIT_OK, EXIT_UNEXPECTED, EXIT_CONFIG, EXIT_SOURCE, EXIT_FAILED = 0, 1, 2, 3, 4
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,6 +33,22 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
     plan.add_argument("--context", help="kubeconfig context")
     plan.add_argument("--output", choices=["table", "json"], default="table")
+
+    run = sub.add_parser("run", help="one cycle: plan, limiters, evict through the Eviction API (CronJob mode)")
+    run.add_argument("--once", action="store_true", help="run one cycle and exit (required: `serve` runs on)")
+    run.add_argument("--policy", metavar="FILE", required=True, help="policy YAML")
+    run.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    run.add_argument("--context", help="kubeconfig context")
+    run.add_argument(
+        "--dry-run",
+        nargs="?",
+        const="client",
+        default="off",
+        choices=["off", "client", "server"],
+        help="client (the default when given): plan and record, change nothing; "
+        "server: evict with dryRun=All so the API server checks budgets",
+    )
+    run.add_argument("--output", choices=["summary", "json"], default="summary")
     return parser
 
 
@@ -41,6 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "check-config":
             return _check_config(args.files)
+        if args.command == "run":
+            return _run(args)
         return _plan(args)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
@@ -85,6 +104,24 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"rebalancer: plan blocked: {outcome.plan.blocked}", file=sys.stderr)
         return EXIT_SOURCE
     return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rebalancer import app
+    from rebalancer.evictor import DryRun, Outcome
+    from rebalancer.render import run_json, run_summary
+
+    if not args.once:
+        print("rebalancer run: pass --once (one cycle, CronJob mode)", file=sys.stderr)
+        return EXIT_CONFIG
+    connection = app.ClusterConnection(args.kubeconfig, args.context)
+    outcome = app.run_once(load_policy(args.policy), connection, DryRun(args.dry_run))
+    if args.output == "json":
+        sys.stdout.buffer.write(run_json(outcome.planned.plan, outcome.report, outcome.planned.source))
+    print(run_summary(outcome.planned.plan, outcome.report, DryRun(args.dry_run)), file=sys.stderr)
+    if outcome.planned.plan.blocked or outcome.report.aborted:
+        return EXIT_SOURCE
+    return EXIT_FAILED if outcome.report.count(Outcome.FAILED) else EXIT_OK
 
 
 if __name__ == "__main__":

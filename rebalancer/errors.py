@@ -38,7 +38,81 @@ class KubeUnavailable(SourceError):
 
 
 class KubeForbidden(KubeUnavailable):
-    """The API server refused a request for lack of RBAC permission."""
+    """The API server refused a request for lack of RBAC permission.
+
+    ``verb``, ``resource`` (``pods/eviction``, ``configmaps``, ...), ``group`` and ``namespace`` name the
+    permission to grant, when the adapter knows them.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = 403,
+        reason: str | None = "Forbidden",
+        verb: str | None = None,
+        resource: str | None = None,
+        group: str = "",
+        namespace: str | None = None,
+    ) -> None:
+        self.verb = verb
+        self.resource = resource
+        self.group = group
+        self.namespace = namespace
+        super().__init__(message, status=status, reason=reason)
+
+    @classmethod
+    def rbac(cls, verb: str, resource: str, namespace: str | None, group: str = "", detail: str = "") -> KubeForbidden:
+        """The message names the missing verb and resource, e.g. for ``create`` on ``pods/eviction``:
+        ``RBAC: the service account may not create pods/eviction in namespace shop (grant verb create on
+        pods/eviction)``; ``detail`` (the API server's own message) follows.
+        """
+        what = f"{resource}.{group}" if group else resource
+        where = f" in namespace {namespace}" if namespace else ""
+        grant = f"grant verb {verb} on {resource}" + (f' in API group "{group}"' if group else "")
+        message = f"RBAC: the service account may not {verb} {what}{where} ({grant})" + (
+            f": {detail}" if detail else ""
+        )
+        return cls(message, verb=verb, resource=resource, group=group, namespace=namespace)
+
+
+class StateConflict(SourceError):
+    """The shared state (limiter ConfigMap) changed since it was read: reload, re-decide, then write again."""
+
+
+class EvictionError(RebalancerError):
+    """One eviction was refused or failed; other pods may still be evicted.
+
+    ``status`` and ``reason`` are the API server's answer (HTTP status, ``Status.reason``), when there was one;
+    the 500 for a pod under several PodDisruptionBudgets carries no reason, and gets ``MultipleBudgets``.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, reason: str | None = None) -> None:
+        self.status = status
+        self.reason = reason
+        super().__init__(message)
+
+
+class EvictionRejected(EvictionError):
+    """429: the eviction is not allowed now; retry this pod later, not before ``retry_after`` seconds.
+
+    ``budget``: the refusal names a PodDisruptionBudget (``details.causes`` of type ``DisruptionBudget``);
+    False for API throttling. ``retry_after`` is None when the server gave no advice, which it does not
+    for an exhausted budget (it gives 10 s while a changed budget is still being processed).
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None, *, budget: bool = True) -> None:
+        self.retry_after = retry_after
+        self.budget = budget
+        super().__init__(message, status=429, reason="TooManyRequests")
+
+
+class PodGone(EvictionError):
+    """404: the pod no longer exists (deleted, or evicted by someone else)."""
+
+
+class EvictionConflict(EvictionError):
+    """409: a precondition failed: the pod of that name is another one (replaced), or was modified."""
 
 
 class MetricsUnavailable(SourceError):

@@ -9,10 +9,24 @@ import yaml
 from pydantic import Field, ValidationError
 
 from rebalancer.errors import ConfigError
+from rebalancer.limits import LimitSettings
 from rebalancer.settings import FieldProblems, Model, PoolSettings, PrometheusSettings, ProtectionSettings
 from strategies import REGISTRY, AnyStrategySettings
 
 API_VERSION: Literal["rebalancer.io/v1alpha1"] = "rebalancer.io/v1alpha1"
+
+
+class StateSettings(Model):
+    """Limiter state lives in the cluster, so CronJob runs and concurrent instances share the caps."""
+
+    namespace: str | None = Field(
+        default=None,
+        description="Namespace of the state ConfigMaps (default: $POD_NAMESPACE, then the service account's).",
+    )
+    config_map: str = Field(default="rebalancer-state", min_length=1, description="ConfigMap of the limiter state.")
+    backoff_config_map: str = Field(
+        default="rebalancer-backoff", min_length=1, description="ConfigMap of the per-pod backoff after 429s."
+    )
 
 
 class Policy(Model):
@@ -26,6 +40,10 @@ class Policy(Model):
         default_factory=ProtectionSettings, description="Pods that are never evicted."
     )
     strategies: tuple[AnyStrategySettings, ...] = Field(min_length=1, description="Strategies, run in order.")
+    limits: LimitSettings = Field(
+        default_factory=LimitSettings, description="Rate limiters, caps, time windows and lists (the evictor)."
+    )
+    state: StateSettings = Field(default_factory=StateSettings, description="Where limiter state is kept.")
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from rebalancer.evictor import DryRun, EvictorReport, Outcome
 from rebalancer.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult
 from rebalancer.quantity import format_millis
 
@@ -84,3 +85,46 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
         return "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
 
     return [fmt(header), *(fmt(r) for r in rows)]
+
+
+def run_record(plan: EvictionPlan, report: EvictorReport, source: str) -> dict[str, Any]:
+    """The plan's decision record plus what the evictor did with each planned eviction."""
+    record = plan_record(plan, source)
+    record["outcomes"] = [
+        {
+            "namespace": r.eviction.namespace,
+            "name": r.eviction.name,
+            "node": r.eviction.node,
+            "strategy": r.eviction.strategy,
+            "outcome": r.outcome.value,
+            "detail": r.detail,
+            "limiter": r.limiter,
+            "retryAt": r.retry_at,
+        }
+        for r in report.results
+    ]
+    record["problems"] = list(report.problems)
+    record["aborted"] = report.aborted
+    return record
+
+
+def run_json(plan: EvictionPlan, report: EvictorReport, source: str) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(run_record(plan, report, source)), indent=2) + b"\n"
+
+
+def run_summary(plan: EvictionPlan, report: EvictorReport, dry_run: DryRun) -> str:
+    """One line for a CronJob's log."""
+    hot = sum(1 for r in plan.results for d in r.node_decisions if d.node_class is NodeClass.HOT)
+    counts = ", ".join(f"{report.count(o)} {o.value}" for o in Outcome if report.count(o))
+    limiters = sorted({r.limiter for r in report.results if r.limiter})
+    parts = [f"rebalancer run: {hot} hot node(s), {len(plan.evictions)} planned", counts or "nothing to do"]
+    if limiters:
+        parts.append("blocked by " + ", ".join(limiters))
+    if dry_run is not DryRun.OFF:
+        parts.append(f"dry run ({dry_run.value})")
+    if plan.blocked:
+        parts.append(f"plan blocked: {plan.blocked}")
+    if report.aborted:
+        parts.append(f"aborted: {report.aborted}")
+    parts += [f"problem: {p}" for p in report.problems]
+    return "; ".join(parts)

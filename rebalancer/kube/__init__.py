@@ -1,6 +1,8 @@
 """Kubernetes adapters: the only package that imports ``kubernetes`` and ``urllib3``."""
 
-from rebalancer.kube.client import connect
+from rebalancer.kube.actions import KubeActions
+from rebalancer.kube.client import ApiClient, connect
 from rebalancer.kube.source import KubeSource, ReadStats
+from rebalancer.kube.state_store import ConfigMapStateStore
 
-__all__ = ["KubeSource", "ReadStats", "connect"]
+__all__ = ["ApiClient", "ConfigMapStateStore", "KubeActions", "KubeSource", "ReadStats", "connect"]

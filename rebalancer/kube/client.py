@@ -17,6 +17,9 @@ from kubernetes.config import ConfigException
 from rebalancer import __version__
 from rebalancer.errors import ConfigError
 
+ApiClient = kubernetes.client.ApiClient
+"""The connection handed to every adapter (the composition root passes it along, never looks inside)."""
+
 DEFAULT_KUBECONFIG = "~/.kube/config"
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
 

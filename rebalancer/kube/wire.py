@@ -214,11 +214,18 @@ class PodDisruptionBudgetList(_Wire):
 # --- metav1.Status: the body of every API error -----------------------------------------------
 
 
+class StatusCause(_Wire):
+    reason: str = ""  # the cause's type (Go: ``Type CauseType `json:"reason"` ``), e.g. DisruptionBudget
+    message: str = ""
+    field: str = ""
+
+
 class StatusDetails(_Wire):
     name: str = ""
     group: str = ""
     kind: str = ""
     retry_after_seconds: int = 0
+    causes: list[StatusCause] = []
 
 
 class Status(_Wire):
@@ -231,8 +238,29 @@ class Status(_Wire):
     metadata: ListMeta = msgspec.field(default_factory=ListMeta)
 
 
+# --- config maps (the limiter state store) -------------------------------------------------------
+
+
+class WrittenMeta(_Wire):
+    """Metadata of an object rebalancer writes itself: kept whole, it is small."""
+
+    name: str = ""
+    namespace: str = ""
+    resource_version: str = ""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class ConfigMap(_Wire):
+    metadata: WrittenMeta = msgspec.field(default_factory=WrittenMeta)
+    data: dict[str, str] = {}
+
+
 NODE_LIST = msgspec.json.Decoder(type=NodeList)
 POD_LIST = msgspec.json.Decoder(type=PodList)
 REPLICA_SET_LIST = msgspec.json.Decoder(type=ReplicaSetList)
 PDB_LIST = msgspec.json.Decoder(type=PodDisruptionBudgetList)
 STATUS = msgspec.json.Decoder(type=Status)
+POD = msgspec.json.Decoder(type=Pod)
+REPLICA_SET = msgspec.json.Decoder(type=ReplicaSet)
+CONFIG_MAP = msgspec.json.Decoder(type=ConfigMap)

@@ -58,12 +58,14 @@ class EvictionRequest:
 
 @dataclass(frozen=True, slots=True)
 class CycleCounts:
-    """Evictions this cycle already reserved: in total, per pool, per node and per workload key."""
+    """Evictions this cycle already reserved: in total, per pool, per node and per workload key; and per
+    workload the evicted pods that were ready (they still count as ready in the cycle's snapshot)."""
 
     total: int = 0
-    pools: Mapping[str, int] = _EMPTY
-    nodes: Mapping[str, int] = _EMPTY
-    workloads: Mapping[str, int] = _EMPTY
+    pools: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    nodes: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    workloads: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    ready_evicted: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
 
     def add(self, request: EvictionRequest) -> CycleCounts:
         key = request.workload_key
@@ -72,6 +74,9 @@ class CycleCounts:
             pools=_bump(self.pools, request.pool),
             nodes=_bump(self.nodes, request.node),
             workloads=self.workloads if key is None else _bump(self.workloads, key),
+            ready_evicted=self.ready_evicted
+            if key is None or not request.pod_ready
+            else _bump(self.ready_evicted, key),
         )
 
 

@@ -13,12 +13,12 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, PlainValidator, model_validator
 
 from rebalancer.settings import FieldProblems, LabelSelectorSpec, Model
 
-WEEKDAYS: tuple[str, ...] = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 Weekday = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+WEEKDAYS: tuple[Weekday, ...] = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
 _DURATION = re.compile(r"^([1-9][0-9]*)(s|m|h|d)$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -95,7 +95,7 @@ class PeriodCap(Model):
 class TokenBucket(Model):
     """A token bucket: ``burst`` evictions at once, then ``perMinute`` on average."""
 
-    per_minute: float = Field(gt=0, le=10_000, description="Tokens added per minute (0.1: one every 10 minutes).")
+    per_minute: float = Field(ge=0.001, le=10_000, description="Tokens added per minute (0.1: one every 10 minutes).")
     burst: int = Field(ge=1, description="Bucket size: evictions allowed back to back after a quiet spell.")
 
     @property
@@ -161,10 +161,16 @@ class NodeLimits(Model):
         return self
 
 
-def _check_unavailable(value: int | str) -> int | str:
-    if isinstance(value, str) and _PERCENT.match(value) is None:
-        raise ValueError(f"{value!r} is neither a whole number nor a percentage from 1% to 100%")
-    return value
+def _int_or_percent(value: object) -> int | str:
+    """A Kubernetes IntOrString as maxUnavailable takes it: a whole number >= 1, or 1% ... 100%."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str) and _PERCENT.match(value) is not None:
+        return value
+    raise ValueError(f"{value!r} is neither a whole number >= 1 nor a percentage from 1% to 100% (such as 25%)")
+
+
+IntOrPercent = Annotated[int | str, PlainValidator(_int_or_percent, json_schema_input_type=int | str)]
 
 
 class WorkloadLimits(Model):
@@ -176,7 +182,7 @@ class WorkloadLimits(Model):
     max_per_period: tuple[PeriodCap, ...] = Field(
         default=(), description="Sliding-window caps per workload, for example 2 per 1h."
     )
-    max_unavailable: Annotated[int | str, AfterValidator(_check_unavailable)] | None = Field(
+    max_unavailable: IntOrPercent | None = Field(
         default=None,
         description="Koordinator's maxUnavailablePerWorkload: a whole number (>= 1) or a percentage such as '25%' "
         "of the desired replicas, rounded down. Pods already unavailable count; when the eviction would make more "
@@ -185,13 +191,6 @@ class WorkloadLimits(Model):
     min_interval: Duration | None = Field(
         default=None, description="At least this long between two evictions of the same workload."
     )
-
-    @field_validator("max_unavailable")
-    @classmethod
-    def _positive(cls, value: int | str | None) -> int | str | None:
-        if isinstance(value, int) and value < 1:
-            raise ValueError("must be at least 1 (or a percentage)")
-        return value
 
     @model_validator(mode="after")
     def _periods_unique(self) -> WorkloadLimits:
@@ -272,6 +271,11 @@ class WindowSettings(_Windows):
     pools: dict[Annotated[str, Field(pattern=POOL_NAME)], PoolWindows] = Field(
         default_factory=dict, description="Pool name -> windows that also apply to evictions from that pool."
     )
+
+    def zone_of(self, pool: str) -> str:
+        """The time zone of ``pool``'s windows: its own, else the cluster's."""
+        windows = self.pools.get(pool)
+        return (windows.time_zone if windows is not None else None) or self.time_zone
 
 
 # --------------------------------------------------------------------------------------------- lists
@@ -360,7 +364,8 @@ class ServiceLevelSettings(Model):
         default=None, min_length=1, description="Pod label naming the service tier (for example service-tier)."
     )
     tiers: dict[str, TierRule] = Field(
-        default_factory=dict, description="Tier (label value) -> rule. Pods of other tiers or without the label: "
+        default_factory=dict,
+        description="Tier (label value) -> rule. Pods of other tiers or without the label: "
         "no service-level restriction.",
     )
 

@@ -96,10 +96,10 @@ class LimiterState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
         malformed JSON, wrong types, unknown fields, impossible values, times after ``now`` + 1 h)."""
         try:
             header = msgspec.json.decode(text, type=_Header)
+        except msgspec.ValidationError as exc:  # a subclass of DecodeError: first
+            raise StateCorrupt(f"not limiter state (need schema {SCHEMA!r} and version): {exc}") from exc
         except msgspec.DecodeError as exc:
             raise StateCorrupt(f"not JSON: {exc}") from exc
-        except msgspec.ValidationError as exc:
-            raise StateCorrupt(f"not limiter state (need schema {SCHEMA!r} and version): {exc}") from exc
         if header.schema != SCHEMA:
             raise StateCorrupt(f"foreign schema {header.schema!r}, expected {SCHEMA!r}")
         if header.version != VERSION:

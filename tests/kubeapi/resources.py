@@ -1,8 +1,10 @@
 """The resource types the test API server knows, with the field labels each one supports.
 
-Adding a type (ConfigMaps, Leases, Events, ...) is one :class:`ResourceType` entry; the router
-builds its list/get paths from it. Field labels follow the real server (pkg/registry/*/strategy.go):
-an unsupported one answers 400 ``field label not supported: <label>``.
+Adding a type is one :class:`ResourceType` entry; the router builds its list/get paths from it,
+and create (POST), update (PUT) and delete paths for a ``writable`` one. Field labels follow the
+real server (pkg/registry/*/strategy.go): an unsupported one answers 400
+``field label not supported: <label>``. ``create_on_update`` and ``unconditional_update`` are the
+registry strategy's ``AllowCreateOnUpdate`` / ``AllowUnconditionalUpdate`` of that type.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class ResourceType:
     kind: str
     namespaced: bool
     field_labels: Mapping[str, FieldGetter] = field(default_factory=dict)
+    writable: bool = False  # POST, PUT and DELETE are served
+    create_on_update: bool = False  # PUT of a missing object creates it (Leases, Events)
+    unconditional_update: bool = True  # PUT without metadata.resourceVersion is allowed (not for Leases)
 
     @property
     def api_version(self) -> str:
@@ -56,6 +61,24 @@ class ResourceType:
 
 def _namespaced(group: str, version: str, plural: str, kind: str, **labels: FieldGetter) -> ResourceType:
     return ResourceType(group, version, plural, kind, True, {**_META, **labels})
+
+
+def _writable(
+    group: str, plural: str, kind: str, *, create_on_update: bool, unconditional_update: bool, **labels: FieldGetter
+) -> ResourceType:
+    return ResourceType(
+        group, "v1", plural, kind, True, {**_META, **labels}, True, create_on_update, unconditional_update
+    )
+
+
+_EVENT_LABELS: dict[str, FieldGetter] = {
+    **{f"involvedObject.{k}": _path("involvedObject", k) for k in
+       ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")},
+    "reason": _path("reason"),
+    "reportingComponent": _path("reportingComponent"),
+    "source": _path("source", "component"),
+    "type": _path("type"),
+}  # fmt: skip
 
 
 RESOURCES: tuple[ResourceType, ...] = (
@@ -94,6 +117,9 @@ RESOURCES: tuple[ResourceType, ...] = (
     _namespaced("apps", "v1", "daemonsets", "DaemonSet"),
     _namespaced("batch", "v1", "jobs", "Job"),
     _namespaced("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
+    _writable("", "configmaps", "ConfigMap", create_on_update=False, unconditional_update=True),
+    _writable("", "events", "Event", create_on_update=True, unconditional_update=True, **_EVENT_LABELS),
+    _writable("coordination.k8s.io", "leases", "Lease", create_on_update=True, unconditional_update=False),
 )
 
 BY_PLURAL: Mapping[str, ResourceType] = {r.plural: r for r in RESOURCES}

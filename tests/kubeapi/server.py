@@ -7,7 +7,10 @@ from a versioned in-memory :class:`Store`, with the real server's list semantics
 Faults (an error answer, a delay, a dropped connection) are injected per path.
 
 Routing is a small table of (method, path regex, handler); :meth:`TestApiServer.route` adds to
-it, so subresources (eviction), Events, ConfigMaps or Leases plug in without touching the core.
+it. Writable types (ConfigMaps, Events, Leases) get create/update/delete with resourceVersion
+conflicts (:mod:`tests.kubeapi.writes`); pods get the eviction subresource with PodDisruptionBudget
+semantics (:mod:`tests.kubeapi.eviction`, ``server.eviction``); :meth:`TestApiServer.forbid` makes
+the RBAC authorizer refuse a verb on a resource (:mod:`tests.kubeapi.rbac`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
 
-from tests.kubeapi import resources, selectors, status
+from tests.kubeapi import rbac, resources, selectors, status, writes
+from tests.kubeapi.disruption import DisruptionController
+from tests.kubeapi.eviction import EvictionSubresource
 from tests.kubeapi.resources import ResourceType
 from tests.kubeapi.status import ApiError
 from tests.kubeapi.store import Store
@@ -111,10 +116,14 @@ class TestApiServer:
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self._faults: dict[str, list[Fault]] = {}
         self._hooks: list[Callable[[Request], None]] = []
+        self._denied: list[rbac.Deny] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self.disruption = DisruptionController(self.store)
+        self.eviction = EvictionSubresource(self.store, self.disruption)
         for rtype in resources.RESOURCES:
             self._add_resource_routes(rtype)
+        self.route("POST", f"/api/v1/namespaces/{_NS}/pods/{_NAME}/eviction", self._evict)
         self._http = _HTTPServer(self)
         self._thread = threading.Thread(target=self._http.serve_forever, args=(0.05,), name="kubeapi", daemon=True)
         self._thread.start()
@@ -146,6 +155,21 @@ class TestApiServer:
     def delete(self, plural: str, name: str, namespace: str | None = None) -> None:
         self.store.delete(plural, name, namespace)
 
+    def objects(self, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """The stored objects of a type (e.g. ``"events"``), in key order."""
+        return self.store.objects(plural, namespace)
+
+    # --- RBAC -------------------------------------------------------------------------------
+
+    def forbid(self, verb: str, resource: str, *, group: str = "", namespace: str | None = None) -> None:
+        """Refuse ``verb`` ("*": any) on ``resource`` ("pods/eviction", "configmaps", ...) with the RBAC 403."""
+        with self._lock:
+            self._denied.append(rbac.Deny(verb, resource, group, namespace))
+
+    def allow_all(self) -> None:
+        with self._lock:
+            self._denied.clear()
+
     # --- faults and hooks -------------------------------------------------------------------
 
     def set_fault(self, path: str, fault: Fault) -> None:
@@ -176,6 +200,11 @@ class TestApiServer:
 
         self.on_request(hook)
 
+    @staticmethod
+    def eviction_path(namespace: str, name: str) -> str:
+        """The path of a pod's eviction subresource, for :meth:`set_fault` and :meth:`requests_to`."""
+        return f"/api/v1/namespaces/{namespace}/pods/{name}/eviction"
+
     def requests_to(self, path: str) -> list[Request]:
         with self._lock:
             return [r for r in self.requests if r.path == path]
@@ -196,6 +225,10 @@ class TestApiServer:
             self.route("GET", f"{base}/namespaces/{_NS}/{plural}/{_NAME}", get)
         else:
             self.route("GET", f"{base}/{plural}/{_NAME}", get)
+        if rtype.writable:
+            self.route("POST", f"{base}/namespaces/{_NS}/{plural}", functools.partial(self._create, rtype))
+            self.route("PUT", f"{base}/namespaces/{_NS}/{plural}/{_NAME}", functools.partial(self._update, rtype))
+            self.route("DELETE", f"{base}/namespaces/{_NS}/{plural}/{_NAME}", functools.partial(self._remove, rtype))
 
     def handle(self, request: Request) -> Response | None:
         """Answer one request; None means drop the connection without an answer."""
@@ -219,6 +252,9 @@ class TestApiServer:
                 if fault.code:
                     raise status.generic(fault.code, fault.message, fault.reason, fault.retry_after)
             self._authenticate(request)
+            with self._lock:
+                denied = list(self._denied)
+            rbac.check(self.user, denied, request.method, request.path, request.query)
             return self._dispatch(request)
         except ApiError as error:
             return Response.of(error.code, error.body, error.headers)
@@ -249,6 +285,27 @@ class TestApiServer:
         if allowed:
             raise status.method_not_allowed(request.method)
         raise status.no_route()
+
+    # --- the write handlers -----------------------------------------------------------------
+
+    def _create(self, rtype: ResourceType, request: Request) -> Response:
+        obj = writes.create(self.store, rtype, _json(request), request.params["namespace"], request.query)
+        return Response.of(201, obj)
+
+    def _update(self, rtype: ResourceType, request: Request) -> Response:
+        params = request.params
+        code, obj = writes.update(self.store, rtype, _json(request), params["namespace"], params["name"], request.query)
+        return Response.of(code, obj)
+
+    def _remove(self, rtype: ResourceType, request: Request) -> Response:
+        params = request.params
+        return Response.of(200, writes.delete(self.store, rtype, params["namespace"], params["name"], request.query))
+
+    def _evict(self, request: Request) -> Response:
+        params = request.params
+        return Response.of(
+            201, self.eviction.create(params["namespace"], params["name"], _json(request), request.query)
+        )
 
     # --- the generic read handlers ----------------------------------------------------------
 
@@ -302,6 +359,13 @@ class TestApiServer:
         except ValueError:
             raise status.bad_request(f"invalid resource version: {raw}") from None
         return self.store.check_revision(requested, exact=match == "Exact")
+
+
+def _json(request: Request) -> Any:
+    try:
+        return request.json()
+    except ValueError as exc:
+        raise status.bad_request(f"the body of the request was in an unknown format: {exc}") from None
 
 
 class _HTTPServer(ThreadingHTTPServer):

@@ -119,13 +119,19 @@ def unauthorized() -> ApiError:
 
 
 def forbidden(
-    user: str, verb: str, resource: str, group: str, namespace: str | None = None, name: str = ""
+    user: str,
+    verb: str,
+    resource: str,
+    group: str,
+    namespace: str | None = None,
+    name: str = "",
+    subresource: str = "",
 ) -> ApiError:
+    """The RBAC authorizer's refusal (the subject names the resource, the message resource/subresource)."""
     scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
     subject = f'{_qualified(resource, group)} "{name}"' if name else _qualified(resource, group)
-    message = (
-        f'{subject} is forbidden: User "{user}" cannot {verb} resource "{resource}" in API group "{group}" {scope}'
-    )
+    full = f"{resource}/{subresource}" if subresource else resource
+    message = f'{subject} is forbidden: User "{user}" cannot {verb} resource "{full}" in API group "{group}" {scope}'
     return ApiError(status(403, message, details=_details(resource, group, name)))
 
 
@@ -180,3 +186,40 @@ def generic(code: int, message: str = "", reason: str | None = None, retry_after
         details = {"retryAfterSeconds": retry_after}
         headers["Retry-After"] = str(retry_after)
     return ApiError(status(code, message or default, reason, details), headers)
+
+
+def success(code: int) -> dict[str, Any]:
+    """The Status a create answers when the REST storage returns a bare success (eviction: 201)."""
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+
+
+def failure_without_reason(code: int, message: str) -> ApiError:
+    """A Status the storage returned itself with only a code and message (no reason, no details)."""
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "code": code}
+    return ApiError(body)
+
+
+def too_many_requests(message: str, retry_after: int, causes: list[dict[str, str]]) -> ApiError:
+    """errors.NewTooManyRequests: Retry-After (header and retryAfterSeconds) only when positive."""
+    details: dict[str, Any] = {"causes": causes}
+    headers: dict[str, str] = {}
+    if retry_after > 0:
+        details["retryAfterSeconds"] = retry_after
+        headers["Retry-After"] = str(retry_after)
+    return ApiError(status(429, message, details=details), headers)
+
+
+def forbidden_reason(resource: str, group: str, name: str, why: str) -> ApiError:
+    """errors.NewForbidden for a reason other than RBAC (e.g. a PodDisruptionBudget's state)."""
+    message = f'{_qualified(resource, group)} "{name}" is forbidden: {why}'
+    return ApiError(status(403, message, details=_details(resource, group, name)))
+
+
+def invalid(kind: str, group: str, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
+    """errors.NewInvalid: ``causes`` are (field, cause reason, message) as field.Error renders them."""
+    rendered = [f"{path}: {text}" for path, _, text in causes]
+    joined = rendered[0] if len(rendered) == 1 else "[" + ", ".join(rendered) + "]"
+    message = f'{_qualified(kind, group)} "{name}" is invalid: {joined}'
+    details = _details(kind, group, name)
+    details["causes"] = [{"reason": reason, "message": text, "field": path} for path, reason, text in causes]
+    return ApiError(status(422, message, "Invalid", details))

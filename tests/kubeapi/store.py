@@ -237,6 +237,20 @@ class Store:
             obj = self._latest(rtype, rtype.key(namespace, name))
             return _clone(obj) if obj is not None else None
 
+    def objects(self, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Copies of the live objects of a type (of one namespace), in key order: for server logic."""
+        with self._lock:
+            rtype = resources.BY_PLURAL[plural]
+            table = self._tables[plural]
+            prefix = f"{namespace}/" if namespace is not None and rtype.namespaced else ""
+            out = []
+            for key in table.ordered_keys():
+                if key.startswith(prefix):
+                    version = self._version(table, key, self._revision)
+                    if version is not None and version.obj is not None:
+                        out.append(_clone(version.obj))
+            return out
+
     def check_revision(self, requested: int, *, exact: bool) -> int:
         """The revision to serve for a resourceVersion parameter (Exact or NotOlderThan)."""
         with self._lock:

@@ -12,33 +12,13 @@ from rebalancer import app
 from rebalancer.cli import main
 from rebalancer.plan import NodeClass
 from rebalancer.policy import load_policy
-from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
 from tests.conftest import KUBE_TOKEN
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
 from tests.kubeapi.server import Fault
 from tests.kubeapi.status import forbidden
-
-END = 1_700_000_000.0
-NODES = ("hot-1", "cold-1", "cold-2")
-# hot-1 (4 cores): 0.3 system + 1.2 + 0.9 + 0.6 + 0.5 = 3.5 cores, 87%; the cold nodes idle at about 10%
-LOADS = {
-    ("shop", "api-0"): ("hot-1", 1.2),
-    ("shop", "api-1"): ("hot-1", 0.9),
-    ("shop", "web-0"): ("hot-1", 0.6),
-    ("monitoring", "exporter-hot-1"): ("hot-1", 0.5),
-    ("shop", "web-1"): ("cold-1", 0.1),
-    ("shop", "web-2"): ("cold-2", 0.1),
-}
-HISTORY = CadvisorHistory(
-    nodes=tuple(NodeSpec(n, 0.3) for n in NODES),
-    pods=tuple(
-        PodSpec(ns, name, node, (Container("app", constant(cores)),)) for (ns, name), (node, cores) in LOADS.items()
-    ),
-    start=END - 3600,
-    end=END,
-)
+from tests.service.scenario import END, HISTORY, build_cluster, write_policy
 
 
 @pytest.fixture(scope="module")
@@ -46,39 +26,10 @@ def prometheus(start_prometheus: StartPrometheus) -> PrometheusServer:
     return start_prometheus(HISTORY.series())
 
 
-def cluster(server: TestApiServer) -> None:
-    for name in NODES:
-        server.add(b.node(name, cpu="4", memory="16Gi"))
-    server.add(b.deployment("shop", "shop"), b.replica_set("shop-5f7d8", "shop", deployment="shop"))
-    for (namespace, name), (node, _) in LOADS.items():
-        if namespace == "monitoring":
-            owners = [b.owner("DaemonSet", "exporter")]
-        else:
-            owners = [b.owner("ReplicaSet", "shop-5f7d8")]
-        server.add(
-            b.pod(
-                name,
-                namespace=namespace,
-                node=node,
-                owners=owners,
-                containers=[b.container(cpu="200m", memory="256Mi")],
-            )
-        )
-
-
-def write_policy(path: Path, prometheus_url: str) -> Path:
-    path.write_text(
-        f"prometheus: {{url: '{prometheus_url}', maxDataAgeSeconds: 600}}\n"
-        "protections: {evictableNamespaces: {exclude: [kube-system, monitoring]}}\n"
-        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 70}}\n"
-    )
-    return path
-
-
 def test_plan_from_the_cluster_and_prometheus(
     kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
-    cluster(kube_server)
+    build_cluster(kube_server)
     policy = load_policy(write_policy(tmp_path / "policy.yaml", prometheus.url))
 
     outcome = app.plan_live(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
@@ -99,7 +50,7 @@ def test_plan_from_the_cluster_and_prometheus(
 def test_prometheus_down_blocks_the_plan_and_the_cli_says_why(
     kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cluster(kube_server)
+    build_cluster(kube_server)
     policy = write_policy(tmp_path / "policy.yaml", "http://127.0.0.1:9")  # discard port: refused
 
     code = main(["plan", "--policy", str(policy), "--kubeconfig", str(kubeconfig), "--output", "json"])
@@ -116,7 +67,7 @@ def test_prometheus_down_blocks_the_plan_and_the_cli_says_why(
 def test_forbidden_pod_list_fails_with_the_missing_permission(
     kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cluster(kube_server)
+    build_cluster(kube_server)
     denied = forbidden("system:serviceaccount:kube-system:rebalancer", "list", "pods", "")
     kube_server.set_fault("/api/v1/pods", Fault(error=denied))
     policy = write_policy(tmp_path / "policy.yaml", "http://127.0.0.1:9")
@@ -130,7 +81,7 @@ def test_forbidden_pod_list_fails_with_the_missing_permission(
 
 
 def test_wrong_token_is_reported_not_retried_forever(kube_server: TestApiServer, tmp_path: Path) -> None:
-    cluster(kube_server)
+    build_cluster(kube_server)
     config = b.write_kubeconfig(tmp_path / "kubeconfig", kube_server.url, token="not-" + KUBE_TOKEN)
     policy = write_policy(tmp_path / "policy.yaml", "http://127.0.0.1:9")
     assert main(["plan", "--policy", str(policy), "--kubeconfig", str(config)]) == 3

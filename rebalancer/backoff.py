@@ -1,0 +1,61 @@
+"""Per-pod backoff after a disruption budget refused an eviction (HTTP 429), persisted across runs.
+
+Advisory, unlike the limiter state: losing it can only cause an early retry, which the API server
+refuses again. Kept in its own small ConfigMap so that it never contends with the caps' state.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+SCHEMA = "rebalancer.io/eviction-backoff"
+VERSION = 1
+BASE_SECONDS = 60.0
+MAX_SECONDS = 3600.0
+
+
+class PodBackoff(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    until: float
+    attempts: int
+
+
+class _Document(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    schema: str
+    version: int
+    pods: dict[str, PodBackoff]
+
+
+class BackoffState(msgspec.Struct, frozen=True):
+    pods: dict[str, PodBackoff] = msgspec.field(default_factory=dict)
+
+    def blocked_until(self, key: str, now: float) -> float | None:
+        entry = self.pods.get(key)
+        return entry.until if entry is not None and entry.until > now else None
+
+    def after_rejection(self, key: str, now: float, retry_after: float | None) -> BackoffState:
+        """Exponential backoff (60 s doubling up to an hour), never shorter than the server's Retry-After."""
+        attempts = self.pods[key].attempts + 1 if key in self.pods else 1
+        wait = min(MAX_SECONDS, BASE_SECONDS * 2 ** (attempts - 1))
+        wait = max(wait, retry_after or 0.0)
+        return BackoffState({**self.pods, key: PodBackoff(now + wait, attempts)})
+
+    def cleared(self, key: str) -> BackoffState:
+        return BackoffState({k: v for k, v in self.pods.items() if k != key}) if key in self.pods else self
+
+    def pruned(self, now: float) -> BackoffState:
+        """Entries whose wait ended a day ago are forgotten (their attempt count restarts)."""
+        return BackoffState({k: v for k, v in self.pods.items() if v.until > now - 86_400})
+
+    def to_json(self) -> str:
+        return msgspec.json.encode(_Document(SCHEMA, VERSION, self.pods), order="deterministic").decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> BackoffState:
+        """Strict; anything else raises ValueError (the caller starts afresh: backoff is advisory)."""
+        try:
+            doc = msgspec.json.decode(text, type=_Document)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ValueError(f"eviction backoff state unreadable: {exc}") from exc
+        if doc.schema != SCHEMA or doc.version != VERSION:
+            raise ValueError(f"eviction backoff state: unknown schema {doc.schema!r} version {doc.version}")
+        return cls(dict(doc.pods))

@@ -1,0 +1,24 @@
+"""Limiters for evictions: caps, token buckets, time windows, lists and service levels (pure).
+
+``settings`` is the policy's ``limits:`` section, ``state`` what persists across runs, ``engine`` the
+decisions. Nothing here performs I/O or reads a clock: ``now`` (epoch seconds) is an argument.
+"""
+
+from rebalancer.limits.engine import admit, check, reserve
+from rebalancer.limits.request import ALLOWED, CycleCounts, EvictionRequest, ReplicaCounts, Verdict
+from rebalancer.limits.settings import LimitSettings
+from rebalancer.limits.state import LimiterState, StateCorrupt
+
+__all__ = [
+    "ALLOWED",
+    "CycleCounts",
+    "EvictionRequest",
+    "LimitSettings",
+    "LimiterState",
+    "ReplicaCounts",
+    "StateCorrupt",
+    "Verdict",
+    "admit",
+    "check",
+    "reserve",
+]

@@ -1,0 +1,213 @@
+"""`run --once` end to end: the real clients against the test API server (Eviction API with budget
+semantics, Events, ConfigMaps with conflicts) and a real Prometheus; the production evictor."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rebalancer import app
+from rebalancer.errors import KubeForbidden
+from rebalancer.evictor import DryRun, Outcome
+from rebalancer.limits import LimiterState
+from rebalancer.policy import load_policy
+from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
+from tests.kubeapi import TestApiServer
+from tests.kubeapi import builders as b
+from tests.kubeapi.server import Fault
+from tests.service.scenario import END, HISTORY, build_cluster, live_pods, write_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def prometheus(start_prometheus: StartPrometheus) -> PrometheusServer:
+    return start_prometheus(HISTORY.series())
+
+
+def run(kubeconfig: Path, policy: Path, dry_run: DryRun = DryRun.OFF) -> app.RunOutcome:
+    return app.run_once(load_policy(policy), app.ClusterConnection(str(kubeconfig)), dry_run, clock=lambda: END)
+
+
+def outcomes(result: app.RunOutcome) -> dict[str, Outcome]:
+    return {r.eviction.name: r.outcome for r in result.report.results}
+
+
+def stored_state(server: TestApiServer) -> LimiterState:
+    config_map = server.store.get("configmaps", "rebalancer-state", "rebalancer")
+    assert config_map is not None
+    return LimiterState.from_json(config_map["data"]["state.json"], END)
+
+
+# At a 50% target hot-1 (3.5 cores of 4) must shed 1.5 cores: api-0 (1.2) then web-0 (0.6 covers the rest).
+PLANNED = {"api-0", "web-0"}
+
+
+def test_evicts_through_the_eviction_api_with_events_and_reservations(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    result = run(kubeconfig, write_policy(tmp_path / "p.yaml", prometheus.url, target=50))
+
+    assert outcomes(result) == dict.fromkeys(PLANNED, Outcome.EVICTED)
+    assert live_pods(kube_server) == {"api-1", "web-1", "web-2"}
+    records = kube_server.eviction.records
+    assert {(r.name, r.code) for r in records} == {("api-0", 201), ("web-0", 201)}
+    for record in records:
+        assert record.annotations["rebalancer.io/strategy"] == "LowNodeUtilization"
+        assert record.preconditions["uid"]  # the planned pod, not a successor with the same name
+    events = kube_server.store.objects("events", "shop")
+    assert {e["involvedObject"]["name"] for e in events} == PLANNED
+    assert all(e["reason"] == "Rebalanced" for e in events)
+    assert {r.pod for r in stored_state(kube_server).reservations} == PLANNED
+
+
+def test_global_cap_per_cycle_holds_and_names_the_limiter(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    policy = write_policy(tmp_path / "p.yaml", prometheus.url, target=50, extra="limits: {global: {maxPerCycle: 1}}\n")
+    result = run(kubeconfig, policy)
+
+    assert sorted(outcomes(result).values()) == [Outcome.BLOCKED, Outcome.EVICTED]
+    blocked = next(r for r in result.report.results if r.outcome is Outcome.BLOCKED)
+    assert blocked.limiter is not None
+    assert "maxPerCycle" in blocked.limiter
+    assert len(kube_server.eviction.records) == 1
+
+
+def test_budget_refusal_leaves_the_pod_and_backs_off_in_later_cycles(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    kube_server.add(b.pdb("shop", "shop", selector={"matchLabels": {"app": "shop"}}, max_unavailable=0))
+    kube_server.disruption.sync_all()
+    policy = write_policy(tmp_path / "p.yaml", prometheus.url, target=50)
+
+    first = run(kubeconfig, policy)
+    # the plan already sees the budget (disruptionsAllowed 0) and passes the pods over
+    assert first.planned.plan.evictions == ()
+
+    # a controller that lags: the stored status still allows one disruption, the API server refuses
+    lagging_budget(kube_server)
+    second = run(kubeconfig, policy)
+    assert Outcome.REJECTED in outcomes(second).values()
+    assert live_pods(kube_server) == {"api-0", "api-1", "web-0", "web-1", "web-2"}
+    assert kube_server.store.get("configmaps", "rebalancer-backoff", "rebalancer") is not None
+    refused = len(kube_server.eviction.records)
+
+    lagging_budget(kube_server)
+    third = run(kubeconfig, policy)
+    assert set(outcomes(third).values()) == {Outcome.BACKOFF}
+    assert len(kube_server.eviction.records) == refused  # the refused pod was not asked for again
+
+
+def lagging_budget(server: TestApiServer) -> None:
+    server.disruption.sync_budgets = False
+    pdb = server.store.get("poddisruptionbudgets", "shop", "shop")
+    assert pdb is not None
+    pdb["status"]["disruptionsAllowed"] = 1
+    server.store.update(pdb)
+    server.disruption.sync_budgets = True
+
+
+def test_client_dry_run_changes_nothing(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    result = run(kubeconfig, write_policy(tmp_path / "p.yaml", prometheus.url, target=50), DryRun.CLIENT)
+
+    assert outcomes(result) == dict.fromkeys(PLANNED, Outcome.DRY_RUN)
+    assert kube_server.eviction.records == []
+    assert kube_server.store.objects("configmaps", "rebalancer") == []
+    assert kube_server.store.objects("events", "shop") == []
+    assert live_pods(kube_server) == {"api-0", "api-1", "web-0", "web-1", "web-2"}
+
+
+def test_server_dry_run_asks_the_api_server_and_changes_nothing(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    result = run(kubeconfig, write_policy(tmp_path / "p.yaml", prometheus.url, target=50), DryRun.SERVER)
+
+    assert outcomes(result) == dict.fromkeys(PLANNED, Outcome.SERVER_DRY_RUN)
+    assert {r.dry_run for r in kube_server.eviction.records} == {True}
+    assert live_pods(kube_server) == {"api-0", "api-1", "web-0", "web-1", "web-2"}
+    assert kube_server.store.objects("configmaps", "rebalancer") == []
+
+
+def test_rbac_refusal_names_the_missing_permission(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    kube_server.forbid("create", "pods/eviction")
+    policy = write_policy(tmp_path / "p.yaml", prometheus.url, target=50)
+    with pytest.raises(KubeForbidden) as refused:
+        run(kubeconfig, policy)
+    assert "grant verb create on pods/eviction" in str(refused.value)
+    assert live_pods(kube_server) == {"api-0", "api-1", "web-0", "web-1", "web-2"}
+
+
+RUNNER = textwrap.dedent(
+    """
+    import sys
+    from rebalancer import app
+    from rebalancer.policy import load_policy
+    result = app.run_once(load_policy(sys.argv[1]), app.ClusterConnection(sys.argv[2]), clock=lambda: {end})
+    print(sum(1 for r in result.report.results if r.outcome.value == "evicted"))
+    """
+)
+
+
+def start_run(policy: Path, kubeconfig: Path) -> subprocess.Popen[str]:
+    script = RUNNER.format(end=END)
+    return subprocess.Popen(
+        [sys.executable, "-c", script, str(policy), str(kubeconfig)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+
+
+def test_two_processes_started_together_share_the_cap(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    cap = "limits: {global: {maxPerPeriod: [{count: 1, period: 1h}]}}\n"
+    policy = write_policy(tmp_path / "p.yaml", prometheus.url, target=50, extra=cap)
+    runs = [start_run(policy, kubeconfig), start_run(policy, kubeconfig)]
+    counts = []
+    for process in runs:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        counts.append(int(out.strip().splitlines()[-1]))
+    successes = [r for r in kube_server.eviction.records if r.code == 201]
+    assert sum(counts) == len(successes) == 1
+    assert len(stored_state(kube_server).reservations) == 1
+
+
+def test_a_process_killed_between_reserve_and_evict_never_lets_the_cap_be_exceeded(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    cap = "limits: {global: {maxPerPeriod: [{count: 1, period: 1h}]}}\n"
+    policy = write_policy(tmp_path / "p.yaml", prometheus.url, target=50, extra=cap)
+    kube_server.set_fault(TestApiServer.eviction_path("shop", "api-0"), Fault(delay=60, times=1))
+    victim = start_run(policy, kubeconfig)
+    deadline = time.monotonic() + 30
+    while not kube_server.requests_to(TestApiServer.eviction_path("shop", "api-0")):
+        assert time.monotonic() < deadline, "the first run never reached the eviction"
+        time.sleep(0.05)
+    victim.kill()  # after its reservation was persisted, before its eviction was answered
+    victim.communicate(timeout=30)
+    kube_server.clear_faults()
+
+    second = start_run(policy, kubeconfig)
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert int(out.strip().splitlines()[-1]) == 0  # the token the killed run took is still taken
+    assert len(stored_state(kube_server).reservations) == 1
+    assert [r for r in kube_server.eviction.records if r.code == 201] == []

@@ -1,0 +1,178 @@
+"""Safety invariants of the evictor (hypothesis): over random clusters, policies and limiter settings,
+no protected pod is evicted, no cap is exceeded in any cycle or window, no disruption budget is
+violated, and evictions only come from hot (LowNodeUtilization) or emptied (HighNodeUtilization) nodes.
+
+The cluster behind the evictor is an in-memory double of the Eviction API's contract (budgets computed
+from the pods present, as the API server does); the evictor, limiters and planners are the production code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rebalancer.cycle import plan_cycle
+from rebalancer.errors import EvictionError, EvictionRejected, StateConflict
+from rebalancer.evictor import DryRun, Evictor, Outcome
+from rebalancer.limits import LimiterState
+from rebalancer.model import ClusterFacts, DisruptionBudget, Pod, UsageReport
+from rebalancer.plan import EvictionPlan, NodeClass, PlannedEviction, StrategyResult
+from rebalancer.policy import Policy
+from rebalancer.protections import Protections
+from tests.builders import policy
+from tests.unit.test_planner_properties import clusters
+
+EXAMPLES = 1500
+HOUR = 3600.0
+
+
+class MemoryCluster:
+    """Pods and budgets in memory, with the Eviction API's budget rules."""
+
+    def __init__(self, pods: tuple[Pod, ...], budgets: tuple[DisruptionBudget, ...]) -> None:
+        self.pods = {p.key: p for p in pods}
+        self.budgets = budgets
+        self.evicted: list[Pod] = []
+        # the controller's replica count: it does not shrink when a pod is evicted
+        self.expected = {b.name: sum(1 for p in pods if b.selects(p)) for b in budgets}
+
+    def get_pod(self, namespace: str, name: str, annotations: frozenset[str]) -> Pod | None:
+        return self.pods.get((namespace, name))
+
+    def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool, annotations: Mapping[str, str]) -> None:
+        pod = self.pods[(namespace, name)]
+        matching = [b for b in self.budgets if b.selects(pod)]
+        if len(matching) > 1:
+            raise EvictionError("This pod has more than one PodDisruptionBudget", status=500)
+        if matching and pod.ready and pod.phase == "Running" and self.allowed(matching[0]) <= 0:
+            raise EvictionRejected("Cannot evict pod as it would violate the pod's disruption budget.", None)
+        if not dry_run:
+            del self.pods[(namespace, name)]
+            self.evicted.append(pod)
+
+    def allowed(self, budget: DisruptionBudget) -> int:
+        selected = [p for p in self.pods.values() if budget.selects(p)]
+        healthy = sum(1 for p in selected if p.ready and p.phase == "Running")
+        expected = self.expected[budget.name]
+        if budget.max_unavailable is not None:
+            desired = expected - _value(budget.max_unavailable, expected)
+        else:
+            desired = _value(budget.min_available or 0, expected)
+        return healthy - desired
+
+    def record_event(self, pod: Pod, *, reason: str, message: str, action: str) -> bool:
+        return True
+
+
+def _value(value: int | str, total: int) -> int:
+    if isinstance(value, str):
+        return math.ceil(total * int(value.rstrip("%")) / 100)
+    return value
+
+
+class MemoryStore:
+    def __init__(self, text: str | None = None) -> None:
+        self.text, self.version = text, (None if text is None else "1")
+
+    def load(self) -> tuple[str | None, str | None]:
+        return self.text, self.version
+
+    def save(self, text: str, resource_version: str | None) -> str:
+        if resource_version != self.version:
+            raise StateConflict("stale resourceVersion")
+        self.text, self.version = text, str(int(self.version or 0) + 1)
+        return self.version
+
+
+@st.composite
+def limited_policies(draw: st.DrawFn) -> Policy:
+    low = draw(st.integers(5, 40))
+    high = draw(st.integers(low, 80))
+    kind = draw(st.sampled_from(["LowNodeUtilization", "LowNodeUtilization", "HighNodeUtilization"]))
+    caps = [f"maxPerCycle: {draw(st.integers(1, 4))}"] if draw(st.booleans()) else []
+    if draw(st.booleans()):
+        caps.append(f"maxPerPeriod: [{{count: {draw(st.integers(1, 6))}, period: 1h}}]")
+    node = f"node: {{maxPerCycle: {draw(st.integers(1, 2))}}}" if draw(st.booleans()) else ""
+    workload = f"workload: {{maxUnavailable: {draw(st.integers(1, 2))}}}" if draw(st.booleans()) else ""
+    parts = [f"global: {{{', '.join(caps)}}}" if caps else "", node, workload]
+    limits = "limits: {" + ", ".join(p for p in parts if p) + "}\n"
+    return policy(f"kind: {kind}\nthresholds: {{cpu: {low}}}\ntargetThresholds: {{cpu: {high}}}\n", limits)
+
+
+def arbitrary_plan(plan: EvictionPlan, pods: tuple[Pod, ...], picks: list[int]) -> EvictionPlan:
+    """A plan naming any pods at all (protected ones included), as a faulty strategy might: the evictor
+    must hold every rule whatever produced the plan."""
+    bound = [p for p in pods if p.node_name is not None]
+    chosen = {bound[i % len(bound)].key: bound[i % len(bound)] for i in picks} if bound else {}
+    evictions = tuple(
+        PlannedEviction("Arbitrary", p.namespace, p.name, p.uid, p.node_name or "", "a", p.workload, 100, "test", "")
+        for p in chosen.values()
+    )
+    return EvictionPlan(plan.taken_at, (StrategyResult("Arbitrary", evictions, (), ()),))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    clusters(), limited_policies(), st.integers(0, 5), st.one_of(st.none(), st.lists(st.integers(0, 99), max_size=12))
+)
+def test_evictions_are_safe(
+    cluster: tuple[ClusterFacts, UsageReport], pol: Policy, earlier: int, picks: list[int] | None
+) -> None:
+    facts, report = cluster
+    now = 1_700_000_000.0
+    snapshot, plan = plan_cycle(facts, report, pol, now)
+    if picks is not None and not plan.blocked:
+        plan = arbitrary_plan(plan, facts.pods, picks)
+    memory = MemoryCluster(facts.pods, facts.budgets)
+    # evictions earlier in the hour, recorded by another run, count against the caps
+    state = LimiterState()
+    from rebalancer.limits import EvictionRequest, reserve
+
+    for i in range(earlier):
+        request = EvictionRequest("default", f"earlier-{i}", "elsewhere", "a", None)
+        state = reserve(request, state, pol.limits, now - 60 * (i + 1))
+    store = MemoryStore(state.to_json())
+    protections = Protections.from_settings(pol.protections)
+    evictor = Evictor(memory, store, MemoryStore(), pol.limits, protections, DryRun.OFF)
+    result = evictor.apply(plan, snapshot, now)
+
+    evicted = memory.evicted
+    assert len(evicted) == result.count(Outcome.EVICTED)
+    classes = {d.node: d.node_class for d in plan.results[0].node_decisions}
+    source_class = NodeClass.COLD if pol.strategies[0].kind == "HighNodeUtilization" else NodeClass.HOT
+    for pod in evicted:
+        assert protections.reason(pod) is None
+        assert pod.node_name is not None
+        if picks is None:  # the planner's own plan: only from hot (or emptied) nodes
+            assert classes[pod.node_name] is source_class
+
+    limits = pol.limits
+    if limits.cluster.max_per_cycle is not None:
+        assert len(evicted) <= limits.cluster.max_per_cycle
+    for cap in limits.cluster.max_per_period:
+        assert earlier_in_window(earlier) + len(evicted) <= max(cap.count, earlier_in_window(earlier))
+    if limits.node.max_per_cycle is not None:
+        assert max(Counter(p.node_name for p in evicted).values(), default=0) <= limits.node.max_per_cycle
+    if limits.workload.max_unavailable is not None:
+        for workload, count in Counter(p.workload for p in evicted if p.workload and p.ready).items():
+            pods = [p for p in facts.pods if p.workload == workload and p.phase not in ("Succeeded", "Failed")]
+            unready = sum(1 for p in pods if not p.ready)
+            assert unready + count <= max(int(limits.workload.max_unavailable), unready) or count == 0
+
+    initial = MemoryCluster(facts.pods, facts.budgets)
+    for budget in facts.budgets:
+        taken = sum(1 for p in evicted if budget.selects(p) and p.ready and p.phase == "Running")
+        assert taken <= max(initial.allowed(budget), 0)
+
+    # a token is taken for every eviction attempted, whatever the API server answered
+    stored = LimiterState.from_json(store.text or "", now)
+    attempted = (Outcome.EVICTED, Outcome.REJECTED, Outcome.GONE, Outcome.REPLACED, Outcome.FAILED)
+    assert sum(1 for r in stored.reservations if r.at == now) == sum(result.count(o) for o in attempted)
+
+
+def earlier_in_window(earlier: int) -> int:
+    return earlier  # every earlier reservation lies within the last hour
