@@ -173,10 +173,11 @@ class Evictor:
 
     def _replace_corrupt_state(self, exc: StateCorrupt, version: str | None, now: float) -> EvictorReport:
         """Never trust it: report, store a conservative replacement (empty token buckets), evict nothing."""
-        problem = f"{exc}; replaced with a fresh state (token buckets empty), no evictions this cycle"
+        horizon = self._settings.horizon_seconds
+        problem = f"{exc}; replaced: no evictions for {horizon} s (the longest window), then token buckets start empty"
         log.error("%s", problem)
         if self._dry_run is DryRun.OFF:
-            replacement = LimiterState.replacement(now, self._settings.bucket_scopes())
+            replacement = LimiterState.replacement(now, self._settings.bucket_scopes(), horizon)
             try:
                 self._limits_store.save(replacement.to_json(), version)
             except StateConflict:

@@ -55,6 +55,7 @@ def reserve(request: EvictionRequest, state: LimiterState, settings: LimitSettin
         buckets=buckets,
         node_last_eviction=node_last,
         workload_last_eviction=workload_last,
+        recovering_until=state.recovering_until,
     )
 
 
@@ -231,4 +232,18 @@ def _rates(r: EvictionRequest, st: LimiterState, _: CycleCounts, s: LimitSetting
     return None
 
 
-_STAGES: tuple[Stage, ...] = (_lists, _windows, _cycle_caps, _unavailable, _spacing, _periods, _rates)
+def _recovering(
+    _: EvictionRequest, st: LimiterState, __: CycleCounts, ___: LimitSettings, now: float
+) -> Verdict | None:
+    until = st.recovering_until
+    if until is None or now >= until:
+        return None
+    return Verdict(
+        "state.recovering",
+        "the limiter state was corrupt and replaced: evictions it forgot could fill any cap, so none until "
+        "every window has passed",
+        until,
+    )
+
+
+_STAGES: tuple[Stage, ...] = (_recovering, _lists, _windows, _cycle_caps, _unavailable, _spacing, _periods, _rates)

@@ -61,12 +61,19 @@ class LimiterState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     buckets: Mapping[str, Bucket] = msgspec.field(default_factory=dict)
     node_last_eviction: Mapping[str, float] = msgspec.field(default_factory=dict)
     workload_last_eviction: Mapping[str, float] = msgspec.field(default_factory=dict)
+    recovering_until: float | None = None  # set after corrupt state: nothing is evicted before this time
 
     @classmethod
-    def replacement(cls, now: float, bucket_scopes: Iterable[str]) -> LimiterState:
-        """What to store after :class:`StateCorrupt`: nothing is known about past evictions, so every
-        token bucket (``LimitSettings.bucket_scopes()``) starts empty and the rate holds from ``now``."""
-        return cls(buckets={scope: Bucket(0.0, now) for scope in sorted(bucket_scopes)})
+    def replacement(cls, now: float, bucket_scopes: Iterable[str], horizon: float) -> LimiterState:
+        """What to store after :class:`StateCorrupt`: nothing is known about past evictions, so no
+        eviction may happen until every window (``LimitSettings.horizon_seconds``) has passed since
+        ``now`` (the evictions it forgot could fill any cap), and then every token bucket
+        (``LimitSettings.bucket_scopes()``) starts empty. Deleting the state ConfigMap instead is the
+        operator's explicit choice to start afresh."""
+        return cls(
+            buckets={scope: Bucket(0.0, now) for scope in sorted(bucket_scopes)},
+            recovering_until=now + horizon if horizon > 0 else None,
+        )
 
     def prune(self, now: float, horizon: float) -> LimiterState:
         """Drop what no window reaches any more: records at or before ``now - horizon`` (use
@@ -77,6 +84,7 @@ class LimiterState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
             buckets=self.buckets,
             node_last_eviction={k: t for k, t in self.node_last_eviction.items() if t > cutoff},
             workload_last_eviction={k: t for k, t in self.workload_last_eviction.items() if t > cutoff},
+            recovering_until=self.recovering_until if (self.recovering_until or 0) > now else None,
         )
 
     def to_json(self) -> str:
@@ -87,6 +95,7 @@ class LimiterState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
             buckets=dict(self.buckets),
             node_last_eviction=dict(self.node_last_eviction),
             workload_last_eviction=dict(self.workload_last_eviction),
+            recovering_until=self.recovering_until,
         )
         return msgspec.json.encode(doc, order="deterministic").decode()
 
@@ -114,6 +123,7 @@ class LimiterState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
             buckets=doc.buckets,
             node_last_eviction=doc.node_last_eviction,
             workload_last_eviction=doc.workload_last_eviction,
+            recovering_until=doc.recovering_until,
         )
 
 
@@ -133,9 +143,17 @@ class _Document(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename=
     buckets: dict[str, Bucket]
     node_last_eviction: dict[str, float]
     workload_last_eviction: dict[str, float]
+    recovering_until: float | None = None
+
+
+MAX_RECOVERY_SECONDS = 31 * 86_400.0
 
 
 def _check_values(doc: _Document, now: float) -> None:
+    until = doc.recovering_until
+    if until is not None and (not math.isfinite(until) or until < 0 or until > now + MAX_RECOVERY_SECONDS):
+        raise StateCorrupt(f"$.recoveringUntil: {until!r} is not a time within 31 days of now")
+
     def time(value: float, where: str) -> None:
         if not math.isfinite(value) or value < 0:
             raise StateCorrupt(f"{where}: {value!r} is not a time")

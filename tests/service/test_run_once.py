@@ -211,3 +211,26 @@ def test_a_process_killed_between_reserve_and_evict_never_lets_the_cap_be_exceed
     assert int(out.strip().splitlines()[-1]) == 0  # the token the killed run took is still taken
     assert len(stored_state(kube_server).reservations) == 1
     assert [r for r in kube_server.eviction.records if r.code == 201] == []
+
+
+def test_corrupt_state_is_reported_replaced_and_never_trusted(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    kube_server.add(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "rebalancer-state", "namespace": "rebalancer"},
+         "data": {"state.json": '{"schema": "someone-else", "version": 7}'}}
+    )  # fmt: skip
+    cap = "limits: {global: {maxPerPeriod: [{count: 10, period: 1h}]}}\n"
+    policy = write_policy(tmp_path / "p.yaml", prometheus.url, target=50, extra=cap)
+
+    first = run(kubeconfig, policy)
+    assert first.report.aborted is not None
+    assert "foreign schema" in first.report.aborted
+    assert any("replaced" in p for p in first.report.problems)
+    assert kube_server.eviction.records == []
+    assert stored_state(kube_server).recovering_until == END + 3600
+
+    second = run(kubeconfig, policy)
+    assert {r.limiter for r in second.report.results} == {"state.recovering"}
+    assert kube_server.eviction.records == []

@@ -118,13 +118,23 @@ def test_a_little_clock_skew_is_accepted() -> None:
     assert state.reservations[0].at == T0 + 30 * 60
 
 
-def test_replacement_keeps_the_rate_from_now() -> None:
-    state = LimiterState.replacement(T0, SETTINGS.bucket_scopes())
+def test_replacement_blocks_every_window_then_keeps_the_rate() -> None:
+    horizon = SETTINGS.horizon_seconds
+    state = LimiterState.replacement(T0, SETTINGS.bucket_scopes(), horizon)
     assert state.buckets == {"global": Bucket(0.0, T0), "pool/gpu": Bucket(0.0, T0)}
-    blocked = check(request(), state, CycleCounts(), SETTINGS, T0)
-    assert blocked.limiter == "global.rate"
-    assert blocked.retry_at == pytest.approx(T0 + 30)
+    recovering = check(request(), state, CycleCounts(), SETTINGS, T0 + horizon - 1)
+    assert recovering.limiter == "state.recovering"
+    assert recovering.retry_at == T0 + horizon
     assert LimiterState.from_json(state.to_json(), T0) == state
+    after = state.prune(T0 + horizon, horizon)
+    assert after.recovering_until is None
+    assert check(request(), after, CycleCounts(), SETTINGS, T0 + horizon).limiter != "state.recovering"
+
+
+def test_recovery_time_far_in_the_future_is_corrupt() -> None:
+    state = LimiterState.replacement(T0, SETTINGS.bucket_scopes(), 40 * 86_400)
+    with pytest.raises(StateCorrupt, match="recoveringUntil"):
+        LimiterState.from_json(state.to_json(), T0)
 
 
 def test_prune_drops_only_what_no_window_reaches() -> None:
