@@ -11,9 +11,14 @@ from strategies import build
 
 
 def plan_cycle(
-    facts: ClusterFacts, usage: UsageReport, policy: Policy, taken_at: float
+    facts: ClusterFacts,
+    usage: UsageReport,
+    policy: Policy,
+    taken_at: float,
+    focus: frozenset[str] | None = None,
 ) -> tuple[ClusterSnapshot, EvictionPlan]:
-    snapshot = build_snapshot(facts, usage, policy.pools, taken_at)
+    """``focus``: the nodes an alert named; only they are relieved (None: every hot node)."""
+    snapshot = build_snapshot(facts, usage, policy.pools, taken_at, focus)
     protections = Protections.from_settings(policy.protections)
     results = tuple(build(s).plan(snapshot, protections) for s in policy.strategies if s.enabled)
     blocked = f"usage source failed, no evictions this cycle: {usage.failure}" if usage.failure else None

@@ -4,16 +4,72 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from rebalancer.errors import ConfigError
 from rebalancer.limits import LimitSettings
-from rebalancer.settings import FieldProblems, Model, PoolSettings, PrometheusSettings, ProtectionSettings
+from rebalancer.settings import Duration, FieldProblems, Model, PoolSettings, PrometheusSettings, ProtectionSettings
 from strategies import REGISTRY, AnyStrategySettings
 
 API_VERSION: Literal["rebalancer.io/v1alpha1"] = "rebalancer.io/v1alpha1"
+
+
+class WebhookSettings(Model):
+    """The Alertmanager webhook of `rebalancer serve`."""
+
+    token_file: str | None = Field(
+        default=None, description="File with the bearer token (a mounted Secret); when set, requests must carry it."
+    )
+    node_labels: tuple[str, ...] = Field(
+        default=("node", "instance"), min_length=1, description="Alert labels naming the node, tried in order."
+    )
+    alert_node_cooldown: Duration = Field(
+        default="5m", description="After an alert-triggered cycle for a node, its next alerts only wait this long."
+    )
+
+
+class LeaderElectionSettings(Model):
+    """A coordination.k8s.io Lease, so that several replicas are safe: only the leader evicts."""
+
+    enabled: bool = Field(default=True, description="Required when running more than one replica.")
+    lease_name: str = Field(default="rebalancer", min_length=1, description="Lease name, in state.namespace.")
+    lease_duration_seconds: float = Field(default=15, gt=0, description="How long a lease holds without renewal.")
+    renew_deadline_seconds: float = Field(default=10, gt=0, description="A leader gives up if it cannot renew.")
+    retry_period_seconds: float = Field(default=2, gt=0, description="How often candidates try.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElectionSettings:
+        if not self.retry_period_seconds < self.renew_deadline_seconds < self.lease_duration_seconds:
+            raise FieldProblems(
+                [("renewDeadlineSeconds", "need retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds")]
+            )
+        return self
+
+
+class ServiceSettings(Model):
+    """`rebalancer serve`: schedules, the webhook, leader election, hot reload."""
+
+    time_zone: str = Field(default="UTC", description="Time zone of the strategies' cron schedules.")
+    host: str = Field(default="0.0.0.0", description="Listen address of the webhook, /metrics and probes.")
+    port: int = Field(default=8080, ge=1, le=65535, description="Listen port.")
+    webhook: WebhookSettings = Field(default_factory=WebhookSettings, description="Alertmanager webhook.")
+    leader_election: LeaderElectionSettings = Field(
+        default_factory=LeaderElectionSettings, description="Lease-based leader election."
+    )
+    reload_interval_seconds: float = Field(
+        default=10, gt=0, description="How often the policy file is checked for changes (hot reload)."
+    )
+
+    @model_validator(mode="after")
+    def _zone(self) -> ServiceSettings:
+        try:
+            ZoneInfo(self.time_zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise FieldProblems([("timeZone", f"unknown time zone {self.time_zone!r}")]) from None
+        return self
 
 
 class StateSettings(Model):
@@ -44,6 +100,7 @@ class Policy(Model):
         default_factory=LimitSettings, description="Rate limiters, caps, time windows and lists (the evictor)."
     )
     state: StateSettings = Field(default_factory=StateSettings, description="Where limiter state is kept.")
+    service: ServiceSettings = Field(default_factory=ServiceSettings, description="Settings of `rebalancer serve`.")
 
 
 class _StrictLoader(yaml.SafeLoader):

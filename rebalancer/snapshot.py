@@ -34,6 +34,7 @@ class ClusterSnapshot:
     pod_usage: Mapping[PodKey, int]
     budgets: tuple[DisruptionBudget, ...]
     usage_failure: str | None
+    focus: frozenset[str] | None = None  # an alert's nodes: only these may be relieved this cycle
 
     def pods_on(self, node: str) -> tuple[Pod, ...]:
         return self.pods_by_node.get(node, ())
@@ -64,7 +65,13 @@ class PoolResolver:
         return self._default
 
 
-def build_snapshot(facts: ClusterFacts, usage: UsageReport, pools: PoolSettings, taken_at: float) -> ClusterSnapshot:
+def build_snapshot(
+    facts: ClusterFacts,
+    usage: UsageReport,
+    pools: PoolSettings,
+    taken_at: float,
+    focus: frozenset[str] | None = None,
+) -> ClusterSnapshot:
     resolver = PoolResolver(pools)
     nodes = {n.name: n for n in sorted(facts.nodes, key=lambda n: n.name)}
     grouped: dict[str, list[Pod]] = {name: [] for name in nodes}
@@ -82,6 +89,7 @@ def build_snapshot(facts: ClusterFacts, usage: UsageReport, pools: PoolSettings,
         pod_usage=MappingProxyType(dict(usage.pod_cpu_m)),
         budgets=facts.budgets,
         usage_failure=usage.failure,
+        focus=focus,
     )
 
 

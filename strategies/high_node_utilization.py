@@ -77,6 +77,8 @@ class HighNodeUtilization:
         ordered = tuple(decisions.values())
         if snapshot.usage_failure:
             return StrategyResult(KIND, (), ordered, (), (f"no evictions: {snapshot.usage_failure}",))
+        if snapshot.focus is not None:
+            return StrategyResult(KIND, (), ordered, (), ("not run: this cycle relieves the nodes an alert named",))
         notes: list[str] = []
         evictions: list[PlannedEviction] = []
         pod_decisions: list[PodDecision] = []

@@ -91,6 +91,9 @@ class LowNodeUtilization:
             (d for d in ordered if d.node_class is NodeClass.HOT and d.pool in active_pools),
             key=lambda d: -(d.usage_pct or 0.0),
         )
+        if snapshot.focus is not None:
+            hot = [d for d in hot if d.node in snapshot.focus]
+            notes.append(f"focused on {', '.join(sorted(snapshot.focus))}: {len(hot)} of them hot")
         ledger = BudgetLedger(snapshot.budgets)
         evictions: list[PlannedEviction] = []
         pod_decisions: list[PodDecision] = []

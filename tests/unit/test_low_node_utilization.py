@@ -258,3 +258,12 @@ def test_hottest_node_gets_room_first():
     pol = policy(LNU.replace("cpu: 20", "cpu: 55"))
     plan = run([node("warm"), node("hot"), node("cold")], pods, report, pol)
     assert evicted(plan) == ["hot-pod"]
+
+
+def test_focus_relieves_only_the_alerted_nodes():
+    pods = [pod("a", "hot-a"), pod("b", "hot-b")]
+    report = usage({"hot-a": 9500, "hot-b": 9000, "cold": 0}, {"a": 3000, "b": 3000})
+    facts = ClusterFacts((node("hot-a"), node("hot-b"), node("cold")), tuple(pods), ())
+    plan = plan_cycle(facts, report, policy(LNU), 1_700_000_000.0, focus=frozenset({"hot-b"}))[1]
+    assert evicted(plan) == ["b"]
+    assert any("focused on hot-b" in n for n in plan.results[0].notes)

@@ -1,0 +1,267 @@
+"""What `rebalancer serve` runs and when: cycles on the strategies' schedules (APScheduler 3) and on
+alerts, one at a time; hot reload of the policy file; a graceful stop.
+
+I/O stays out: the cycle itself (snapshot, plan, evict) is an injected callable built by the
+composition root, and so are leadership and the clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from rebalancer.errors import ConfigError, RebalancerError
+from rebalancer.evictor import EvictorReport
+from rebalancer.limits.settings import duration_seconds
+from rebalancer.plan import EvictionPlan
+from rebalancer.policy import Policy, load_policy
+from strategies.base import Schedule
+
+log = logging.getLogger(__name__)
+_DOW = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    kind: str  # "schedule" | "alert"
+    strategies: tuple[int, ...]  # indices into policy.strategies
+    nodes: frozenset[str] | None = None  # an alert's nodes: only they are relieved
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    plan: EvictionPlan
+    report: EvictorReport | None
+
+
+CycleFn = Callable[[Policy, Trigger], CycleResult]
+
+
+class ServiceMetrics(Protocol):
+    def observe_cycle(self, trigger: str, seconds: float, plan: EvictionPlan, report: EvictorReport | None) -> None: ...
+
+    def cycle_failed(self, reason: str) -> None: ...
+
+    def policy_reload(self, ok: bool) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AlertDecision:
+    node: str | None
+    action: str  # queued | already-queued | cooldown | resolved | unknown-node
+    detail: str = ""
+
+
+@dataclass
+class _Alerts:
+    pending: set[str] = field(default_factory=set)
+    handled_at: dict[str, float] = field(default_factory=dict)
+    wake: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # the HTTP threads and the worker
+
+
+def cron_trigger(expression: str, zone: ZoneInfo) -> CronTrigger:
+    """A crontab expression with crontab's day-of-week numbering (0 and 7 are Sunday); APScheduler 3's
+    own ``from_crontab`` counts from Monday, which would silently shift every weekday."""
+    minute, hour, day, month, dow = expression.split()
+    for number, name in enumerate(_DOW):
+        dow = _replace_number(dow, number, name)
+    return CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=dow, timezone=zone)
+
+
+def _replace_number(field_text: str, number: int, name: str) -> str:
+    parts = []
+    for part in field_text.split(","):
+        base, slash, step = part.partition("/")
+        bounds = [name if b == str(number) else b for b in base.split("-")]
+        parts.append("-".join(bounds) + slash + step)
+    return ",".join(parts)
+
+
+def schedule_trigger(schedule: Schedule, zone: ZoneInfo) -> CronTrigger | IntervalTrigger:
+    if schedule.cron is not None:
+        return cron_trigger(schedule.cron, zone)
+    assert schedule.interval is not None
+    return IntervalTrigger(seconds=duration_seconds(schedule.interval), timezone=zone)
+
+
+class Service:
+    """Schedules, alerts and reloads; runs at most one cycle at a time, only while leading."""
+
+    def __init__(
+        self,
+        policy_path: Path,
+        run_cycle: CycleFn,
+        metrics: ServiceMetrics,
+        is_leader: Callable[[], bool],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._path = policy_path
+        self._run_cycle = run_cycle
+        self._metrics = metrics
+        self._is_leader = is_leader
+        self._clock = clock
+        self._policy = load_policy(policy_path)  # an invalid policy at start is fatal: ConfigError
+        self._digest = self._read_digest()
+        self._cycle_lock = threading.Lock()
+        self._alerts = _Alerts()
+        self._stopping = threading.Event()
+        self._ready = threading.Event()
+        self._scheduler = BackgroundScheduler(
+            timezone=ZoneInfo(self._policy.service.time_zone),
+            job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": 60},
+        )
+        self._worker = threading.Thread(target=self._alert_loop, name="alert-cycles", daemon=True)
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._schedule(self._policy)
+        self._scheduler.add_job(
+            self.reload, IntervalTrigger(seconds=self._policy.service.reload_interval_seconds), id="reload"
+        )
+        self._scheduler.start()
+        self._worker.start()
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop taking work, let the cycle in flight finish (its reservations are already persisted)."""
+        self._stopping.set()
+        self._alerts.wake.set()
+        self._scheduler.shutdown(wait=True)
+        if self._worker.is_alive():
+            self._worker.join(timeout)
+
+    def _schedule(self, policy: Policy) -> None:
+        zone = ZoneInfo(policy.service.time_zone)
+        for job in self._scheduler.get_jobs():
+            if job.id.startswith("strategy-"):
+                job.remove()
+        for index, strategy in enumerate(policy.strategies):
+            if not strategy.enabled:
+                continue
+            self._scheduler.add_job(
+                self.run,
+                schedule_trigger(strategy.schedule, zone),
+                args=(Trigger("schedule", (index,)),),
+                id=f"strategy-{index}-{strategy.kind}",
+                name=f"{strategy.kind} ({strategy.schedule.cron or 'every ' + str(strategy.schedule.interval)})",
+            )
+
+    # -- hot reload -------------------------------------------------------------------------------
+
+    def _read_digest(self) -> str:
+        try:
+            return hashlib.sha256(self._path.read_bytes()).hexdigest()
+        except OSError:
+            return ""
+
+    def reload(self) -> bool:
+        """Take a changed policy file; an invalid one keeps the last good policy (logged, counted)."""
+        digest = self._read_digest()
+        if digest == self._digest:
+            return False
+        self._digest = digest
+        try:
+            policy = load_policy(self._path)
+        except ConfigError as exc:
+            log.error("policy reload rejected, keeping the last good policy:\n%s", exc)
+            self._metrics.policy_reload(False)
+            return False
+        with self._cycle_lock:  # never swap under a running cycle
+            self._policy = policy
+            self._schedule(policy)
+        log.info("policy reloaded from %s", self._path)
+        self._metrics.policy_reload(True)
+        return True
+
+    # -- cycles -----------------------------------------------------------------------------------
+
+    def run(self, trigger: Trigger) -> CycleResult | None:
+        with self._cycle_lock:
+            if self._stopping.is_set():
+                return None
+            if not self._is_leader():
+                log.debug("not the leader: %s cycle skipped", trigger.kind)
+                return None
+            policy = self._policy
+            started = self._clock()
+            try:
+                result = self._run_cycle(policy, trigger)
+            except RebalancerError as exc:
+                log.error("%s cycle failed: %s: %s", trigger.kind, type(exc).__name__, exc)
+                self._metrics.cycle_failed(type(exc).__name__)
+                return None
+            self._metrics.observe_cycle(trigger.kind, self._clock() - started, result.plan, result.report)
+            if not result.plan.blocked:
+                self._ready.set()
+            return result
+
+    # -- alerts -----------------------------------------------------------------------------------
+
+    def submit_alerts(self, alerts: Iterable[tuple[str | None, str, str]]) -> list[AlertDecision]:
+        """(node or None, status, why the node is unknown) per alert; returns at once, work runs later."""
+        now = self._clock()
+        cooldown = duration_seconds(self._policy.service.webhook.alert_node_cooldown)
+        decisions: list[AlertDecision] = []
+        with self._alerts.lock:
+            queued = self._triage(alerts, now, cooldown, decisions)
+        if queued:
+            self._alerts.wake.set()
+        return decisions
+
+    def _triage(
+        self, alerts: Iterable[tuple[str | None, str, str]], now: float, cooldown: float, out: list[AlertDecision]
+    ) -> bool:
+        decisions = out  # appended to in place
+        queued = False
+        for node, status, unknown_reason in alerts:
+            if node is None:
+                decisions.append(AlertDecision(None, "unknown-node", unknown_reason))
+            elif status != "firing":
+                decisions.append(AlertDecision(node, "resolved", "resolved alerts are recorded, not acted on"))
+            elif node in self._alerts.pending:
+                decisions.append(AlertDecision(node, "already-queued"))
+            elif now - self._alerts.handled_at.get(node, float("-inf")) < cooldown:
+                wait = cooldown - (now - self._alerts.handled_at[node])
+                decisions.append(AlertDecision(node, "cooldown", f"handled recently; next in {wait:.0f} s"))
+            else:
+                self._alerts.pending.add(node)
+                decisions.append(AlertDecision(node, "queued"))
+                queued = True
+        return queued
+
+    def _alert_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._alerts.wake.wait()
+            self._alerts.wake.clear()
+            if self._stopping.is_set():
+                return
+            with self._alerts.lock:
+                nodes = frozenset(self._alerts.pending)
+            if not nodes:
+                continue
+            relieving = tuple(i for i, s in enumerate(self._policy.strategies) if s.enabled)
+            self.run(Trigger("alert", relieving, nodes))
+            now = self._clock()
+            with self._alerts.lock:
+                for node in nodes:
+                    self._alerts.handled_at[node] = now
+                    self._alerts.pending.discard(node)

@@ -1,0 +1,142 @@
+"""The service's scheduling core: cron semantics, single flight, alerts, hot reload, graceful stop."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from rebalancer.evictor import EvictorReport
+from rebalancer.plan import EvictionPlan
+from rebalancer.policy import Policy
+from rebalancer.runner import CycleResult, Service, Trigger, cron_trigger
+
+UTC = ZoneInfo("UTC")
+GOOD = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}, schedule: {interval: 1h}}\n"
+
+
+class RecordingMetrics:
+    def __init__(self) -> None:
+        self.cycles: list[str] = []
+        self.failures: list[str] = []
+        self.reloads: list[bool] = []
+
+    def observe_cycle(self, trigger: str, seconds: float, plan: EvictionPlan, report: EvictorReport | None) -> None:
+        self.cycles.append(trigger)
+
+    def cycle_failed(self, reason: str) -> None:
+        self.failures.append(reason)
+
+    def policy_reload(self, ok: bool) -> None:
+        self.reloads.append(ok)
+
+
+class Cycles:
+    """The injected cycle: records triggers; can be held to keep a cycle in flight."""
+
+    def __init__(self) -> None:
+        self.triggers: list[Trigger] = []
+        self.release = threading.Event()
+        self.release.set()
+        self.entered = threading.Event()
+
+    def __call__(self, policy: Policy, trigger: Trigger) -> CycleResult:
+        self.triggers.append(trigger)
+        self.entered.set()
+        assert self.release.wait(10)
+        return CycleResult(EvictionPlan(0.0, ()), EvictorReport())
+
+
+def next_fire(expression: str, after: datetime) -> datetime:
+    fire = cron_trigger(expression, UTC).get_next_fire_time(None, after)
+    assert fire is not None
+    return fire
+
+
+@pytest.mark.parametrize(
+    ("expression", "weekday"),
+    [("0 9 * * 1", 0), ("0 9 * * 0", 6), ("0 9 * * 7", 6), ("0 9 * * 5", 4), ("0 9 * * sat", 5)],
+)
+def test_cron_day_of_week_counts_from_sunday_like_crontab(expression: str, weekday: int) -> None:
+    assert next_fire(expression, datetime(2026, 11, 18, 12, tzinfo=UTC)).weekday() == weekday
+
+
+def test_cron_ranges_keep_crontab_meaning() -> None:
+    fires = {next_fire("30 2 * * 1-5", datetime(2026, 11, d, 3, tzinfo=UTC)).weekday() for d in range(16, 23)}
+    assert fires == {0, 1, 2, 3, 4}
+
+
+def service(tmp_path: Path, leader: bool = True) -> tuple[Service, Cycles, RecordingMetrics, Path]:
+    path = tmp_path / "policy.yaml"
+    path.write_text(GOOD)
+    cycles, metrics = Cycles(), RecordingMetrics()
+    return Service(path, cycles, metrics, lambda: leader), cycles, metrics, path
+
+
+def test_follower_runs_no_cycle(tmp_path: Path) -> None:
+    svc, cycles, metrics, _ = service(tmp_path, leader=False)
+    assert svc.run(Trigger("schedule", (0,))) is None
+    assert cycles.triggers == []
+    assert not svc.ready()
+
+
+def test_a_cycle_marks_the_service_ready(tmp_path: Path) -> None:
+    svc, cycles, metrics, _ = service(tmp_path)
+    assert svc.run(Trigger("schedule", (0,))) is not None
+    assert metrics.cycles == ["schedule"]
+    assert svc.ready()
+
+
+def test_invalid_policy_on_reload_keeps_the_last_good_one(tmp_path: Path) -> None:
+    svc, _, metrics, path = service(tmp_path)
+    path.write_text(GOOD.replace("cpu: 20", "cpu: 90"))  # thresholds above targetThresholds
+    assert svc.reload() is False
+    assert metrics.reloads == [False]
+    assert svc.policy.strategies[0].thresholds.cpu == 20
+    path.write_text(GOOD.replace("cpu: 20", "cpu: 25"))
+    assert svc.reload() is True
+    assert metrics.reloads == [False, True]
+    assert svc.policy.strategies[0].thresholds.cpu == 25
+    assert svc.reload() is False  # unchanged file: nothing to do
+
+
+def test_alerts_are_coalesced_per_node_then_cooled_down(tmp_path: Path) -> None:
+    svc, cycles, _, _ = service(tmp_path)
+    cycles.release.clear()
+    svc.start()
+    try:
+        first = svc.submit_alerts([("n1", "firing", ""), ("n2", "firing", ""), (None, "firing", "unknown node x")])
+        assert [d.action for d in first] == ["queued", "queued", "unknown-node"]
+        assert cycles.entered.wait(5)
+        again = svc.submit_alerts([("n1", "firing", ""), ("n3", "resolved", "")])
+        assert [d.action for d in again] == ["already-queued", "resolved"]
+        cycles.release.set()
+        deadline = threading.Event()
+        for _ in range(100):
+            if svc.submit_alerts([("n1", "firing", "")])[0].action == "cooldown":
+                break
+            deadline.wait(0.05)
+        assert svc.submit_alerts([("n2", "firing", "")])[0].action == "cooldown"
+    finally:
+        svc.stop()
+    alert_cycles = [t for t in cycles.triggers if t.kind == "alert"]
+    assert alert_cycles[0].nodes == frozenset({"n1", "n2"})
+
+
+def test_stop_waits_for_the_cycle_in_flight(tmp_path: Path) -> None:
+    svc, cycles, metrics, _ = service(tmp_path)
+    cycles.release.clear()
+    svc.start()
+    svc.submit_alerts([("n1", "firing", "")])
+    assert cycles.entered.wait(5)
+    stopper = threading.Thread(target=svc.stop)
+    stopper.start()
+    stopper.join(0.3)
+    assert stopper.is_alive()  # still waiting for the eviction in flight
+    cycles.release.set()
+    stopper.join(10)
+    assert not stopper.is_alive()
+    assert metrics.cycles == ["alert"]
