@@ -77,14 +77,14 @@ def service(tmp_path: Path, leader: bool = True) -> tuple[Service, Cycles, Recor
 
 
 def test_follower_runs_no_cycle(tmp_path: Path) -> None:
-    svc, cycles, metrics, _ = service(tmp_path, leader=False)
+    svc, cycles, _, _ = service(tmp_path, leader=False)
     assert svc.run(Trigger("schedule", (0,))) is None
     assert cycles.triggers == []
     assert not svc.ready()
 
 
 def test_a_cycle_marks_the_service_ready(tmp_path: Path) -> None:
-    svc, cycles, metrics, _ = service(tmp_path)
+    svc, _, metrics, _ = service(tmp_path)
     assert svc.run(Trigger("schedule", (0,))) is not None
     assert metrics.cycles == ["schedule"]
     assert svc.ready()
