@@ -41,7 +41,11 @@ class ClusterConnection:
 
 
 def plan_live(
-    policy: Policy, connection: ClusterConnection, clock: Clock = time.time, api: ApiClient | None = None
+    policy: Policy,
+    connection: ClusterConnection,
+    clock: Clock = time.time,
+    api: ApiClient | None = None,
+    focus: frozenset[str] | None = None,
 ) -> PlanOutcome:
     """Read the cluster and Prometheus, then plan. A failed usage read blocks evictions, not the plan."""
     now = clock()
@@ -50,7 +54,7 @@ def plan_live(
     facts = kube.read_facts()
     with PrometheusUsageSource(policy.prometheus) as prometheus:
         usage = read_usage(prometheus.read, now)
-    snapshot, plan = plan_cycle(facts, usage, policy, now)
+    snapshot, plan = plan_cycle(facts, usage, policy, now, focus)
     return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}")
 
 
@@ -64,8 +68,18 @@ def run_once(
     policy: Policy, connection: ClusterConnection, dry_run: DryRun = DryRun.OFF, clock: Clock = time.time
 ) -> RunOutcome:
     """One CronJob cycle: snapshot, plan, limits, evict, persist."""
-    api = connect(connection.kubeconfig, connection.context)
-    planned = plan_live(policy, connection, clock, api)
+    return run_cycle(policy, connect(connection.kubeconfig, connection.context), dry_run, clock)
+
+
+def run_cycle(
+    policy: Policy,
+    api: ApiClient,
+    dry_run: DryRun = DryRun.OFF,
+    clock: Clock = time.time,
+    focus: frozenset[str] | None = None,
+) -> RunOutcome:
+    """Snapshot, plan, limits, evict, persist, on an existing connection (CronJob and service alike)."""
+    planned = plan_live(policy, ClusterConnection(), clock, api, focus)
     namespace = state_namespace(policy.state.namespace)
     evictor = Evictor(
         actions=KubeActions(api),
@@ -75,8 +89,9 @@ def run_once(
         protections=Protections.from_settings(policy.protections),
         dry_run=dry_run,
         requester=f"rebalancer/{socket.gethostname()}",
+        clock=clock,
     )
-    report = evictor.apply(planned.plan, planned.snapshot, planned.snapshot.taken_at)
+    report = evictor.apply(planned.plan, planned.snapshot)
     return RunOutcome(planned, report)
 
 

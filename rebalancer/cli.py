@@ -49,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
         "server: evict with dryRun=All so the API server checks budgets",
     )
     run.add_argument("--output", choices=["summary", "json"], default="summary")
+
+    serve = sub.add_parser("serve", help="run on the strategies' schedules and on Alertmanager webhooks")
+    serve.add_argument("--policy", metavar="FILE", required=True, help="policy YAML (reloaded when it changes)")
+    serve.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    serve.add_argument("--context", help="kubeconfig context")
+    serve.add_argument("--dry-run", nargs="?", const="client", default="off", choices=["off", "client", "server"])
     return parser
 
 
@@ -60,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check_config(args.files)
         if args.command == "run":
             return _run(args)
+        if args.command == "serve":
+            return _serve(args)
         return _plan(args)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
@@ -104,6 +112,16 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"rebalancer: plan blocked: {outcome.plan.blocked}", file=sys.stderr)
         return EXIT_SOURCE
     return EXIT_OK
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rebalancer import app
+    from rebalancer.evictor import DryRun
+    from rebalancer.serve import serve
+
+    return serve(Path(args.policy), app.ClusterConnection(args.kubeconfig, args.context), DryRun(args.dry_run))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -80,6 +80,10 @@ class StateConflict(SourceError):
     """The shared state (limiter ConfigMap) changed since it was read: reload, re-decide, then write again."""
 
 
+class LeaseConflict(SourceError):
+    """The leader-election Lease changed since it was read (409): read it again before deciding anything."""
+
+
 class EvictionError(RebalancerError):
     """One eviction was refused or failed; other pods may still be evicted.
 

@@ -10,7 +10,8 @@ then the Eviction API, so PodDisruptionBudgets hold; and an Event on the pod mov
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -43,6 +44,7 @@ from rebalancer.snapshot import ClusterSnapshot
 
 log = logging.getLogger(__name__)
 MAX_RESERVE_ATTEMPTS = 5
+MAX_STATE_BYTES = 900_000  # a ConfigMap holds 1 MiB in all
 ANNOTATION_PREFIX = "rebalancer.io/"
 
 
@@ -127,6 +129,7 @@ class Evictor:
         protections: Protections,
         dry_run: DryRun = DryRun.OFF,
         requester: str = "rebalancer",
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._actions = actions
         self._limits_store = limits_store
@@ -135,29 +138,82 @@ class Evictor:
         self._protections = protections
         self._dry_run = dry_run
         self._requester = requester
+        self._clock = clock
 
-    def apply(self, plan: EvictionPlan, snapshot: ClusterSnapshot, now: float) -> EvictorReport:
+    def apply(self, plan: EvictionPlan, snapshot: ClusterSnapshot) -> EvictorReport:
+        """Time is read from the clock for every eviction (windows, caps and cooldowns judge the moment
+        of the eviction, not the snapshot's, which may be seconds old on a big cluster)."""
         if plan.blocked:
             return EvictorReport(aborted=f"plan blocked: {plan.blocked}")
         if not plan.evictions:
             return EvictorReport()
-        run = self._start(now)
+        run = self._start(self._clock())
         if isinstance(run, EvictorReport):
             return run
         replicas = _replica_counts(snapshot)
-        pending = list(plan.evictions)
+        groups = _groups(plan.evictions)
         aborted = None
-        while pending:
-            eviction = pending.pop(0)
+        while groups:
+            group = groups.pop(0)
             try:
-                run.results.append(self._one(run, eviction, snapshot, replicas))
+                self._group(run, group, snapshot, replicas)
             except _Abort as stop:
                 aborted = str(stop)
-                run.results.append(EvictionResult(eviction, Outcome.SKIPPED, f"not attempted: {aborted}"))
-                run.results.extend(EvictionResult(e, Outcome.SKIPPED, f"not attempted: {aborted}") for e in pending)
+                done = {id(r.eviction) for r in run.results}
+                left = [e for e in group if id(e) not in done] + [e for g in groups for e in g]
+                run.results.extend(EvictionResult(e, Outcome.SKIPPED, f"not attempted: {aborted}") for e in left)
                 break
         self._save_backoff(run)
         return EvictorReport(tuple(run.results), tuple(run.problems), aborted)
+
+    def _group(
+        self,
+        run: _Run,
+        group: list[PlannedEviction],
+        snapshot: ClusterSnapshot,
+        replicas: Mapping[WorkloadRef, ReplicaCounts],
+    ) -> None:
+        """One eviction, or every eviction that empties one node (HighNodeUtilization): all or none.
+
+        A node half emptied cannot be removed, so the whole group is checked against the limiters
+        first; and once one of its evictions does not happen, the rest are not attempted."""
+        if len(group) > 1:
+            blocked = self._group_blocker(run, group, snapshot, replicas)
+            if blocked is not None:
+                run.results.extend(EvictionResult(e, Outcome.BLOCKED, blocked[0], blocked[1]) for e in group)
+                return
+        for index, planned in enumerate(group):
+            result = self._one(run, planned, snapshot, replicas)
+            run.results.append(result)
+            if len(group) > 1 and result.outcome not in _DONE:
+                why = f"{planned.node} cannot be emptied whole: {planned.namespace}/{planned.name} {result.outcome}"
+                run.results.extend(EvictionResult(e, Outcome.SKIPPED, why) for e in group[index + 1 :])
+                return
+
+    def _group_blocker(
+        self,
+        run: _Run,
+        group: list[PlannedEviction],
+        snapshot: ClusterSnapshot,
+        replicas: Mapping[WorkloadRef, ReplicaCounts],
+    ) -> tuple[str, str | None] | None:
+        """Would every eviction of the group pass the limiters (in memory, nothing reserved)?"""
+        state, cycle, now = run.state, run.cycle, max(run.now, self._clock())
+        for planned in group:
+            key = f"{planned.namespace}/{planned.name}"
+            pod = next((p for p in snapshot.pods_on(planned.node) if p.key == planned.key), None)
+            node = snapshot.nodes.get(planned.node)
+            if pod is None or node is None:
+                return f"{planned.node} cannot be emptied whole: {key} is not in the snapshot", None
+            if run.backoff.blocked_until(key, now) is not None:
+                return f"{planned.node} cannot be emptied whole: {key} is backing off after a budget refusal", None
+            pool = snapshot.pool_of[node.name]
+            request = EvictionRequest.of(pod, node, pool, replicas.get(pod.workload) if pod.workload else None)
+            verdict = check(request, state, cycle, self._settings, now)
+            if not verdict.allowed:
+                return f"{planned.node} cannot be emptied whole: {key}: {verdict.reason}", verdict.limiter
+            state, cycle = reserve(request, state, self._settings, now), cycle.add(request)
+        return None
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -168,8 +224,12 @@ class Evictor:
         except StateCorrupt as exc:
             return self._replace_corrupt_state(exc, version, now)
         backoff, backoff_version = self._load_backoff()
-        state = state.prune(now, self._settings.horizon_seconds)
+        state = self._pruned(state, now)
         return _Run(now, state, version, backoff.pruned(now), backoff_version)
+
+    def _pruned(self, state: LimiterState, now: float) -> LimiterState:
+        s = self._settings
+        return state.prune(now, s.horizon_seconds, s.period_horizon_seconds)
 
     def _replace_corrupt_state(self, exc: StateCorrupt, version: str | None, now: float) -> EvictorReport:
         """Never trust it: report, store a conservative replacement (empty token buckets), evict nothing."""
@@ -209,15 +269,21 @@ class Evictor:
             if self._dry_run is not DryRun.OFF:
                 run.state = new_state  # dry runs count their reservations in memory only
                 return None
+            text = new_state.to_json()
+            if len(text) > MAX_STATE_BYTES:
+                raise _Abort(
+                    f"limiter state would be {len(text)} bytes, over {MAX_STATE_BYTES} (a ConfigMap holds 1 MiB): "
+                    "shorten the longest maxPerPeriod"
+                )
             try:
-                run.version = self._limits_store.save(new_state.to_json(), run.version)
+                run.version = self._limits_store.save(text, run.version)
             except StateConflict:
-                text, run.version = self._limits_store.load()
+                stored, run.version = self._limits_store.load()
                 try:
-                    fresh = LimiterState() if text is None else LimiterState.from_json(text, run.now)
+                    fresh = LimiterState() if stored is None else LimiterState.from_json(stored, run.now)
                 except StateCorrupt as exc:
                     raise _Abort(f"limiter state became unreadable: {exc}") from exc
-                run.state = fresh.prune(run.now, self._settings.horizon_seconds)
+                run.state = self._pruned(fresh, run.now)
                 verdict = check(request, run.state, run.cycle, self._settings, run.now)
                 if not verdict.allowed:
                     return verdict  # fresher state (another instance's evictions) blocks it now
@@ -238,6 +304,7 @@ class Evictor:
         replicas: Mapping[WorkloadRef, ReplicaCounts],
     ) -> EvictionResult:
         key = f"{planned.namespace}/{planned.name}"
+        run.now = max(run.now, self._clock())
         until = run.backoff.blocked_until(key, run.now)
         if until is not None:
             wait = until - run.now
@@ -246,8 +313,11 @@ class Evictor:
         pod, why_not = self._recheck(planned, snapshot)
         if pod is None:
             return EvictionResult(planned, why_not[0], why_not[1])
-        node: Node = snapshot.nodes[planned.node]
-        request = EvictionRequest.of(pod, node, planned.pool, replicas.get(pod.workload) if pod.workload else None)
+        node: Node | None = snapshot.nodes.get(planned.node)
+        if node is None:
+            return EvictionResult(planned, Outcome.SKIPPED, f"node {planned.node} is not in the snapshot")
+        pool = snapshot.pool_of[node.name]  # never the plan's word: pool rules must hold whatever planned it
+        request = EvictionRequest.of(pod, node, pool, replicas.get(pod.workload) if pod.workload else None)
         verdict = check(request, run.state, run.cycle, self._settings, run.now)
         if verdict.allowed:
             verdict = self._reserve(run, request) or verdict
@@ -262,9 +332,7 @@ class Evictor:
         else:
             try:
                 pod = self._actions.get_pod(planned.namespace, planned.name, self._protections.annotations_read())
-            except KubeForbidden:
-                raise
-            except KubeUnavailable as exc:
+            except KubeUnavailable as exc:  # KubeForbidden included: the message names what to grant
                 raise _Abort(f"re-reading {planned.namespace}/{planned.name} failed: {exc}") from exc
         if pod is None:
             return None, (Outcome.GONE, "the pod no longer exists")
@@ -299,8 +367,8 @@ class Evictor:
             return EvictionResult(planned, Outcome.GONE, str(exc))
         except EvictionConflict as exc:
             return EvictionResult(planned, Outcome.REPLACED, str(exc))
-        except KubeForbidden:
-            raise
+        except KubeForbidden as exc:
+            raise _Abort(str(exc)) from exc
         except EvictionError as exc:
             return EvictionResult(planned, Outcome.FAILED, str(exc))
         except KubeUnavailable as exc:
@@ -316,17 +384,36 @@ class Evictor:
         return EvictionResult(planned, Outcome.EVICTED, planned.reason)
 
 
-def _replica_counts(snapshot: ClusterSnapshot) -> dict[WorkloadRef, ReplicaCounts]:
-    """Per workload, from the snapshot's pods: desired = its non-terminal pods, ready, unavailable.
+_DONE = frozenset({Outcome.EVICTED, Outcome.DRY_RUN, Outcome.SERVER_DRY_RUN})
+_WHOLE_NODE_STRATEGIES = frozenset({"HighNodeUtilization"})
 
-    The controllers' own replica counts are not listed, so a workload scaled up but not yet scheduled
-    counts only the pods that exist (pending pods count as unavailable).
-    """
+
+def _groups(evictions: tuple[PlannedEviction, ...]) -> list[list[PlannedEviction]]:
+    """Each eviction alone, except those that empty one node together (all or none)."""
+    groups: list[list[PlannedEviction]] = []
+    by_node: dict[tuple[str, str], list[PlannedEviction]] = {}
+    for eviction in evictions:
+        if eviction.strategy in _WHOLE_NODE_STRATEGIES:
+            key = (eviction.strategy, eviction.node)
+            if key not in by_node:
+                by_node[key] = []
+                groups.append(by_node[key])
+            by_node[key].append(eviction)
+        else:
+            groups.append([eviction])
+    return groups
+
+
+def _replica_counts(snapshot: ClusterSnapshot) -> dict[WorkloadRef, ReplicaCounts]:
+    """Per workload, from the snapshot's pods: desired = its non-terminal pods (bound or not), ready,
+    unavailable. A replacement still Pending (unscheduled, or not ready) counts as unavailable. The
+    controllers' own replica counts are not listed: replicas the controller has not created yet are
+    not seen (a scale-up in progress)."""
     totals: dict[WorkloadRef, list[int]] = {}
-    for pods in snapshot.pods_by_node.values():
+    for pods in (*snapshot.pods_by_node.values(), snapshot.unbound):
         for pod in pods:
             if pod.workload is not None:
                 entry = totals.setdefault(pod.workload, [0, 0])
                 entry[0] += 1
-                entry[1] += 1 if pod.ready and not pod.terminating else 0
+                entry[1] += 1 if pod.ready and not pod.terminating and pod.node_name else 0
     return {w: ReplicaCounts(desired=t, ready=r, unavailable=t - r) for w, (t, r) in totals.items()}

@@ -152,6 +152,7 @@ class UsageReport(msgspec.Struct, frozen=True, gc=False):
     node_problems: Mapping[str, str] = msgspec.field(default_factory=dict)
     failure: str | None = None
     node_from_pods: bool = False  # no node query: a node's usage is the sum of its pods' usage
+    fresh_nodes: frozenset[str] | None = None  # nodes the freshness query answered for (None: not checked)
     description: str = ""
 
     @classmethod

@@ -59,6 +59,7 @@ class ServiceSettings(Model):
     leader_election: LeaderElectionSettings = Field(
         default_factory=LeaderElectionSettings, description="Lease-based leader election."
     )
+    run_on_start: bool = Field(default=True, description="Run every strategy once at start, then on schedule.")
     reload_interval_seconds: float = Field(
         default=10, gt=0, description="How often the policy file is checked for changes (hot reload)."
     )

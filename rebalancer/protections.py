@@ -91,8 +91,8 @@ def _system_critical(_: Protections, pod: Pod) -> str | None:
 
 
 def _opted_out(p: Protections, pod: Pod) -> str | None:
-    value = pod.annotations.get(p.settings.opt_out_annotation)
-    return f"opted out by annotation {p.settings.opt_out_annotation}=false" if value == "false" else None
+    value = pod.annotations.get(p.settings.opt_out_annotation, "")
+    return f"opted out by annotation {p.settings.opt_out_annotation}={value}" if value.lower() == "false" else None
 
 
 def _namespace(p: Protections, pod: Pod) -> str | None:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 from zoneinfo import ZoneInfo
@@ -96,6 +97,16 @@ def schedule_trigger(schedule: Schedule, zone: ZoneInfo) -> CronTrigger | Interv
     return IntervalTrigger(seconds=duration_seconds(schedule.interval), timezone=zone)
 
 
+def _outcomes(report: EvictorReport | None) -> str:
+    if report is None:
+        return "no evictor"
+    counts = {r.outcome.value: 0 for r in report.results}
+    for r in report.results:
+        counts[r.outcome.value] += 1
+    text = ", ".join(f"{n} {o}" for o, n in counts.items()) or "nothing evicted"
+    return text + (f" (aborted: {report.aborted})" if report.aborted else "")
+
+
 class Service:
     """Schedules, alerts and reloads; runs at most one cycle at a time, only while leading."""
 
@@ -134,7 +145,7 @@ class Service:
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._schedule(self._policy)
+        self._schedule(self._policy, first_run_now=self._policy.service.run_on_start)
         self._scheduler.add_job(
             self.reload, IntervalTrigger(seconds=self._policy.service.reload_interval_seconds), id="reload"
         )
@@ -149,8 +160,10 @@ class Service:
         if self._worker.is_alive():
             self._worker.join(timeout)
 
-    def _schedule(self, policy: Policy) -> None:
+    def _schedule(self, policy: Policy, first_run_now: bool = False) -> None:
+        """One job per enabled strategy; at start each runs once at once, then on its schedule."""
         zone = ZoneInfo(policy.service.time_zone)
+        extra = {"next_run_time": datetime.now(zone)} if first_run_now else {}
         for job in self._scheduler.get_jobs():
             if job.id.startswith("strategy-"):
                 job.remove()
@@ -163,6 +176,7 @@ class Service:
                 args=(Trigger("schedule", (index,)),),
                 id=f"strategy-{index}-{strategy.kind}",
                 name=f"{strategy.kind} ({strategy.schedule.cron or 'every ' + str(strategy.schedule.interval)})",
+                **extra,
             )
 
     # -- hot reload -------------------------------------------------------------------------------
@@ -199,7 +213,7 @@ class Service:
             if self._stopping.is_set():
                 return None
             if not self._is_leader():
-                log.debug("not the leader: %s cycle skipped", trigger.kind)
+                log.info("not the leader: %s cycle skipped", trigger.kind)
                 return None
             policy = self._policy
             started = self._clock()
@@ -209,7 +223,11 @@ class Service:
                 log.error("%s cycle failed: %s: %s", trigger.kind, type(exc).__name__, exc)
                 self._metrics.cycle_failed(type(exc).__name__)
                 return None
-            self._metrics.observe_cycle(trigger.kind, self._clock() - started, result.plan, result.report)
+            seconds = self._clock() - started
+            self._metrics.observe_cycle(trigger.kind, seconds, result.plan, result.report)
+            log.info("%s cycle%s: %d planned, %s in %.2f s", trigger.kind,
+                     f" for {', '.join(sorted(trigger.nodes))}" if trigger.nodes else "", len(result.plan.evictions),
+                     _outcomes(result.report), seconds)  # fmt: skip
             if not result.plan.blocked:
                 self._ready.set()
             return result

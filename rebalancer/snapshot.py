@@ -35,6 +35,7 @@ class ClusterSnapshot:
     budgets: tuple[DisruptionBudget, ...]
     usage_failure: str | None
     focus: frozenset[str] | None = None  # an alert's nodes: only these may be relieved this cycle
+    unbound: tuple[Pod, ...] = ()  # non-terminal pods on no (known) node: Pending replicas count as unavailable
 
     def pods_on(self, node: str) -> tuple[Pod, ...]:
         return self.pods_by_node.get(node, ())
@@ -75,9 +76,14 @@ def build_snapshot(
     resolver = PoolResolver(pools)
     nodes = {n.name: n for n in sorted(facts.nodes, key=lambda n: n.name)}
     grouped: dict[str, list[Pod]] = {name: [] for name in nodes}
+    unbound: list[Pod] = []
     for pod in facts.pods:
-        if pod.node_name in grouped and pod.phase not in TERMINAL_PHASES:
+        if pod.phase in TERMINAL_PHASES:
+            continue
+        if pod.node_name in grouped:
             grouped[pod.node_name].append(pod)
+        else:
+            unbound.append(pod)
     pods_by_node = {name: tuple(pods) for name, pods in grouped.items()}
     load = {name: _node_load(node, pods_by_node[name], usage) for name, node in nodes.items()}
     return ClusterSnapshot(
@@ -90,6 +96,7 @@ def build_snapshot(
         budgets=facts.budgets,
         usage_failure=usage.failure,
         focus=focus,
+        unbound=tuple(unbound),
     )
 
 
@@ -121,6 +128,8 @@ def _node_usage(node: Node, usage: UsageReport, pod_sum: int, missing: int) -> t
     if node.name in usage.node_problems:
         return None, usage.node_problems[node.name]
     if usage.node_from_pods:
+        if usage.fresh_nodes is not None and node.name not in usage.fresh_nodes:
+            return None, "no freshness sample for this node: its pods' data may be old or missing"
         if missing:
             return None, f"usage of {missing} running pod(s) unknown, so the node sum is unknown"
         return pod_sum, None

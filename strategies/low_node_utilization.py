@@ -84,7 +84,7 @@ class LowNodeUtilization:
         caps = {
             name: cap_millis(d.allocatable_m, d.high_pct or 0.0)
             for name, d in decisions.items()
-            if d.node_class is NodeClass.COLD and d.pool in active_pools
+            if d.node_class is NodeClass.COLD and (d.pool in active_pools or not s.destinations_in_same_pool)
         }
         trackers = self._trackers(snapshot, caps)
         hot = sorted(
@@ -110,9 +110,11 @@ class LowNodeUtilization:
         active = set()
         for pool in snapshot.pools():
             in_pool = [d for d in decisions.values() if d.pool == pool]
-            cold = sum(1 for d in in_pool if d.node_class is NodeClass.COLD)
+            # without destinationsInSamePool, every pool's cold nodes can take the load
+            receivers = in_pool if self.settings.destinations_in_same_pool else list(decisions.values())
+            cold = sum(1 for d in receivers if d.node_class is NodeClass.COLD)
             hot = sum(1 for d in in_pool if d.node_class is NodeClass.HOT)
-            known = sum(1 for d in in_pool if d.node_class is not NodeClass.UNKNOWN)
+            known = sum(1 for d in receivers if d.node_class is not NodeClass.UNKNOWN)
             if hot == 0:
                 notes.append(f"pool {pool}: no hot node")
             elif cold == 0 and self.settings.destinations_in_same_pool:

@@ -91,6 +91,10 @@ class KubeSource:
             resource_version=pods.resource_version,
         )
 
+    def read_nodes(self) -> tuple[Node, ...]:
+        """The nodes alone (cheap: a few thousand small objects), for example to vet an alert's node."""
+        return tuple(self._list(ListCall("nodes", "node", self._core.list_node, wire.NODE_LIST), _nodes).items)
+
     def _list(self, call: ListCall[_W], convert: Callable[[Sequence[_W]], Iterable[_D]]) -> Listed[_D]:
         listed = list_all(call, convert, page_size=self._page_size, timeout=self._timeout, host=self._host)
         self.last_stats.pages[call.what] = listed.pages

@@ -256,6 +256,22 @@ class ConfigMap(_Wire):
     data: dict[str, str] = {}
 
 
+# --- leases (coordination.k8s.io/v1, leader election) ---------------------------------------------
+
+
+class LeaseSpec(_Wire):
+    holder_identity: str | None = None
+    lease_duration_seconds: int | None = None
+    acquire_time: str | None = None  # MicroTime: RFC 3339 with microseconds
+    renew_time: str | None = None
+    lease_transitions: int | None = None
+
+
+class Lease(_Wire):
+    metadata: WrittenMeta = msgspec.field(default_factory=WrittenMeta)
+    spec: LeaseSpec = msgspec.field(default_factory=LeaseSpec)
+
+
 NODE_LIST = msgspec.json.Decoder(type=NodeList)
 POD_LIST = msgspec.json.Decoder(type=PodList)
 REPLICA_SET_LIST = msgspec.json.Decoder(type=ReplicaSetList)
@@ -264,3 +280,4 @@ STATUS = msgspec.json.Decoder(type=Status)
 POD = msgspec.json.Decoder(type=Pod)
 REPLICA_SET = msgspec.json.Decoder(type=ReplicaSet)
 CONFIG_MAP = msgspec.json.Decoder(type=ConfigMap)
+LEASE = msgspec.json.Decoder(type=Lease)

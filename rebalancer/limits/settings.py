@@ -396,6 +396,25 @@ class LimitSettings(Model):
         default_factory=ServiceLevelSettings, description="Priority classes and service tiers."
     )
 
+    @model_validator(mode="after")
+    def _horizon_bounded(self) -> LimitSettings:
+        # The state is trusted only for times within 31 days of now (state.MAX_RECOVERY_SECONDS), and
+        # recovery from corrupt state waits one horizon: a longer span could never recover.
+        if self.horizon_seconds > 31 * 86_400:
+            raise FieldProblems([("", "periods, cooldown and minInterval must not exceed 31d")])
+        return self
+
+    @property
+    def period_horizon_seconds(self) -> int:
+        """The longest sliding window: how long individual reservations must be kept."""
+        caps = [
+            *self.cluster.max_per_period,
+            *(cap for pool in self.cluster.pools.values() for cap in pool.max_per_period),
+            *self.node.max_per_period,
+            *self.workload.max_per_period,
+        ]
+        return max([0, *(cap.seconds for cap in caps)])
+
     @property
     def horizon_seconds(self) -> int:
         """How long state must be kept: the longest period, cooldown or minimum interval configured."""

@@ -75,12 +75,14 @@ class LimiterState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
             recovering_until=now + horizon if horizon > 0 else None,
         )
 
-    def prune(self, now: float, horizon: float) -> LimiterState:
+    def prune(self, now: float, horizon: float, period_horizon: float | None = None) -> LimiterState:
         """Drop what no window reaches any more: records at or before ``now - horizon`` (use
         ``LimitSettings.horizon_seconds``). Token buckets are kept (one per configured scope)."""
         cutoff = now - horizon
+        # reservations only serve sliding windows: keep them for the longest window, not for cooldowns
+        kept_from = now - (horizon if period_horizon is None else period_horizon)
         return LimiterState(
-            reservations=tuple(r for r in self.reservations if r.at > cutoff),
+            reservations=tuple(r for r in self.reservations if r.at > kept_from),
             buckets=self.buckets,
             node_last_eviction={k: t for k, t in self.node_last_eviction.items() if t > cutoff},
             workload_last_eviction={k: t for k, t in self.workload_last_eviction.items() if t > cutoff},

@@ -112,6 +112,7 @@ class PrometheusUsageSource:
             node_problems=MappingProxyType(problems),
             failure=None,
             node_from_pods=queries.node_cpu is None,
+            fresh_nodes=None if fresh is None else frozenset(fresh),
             description=self._describe(at),
         )
 

@@ -137,6 +137,15 @@ def test_lease_validation(server: TestApiServer) -> None:
     bad["spec"]["leaseDurationSeconds"] = 0
 
     assert call(server.url, "POST", LEASES, bad).code == 422
+    for renew in ("2024-05-01T10:40:00Z", "2024-05-01T10:40:00.250Z", "2024-05-01T10:40:00.250000"):
+        whole = lease()
+        whole["spec"]["renewTime"] = renew  # a MicroTime needs exactly six fractional digits and a zone
+        answer = call(server.url, "POST", LEASES, whole)
+        assert answer.code == 400
+        assert f'renewTime: parsing time "{renew}" as "2006-01-02T15:04:05.000000Z07:00"' in answer.body["message"]
+    good = lease()
+    good["spec"]["renewTime"] = "2024-05-01T12:40:00.250000+02:00"
+    assert call(server.url, "POST", LEASES, good).code == 201
 
 
 # --- Events --------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Only the rules a client of this project can trip are modelled: names, ConfigMap keys and size,
 the core/v1 Event rules (``legacyValidateEvent``: an Event with ``eventTime`` needs
 ``reportingComponent``, ``reportingInstance``, ``action`` and ``reason``, within their length
-limits), timestamps that must parse (a 400 from the decoder otherwise), and Lease durations.
+limits), timestamps that must parse (a 400 from the decoder otherwise; a Lease's MicroTime fields only with
+exactly six fractional digits, as the API server's ``RFC3339Micro`` layout demands), and Lease durations.
 """
 
 from __future__ import annotations
@@ -75,11 +76,24 @@ def _configmap(obj: dict[str, Any]) -> list[Cause]:
     return causes
 
 
-def _timestamp(obj: dict[str, Any], key: str, kind: str = "Event") -> bool:
-    """Whether ``key`` holds a time (decoding fails with 400 if it is not one)."""
+# metav1.MicroTime is decoded with the layout RFC3339Micro: exactly six fractional digits, then Z or an offset.
+_MICRO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})")
+RFC3339_MICRO = "2006-01-02T15:04:05.000000Z07:00"
+
+
+def _timestamp(obj: dict[str, Any], key: str, kind: str = "Event", *, micro: bool = False) -> bool:
+    """Whether ``key`` holds a time (decoding fails with 400 if it is not one).
+
+    ``micro``: a MicroTime, which the API server parses with the fixed layout ``RFC3339Micro`` (so
+    ``2024-05-01T10:40:00Z`` or a millisecond fraction is refused, unlike a metav1.Time).
+    """
     value = obj.get(key)
     if value in (None, ""):
         return False
+    if micro and not (isinstance(value, str) and _MICRO_TIME.fullmatch(value)):
+        raise status.bad_request(
+            f'{kind} in version "v1" cannot be handled as a {kind}: {key}: parsing time "{value}" as "{RFC3339_MICRO}"'
+        )
     try:
         parsed = datetime.fromisoformat(str(value))
     except ValueError:
@@ -128,5 +142,5 @@ def _lease(obj: dict[str, Any]) -> list[Cause]:
     if transitions is not None and (not isinstance(transitions, int) or transitions < 0):
         causes.append(_invalid("spec.leaseTransitions", transitions, "must be greater than or equal to 0"))
     for key in ("acquireTime", "renewTime"):
-        _timestamp(spec, key, "Lease")
+        _timestamp(spec, key, "Lease", micro=True)
     return causes

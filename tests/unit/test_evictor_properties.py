@@ -75,13 +75,19 @@ def _value(value: int | str, total: int) -> int:
 
 
 class MemoryStore:
-    def __init__(self, text: str | None = None) -> None:
+    """A ConfigMap's optimistic concurrency; ``conflicts`` saves lose to another writer first."""
+
+    def __init__(self, text: str | None = None, conflicts: int = 0) -> None:
         self.text, self.version = text, (None if text is None else "1")
+        self.conflicts = conflicts
 
     def load(self) -> tuple[str | None, str | None]:
         return self.text, self.version
 
     def save(self, text: str, resource_version: str | None) -> str:
+        if self.conflicts and self.text is not None:
+            self.conflicts -= 1
+            self.version = str(int(self.version or 0) + 1)  # another instance rewrote the same state
         if resource_version != self.version:
             raise StateConflict("stale resourceVersion")
         self.text, self.version = text, str(int(self.version or 0) + 1)
@@ -97,8 +103,10 @@ def limited_policies(draw: st.DrawFn) -> Policy:
     if draw(st.booleans()):
         caps.append(f"maxPerPeriod: [{{count: {draw(st.integers(1, 6))}, period: 1h}}]")
     node = f"node: {{maxPerCycle: {draw(st.integers(1, 2))}}}" if draw(st.booleans()) else ""
-    workload = f"workload: {{maxUnavailable: {draw(st.integers(1, 2))}}}" if draw(st.booleans()) else ""
-    parts = [f"global: {{{', '.join(caps)}}}" if caps else "", node, workload]
+    unavailable = draw(st.sampled_from(["1", "2", "'25%'", "'50%'"]))
+    workload = f"workload: {{maxUnavailable: {unavailable}}}" if draw(st.booleans()) else ""
+    lists = "lists: {pools: {black: [b]}}" if draw(st.booleans()) else ""
+    parts = [f"global: {{{', '.join(caps)}}}" if caps else "", node, workload, lists]
     limits = "limits: {" + ", ".join(p for p in parts if p) + "}\n"
     return policy(f"kind: {kind}\nthresholds: {{cpu: {low}}}\ntargetThresholds: {{cpu: {high}}}\n", limits)
 
@@ -117,10 +125,14 @@ def arbitrary_plan(plan: EvictionPlan, pods: tuple[Pod, ...], picks: list[int]) 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    clusters(), limited_policies(), st.integers(0, 5), st.one_of(st.none(), st.lists(st.integers(0, 99), max_size=12))
+    clusters(),
+    limited_policies(),
+    st.integers(0, 5),
+    st.one_of(st.none(), st.lists(st.integers(0, 99), max_size=12)),
+    st.integers(0, 3),
 )
 def test_evictions_are_safe(
-    cluster: tuple[ClusterFacts, UsageReport], pol: Policy, earlier: int, picks: list[int] | None
+    cluster: tuple[ClusterFacts, UsageReport], pol: Policy, earlier: int, picks: list[int] | None, conflicts: int
 ) -> None:
     facts, report = cluster
     now = 1_700_000_000.0
@@ -135,10 +147,10 @@ def test_evictions_are_safe(
     for i in range(earlier):
         request = EvictionRequest("default", f"earlier-{i}", "elsewhere", "a", None)
         state = reserve(request, state, pol.limits, now - 60 * (i + 1))
-    store = MemoryStore(state.to_json())
+    store = MemoryStore(state.to_json(), conflicts=conflicts)
     protections = Protections.from_settings(pol.protections)
-    evictor = Evictor(memory, store, MemoryStore(), pol.limits, protections, DryRun.OFF)
-    result = evictor.apply(plan, snapshot, now)
+    evictor = Evictor(memory, store, MemoryStore(), pol.limits, protections, DryRun.OFF, clock=lambda: now)
+    result = evictor.apply(plan, snapshot)
 
     evicted = memory.evicted
     assert len(evicted) == result.count(Outcome.EVICTED)
@@ -151,6 +163,12 @@ def test_evictions_are_safe(
             assert classes[pod.node_name] is source_class
 
     limits = pol.limits
+    if limits.lists.pools.black:  # the evictor takes each node's pool from the snapshot, never from the plan
+        assert all(snapshot.pool_of[p.node_name or ""] not in limits.lists.pools.black for p in evicted)
+    if pol.strategies[0].kind == "HighNodeUtilization" and picks is None:  # a node is emptied whole or not at all
+        for node in {r.eviction.node for r in result.results}:
+            outcomes = {r.outcome for r in result.results if r.eviction.node == node}
+            assert not (Outcome.BLOCKED in outcomes and Outcome.EVICTED in outcomes), outcomes
     if limits.cluster.max_per_cycle is not None:
         assert len(evicted) <= limits.cluster.max_per_cycle
     for cap in limits.cluster.max_per_period:
@@ -158,10 +176,15 @@ def test_evictions_are_safe(
     if limits.node.max_per_cycle is not None:
         assert max(Counter(p.node_name for p in evicted).values(), default=0) <= limits.node.max_per_cycle
     if limits.workload.max_unavailable is not None:
+        allowance = limits.workload.max_unavailable
         for workload, count in Counter(p.workload for p in evicted if p.workload and p.ready).items():
+            # every non-terminal pod of the workload, scheduled or not; unscheduled ones are unavailable
             pods = [p for p in facts.pods if p.workload == workload and p.phase not in ("Succeeded", "Failed")]
-            unready = sum(1 for p in pods if not p.ready)
-            assert unready + count <= max(int(limits.workload.max_unavailable), unready) or count == 0
+            unavailable = sum(1 for p in pods if not (p.ready and p.node_name and not p.terminating))
+            allowed = (
+                int(allowance) if not str(allowance).endswith("%") else len(pods) * int(str(allowance)[:-1]) // 100
+            )
+            assert unavailable + count <= allowed
 
     initial = MemoryCluster(facts.pods, facts.budgets)
     for budget in facts.budgets:

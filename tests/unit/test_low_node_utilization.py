@@ -267,3 +267,18 @@ def test_focus_relieves_only_the_alerted_nodes():
     plan = plan_cycle(facts, report, policy(LNU), 1_700_000_000.0, focus=frozenset({"hot-b"}))[1]
     assert evicted(plan) == ["b"]
     assert any("focused on hot-b" in n for n in plan.results[0].notes)
+
+
+def test_destinations_in_other_pools_when_allowed():
+    pol = policy(LNU + "destinationsInSamePool: false\n")
+    nodes = [node("w1", pool="web"), node("b1", pool="batch")]
+    plan = run(nodes, [pod("wa", "w1")], usage({"w1": 9000, "b1": 0}, {"wa": 2500}), pol)
+    assert [(e.name, e.room_on) for e in plan.evictions] == [("wa", "b1")]
+
+
+def test_pod_sum_mode_node_without_freshness_sample_is_unknown():
+    # n2 has no running pod (its sum would be 0) and Prometheus has no sample for it: unknown, not cold
+    report = UsageReport(pod_cpu_m={("default", "a"): 3000}, node_from_pods=True, fresh_nodes=frozenset({"n1"}))
+    plan = run([node("n1"), node("n2")], [pod("a", "n1")], report)
+    assert classes(plan)["n2"] is NodeClass.UNKNOWN
+    assert plan.evictions == ()

@@ -52,7 +52,7 @@ def clusters(draw: st.DrawFn) -> tuple[ClusterFacts, UsageReport]:
         pods.append(
             pod(
                 f"p{j}",
-                draw(st.sampled_from(skewed)),
+                None if rarely(draw, 15) else draw(st.sampled_from(skewed)),  # a few replicas not scheduled yet
                 namespace="kube-system" if rarely(draw, 8 * h) else "default",
                 workload=None if rarely(draw, 10 * h) else app,
                 kind=draw(st.sampled_from(["Deployment"] * (3 * h) + ["StatefulSet", "DaemonSet"])),

@@ -55,3 +55,8 @@ def test_own_annotation_opts_in_and_out():
 def test_descheduler_opt_in_can_be_ignored():
     p = protections(honorDeschedulerOptIn=False)
     assert p.reason(pod("a", "n", workload=None, annotations={"descheduler.alpha.kubernetes.io/evict": ""}))
+
+
+def test_opt_out_is_case_insensitive_like_opt_in():
+    p = protections()
+    assert p.reason(pod("a", "n", annotations={"rebalancer.io/evict": "False"})).startswith("opted out")

@@ -126,12 +126,12 @@ def test_alerts_are_coalesced_per_node_then_cooled_down(tmp_path: Path) -> None:
     assert alert_cycles[0].nodes == frozenset({"n1", "n2"})
 
 
-def test_stop_waits_for_the_cycle_in_flight(tmp_path: Path) -> None:
+def test_start_runs_each_strategy_once_and_stop_waits_for_the_cycle_in_flight(tmp_path: Path) -> None:
     svc, cycles, metrics, _ = service(tmp_path)
     cycles.release.clear()
     svc.start()
-    svc.submit_alerts([("n1", "firing", "")])
-    assert cycles.entered.wait(5)
+    assert cycles.entered.wait(5)  # the first scheduled run starts at once, not an interval later
+    assert cycles.triggers[0] == Trigger("schedule", (0,))
     stopper = threading.Thread(target=svc.stop)
     stopper.start()
     stopper.join(0.3)
@@ -139,4 +139,4 @@ def test_stop_waits_for_the_cycle_in_flight(tmp_path: Path) -> None:
     cycles.release.set()
     stopper.join(10)
     assert not stopper.is_alive()
-    assert metrics.cycles == ["alert"]
+    assert metrics.cycles == ["schedule"]

@@ -1,0 +1,246 @@
+"""Prometheus metrics of rebalancer, in a registry of its own (no global registry, no module state).
+
+Names follow the Prometheus conventions: a ``rebalancer_`` prefix, base units (seconds, ratios 0..1),
+``_total`` on counters, one ``_info`` gauge for the build.
+
+Label cardinality. Most labels take a few values fixed by the code or the policy: ``result`` (the
+evictor's outcomes), ``strategy``, ``pool``, ``class``, ``trigger``, ``reason``, ``limiter`` (stable limiter
+names such as ``global.maxPerPeriod[1h]``), ``code``, ``status``, ``action``. Two are per object, as
+the descheduler's ``descheduler_pods_evicted`` has them: ``node`` and ``namespace``.
+``rebalancer_node_cpu_utilization_ratio`` has one series per node with known usage (5,000 at the
+largest cluster we plan for) and drops a node's series when the node disappears or its usage becomes
+unknown. ``rebalancer_pods_evicted_total`` grows with the (namespace, node) pairs that ever had an
+eviction, bounded by the eviction limiters; pod names are never labels.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter as Tally
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from rebalancer import __version__
+from rebalancer.evictor import EvictorReport, Outcome
+from rebalancer.plan import EvictionPlan, NodeClass
+
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The classic text exposition format, which every Prometheus 2.x scrapes."""
+
+CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+"""A targeted cycle takes tens of milliseconds; a full cycle at 150,000 pods about ten seconds."""
+
+PLAN_BLOCKED = "plan_blocked"
+EVICTOR_ABORTED = "evictor_aborted"
+
+_LABEL_VALUE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+
+def _checked(kind: str, value: str) -> str:
+    """Trigger, reason, status and action come from small vocabularies (words, exception class names),
+    never free text: a message in a label would make a new series per message."""
+    if not _LABEL_VALUE.match(value):
+        raise ValueError(f"{kind} must be one short word (letters, digits, _ . -), got {value!r}")
+    return value
+
+
+class _WithoutCreated(Collector):
+    """The registry's metrics without the ``*_created`` timestamps prometheus_client adds to counters and
+    histograms: they double the series and nothing here reads them. (The library's own switch,
+    ``disable_created_metrics()``, is process-wide state.)"""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self._registry.collect():
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeState:
+    pool: str
+    node_class: NodeClass
+    ratio: float | None  # None: usage unknown, no utilization series
+
+
+class Metrics:
+    """Every metric of the service. Thread-safe: cycles and HTTP requests update it concurrently."""
+
+    def __init__(self, version: str = __version__) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        registry = self.registry
+        self.pods_evicted = Counter(
+            "rebalancer_pods_evicted",
+            "Planned evictions handled by the evictor, by outcome: result=evicted when the pod was evicted, "
+            "otherwise why not (blocked, rejected, backoff, gone, replaced, skipped, failed, dry-run, server-dry-run).",
+            ("result", "strategy", "namespace", "node", "pool"),
+            registry=registry,
+        )
+        self.cycle_duration = Histogram(
+            "rebalancer_cycle_duration_seconds",
+            "Wall time of one cycle (snapshot, plan, evictions), by what triggered it.",
+            ("trigger",),
+            buckets=CYCLE_BUCKETS,
+            registry=registry,
+        )
+        self.nodes = Gauge(
+            "rebalancer_nodes",
+            "Nodes per class (hot, cold, normal, unknown) and pool, as classified by the first strategy "
+            "in the last cycle.",
+            ("class", "pool"),
+            registry=registry,
+        )
+        self.node_cpu_utilization = Gauge(
+            "rebalancer_node_cpu_utilization_ratio",
+            "Real CPU usage of the node over its allocatable CPU (1 = all of it; above 1 when usage exceeds "
+            "allocatable), as the last cycle measured it. No series while the node's usage is unknown.",
+            ("node", "pool"),
+            registry=registry,
+        )
+        self.limiter_blocked = Counter(
+            "rebalancer_limiter_blocked",
+            "Evictions a limiter, window, list or service level blocked, by the limiter's stable name.",
+            ("limiter",),
+            registry=registry,
+        )
+        self.cycle_failures = Counter(
+            "rebalancer_cycle_failures",
+            "Cycles that could not evict: plan_blocked (a usage source failed), evictor_aborted, or the error "
+            "the cycle raised before it had a plan (for example KubeUnavailable, MetricsUnavailable).",
+            ("reason",),
+            registry=registry,
+        )
+        self.webhook_requests = Counter(
+            "rebalancer_webhook_requests",
+            "Answers to POST /webhook/alertmanager, by HTTP status code.",
+            ("code",),
+            registry=registry,
+        )
+        self.alerts = Counter(
+            "rebalancer_alerts",
+            "Alerts received from Alertmanager, by alert status and what the service did with each: queued "
+            "(a targeted rebalance of its node), already-queued, cooldown, resolved (recorded only), "
+            "unknown-node (never acted on).",
+            ("status", "action"),
+            registry=registry,
+        )
+        self.policy_reload_failures = Counter(
+            "rebalancer_policy_reload_failures",
+            "Changed policy files that were invalid; the last good policy stays in force.",
+            registry=registry,
+        )
+        self.policy_valid = Gauge(
+            "rebalancer_policy_valid",
+            "1 when the policy file last read was valid, 0 when it was not (the last good policy is in force).",
+            registry=registry,
+        )
+        self.policy_valid.set(1)  # the service never starts on an invalid policy
+        self.leader = Gauge(
+            "rebalancer_leader",
+            "1 while this instance holds the leader Lease (only the leader evicts), else 0.",
+            registry=registry,
+        )
+        self.build_info = Gauge(
+            "rebalancer_build_info",
+            "Always 1; the version label names the running build.",
+            ("version",),
+            registry=registry,
+        )
+        self.build_info.labels(version).set(1)
+        self._lock = threading.Lock()
+        self._node_state: dict[str, _NodeState] = {}
+        self._utilization_series: set[tuple[str, str]] = set()
+        self._class_series: set[tuple[str, str]] = set()
+        self._exposed = _WithoutCreated(self.registry)
+
+    # -- cycles -------------------------------------------------------------------------------------
+
+    def observe_cycle(
+        self,
+        trigger: str,
+        seconds: float,
+        plan: EvictionPlan,
+        report: EvictorReport | None,
+        *,
+        partial: bool = False,
+    ) -> None:
+        """Record one finished cycle (``report`` None: planned only, nothing handed to the evictor).
+
+        A blocked plan counts as a cycle failure ``plan_blocked``, an aborted evictor run as
+        ``evictor_aborted``; the runner calls :meth:`cycle_failed` only for cycles that produced no plan.
+        Node classes and utilization come from the first strategy's node decisions and replace those of
+        the previous cycle; ``partial=True`` (a targeted cycle that saw only some nodes) updates the nodes
+        it saw and keeps the others.
+        """
+        self.cycle_duration.labels(_checked("trigger", trigger)).observe(seconds)
+        if plan.blocked:
+            self.cycle_failures.labels(PLAN_BLOCKED).inc()
+        elif report is not None and report.aborted:
+            self.cycle_failures.labels(EVICTOR_ABORTED).inc()
+        if report is not None:
+            for result in report.results:
+                e = result.eviction
+                self.pods_evicted.labels(result.outcome.value, e.strategy, e.namespace, e.node, e.pool).inc()
+                if result.outcome is Outcome.BLOCKED and result.limiter:
+                    self.limiter_blocked.labels(result.limiter).inc()
+        self._update_nodes(plan, partial)
+
+    def cycle_failed(self, reason: str) -> None:
+        """A cycle that produced no plan (a source failed, permission refused, unexpected error)."""
+        self.cycle_failures.labels(_checked("reason", reason)).inc()
+
+    def _update_nodes(self, plan: EvictionPlan, partial: bool) -> None:
+        decisions = plan.results[0].node_decisions if plan.results else ()
+        with self._lock:
+            state = dict(self._node_state) if partial else {}
+            for d in decisions:
+                known = d.usage_pct is not None and d.node_class is not NodeClass.UNKNOWN
+                ratio = d.usage_pct / 100.0 if known and d.usage_pct is not None else None
+                state[d.node] = _NodeState(d.pool, d.node_class, ratio)
+            self._node_state = state
+
+            utilization = {(n, s.pool): s.ratio for n, s in state.items() if s.ratio is not None}
+            for node, pool in self._utilization_series - utilization.keys():
+                self.node_cpu_utilization.remove(node, pool)
+            for (node, pool), ratio in utilization.items():
+                self.node_cpu_utilization.labels(node, pool).set(ratio)
+            self._utilization_series = set(utilization)
+
+            counts = Tally((s.node_class.value, s.pool) for s in state.values())
+            pools = {s.pool for s in state.values()}
+            series = {(c.value, pool) for pool in pools for c in NodeClass}  # zeros too, per pool seen
+            for node_class, pool in self._class_series - series:
+                self.nodes.remove(node_class, pool)
+            for node_class, pool in series:
+                self.nodes.labels(node_class, pool).set(counts[(node_class, pool)])
+            self._class_series = series
+
+    # -- service ------------------------------------------------------------------------------------
+
+    def webhook_answered(self, code: int) -> None:
+        self.webhook_requests.labels(str(code)).inc()
+
+    def alert_handled(self, status: str, action: str) -> None:
+        self.alerts.labels(_checked("status", status), _checked("action", action)).inc()
+
+    def policy_reload(self, ok: bool) -> None:
+        """A changed policy file was read: taken (ok) or rejected (the last good policy stays)."""
+        if ok:
+            self.policy_valid.set(1)
+        else:
+            self.policy_reload_failures.inc()
+            self.policy_valid.set(0)
+
+    def set_leader(self, leader: bool) -> None:
+        self.leader.set(1 if leader else 0)
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text exposition of every metric: (body, content type)."""
+        return generate_latest(self._exposed), TEXT_CONTENT_TYPE

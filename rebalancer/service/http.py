@@ -1,0 +1,482 @@
+"""The service's HTTP side: one small WSGI app and a threaded stdlib server to run it.
+
+Endpoints: ``POST /webhook/alertmanager``, ``GET /metrics``, ``GET /healthz``, ``GET /readyz``.
+Every collaborator is injected into :func:`make_app` (no globals): the metrics, the runner's
+:class:`~rebalancer.service.webhook.AlertSink`, leadership and readiness checks, the known nodes.
+
+The webhook answers, in this order: 401 (bearer token configured and missing or wrong; 500 while the
+token file is unreadable or empty: never open), 415 (not ``application/json``), 411 (no
+Content-Length, or a transfer encoding), 413 (over the body limit; nothing of it is read), 408/400 (a
+body that stalls or ends before the announced length), 400 (not JSON), 422 (not a version-4 payload;
+field paths listed), 503 with Retry-After (this instance is not the leader), 202 (handed to the
+runner; the summary says per alert what it did). Input is checked before leadership, so a sender
+learns about a bad body whichever replica it reaches.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
+from wsgiref.types import InputStream, StartResponse, WSGIApplication, WSGIEnvironment
+
+from pydantic import ValidationError
+
+from rebalancer.metrics import Metrics
+from rebalancer.policy import validation_problems
+from rebalancer.service.webhook import (
+    DEFAULT_NODE_LABELS,
+    QUEUED,
+    Ack,
+    AlertSink,
+    NodeAlert,
+    WebhookPayload,
+    node_alerts,
+)
+
+log = logging.getLogger(__name__)
+
+WEBHOOK_PATH = "/webhook/alertmanager"
+MAX_BODY_BYTES = 1 << 20
+REQUEST_TIMEOUT_SECONDS = 10.0  # a client silent this long mid-request is dropped (slow clients)
+LINGER_SECONDS = 2.0  # after answering early, read and discard what the client still sends, this long
+LINGER_MAX_BYTES = 16 << 20
+_JSON = "application/json"
+
+
+class TokenUnavailable(Exception):
+    """The configured token file cannot be read or is empty: every request is refused."""
+
+
+class TokenFile:
+    """A bearer token kept in a file (a mounted Secret), re-read whenever the file changes.
+
+    Kubernetes rotates a mounted Secret by swapping a symlink, so the file is stat()ed on each request
+    (following links) and read again when its inode, size or modification time changed.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._key: tuple[int, int, int, int] | None = None
+        self._token = b""
+
+    def current(self) -> bytes:
+        try:
+            st = os.stat(self.path)
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            with self._lock:
+                if key != self._key:
+                    self._token = self.path.read_bytes().strip()
+                    self._key = key
+                token = self._token
+        except OSError as exc:
+            raise TokenUnavailable(f"cannot read the webhook token file {self.path}: {exc.strerror or exc}") from exc
+        if not token:
+            raise TokenUnavailable(f"the webhook token file {self.path} is empty")
+        return token
+
+
+@dataclass(frozen=True, slots=True)
+class _Response:
+    status: int
+    body: bytes
+    content_type: str = _JSON
+    headers: tuple[tuple[str, str], ...] = ()
+    problem: str = ""  # why a request was refused, for the log
+
+
+def _json(
+    status: int, document: Mapping[str, Any], headers: tuple[tuple[str, str], ...] = (), problem: str = ""
+) -> _Response:
+    return _Response(status, json.dumps(document, indent=1).encode() + b"\n", _JSON, headers, problem)
+
+
+def _error(status: int, message: str, headers: tuple[tuple[str, str], ...] = ()) -> _Response:
+    return _json(status, {"error": message}, headers, message)
+
+
+class RebalancerApp:
+    """The WSGI application; build it with :func:`make_app`."""
+
+    def __init__(
+        self,
+        *,
+        metrics: Metrics,
+        submit: AlertSink,
+        is_leader: Callable[[], bool],
+        ready: Callable[[], bool],
+        known_nodes: Callable[[], Collection[str]],
+        node_labels: tuple[str, ...],
+        instance_map: Mapping[str, str],
+        token: TokenFile | None,
+        max_body_bytes: int,
+        retry_after_seconds: int,
+    ) -> None:
+        self._metrics = metrics
+        self._submit = submit
+        self._is_leader = is_leader
+        self._ready = ready
+        self._known_nodes = known_nodes
+        self._node_labels = node_labels
+        self._instance_map = instance_map
+        self._token = token
+        self._max_body = max_body_bytes
+        self._retry_after = str(retry_after_seconds)
+        self._routes: dict[str, tuple[str, Callable[[WSGIEnvironment], _Response]]] = {
+            WEBHOOK_PATH: ("POST", self._webhook),
+            "/metrics": ("GET", self._metrics_page),
+            "/healthz": ("GET", self._healthz),
+            "/readyz": ("GET", self._readyz),
+        }
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        response = self._dispatch(path, environ.get("REQUEST_METHOD", ""), environ)
+        if path == WEBHOOK_PATH:
+            self._metrics.webhook_answered(response.status)
+            if response.problem:
+                log.warning(
+                    "alertmanager webhook from %s refused (%d): %s",
+                    environ.get("REMOTE_ADDR", "?"),
+                    response.status,
+                    response.problem,
+                )
+        headers = [
+            ("Content-Type", response.content_type),
+            ("Content-Length", str(len(response.body))),
+            ("Cache-Control", "no-store"),
+            *response.headers,
+        ]
+        start_response(f"{response.status} {HTTPStatus(response.status).phrase}", headers)
+        return [response.body]
+
+    def _dispatch(self, path: str, method: str, environ: WSGIEnvironment) -> _Response:
+        route = self._routes.get(path)
+        if route is None:
+            return _error(404, f"no such path: {path}")
+        allowed, handler = route
+        if method != allowed:
+            return _error(405, f"{path} accepts {allowed} only", (("Allow", allowed),))
+        try:
+            return handler(environ)
+        except Exception:
+            log.exception("%s %s failed", method, path)
+            return _error(500, "internal error; see the rebalancer log")
+
+    # -- plain endpoints ----------------------------------------------------------------------------
+
+    def _metrics_page(self, environ: WSGIEnvironment) -> _Response:
+        body, content_type = self._metrics.exposition()
+        return _Response(200, body, content_type)
+
+    def _healthz(self, environ: WSGIEnvironment) -> _Response:
+        return _Response(200, b"ok\n", "text/plain; charset=utf-8")
+
+    def _readyz(self, environ: WSGIEnvironment) -> _Response:
+        if self._ready():
+            return _Response(200, b"ready\n", "text/plain; charset=utf-8")
+        return _Response(503, b"not ready: no cycle or source check has succeeded yet\n", "text/plain; charset=utf-8")
+
+    # -- the webhook --------------------------------------------------------------------------------
+
+    def _webhook(self, environ: WSGIEnvironment) -> _Response:
+        denied = self._authenticate(environ)
+        if denied is not None:
+            return denied
+        media_type = str(environ.get("CONTENT_TYPE", "")).split(";", 1)[0].strip().lower()
+        if media_type != _JSON:
+            return _error(415, f"Content-Type must be {_JSON}, got {media_type or 'none'}")
+        body_or_error = self._read_body(environ)
+        if isinstance(body_or_error, _Response):
+            return body_or_error
+        try:
+            data = json.loads(body_or_error)
+        except (ValueError, RecursionError) as exc:
+            return _error(400, f"the body is not JSON: {exc}")
+        try:
+            payload = WebhookPayload.model_validate(data)
+        except ValidationError as exc:
+            found = validation_problems(exc)
+            problems = [{"field": path, "message": message} for path, message in found]
+            short = "; ".join(f"{path or '(body)'}: {message}" for path, message in found[:5])
+            return _json(
+                422, {"error": "not an Alertmanager webhook payload (version 4)", "problems": problems}, problem=short
+            )
+        if not self._is_leader():
+            return _error(503, "not the leader; retry later", (("Retry-After", self._retry_after),))
+        alerts = node_alerts(
+            payload,
+            known_nodes=self._known_nodes(),
+            node_labels=self._node_labels,
+            instance_map=self._instance_map,
+        )
+        summary = self._summarize(payload, alerts, self._submit(alerts))
+        log.info(
+            "alertmanager webhook (group %s): %d alert(s), queued %s",
+            payload.group_key,
+            len(alerts),
+            ", ".join(summary["accepted"]) or "nothing",
+        )
+        return _json(202, summary)
+
+    def _authenticate(self, environ: WSGIEnvironment) -> _Response | None:
+        if self._token is None:
+            return None
+        try:
+            expected = self._token.current()
+        except TokenUnavailable as exc:
+            log.error("%s; refusing webhook requests", exc)
+            return _error(500, "the webhook token is not available")
+        scheme, _, offered = str(environ.get("HTTP_AUTHORIZATION", "")).strip().partition(" ")
+        if scheme.lower() != "bearer" or not offered.strip():
+            return _error(401, "a bearer token is required", (("WWW-Authenticate", 'Bearer realm="rebalancer"'),))
+        # WSGI hands headers over as latin-1 decoded text: encoding back gives the bytes that were sent
+        if not hmac.compare_digest(offered.strip().encode("latin-1"), expected):
+            challenge = 'Bearer realm="rebalancer", error="invalid_token"'
+            return _error(401, "the bearer token is wrong", (("WWW-Authenticate", challenge),))
+        return None
+
+    def _read_body(self, environ: WSGIEnvironment) -> bytes | _Response:
+        if environ.get("HTTP_TRANSFER_ENCODING"):
+            return _error(411, "send the body with a Content-Length, not a transfer encoding")
+        raw = str(environ.get("CONTENT_LENGTH", "")).strip()
+        if not raw:
+            return _error(411, "Content-Length is required")
+        if not raw.isdigit():
+            return _error(400, f"bad Content-Length: {raw!r}")
+        length = int(raw)
+        if length > self._max_body:
+            return _error(413, f"the body is {length} bytes; at most {self._max_body} are accepted")
+        stream = environ["wsgi.input"]
+        chunks: list[bytes] = []
+        got = 0
+        try:
+            while got < length:
+                chunk = stream.read(min(length - got, self._max_body + 1 - got))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+        except OSError as exc:  # the socket timed out (slow client) or broke
+            return _error(408, f"the body did not arrive: {exc}")
+        if got < length:
+            return _error(400, f"the body ended after {got} of the {length} bytes announced")
+        return b"".join(chunks)
+
+    def _summarize(self, payload: WebhookPayload, alerts: list[NodeAlert], acks: Sequence[Ack]) -> dict[str, Any]:
+        """The 202 body: per alert what happened, plus the nodes queued, alerts ignored, alerts resolved."""
+        per_alert: list[dict[str, str | None]] = []
+        accepted: list[str] = []
+        for alert, ack in zip(alerts, acks, strict=True):
+            self._metrics.alert_handled(alert.status, ack.action)
+            detail = ack.detail or alert.reason_if_unusable or ""
+            per_alert.append(
+                {
+                    "fingerprint": alert.fingerprint,
+                    "alertname": alert.alertname,
+                    "status": alert.status,
+                    "node": alert.node,
+                    "action": ack.action,
+                    "detail": detail,
+                }
+            )
+            if ack.action == QUEUED and ack.node is not None and ack.node not in accepted:
+                accepted.append(ack.node)
+        return {
+            "accepted": accepted,
+            "ignored": [
+                {"fingerprint": a.fingerprint, "alertname": a.alertname, "reason": a.reason_if_unusable}
+                for a in alerts
+                if a.node is None
+            ],
+            "resolved": [
+                {"fingerprint": a.fingerprint, "alertname": a.alertname, "node": a.node}
+                for a in alerts
+                if a.status == "resolved"
+            ],
+            "alerts": per_alert,
+            "notes": list(payload.notes()),
+        }
+
+
+def make_app(
+    *,
+    metrics: Metrics,
+    submit: AlertSink,
+    is_leader: Callable[[], bool],
+    ready: Callable[[], bool],
+    known_nodes: Callable[[], Collection[str]],
+    node_labels: tuple[str, ...] = DEFAULT_NODE_LABELS,
+    instance_map: Mapping[str, str] | None = None,
+    token: TokenFile | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    retry_after_seconds: int = 10,
+) -> RebalancerApp:
+    """The WSGI app. ``token`` None: the webhook is open (say so in the deployment); otherwise every
+    webhook request must carry it as a bearer token."""
+    if not node_labels:
+        raise ValueError("node_labels must name at least one label")
+    return RebalancerApp(
+        metrics=metrics,
+        submit=submit,
+        is_leader=is_leader,
+        ready=ready,
+        known_nodes=known_nodes,
+        node_labels=node_labels,
+        instance_map=dict(instance_map or {}),
+        token=token,
+        max_body_bytes=max_body_bytes,
+        retry_after_seconds=retry_after_seconds,
+    )
+
+
+# -- the server ------------------------------------------------------------------------------------
+
+
+class _CountingInput:
+    """wsgi.input that counts what the application read (to know whether a body was left unread)."""
+
+    def __init__(self, stream: InputStream) -> None:
+        self._stream = stream
+        self.consumed = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = self._stream.read(size)
+        self.consumed += len(data)
+        return data
+
+    def readline(self, size: int = -1, /) -> bytes:
+        data = self._stream.readline(size)
+        self.consumed += len(data)
+        return data
+
+    def readlines(self, hint: int = -1, /) -> list[bytes]:
+        lines = self._stream.readlines(hint)
+        self.consumed += sum(len(line) for line in lines)
+        return lines
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.readline, b"")
+
+
+class _RequestHandler(WSGIRequestHandler):
+    timeout = REQUEST_TIMEOUT_SECONDS
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def handle(self) -> None:
+        """wsgiref's handle(), plus a lingering close when the body was not read (413 and the like):
+        closing a socket with unread input makes the kernel reset the connection, and the client could
+        lose the answer."""
+        try:
+            self.raw_requestline = self.rfile.readline(65537)
+            if len(self.raw_requestline) > 65536:
+                self.requestline = self.request_version = self.command = ""
+                self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
+                return
+            if not self.parse_request():
+                return
+            stdin = _CountingInput(self.rfile)
+            handler = ServerHandler(stdin, self.wfile, self.get_stderr(), self.get_environ(), multithread=True)  # type: ignore[arg-type]
+            handler.request_handler = self  # type: ignore[attr-defined]  # wsgiref's back-pointer for logging
+            handler.run(self.server.get_app())  # type: ignore[attr-defined]
+            declared = self.headers.get("Content-Length", "").strip()
+            if declared.isdigit() and int(declared) > stdin.consumed:
+                self._linger()
+        except OSError as exc:  # the client went away or stayed silent past the timeout
+            log.debug("connection from %s: %s", self.address_string(), exc)
+
+    def _linger(self) -> None:
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(LINGER_SECONDS)
+            deadline = time.monotonic() + LINGER_SECONDS
+            drained = 0
+            while drained < LINGER_MAX_BYTES and time.monotonic() < deadline:
+                chunk = self.connection.recv(65536)
+                if not chunk:
+                    break
+                drained += len(chunk)
+        except OSError:
+            pass
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = False  # server_close() waits for requests in flight
+    block_on_close = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the host's FQDN, which can hang on a cluster's DNS: not needed.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
+        self.setup_environ()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.exception("HTTP request from %s failed", client_address)
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
+
+
+class HttpServer:
+    """A running server: its own accept thread, one thread per request."""
+
+    def __init__(self, server: _ThreadingServer) -> None:
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="rebalancer-http", daemon=True
+        )
+        self._stop_lock = threading.Lock()
+        self._stopped = False
+        self._thread.start()
+
+    @property
+    def host(self) -> str:
+        return str(self._server.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def stop(self) -> None:
+        """Stop accepting, let the requests in flight finish (each bounded by the request timeout), close."""
+        with self._stop_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> HttpServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve_http(app: WSGIApplication, host: str, port: int) -> HttpServer:
+    """Serve ``app`` on host:port (port 0: any free port, see ``.port``) from a background thread."""
+    server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
+    server = server_class((host, port), _RequestHandler)
+    server.set_app(app)
+    return HttpServer(server)

@@ -1,0 +1,177 @@
+"""The alert path end to end, with real parts only: a live cAdvisor-shaped exporter on 127.0.0.1 ->
+a real Prometheus scraping it and evaluating a hot-node alert rule -> a real Alertmanager (clustering
+off) -> `rebalancer serve` (its own process, leader by a Lease) -> evictions on the test API server."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from threading import Thread
+
+import pytest
+
+from tests.adapters.prom_fixture import ServerProcess, free_port, require_binary
+from tests.kubeapi import TestApiServer
+from tests.service.scenario import LOADS, NODES, build_cluster, live_pods
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "alert-token-1234"
+SYSTEM_CORES = 0.3
+RULES = """\
+groups:
+- name: rebalancer
+  rules:
+  - alert: NodeCPUHigh
+    expr: sum by (node) (rate(container_cpu_usage_seconds_total{id="/"}[5s])) > 2
+    for: 0s
+    labels: {severity: warning}
+"""
+
+
+class _Exporter(BaseHTTPRequestHandler):
+    started = time.time()
+
+    def do_GET(self) -> None:
+        elapsed = time.time() - self.started
+        lines = ["# TYPE container_cpu_usage_seconds_total counter"]
+        for node in NODES:
+            cores = SYSTEM_CORES + sum(c for (_, _), (n, c) in LOADS.items() if n == node)
+            lines.append(f'container_cpu_usage_seconds_total{{id="/",node="{node}"}} {1000 + cores * elapsed:.6f}')
+        for (namespace, pod), (node, cores) in LOADS.items():
+            base = f'namespace="{namespace}",pod="{pod}",node="{node}"'
+            value = 1000 + cores * elapsed
+            lines.append(
+                f'container_cpu_usage_seconds_total{{{base},container="app",id="/kubepods/{pod}/app"}} {value:.6f}'
+            )
+            # the pod-level cgroup repeats the sum: counted, usage would double
+            lines.append(f'container_cpu_usage_seconds_total{{{base},container="",id="/kubepods/{pod}"}} {value:.6f}')
+        body = ("\n".join(lines) + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def exporter() -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Exporter)
+    thread = Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def start_alertmanager(workdir: Path, webhook_port: int, token_file: Path) -> ServerProcess:
+    binary = require_binary("prometheus-alertmanager")
+    config = workdir / "alertmanager.yml"
+    config.write_text(
+        "route: {receiver: rebalancer, group_by: [node], group_wait: 1s, group_interval: 1s, repeat_interval: 1h}\n"
+        "receivers:\n- name: rebalancer\n  webhook_configs:\n"
+        f"  - url: http://127.0.0.1:{webhook_port}/webhook/alertmanager\n"
+        "    send_resolved: true\n"
+        f"    http_config: {{authorization: {{credentials_file: {token_file}}}}}\n"
+    )
+    (workdir / "am-data").mkdir()
+
+    def argv(port: int) -> list[str]:
+        return [binary, f"--config.file={config}", f"--storage.path={workdir / 'am-data'}",
+                f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"]  # fmt: skip
+
+    process = ServerProcess("alertmanager", workdir, argv, "/-/ready")
+    process.start()
+    return process
+
+
+def start_prometheus(workdir: Path, exporter_port: int, alertmanager_port: int) -> ServerProcess:
+    binary = require_binary("prometheus")
+    (workdir / "rules.yml").write_text(RULES)
+    config = workdir / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: [{workdir / 'rules.yml'}]\n"
+        f"alerting: {{alertmanagers: [{{static_configs: [{{targets: ['127.0.0.1:{alertmanager_port}']}}]}}]}}\n"
+        f"scrape_configs: [{{job_name: cadvisor, static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]}}]\n"
+    )
+    (workdir / "prom-data").mkdir()
+
+    def argv(port: int) -> list[str]:
+        return [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'prom-data'}",
+                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]  # fmt: skip
+
+    process = ServerProcess("prometheus", workdir, argv, "/-/ready")
+    process.start()
+    return process
+
+
+def test_promtool_accepts_the_alert_rule(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yml"
+    rules.write_text(RULES)
+    promtool = require_binary("promtool")
+    out = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_hot_node_alert_leads_to_evictions_through_serve(
+    kube_server: TestApiServer, kubeconfig: Path, exporter: int, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    serve_port = free_port()
+    alertmanager = start_alertmanager(tmp_path, serve_port, token_file)
+    prometheus = start_prometheus(tmp_path, exporter, alertmanager.port)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        f"prometheus: {{url: '{prometheus.url}', window: 10s, step: 1s, rateWindow: 5s, maxDataAgeSeconds: 60}}\n"
+        "protections: {evictableNamespaces: {exclude: [kube-system, monitoring]}}\n"
+        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 50}, "
+        "schedule: {interval: 1h}}\n"
+        "state: {namespace: rebalancer}\n"
+        f"service: {{host: 127.0.0.1, port: {serve_port}, runOnStart: false, webhook: {{tokenFile: '{token_file}'}},"
+        " leaderElection: {leaseDurationSeconds: 3, renewDeadlineSeconds: 2, retryPeriodSeconds: 0.5}}\n"
+    )
+    log = (tmp_path / "serve.log").open("w")
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "rebalancer.cli", "--log-level", "INFO", "serve", "--policy", str(policy),
+         "--kubeconfig", str(kubeconfig)],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while not [r for r in kube_server.eviction.records if r.code == 201]:
+            assert serve.poll() is None, (tmp_path / "serve.log").read_text()
+            assert time.monotonic() < deadline, "no eviction within 90 s:\n" + (tmp_path / "serve.log").read_text()
+            time.sleep(0.5)
+        time.sleep(1)  # let the cycle finish
+        evicted = {r.name for r in kube_server.eviction.records if r.code == 201}
+        assert evicted <= {"api-0", "api-1", "web-0"}  # only from the alerted node, never the DaemonSet pod
+        assert live_pods(kube_server) == {"api-0", "api-1", "web-0", "web-1", "web-2"} - evicted
+        assert live_pods(kube_server, "monitoring") == {"exporter-hot-1"}
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{serve_port}/metrics", timeout=5).read().decode()
+        assert 'rebalancer_cycle_duration_seconds_count{trigger="alert"}' in metrics
+        assert 'rebalancer_alerts_total{action="queued",status="firing"}' in metrics
+        assert "rebalancer_leader 1.0" in metrics
+        lease = kube_server.store.get("leases", "rebalancer", "rebalancer")
+        assert lease is not None
+        assert lease["spec"]["holderIdentity"]
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        code = serve.wait(timeout=30)
+        alertmanager.stop()
+        prometheus.stop()
+        log.close()
+    assert code == 0, (tmp_path / "serve.log").read_text()
+    released = kube_server.store.get("leases", "rebalancer", "rebalancer")
+    assert released is not None
+    assert not released["spec"].get("holderIdentity")  # released on SIGTERM: another replica takes over at once

@@ -1,0 +1,224 @@
+"""Leader election between two processes: the real LeaseClient and LeaderElection against the test API server.
+
+Each candidate is a separate Python process (``python -c``) that prints ``leading`` / ``following`` with
+its ``time.monotonic()`` (CLOCK_MONOTONIC: one clock for every process on the machine). The test records
+when each Lease write reaches the server. Checked: exactly one leads; after ``kill -9`` of the leader the
+other takes over, never before the dead leader's last renewal has expired and at most
+``lease_duration + 2 * retry_period`` after the kill (the follower notices a renewal up to one retry period
+late, and tries again up to one retry period late); a leader stopped with SIGTERM releases the Lease and
+the other takes over at its next attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.kubeapi import TestApiServer
+from tests.kubeapi.server import Request
+
+ROOT = Path(__file__).resolve().parents[2]
+NS, NAME = "rebalancer", "rebalancer"
+LEASE_PATHS = {
+    f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases",
+    f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{NAME}",
+}
+
+CANDIDATE = textwrap.dedent(
+    """
+    import signal, sys, threading, time
+    from rebalancer.kube import LeaseClient, connect
+    from rebalancer.leader import LeaderElection, LeaderElector
+
+    kubeconfig, namespace, name, identity = sys.argv[1:5]
+    lease, renew, retry = map(float, sys.argv[5:8])
+
+    def say(*words):
+        print(*words, f"{time.monotonic():.6f}", flush=True)
+
+    class FirstContact:
+        def __init__(self, inner):
+            self.inner, self.first = inner, True
+        def get(self):
+            record = self.inner.get()
+            if self.first:
+                self.first = False
+                say("contact", record.holder if record is not None and record.holder else "-")
+            return record
+        def create(self, record):
+            return self.inner.create(record)
+        def update(self, record, resource_version):
+            return self.inner.update(record, resource_version)
+
+    leases = LeaseClient(connect(kubeconfig=kubeconfig), namespace, name, request_timeout=retry)
+    elector = LeaderElector(FirstContact(leases), identity, lease, renew, retry)
+    election = LeaderElection(elector, lambda leading: say("leading" if leading else "following"))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    election.start()
+    while not stop.wait(0.05):
+        pass
+    election.stop(release=True)
+    say("stopped")
+    """
+)
+
+
+@dataclass
+class Candidate:
+    """One candidate process and what it printed: (word, its time.monotonic())."""
+
+    identity: str
+    process: subprocess.Popen[str]
+    errors: Path
+    lines: list[tuple[str, float]] = field(default_factory=list)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            word, _, stamp = line.strip().rpartition(" ")
+            with self.changed:
+                self.lines.append((word, float(stamp)))
+                self.changed.notify_all()
+        with self.changed:
+            self.lines.append(("<eof>", time.monotonic()))
+            self.changed.notify_all()
+
+    def said(self, word: str) -> list[float]:
+        with self.changed:
+            return [at for said, at in self.lines if said == word]
+
+    def words(self) -> list[str]:
+        with self.changed:
+            return [said.split()[0] for said, _ in self.lines]
+
+    def wait_for(self, word: str, timeout: float) -> float:
+        """When (its clock) the candidate first said ``word``; waits up to ``timeout`` for it."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                found = [at for said, at in self.lines if said.split()[0] == word]
+                if found:
+                    return found[0]
+                left = deadline - time.monotonic()
+                if left <= 0 or any(said == "<eof>" for said, _ in self.lines):
+                    raise AssertionError(
+                        f"{self.identity} never said {word!r}: {self.lines}\n{self.errors.read_text()}"
+                    )
+                self.changed.wait(min(left, 0.05))
+
+
+@dataclass
+class Write:
+    at: float  # time.monotonic() when the request reached the server
+    method: str
+    holder: str
+    transitions: int
+
+
+@pytest.fixture
+def writes(kube_server: TestApiServer) -> list[Write]:
+    """Every Lease write as it reaches the server (before it is judged: a create may still be refused)."""
+    seen: list[Write] = []
+
+    def hook(request: Request) -> None:
+        if request.path in LEASE_PATHS and request.method in ("POST", "PUT"):
+            spec = json.loads(request.body).get("spec") or {}
+            holder, transitions = spec.get("holderIdentity") or "", spec.get("leaseTransitions", 0)
+            seen.append(Write(time.monotonic(), request.method, holder, transitions))
+
+    kube_server.on_request(hook)
+    return seen
+
+
+Launch = Callable[[str, float, float, float], Candidate]
+
+
+@pytest.fixture
+def launch(kubeconfig: Path, tmp_path: Path) -> Iterator[Launch]:
+    started: list[Candidate] = []
+
+    def start(identity: str, lease: float, renew: float, retry: float) -> Candidate:
+        errors = tmp_path / f"{identity}.stderr"
+        args = [str(kubeconfig), NS, NAME, identity, str(lease), str(renew), str(retry)]
+        with errors.open("w") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-c", CANDIDATE, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True
+            )
+        candidate = Candidate(identity, process, errors)
+        threading.Thread(target=candidate.read, name=f"read-{identity}", daemon=True).start()
+        started.append(candidate)
+        return candidate
+
+    yield start
+    for candidate in started:
+        if candidate.process.poll() is None:
+            candidate.process.kill()
+        candidate.process.wait(timeout=10)
+
+
+def one_leader(candidates: list[Candidate], timeout: float) -> tuple[Candidate, Candidate]:
+    """Both in contact with the server; then (leader, follower), once one of them leads."""
+    for c in candidates:
+        c.wait_for("contact", timeout)
+    deadline = time.monotonic() + timeout
+    while not any(c.said("leading") for c in candidates):
+        assert time.monotonic() < deadline, [c.lines for c in candidates]
+        time.sleep(0.02)
+    [leader] = [c for c in candidates if c.said("leading")]
+    [follower] = [c for c in candidates if c is not leader]
+    return leader, follower
+
+
+def test_exactly_one_leads_and_a_killed_leader_is_replaced_after_its_lease(launch: Launch, writes: list[Write]) -> None:
+    lease, renew, retry = 1.0, 0.7, 0.2
+    candidates = [launch(ident, lease, renew, retry) for ident in ("a", "b")]
+    leader, follower = one_leader(candidates, timeout=20)
+
+    time.sleep(3 * lease)  # the follower would have taken over by now if renewals did not reach it
+    assert leader.words() == ["contact", "leading"] and follower.words() == ["contact"]
+    renewals = [w for w in writes if w.method == "PUT"]  # (both may have tried to create it: one was refused)
+    assert {w.holder for w in renewals} == {leader.identity}
+    assert len(renewals) >= 3 * lease / retry - 2  # renewed every retry period
+
+    killed = time.monotonic()
+    os.kill(leader.process.pid, signal.SIGKILL)
+    took_over = follower.wait_for("leading", timeout=10 * lease)
+
+    last_renewal = max(w.at for w in writes if w.holder == leader.identity)
+    takeover = next(w for w in writes if w.method == "PUT" and w.holder == follower.identity)
+    assert takeover.at - last_renewal >= lease  # never before the dead leader's lease has run out
+    assert took_over - killed <= lease + 2 * retry + 0.5, took_over - killed  # 0.5 s for a loaded machine
+    assert takeover.transitions == 1
+
+
+def test_a_stopped_leader_releases_and_the_other_takes_over_at_once(launch: Launch, writes: list[Write]) -> None:
+    lease, renew, retry = 5.0, 3.0, 0.2  # without the release, the takeover would wait 5 s
+    candidates = [launch(ident, lease, renew, retry) for ident in ("a", "b")]
+    leader, follower = one_leader(candidates, timeout=20)
+    time.sleep(2 * retry)
+
+    stopping = time.monotonic()
+    leader.process.send_signal(signal.SIGTERM)
+    took_over = follower.wait_for("leading", timeout=2 * lease)
+
+    assert leader.process.wait(timeout=10) == 0
+    assert leader.words() == ["contact", "leading", "following", "stopped", "<eof>"]
+    assert leader.said("following")[0] <= took_over  # it had stopped leading before the other began
+    assert took_over - stopping <= retry + 0.5, took_over - stopping
+    released = [w for w in writes if w.holder == ""]
+    assert len(released) == 1
+    takeover = next(w for w in writes if w.method == "PUT" and w.holder == follower.identity)
+    assert released[0].at <= takeover.at and takeover.transitions == 1
