@@ -6,7 +6,7 @@ from rebalancer.model import ClusterFacts, UsageReport
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
 from rebalancer.protections import Protections
-from rebalancer.snapshot import ClusterSnapshot, build_snapshot
+from rebalancer.snapshot import ClusterSnapshot, after_evictions, build_snapshot
 from strategies import build
 
 
@@ -20,6 +20,12 @@ def plan_cycle(
     """``focus``: the nodes an alert named; only they are relieved (None: every hot node)."""
     snapshot = build_snapshot(facts, usage, policy.pools, taken_at, focus)
     protections = Protections.from_settings(policy.protections)
-    results = tuple(build(s).plan(snapshot, protections) for s in policy.strategies if s.enabled)
+    results = []
+    seen = snapshot
+    for settings in policy.strategies:
+        if settings.enabled:
+            result = build(settings).plan(seen, protections)
+            results.append(result)
+            seen = after_evictions(seen, result.evictions)  # the next strategy plans on what this one moved
     blocked = f"usage source failed, no evictions this cycle: {usage.failure}" if usage.failure else None
-    return snapshot, EvictionPlan(taken_at, results, blocked)
+    return snapshot, EvictionPlan(taken_at, tuple(results), blocked)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
+
+import msgspec
 
 from rebalancer.labels import LabelSelector
 from rebalancer.model import ClusterFacts, DisruptionBudget, Node, Pod, PodKey, UsageReport
+from rebalancer.plan import PlannedEviction
 from rebalancer.settings import PoolSettings
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -137,3 +140,46 @@ def _node_usage(node: Node, usage: UsageReport, pod_sum: int, missing: int) -> t
     if value is None:
         return None, "no usage data for this node"
     return value, None
+
+
+def after_evictions(snapshot: ClusterSnapshot, evictions: Iterable[PlannedEviction]) -> ClusterSnapshot:
+    """The snapshot as the next strategy of the same cycle must see it: each planned pod moved from its
+    node to the node whose room accepted it (usage, requests and pod count), and the disruption budgets
+    it spends taken. Strategies so never book the same room or the same budget twice."""
+    moved = {e.key: e for e in evictions}
+    if not moved:
+        return snapshot
+    load = dict(snapshot.load)
+    pods_by_node = dict(snapshot.pods_by_node)
+    spent: dict[tuple[str, str], int] = {}
+    for node, pods in snapshot.pods_by_node.items():
+        leaving = [p for p in pods if p.key in moved]
+        if not leaving:
+            continue
+        pods_by_node[node] = tuple(p for p in pods if p.key not in moved)
+        for pod in leaving:
+            usage = moved[pod.key].usage_m
+            load[node] = _shifted(load[node], pod, -usage, -1)
+            destination = moved[pod.key].room_on
+            if destination in load:
+                load[destination] = _shifted(load[destination], pod, usage, 1)
+            if pod.ready:
+                for budget in snapshot.budgets:
+                    if budget.selects(pod):
+                        spent[(budget.namespace, budget.name)] = spent.get((budget.namespace, budget.name), 0) + 1
+    budgets = tuple(
+        msgspec.structs.replace(b, disruptions_allowed=b.disruptions_allowed - spent.get((b.namespace, b.name), 0))
+        for b in snapshot.budgets
+    )
+    return replace(snapshot, pods_by_node=MappingProxyType(pods_by_node), load=MappingProxyType(load), budgets=budgets)
+
+
+def _shifted(load: NodeLoad, pod: Pod, usage_m: int, count: int) -> NodeLoad:
+    sign = 1 if count > 0 else -1
+    return NodeLoad(
+        requested_cpu_m=load.requested_cpu_m + sign * pod.cpu_request_m,
+        requested_memory=load.requested_memory + sign * pod.memory_request,
+        pod_count=load.pod_count + count,
+        usage_m=None if load.usage_m is None else load.usage_m + usage_m,
+        unknown_reason=load.unknown_reason,
+    )

@@ -282,3 +282,26 @@ def test_pod_sum_mode_node_without_freshness_sample_is_unknown():
     plan = run([node("n1"), node("n2")], [pod("a", "n1")], report)
     assert classes(plan)["n2"] is NodeClass.UNKNOWN
     assert plan.evictions == ()
+
+
+def test_two_strategies_never_book_the_same_room_or_budget_twice():
+    # one cold node with 5000m of room under 70%; the first strategy sends x (2500m) there, the second
+    # would send y (3500m) too (75% in all) -- it must see the room already taken, and the budget spent
+    text = """
+pools: {label: pool}
+strategies:
+- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}}
+- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 60}}
+"""
+    from rebalancer.policy import parse_policy
+
+    pods = [pod("x", "h1", labels={"app": "db"}), pod("y", "h2", labels={"app": "db"})]
+    report = usage({"h1": 9500, "h2": 6500, "cold": 1900}, {"x": 2500, "y": 3500})
+    facts = ClusterFacts((node("h1"), node("h2"), node("cold")), tuple(pods), (budget("db", {"app": "db"}, 5),))
+    plan = plan_cycle(facts, report, parse_policy(text), 1_700_000_000.0)[1]
+    assert evicted(plan) == ["x"]
+    facts = ClusterFacts(facts.nodes, facts.pods, (budget("db", {"app": "db"}, 1),))
+    report = usage({"h1": 9500, "h2": 6500, "cold": 0, "cold2": 0}, {"x": 2500, "y": 1500})
+    facts = ClusterFacts((*facts.nodes, node("cold2")), facts.pods, facts.budgets)
+    plan = plan_cycle(facts, report, parse_policy(text), 1_700_000_000.0)[1]
+    assert len(plan.evictions) == 1  # the budget allows one disruption across both strategies
