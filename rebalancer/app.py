@@ -77,8 +77,11 @@ def run_cycle(
     dry_run: DryRun = DryRun.OFF,
     clock: Clock = time.time,
     focus: frozenset[str] | None = None,
+    may_act: Callable[[], bool] = lambda: True,
 ) -> RunOutcome:
-    """Snapshot, plan, limits, evict, persist, on an existing connection (CronJob and service alike)."""
+    """Snapshot, plan, limits, evict, persist, on an existing connection (CronJob and service alike).
+
+    ``may_act`` is asked before every eviction (the service passes "still the leader")."""
     planned = plan_live(policy, ClusterConnection(), clock, api, focus)
     namespace = state_namespace(policy.state.namespace)
     evictor = Evictor(
@@ -90,6 +93,7 @@ def run_cycle(
         dry_run=dry_run,
         requester=f"rebalancer/{socket.gethostname()}",
         clock=clock,
+        may_act=may_act,
     )
     report = evictor.apply(planned.plan, planned.snapshot)
     return RunOutcome(planned, report)

@@ -130,6 +130,7 @@ class Evictor:
         dry_run: DryRun = DryRun.OFF,
         requester: str = "rebalancer",
         clock: Callable[[], float] = time.time,
+        may_act: Callable[[], bool] = lambda: True,
     ) -> None:
         self._actions = actions
         self._limits_store = limits_store
@@ -139,6 +140,7 @@ class Evictor:
         self._dry_run = dry_run
         self._requester = requester
         self._clock = clock
+        self._may_act = may_act
 
     def apply(self, plan: EvictionPlan, snapshot: ClusterSnapshot) -> EvictorReport:
         """Time is read from the clock for every eviction (windows, caps and cooldowns judge the moment
@@ -348,6 +350,8 @@ class Evictor:
     def _evict(self, run: _Run, planned: PlannedEviction, pod: Pod, key: str) -> EvictionResult:
         if self._dry_run is DryRun.CLIENT:
             return EvictionResult(planned, Outcome.DRY_RUN, f"would evict: {planned.reason}")
+        if not self._may_act():
+            raise _Abort("no longer allowed to act (leadership lost)")
         annotations = {
             f"{ANNOTATION_PREFIX}strategy": planned.strategy,
             f"{ANNOTATION_PREFIX}reason": planned.reason[:1000],

@@ -291,7 +291,7 @@ class LeaderElection:
         self._name = name
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._notify_lock = threading.Lock()
+        self._notify_lock = threading.RLock()  # on_change may call stop()
         self._reported = False
         self._stopped = False
 
@@ -313,9 +313,10 @@ class LeaderElection:
         """
         self._stopping.set()
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        own = thread is threading.current_thread()  # called from on_change: no request is in flight
+        if thread is not None and not own:
             thread.join(timeout)
-        still_running = thread is not None and thread.is_alive()
+        still_running = thread is not None and not own and thread.is_alive()
         self._notify(False, final=True)
         if not release:
             return

@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rebalancer.app import Clock, ClusterConnection, run_cycle, state_namespace
@@ -57,7 +57,10 @@ class _KnownNodes:
 class _Cycles:
     """The cycle the runner calls: the policy's chosen strategies, focused on an alert's nodes if any."""
 
-    def __init__(self, api: ApiClient, dry_run: DryRun, clock: Clock, known: _KnownNodes) -> None:
+    def __init__(
+        self, api: ApiClient, dry_run: DryRun, clock: Clock, known: _KnownNodes, may_act: Callable[[], bool]
+    ) -> None:
+        self._may_act = may_act
         self._api = api
         self._dry_run = dry_run
         self._clock = clock
@@ -66,7 +69,12 @@ class _Cycles:
     def __call__(self, policy: Policy, trigger: Trigger) -> CycleResult:
         chosen = tuple(policy.strategies[i] for i in trigger.strategies)
         outcome = run_cycle(
-            policy.model_copy(update={"strategies": chosen}), self._api, self._dry_run, self._clock, trigger.nodes
+            policy.model_copy(update={"strategies": chosen}),
+            self._api,
+            self._dry_run,
+            self._clock,
+            trigger.nodes,
+            self._may_act,
         )
         self._known.update(frozenset(outcome.planned.snapshot.nodes))
         return CycleResult(outcome.planned.plan, outcome.report)
@@ -83,12 +91,13 @@ def serve(
     stop = stop or threading.Event()
     api = connect(connection.kubeconfig, connection.context)
     known = _KnownNodes(KubeSource(api, frozenset()), time.monotonic)
-    cycles = _Cycles(api, dry_run, clock, known)
     metrics = Metrics()
     election: LeaderElection | None = None
 
     def is_leader() -> bool:
         return election.is_leader() if election is not None else True
+
+    cycles = _Cycles(api, dry_run, clock, known, is_leader)
 
     service = Service(policy_path, cycles, metrics, is_leader, clock)
     policy = service.policy
@@ -97,7 +106,8 @@ def serve(
         lease = settings.leader_election
         identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
         elector = LeaderElector(
-            LeaseClient(api, state_namespace(policy.state.namespace), lease.lease_name),
+            # a request must not outlast a retry period, or a lapse of leadership is noticed late
+            LeaseClient(api, state_namespace(policy.state.namespace), lease.lease_name, lease.retry_period_seconds),
             identity,
             lease.lease_duration_seconds,
             lease.renew_deadline_seconds,

@@ -181,6 +181,8 @@ class KubeActions:
         nanos = max(int(now * 1e9), self._last_nanos + 1)  # unique names even from a coarse or fake clock
         self._last_nanos = nanos
         at = datetime.fromtimestamp(now, UTC)
+        if at.microsecond == 0:  # isoformat() would drop the fraction, and a MicroTime without one is a 400
+            at = at.replace(microsecond=1)
         return kubernetes.client.CoreV1Event(
             metadata=kubernetes.client.V1ObjectMeta(name=f"{pod.name[:236]}.{nanos:x}", namespace=pod.namespace),
             involved_object=kubernetes.client.V1ObjectReference(

@@ -645,3 +645,25 @@ def test_a_failing_callback_does_not_stop_the_election() -> None:
     assert runner.is_leader() and len(leases.writes) >= 3
     runner.stop()
     assert calls == [True, False]
+
+
+def test_on_change_may_stop_the_election_itself() -> None:
+    leases = Leases()
+    elector, _ = real(leases, "a", 3.0, 2.0, 0.05)
+    calls: list[bool] = []
+    done = threading.Event()
+
+    def on_change(leading: bool) -> None:
+        calls.append(leading)
+        if leading:
+            runner.stop()  # e.g. the service decides to shut down as soon as it leads
+            done.set()
+
+    runner = LeaderElection(elector, on_change)
+    runner.start()
+
+    assert done.wait(5)
+    assert calls == [True, False] and not runner.is_leader()
+    assert leases.record is not None and leases.record.holder == ""
+    runner.stop()  # again, from outside: nothing more happens
+    assert calls == [True, False]
