@@ -23,6 +23,7 @@ from rebalancer.protections import Protections
 from rebalancer.snapshot import ClusterSnapshot
 
 log = logging.getLogger(__name__)
+MAX_TARGETED_NODES = 20  # more alerted nodes at once: a full listing is cheaper than one per node
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 Clock = Callable[[], float]
 
@@ -32,6 +33,7 @@ class PlanOutcome:
     snapshot: ClusterSnapshot
     plan: EvictionPlan
     source: str
+    facts: ClusterFacts | None = None  # what the Kubernetes API said (kept by the service for alerts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,16 +48,34 @@ def plan_live(
     clock: Clock = time.time,
     api: ApiClient | None = None,
     focus: frozenset[str] | None = None,
+    known: ClusterFacts | None = None,
 ) -> PlanOutcome:
-    """Read the cluster and Prometheus, then plan. A failed usage read blocks evictions, not the plan."""
+    """Read the cluster and Prometheus, then plan. A failed usage read blocks evictions, not the plan.
+
+    ``focus`` (an alert's nodes) with ``known`` (recent facts): only those nodes are listed afresh."""
     now = clock()
     api = api or connect(connection.kubeconfig, connection.context)
     kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
-    facts = kube.read_facts()
+    facts = read_facts(kube, focus, known)
     with PrometheusUsageSource(policy.prometheus) as prometheus:
         usage = read_usage(prometheus.read, now)
     snapshot, plan = plan_cycle(facts, usage, policy, now, focus)
-    return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}")
+    return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}", facts)
+
+
+def read_facts(kube: KubeSource, focus: frozenset[str] | None, known: ClusterFacts | None) -> ClusterFacts:
+    """The whole cluster; or, for an alert's few nodes when recent facts are at hand, only those nodes
+    and their pods (field selector ``spec.nodeName``), the rest taken from the recent facts (destinations
+    only receive load: their pods are never evicted in a focused cycle)."""
+    if focus is None or known is None or len(focus) > MAX_TARGETED_NODES:
+        return kube.read_facts()
+    fresh = [kube.read_facts(node_name=name) for name in sorted(focus)]
+    nodes = {n.name: n for n in known.nodes}
+    nodes.update((n.name, n) for f in fresh for n in f.nodes)
+    pods = [p for p in known.pods if p.node_name not in focus]
+    pods += [p for f in fresh for p in f.pods]
+    budgets = fresh[-1].budgets if fresh else known.budgets
+    return ClusterFacts(tuple(nodes.values()), tuple(pods), budgets, known.resource_version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +98,12 @@ def run_cycle(
     clock: Clock = time.time,
     focus: frozenset[str] | None = None,
     may_act: Callable[[], bool] = lambda: True,
+    known: ClusterFacts | None = None,
 ) -> RunOutcome:
     """Snapshot, plan, limits, evict, persist, on an existing connection (CronJob and service alike).
 
     ``may_act`` is asked before every eviction (the service passes "still the leader")."""
-    planned = plan_live(policy, ClusterConnection(), clock, api, focus)
+    planned = plan_live(policy, ClusterConnection(), clock, api, focus, known)
     namespace = state_namespace(policy.state.namespace)
     evictor = Evictor(
         actions=KubeActions(api),

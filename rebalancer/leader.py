@@ -81,15 +81,12 @@ class LeaseStore(Protocol):
 
     def get(self) -> LeaseRecord | None:
         """The Lease as stored now; None when there is none."""
-        ...
 
     def create(self, record: LeaseRecord) -> LeaseRecord:
         """Create the Lease with ``record``; returns it as stored (with its resourceVersion)."""
-        ...
 
     def update(self, record: LeaseRecord, resource_version: str) -> LeaseRecord:
         """Replace the Lease's fields with ``record`` if it is still at ``resource_version``."""
-        ...
 
 
 class LeaderElector:

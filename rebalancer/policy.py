@@ -59,6 +59,12 @@ class ServiceSettings(Model):
     leader_election: LeaderElectionSettings = Field(
         default_factory=LeaderElectionSettings, description="Lease-based leader election."
     )
+    alert_facts_max_age_seconds: float = Field(
+        default=600,
+        ge=0,
+        description="An alert-driven cycle lists only the alerted nodes' pods when the last full listing is "
+        "younger than this (destinations' requests come from it); 0: always list everything.",
+    )
     run_on_start: bool = Field(default=True, description="Run every strategy once at start, then on schedule.")
     reload_interval_seconds: float = Field(
         default=10, gt=0, description="How often the policy file is checked for changes (hot reload)."
@@ -84,6 +90,12 @@ class StateSettings(Model):
     backoff_config_map: str = Field(
         default="rebalancer-backoff", min_length=1, description="ConfigMap of the per-pod backoff after 429s."
     )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> StateSettings:
+        if self.config_map == self.backoff_config_map:
+            raise FieldProblems([("backoffConfigMap", "must differ from configMap (both use the key state.json)")])
+        return self
 
 
 class Policy(Model):

@@ -22,6 +22,7 @@ from rebalancer.kube import ApiClient, KubeSource, connect
 from rebalancer.kube.lease import LeaseClient
 from rebalancer.leader import LeaderElection, LeaderElector
 from rebalancer.metrics import Metrics
+from rebalancer.model import ClusterFacts
 from rebalancer.policy import Policy
 from rebalancer.runner import AlertDecision, CycleResult, Service, Trigger
 from rebalancer.service import NodeAlert, TokenFile, make_app, serve_http
@@ -61,6 +62,8 @@ class _Cycles:
         self, api: ApiClient, dry_run: DryRun, clock: Clock, known: _KnownNodes, may_act: Callable[[], bool]
     ) -> None:
         self._may_act = may_act
+        self._facts: ClusterFacts | None = None  # from the last full listing, for alert-driven cycles
+        self._facts_at = float("-inf")
         self._api = api
         self._dry_run = dry_run
         self._clock = clock
@@ -68,6 +71,8 @@ class _Cycles:
 
     def __call__(self, policy: Policy, trigger: Trigger) -> CycleResult:
         chosen = tuple(policy.strategies[i] for i in trigger.strategies)
+        max_age = policy.service.alert_facts_max_age_seconds
+        known = self._facts if trigger.nodes and time.monotonic() - self._facts_at < max_age else None
         outcome = run_cycle(
             policy.model_copy(update={"strategies": chosen}),
             self._api,
@@ -75,7 +80,12 @@ class _Cycles:
             self._clock,
             trigger.nodes,
             self._may_act,
+            known,
         )
+        if outcome.planned.facts is not None:
+            self._facts = outcome.planned.facts
+            if known is None:  # a full listing: the age of the facts restarts
+                self._facts_at = time.monotonic()
         self._known.update(frozenset(outcome.planned.snapshot.nodes))
         return CycleResult(outcome.planned.plan, outcome.report)
 

@@ -234,3 +234,22 @@ def test_corrupt_state_is_reported_replaced_and_never_trusted(
     second = run(kubeconfig, policy)
     assert {r.limiter for r in second.report.results} == {"state.recovering"}
     assert kube_server.eviction.records == []
+
+
+def test_an_alert_cycle_lists_only_the_alerted_node_when_recent_facts_are_at_hand(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    policy = load_policy(write_policy(tmp_path / "p.yaml", prometheus.url, target=50))
+    api = app.connect(str(kubeconfig))
+    full = app.plan_live(policy, app.ClusterConnection(), lambda: END, api)
+    assert full.facts is not None
+    kube_server.requests.clear()
+
+    result = app.run_cycle(policy, api, DryRun.OFF, lambda: END, frozenset({"hot-1"}), known=full.facts)
+
+    pod_lists = [r for r in kube_server.requests if r.path == "/api/v1/pods"]
+    assert pod_lists
+    assert all(r.query.get("fieldSelector") == "spec.nodeName=hot-1" for r in pod_lists)
+    assert {r.eviction.node for r in result.report.results} == {"hot-1"}
+    assert Outcome.EVICTED in {r.outcome for r in result.report.results}

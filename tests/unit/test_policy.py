@@ -81,6 +81,21 @@ BAD = [
         "strategies.0.useDeviationThresholds",
         "not supported",
     ),
+    (
+        "state: {configMap: s, backoffConfigMap: s}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "state.backoffConfigMap",
+        "must differ",
+    ),
+    (
+        "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}, schedule: {cron: '61 * * * *'}}\n",
+        "strategies.0.schedule.cron",
+        "minute: 61 is outside 0-59",
+    ),
+    (
+        "service: {timeZone: Mars/Olympus}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "service.timeZone",
+        "unknown time zone",
+    ),
     ("a: 1\na: 2\n", "", "duplicate key 'a'"),
     ("- just a list\n", "", "must be a YAML mapping"),
 ]
