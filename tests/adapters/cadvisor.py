@@ -12,8 +12,6 @@ A load is a :data:`Rate`: cores used during the sample interval that ends at ``t
 from __future__ import annotations
 
 import bisect
-import csv
-import gzip
 import math
 import os
 import uuid
@@ -21,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rebalancer.traces import load_bitbrains
 from tests.adapters.prom_fixture import Series
 
 Rate = Callable[[float], float]
@@ -185,20 +184,10 @@ class TraceLoad:
 
 
 def bitbrains_vm(vm: int, directory: Path = TRACE_DIR) -> TraceLoad:
+    """One VM of the shared trace, read by the project's own reader (cores, not millicores)."""
     path = directory / f"{vm}.csv.gz"
-    stamps: list[float] = []
-    cores: list[float] = []
-    with gzip.open(path, "rt", encoding="utf-8", newline="") as raw:
-        rows = csv.reader(raw, delimiter=";")
-        next(rows)  # header
-        for row in rows:
-            stamp, count, capacity, used = (float(v.strip()) for v in row[:4])
-            if count <= 0 or capacity <= 0:
-                continue
-            if stamps and stamp <= stamps[-1]:  # a few files repeat timestamps
-                continue
-            stamps.append(stamp)
-            cores.append(used / (capacity / count))
-    if not stamps:
+    trace = load_bitbrains(path)
+    if trace is None:
         raise ValueError(f"{path}: no usable rows (0 cores or 0 MHz capacity)")
-    return TraceLoad(vm, tuple(stamps), tuple(cores))
+    stamps = tuple(float(t) for t in trace.timestamps)
+    return TraceLoad(vm, stamps, tuple(float(m) / 1000.0 for m in trace.millicores))
