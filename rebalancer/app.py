@@ -99,6 +99,7 @@ def run_cycle(
     focus: frozenset[str] | None = None,
     may_act: Callable[[], bool] = lambda: True,
     known: ClusterFacts | None = None,
+    requester: str | None = None,
 ) -> RunOutcome:
     """Snapshot, plan, limits, evict, persist, on an existing connection (CronJob and service alike).
 
@@ -112,7 +113,7 @@ def run_cycle(
         settings=policy.limits,
         protections=Protections.from_settings(policy.protections),
         dry_run=dry_run,
-        requester=f"rebalancer/{socket.gethostname()}",
+        requester=requester or f"rebalancer/{socket.gethostname()}",
         clock=clock,
         may_act=may_act,
     )

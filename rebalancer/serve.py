@@ -59,8 +59,15 @@ class _Cycles:
     """The cycle the runner calls: the policy's chosen strategies, focused on an alert's nodes if any."""
 
     def __init__(
-        self, api: ApiClient, dry_run: DryRun, clock: Clock, known: _KnownNodes, may_act: Callable[[], bool]
+        self,
+        api: ApiClient,
+        dry_run: DryRun,
+        clock: Clock,
+        known: _KnownNodes,
+        may_act: Callable[[], bool],
+        identity: str,
     ) -> None:
+        self._identity = identity
         self._may_act = may_act
         self._facts: ClusterFacts | None = None  # from the last full listing, for alert-driven cycles
         self._facts_at = float("-inf")
@@ -81,6 +88,7 @@ class _Cycles:
             trigger.nodes,
             self._may_act,
             known,
+            f"rebalancer/{self._identity}",
         )
         if outcome.planned.facts is not None:
             self._facts = outcome.planned.facts
@@ -103,18 +111,18 @@ def serve(
     known = _KnownNodes(KubeSource(api, frozenset()), time.monotonic)
     metrics = Metrics()
     election: LeaderElection | None = None
+    identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"  # the Lease holder and the evictions' requester
 
     def is_leader() -> bool:
         return election.is_leader() if election is not None else True
 
-    cycles = _Cycles(api, dry_run, clock, known, is_leader)
+    cycles = _Cycles(api, dry_run, clock, known, is_leader, identity)
 
     service = Service(policy_path, cycles, metrics, is_leader, clock)
     policy = service.policy
     settings = policy.service
     if settings.leader_election.enabled:
         lease = settings.leader_election
-        identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
         elector = LeaderElector(
             # a request must not outlast a retry period, or a lapse of leadership is noticed late
             LeaseClient(api, state_namespace(policy.state.namespace), lease.lease_name, lease.retry_period_seconds),

@@ -72,15 +72,19 @@ def exporter() -> Iterator[int]:
     server.server_close()
 
 
-def start_alertmanager(workdir: Path, webhook_port: int, token_file: Path) -> ServerProcess:
+def start_alertmanager(workdir: Path, webhook_ports: list[int], token_file: Path, repeat: str = "1h") -> ServerProcess:
     binary = require_binary("prometheus-alertmanager")
     config = workdir / "alertmanager.yml"
-    config.write_text(
-        "route: {receiver: rebalancer, group_by: [node], group_wait: 1s, group_interval: 1s, repeat_interval: 1h}\n"
-        "receivers:\n- name: rebalancer\n  webhook_configs:\n"
-        f"  - url: http://127.0.0.1:{webhook_port}/webhook/alertmanager\n"
+    hooks = "".join(
+        f"  - url: http://127.0.0.1:{port}/webhook/alertmanager\n"
         "    send_resolved: true\n"
         f"    http_config: {{authorization: {{credentials_file: {token_file}}}}}\n"
+        for port in webhook_ports
+    )
+    config.write_text(
+        "route: {receiver: rebalancer, group_by: [node], group_wait: 1s, group_interval: 1s, "
+        f"repeat_interval: {repeat}}}\n"
+        "receivers:\n- name: rebalancer\n  webhook_configs:\n" + hooks
     )
     (workdir / "am-data").mkdir()
 
@@ -129,7 +133,7 @@ def test_hot_node_alert_leads_to_evictions_through_serve(
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
     serve_port = free_port()
-    alertmanager = start_alertmanager(tmp_path, serve_port, token_file)
+    alertmanager = start_alertmanager(tmp_path, [serve_port], token_file)
     prometheus = start_prometheus(tmp_path, exporter, alertmanager.port)
     policy = tmp_path / "policy.yaml"
     policy.write_text(
@@ -175,3 +179,80 @@ def test_hot_node_alert_leads_to_evictions_through_serve(
     released = kube_server.store.get("leases", "rebalancer", "rebalancer")
     assert released is not None
     assert not released["spec"].get("holderIdentity")  # released on SIGTERM: another replica takes over at once
+
+
+def start_serve(
+    workdir: Path, index: int, port: int, prometheus_url: str, kubeconfig: Path, token_file: Path
+) -> tuple[subprocess.Popen[bytes], Path]:
+    policy = workdir / f"policy-{index}.yaml"
+    policy.write_text(
+        f"prometheus: {{url: '{prometheus_url}', window: 10s, step: 1s, rateWindow: 5s, maxDataAgeSeconds: 60}}\n"
+        "protections: {evictableNamespaces: {exclude: [kube-system, monitoring]}}\n"
+        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 50}, "
+        "schedule: {interval: 1h}}\n"
+        "limits: {node: {maxPerCycle: 1, cooldown: 15s}}\n"
+        "state: {namespace: rebalancer}\n"
+        f"service: {{host: 127.0.0.1, port: {port}, runOnStart: false, webhook: {{tokenFile: '{token_file}', "
+        "alertNodeCooldown: 1s}, leaderElection: {leaseDurationSeconds: 3, renewDeadlineSeconds: 2, "
+        "retryPeriodSeconds: 0.5}}\n"
+    )
+    log_path = workdir / f"serve-{index}.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "rebalancer.cli", "--log-level", "INFO", "serve", "--policy", str(policy),
+             "--kubeconfig", str(kubeconfig)],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    return process, log_path
+
+
+def holder(server: TestApiServer) -> str:
+    lease = server.store.get("leases", "rebalancer", "rebalancer")
+    return str((lease or {}).get("spec", {}).get("holderIdentity") or "")
+
+
+def requesters(server: TestApiServer) -> list[str]:
+    return [r.annotations.get("rebalancer.io/requested-by", "") for r in server.eviction.records if r.code == 201]
+
+
+def wait_for(condition: object, seconds: float, what: str, logs: list[Path]) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {seconds} s; logs:\n" + "\n".join(p.read_text() for p in logs))
+        time.sleep(0.25)
+
+
+def test_two_replicas_only_the_leader_evicts_and_a_killed_leader_hands_over(
+    kube_server: TestApiServer, kubeconfig: Path, exporter: int, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    ports = [free_port(), free_port()]
+    alertmanager = start_alertmanager(tmp_path, ports, token_file, repeat="2s")
+    prometheus = start_prometheus(tmp_path, exporter, alertmanager.port)
+    replicas = [start_serve(tmp_path, i, port, prometheus.url, kubeconfig, token_file) for i, port in enumerate(ports)]
+    logs = [log for _, log in replicas]
+    try:
+        wait_for(lambda: requesters(kube_server), 90, "no eviction", logs)
+        first = holder(kube_server)
+        assert set(requesters(kube_server)) == {f"rebalancer/{first}"}  # only the leader evicted
+        leader = next(p for p, log in replicas if f"{first} is now the leader" in log.read_text())
+        survivor_port = ports[[p for p, _ in replicas].index(leader) - 1]
+        leader.kill()  # no release: the survivor must wait for the lease to expire
+        leader.wait(timeout=10)
+        wait_for(lambda: holder(kube_server) not in ("", first), 15, "no takeover", logs)
+        second = holder(kube_server)
+        wait_for(lambda: f"rebalancer/{second}" in requesters(kube_server), 60, "no eviction by the new leader", logs)
+        assert set(requesters(kube_server)) == {f"rebalancer/{first}", f"rebalancer/{second}"}
+        url = f"http://127.0.0.1:{survivor_port}/metrics"
+        metrics = urllib.request.urlopen(url, timeout=5).read().decode()
+        assert 'rebalancer_webhook_requests_total{code="503"}' in metrics  # it refused alerts while following
+    finally:
+        for process, _ in replicas:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=30)
+        alertmanager.stop()
+        prometheus.stop()
