@@ -58,7 +58,7 @@ def plan_live(
     kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
     facts = read_facts(kube, focus, known)
     with PrometheusUsageSource(policy.prometheus) as prometheus:
-        usage = read_usage(prometheus.read, now)
+        usage = read_usage(lambda at: prometheus.read(at, focus), now)
     snapshot, plan = plan_cycle(facts, usage, policy, now, focus)
     return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}", facts)
 

@@ -6,6 +6,7 @@ Strategy arguments live beside each strategy (``strategies/``); the whole policy
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, model_validator
@@ -151,7 +152,7 @@ class ProtectionSettings(Model):
 
 DEFAULT_POD_CPU_QUERY = (
     "quantile_over_time({quantile}, (sum by (namespace, pod) ("
-    'rate(container_cpu_usage_seconds_total{{container!="", container!="POD"}}[{rate_window}])'
+    'rate(container_cpu_usage_seconds_total{{container!="", container!="POD"{pod_filter}}}[{rate_window}])'
     "))[{window}:{step}])"
 )
 DEFAULT_NODE_CPU_QUERY = (
@@ -166,8 +167,12 @@ DEFAULT_NODE_FRESHNESS_QUERY = (
 )
 
 
+_REGEX_SPECIAL = re.compile(r"([.\\\\+*?()|\[\]{}^$])")
+
+
 class UsageQueries(Model):
-    """PromQL templates. Placeholders: {quantile} {window} {step} {rate_window} {node_label}."""
+    """PromQL templates. Placeholders: {quantile} {window} {step} {rate_window} {node_label}, and in podCpu
+    {pod_filter}: empty, or `, <nodeLabel>=~"a|b"` when a cycle needs only some nodes' pods (an alert's)."""
 
     pod_cpu: str = Field(
         default=DEFAULT_POD_CPU_QUERY,
@@ -204,13 +209,20 @@ class PrometheusSettings(Model):
     )
     queries: UsageQueries = Field(default_factory=UsageQueries, description="PromQL templates.")
 
-    def render(self, template: str) -> str:
+    def render(self, template: str, nodes: frozenset[str] | None = None) -> str:
+        """Fill a template; ``nodes`` narrows ``{pod_filter}`` to those nodes' pods (None: every pod)."""
+        pod_filter = ""
+        if nodes:
+            # node names are DNS subdomains: only "." is special in the RE2 pattern; the PromQL string doubles "\\"
+            pattern = "|".join(_REGEX_SPECIAL.sub(r"\\\\\1", n) for n in sorted(nodes))
+            pod_filter = f', {self.node_label}=~"{pattern}"'
         return template.format(
             quantile=self.quantile,
             window=self.window,
             step=self.step,
             rate_window=self.rate_window,
             node_label=self.node_label,
+            pod_filter=pod_filter,
         )
 
     @model_validator(mode="after")

@@ -83,8 +83,11 @@ class PrometheusUsageSource:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def read(self, at: float) -> UsageReport:
-        """Usage as seen at ``at``; raises a ``SourceError`` when the answer cannot be trusted."""
+    def read(self, at: float, nodes: frozenset[str] | None = None) -> UsageReport:
+        """Usage as seen at ``at``; raises a ``SourceError`` when the answer cannot be trusted.
+
+        ``nodes``: only those nodes' pods are needed (an alert-driven cycle); honoured when the node usage
+        comes from its own query (pod-sum mode needs every pod) and the pod template has ``{pod_filter}``."""
         settings = self._settings
         queries = settings.queries
         self._authorize()
@@ -104,7 +107,10 @@ class PrometheusUsageSource:
                 if node not in problems:
                     node_cpu_m[node] = _millicores(cores)
         pod_cpu_m = {
-            key: _millicores(cores) for key, cores in self._by_pod(settings.render(queries.pod_cpu), at).items()
+            key: _millicores(cores)
+            for key, cores in self._by_pod(
+                settings.render(queries.pod_cpu, nodes if queries.node_cpu is not None else None), at
+            ).items()
         }
         return UsageReport(
             node_cpu_m=MappingProxyType(node_cpu_m),

@@ -351,3 +351,18 @@ def test_unreadable_token_file_is_unavailable(tmp_path: Path) -> None:
     settings = settings_for("http://127.0.0.1:9", bearer_token_file=str(tmp_path / "missing"))
     with pytest.raises(MetricsUnavailable, match="bearer token file"):
         PrometheusUsageSource(settings).read(END)
+
+
+def test_an_alert_cycle_reads_only_the_alerted_nodes_pods(prom: PrometheusServer) -> None:
+    settings = settings_for(prom.url)
+    with PrometheusUsageSource(settings) as source:
+        report = source.read(END, frozenset({"n1"}))
+    assert set(report.pod_cpu_m) == {("shop", "web-1"), ("shop", "trace-1")}
+    assert set(report.node_cpu_m) == {"n1", "n2"}  # every node's own usage is still read (destinations)
+
+
+def test_pod_filter_escapes_node_names_for_the_regex() -> None:
+    settings = PrometheusSettings()
+    rendered = settings.render(settings.queries.pod_cpu, frozenset({"ip-10-0-0-1.ec2.internal"}))
+    assert 'node=~"ip-10-0-0-1\\\\.ec2\\\\.internal"' in rendered
+    assert "{pod_filter}" not in settings.render(settings.queries.pod_cpu)
