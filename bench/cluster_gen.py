@@ -43,8 +43,8 @@ def node(i: int) -> dict[str, Any]:
         },
         "spec": {"podCIDR": f"10.{i // 250}.{i % 250}.0/24", "providerID": f"aws:///zone/i-{i:017x}", "taints": taints},
         "status": {
-            "capacity": {"cpu": "16", "memory": "65023472Ki", "pods": "110", "ephemeral-storage": "104845292Ki"},
-            "allocatable": {"cpu": "15890m", "memory": "62191600Ki", "pods": "110", "ephemeral-storage": "96625420Ki"},
+            "capacity": {"cpu": "32", "memory": "65023472Ki", "pods": "110", "ephemeral-storage": "104845292Ki"},
+            "allocatable": {"cpu": "31750m", "memory": "62191600Ki", "pods": "110", "ephemeral-storage": "96625420Ki"},
             "conditions": [
                 {
                     "type": t,

@@ -152,7 +152,7 @@ class Evictor:
         run = self._start(self._clock())
         if isinstance(run, EvictorReport):
             return run
-        replicas = _replica_counts(snapshot)
+        replicas = _replica_counts(snapshot, {e.workload for e in plan.evictions if e.workload is not None})
         groups = _groups(plan.evictions)
         aborted = None
         while groups:
@@ -408,15 +408,16 @@ def _groups(evictions: tuple[PlannedEviction, ...]) -> list[list[PlannedEviction
     return groups
 
 
-def _replica_counts(snapshot: ClusterSnapshot) -> dict[WorkloadRef, ReplicaCounts]:
+def _replica_counts(snapshot: ClusterSnapshot, wanted: set[WorkloadRef]) -> dict[WorkloadRef, ReplicaCounts]:
     """Per workload, from the snapshot's pods: desired = its non-terminal pods (bound or not), ready,
     unavailable. A replacement still Pending (unscheduled, or not ready) counts as unavailable. The
     controllers' own replica counts are not listed: replicas the controller has not created yet are
-    not seen (a scale-up in progress)."""
+    not seen (a scale-up in progress). Only the ``wanted`` workloads (those of planned evictions) are
+    counted: one pass, cheap even over 150,000 pods."""
     totals: dict[WorkloadRef, list[int]] = {}
     for pods in (*snapshot.pods_by_node.values(), snapshot.unbound):
         for pod in pods:
-            if pod.workload is not None:
+            if pod.workload in wanted:
                 entry = totals.setdefault(pod.workload, [0, 0])
                 entry[0] += 1
                 entry[1] += 1 if pod.ready and not pod.terminating and pod.node_name else 0

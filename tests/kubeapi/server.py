@@ -336,6 +336,7 @@ class TestApiServer:
             continue_token=token,
             revision=revision,
             predicate=(lambda o: all(p(o) for p in predicates)) if predicates else None,
+            node_name=_node_name_equality(q.get("fieldSelector", "")) if rtype.plural == "pods" else None,
         )
         meta: dict[str, Any] = {"resourceVersion": str(page.revision)}
         if page.continue_token:
@@ -366,6 +367,15 @@ def _json(request: Request) -> Any:
         return request.json()
     except ValueError as exc:
         raise status.bad_request(f"the body of the request was in an unknown format: {exc}") from None
+
+
+def _node_name_equality(selector: str) -> str | None:
+    """The node of a ``spec.nodeName=X`` term in a field selector (served from an index), else None."""
+    for term in selector.split(","):
+        key, sep, value = term.partition("==" if "==" in term else "=")
+        if sep and key.strip() == "spec.nodeName" and not key.endswith("!"):
+            return value.strip()
+    return None
 
 
 class _HTTPServer(ThreadingHTTPServer):

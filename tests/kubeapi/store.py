@@ -11,9 +11,10 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import re
 import threading
 import uuid
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,12 +24,26 @@ import msgspec
 from tests.kubeapi import resources, status
 from tests.kubeapi.resources import ResourceType
 
+_NODE_NAME = re.compile(rb'"nodeName":"([^"]*)"')
+
 
 @dataclass
 class _Version:
     revision: int
     decoded: dict[str, Any] | None  # None with no ``encoded``: deleted at this revision (a tombstone)
     encoded: bytes | None = None  # the list item's JSON (no kind/apiVersion), built once
+
+    _node_name: str | None = None
+
+    def node_name(self) -> str:
+        """spec.nodeName, found once per stored version (from the bytes when never decoded)."""
+        if self._node_name is None:
+            if self.decoded is not None:
+                self._node_name = str((self.decoded.get("spec") or {}).get("nodeName") or "")
+            else:
+                found = _NODE_NAME.search(self.encoded or b"")
+                self._node_name = found.group(1).decode() if found else ""
+        return self._node_name
 
     @property
     def deleted(self) -> bool:
@@ -57,16 +72,32 @@ class Page:
     remaining: int | None
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Snapshot:
     keys: list[str]
     versions: list[_Version]
+    by_node: dict[str, list[int]] | None = None  # pods: spec.nodeName -> positions (built on first use)
+
+    def positions_on(self, node: str) -> list[int]:
+        """Like the real API server's watch-cache index on spec.nodeName: no scan of every pod per
+        request. Read from the stored bytes when the object was never decoded (bulk-loaded pods)."""
+        if self.by_node is None:
+            index: dict[str, list[int]] = {}
+            for position, version in enumerate(self.versions):
+                index.setdefault(version.node_name(), []).append(position)
+            self.by_node = index
+        return self.by_node.get(node, [])
 
 
 @dataclass
 class _Table:
     versions: dict[str, list[_Version]] = field(default_factory=dict)
     sorted_keys: list[str] | None = None
+    changed_at: list[int] = field(default_factory=lambda: [0])  # revisions that wrote to this table
+
+    def last_change(self, at: int) -> int:
+        """The newest revision <= ``at`` that changed this table: its content as of ``at``."""
+        return self.changed_at[bisect_right(self.changed_at, at) - 1]
 
     def ordered_keys(self) -> list[str]:
         if self.sorted_keys is None:
@@ -171,6 +202,7 @@ class Store:
             for namespace, name, encoded in items:
                 key = rtype.key(namespace, name)
                 table.versions.setdefault(key, []).append(_Version(self._revision, None, encoded))
+            table.changed_at.append(self._revision)
             table.sorted_keys = None
 
     def update(self, obj: dict[str, Any], *, check_version: bool = False) -> dict[str, Any]:
@@ -203,6 +235,7 @@ class Store:
                 raise status.not_found(rtype.plural, rtype.group, name)
             self._revision += 1
             self._tables[plural].versions[key].append(_Version(self._revision, None))
+            self._tables[plural].changed_at.append(self._revision)
             return current
 
     def _write(self, rtype: ResourceType, key: str, stored: dict[str, Any]) -> dict[str, Any]:
@@ -213,6 +246,7 @@ class Store:
             table.versions[key] = []
             table.sorted_keys = None
         table.versions[key].append(_Version(self._revision, stored))
+        table.changed_at.append(self._revision)
         return _clone(stored)
 
     # --- reads ------------------------------------------------------------------------------
@@ -269,6 +303,7 @@ class Store:
         continue_token: str | None,
         revision: int | None,
         predicate: Callable[[dict[str, Any]], bool] | None,
+        node_name: str | None = None,
     ) -> Page:
         """One page of ``rtype`` as of ``revision`` (None: latest), starting at the token's key."""
         with self._lock:
@@ -285,6 +320,8 @@ class Store:
             if namespace:  # the keys of one namespace: [ns + "/", ns + "0"), "0" following "/"
                 lo, hi = bisect_left(snap.keys, f"{namespace}/"), bisect_left(snap.keys, f"{namespace}0")
             index = max(lo, bisect_left(snap.keys, start, lo, hi)) if start else lo
+            if node_name is not None and rtype.plural == "pods":  # indexed: only that node's pods are looked at
+                return self._indexed_page(snap, node_name, lo, hi, index, limit, at, predicate)
             items: list[bytes] = []
             last = index
             while index < hi and not (limit and len(items) >= limit):
@@ -299,12 +336,35 @@ class Store:
             remaining = hi - index if predicate is None else None
             return Page(items, at, encode_continue(at, snap.keys[last] + "\x00"), remaining)
 
+    def _indexed_page(
+        self,
+        snap: _Snapshot,
+        node_name: str,
+        lo: int,
+        hi: int,
+        index: int,
+        limit: int,
+        at: int,
+        predicate: Callable[[dict[str, Any]], bool] | None,
+    ) -> Page:
+        positions = [p for p in snap.positions_on(node_name) if lo <= p < hi and p >= index]
+        items: list[bytes] = []
+        for count, position in enumerate(positions):
+            version = snap.versions[position]
+            if predicate is None or predicate(version.obj or {}):
+                items.append(version.item_bytes())
+            if limit and len(items) >= limit and count + 1 < len(positions):
+                return Page(items, at, encode_continue(at, snap.keys[position] + "\x00"), None)
+        return Page(items, at, "", None)
+
     def _snapshot(self, plural: str, at: int) -> _Snapshot:
-        """The live keys and versions of a table as of revision ``at`` (immutable, so cached)."""
+        """The live keys and versions of a table as of revision ``at`` (immutable, so cached, and shared by
+        every revision that did not write to this table: writing an Event does not rebuild the pods')."""
+        table = self._tables[plural]
+        at = table.last_change(at)
         cache_key = (plural, at)
         snap = self._snapshots.get(cache_key)
         if snap is None:
-            table = self._tables[plural]
             keys: list[str] = []
             versions: list[_Version] = []
             for key in table.ordered_keys():
