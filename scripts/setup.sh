@@ -26,8 +26,10 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   "$PYTHON" -m venv .venv
 fi
-stamp=.venv/.installed-$dev-$(sha256sum pyproject.toml | cut -c1-16)
-if [ ! -f "$stamp" ]; then
+digest=$(sha256sum pyproject.toml | cut -c1-16)
+stamp=.venv/.installed-$dev-$digest
+# an install with the test tools serves the demo too
+if [ ! -f "$stamp" ] && ! { [ "$dev" = 0 ] && [ -f ".venv/.installed-1-$digest" ]; }; then
   echo "setup: installing Python packages"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   if [ "$dev" = 1 ]; then
