@@ -69,13 +69,12 @@ def read_facts(kube: KubeSource, focus: frozenset[str] | None, known: ClusterFac
     only receive load: their pods are never evicted in a focused cycle)."""
     if focus is None or known is None or len(focus) > MAX_TARGETED_NODES:
         return kube.read_facts()
-    fresh = [kube.read_facts(node_name=name) for name in sorted(focus)]
+    fresh = kube.read_nodes_facts(sorted(focus))
     nodes = {n.name: n for n in known.nodes}
-    nodes.update((n.name, n) for f in fresh for n in f.nodes)
+    nodes.update((n.name, n) for n in fresh.nodes)
     pods = [p for p in known.pods if p.node_name not in focus]
-    pods += [p for f in fresh for p in f.pods]
-    budgets = fresh[-1].budgets if fresh else known.budgets
-    return ClusterFacts(tuple(nodes.values()), tuple(pods), budgets, known.resource_version)
+    pods += fresh.pods
+    return ClusterFacts(tuple(nodes.values()), tuple(pods), fresh.budgets, known.resource_version)
 
 
 @dataclass(frozen=True, slots=True)

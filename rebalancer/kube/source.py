@@ -56,13 +56,18 @@ class KubeSource:
 
     def read_facts(self, node_name: str | None = None) -> ClusterFacts:
         """Nodes, pods and budgets; with ``node_name`` only that node and the pods bound to it."""
-        node_selector = pod_selector = None
-        if node_name is not None:
-            node_selector = f"metadata.name={escape_field_value(node_name)}"
-            pod_selector = f"spec.nodeName={escape_field_value(node_name)}"
+        return self.read_nodes_facts(None if node_name is None else (node_name,))
+
+    def read_nodes_facts(self, node_names: Sequence[str] | None) -> ClusterFacts:
+        """Nodes, pods and budgets; with ``node_names`` only those nodes and the pods bound to them
+        (one field-selected list each: field selectors cannot OR). ReplicaSets and budgets are listed
+        once whatever the number of nodes."""
         self.last_stats = ReadStats()
         with gc_paused():
-            nodes = self._list(ListCall("nodes", "node", self._core.list_node, wire.NODE_LIST, node_selector), _nodes)
+            if node_names is None:
+                nodes = list(self._list(self._node_call(None), _nodes).items)
+            else:
+                nodes = [n for name in node_names for n in self._list(self._node_call(name), _nodes).items]
             owners = self._list(
                 ListCall(
                     "replicasets", "replicaset", self._apps.list_replica_set_for_all_namespaces, wire.REPLICA_SET_LIST
@@ -71,10 +76,10 @@ class KubeSource:
             )
             pod_decoder = decode.PodDecoder(self._annotations, dict(owners.items))
             del owners
-            pods = self._list(
-                ListCall("pods", "pod", self._core.list_pod_for_all_namespaces, wire.POD_LIST, pod_selector),
-                pod_decoder.pods,
-            )
+            pod_lists = [
+                self._list(self._pod_call(name), pod_decoder.pods)
+                for name in (node_names if node_names is not None else (None,))
+            ]
             budgets = self._list(
                 ListCall(
                     "poddisruptionbudgets",
@@ -85,15 +90,23 @@ class KubeSource:
                 _budgets,
             )
         return ClusterFacts(
-            nodes=tuple(nodes.items),
-            pods=tuple(pods.items),
+            nodes=tuple(nodes),
+            pods=tuple(p for listed in pod_lists for p in listed.items),
             budgets=tuple(budgets.items),
-            resource_version=pods.resource_version,
+            resource_version=pod_lists[0].resource_version if pod_lists else "",
         )
 
     def read_nodes(self) -> tuple[Node, ...]:
         """The nodes alone (cheap: a few thousand small objects), for example to vet an alert's node."""
-        return tuple(self._list(ListCall("nodes", "node", self._core.list_node, wire.NODE_LIST), _nodes).items)
+        return tuple(self._list(self._node_call(None), _nodes).items)
+
+    def _node_call(self, name: str | None) -> ListCall[wire.Node]:
+        selector = None if name is None else f"metadata.name={escape_field_value(name)}"
+        return ListCall("nodes", "node", self._core.list_node, wire.NODE_LIST, selector)
+
+    def _pod_call(self, node: str | None) -> ListCall[wire.Pod]:
+        selector = None if node is None else f"spec.nodeName={escape_field_value(node)}"
+        return ListCall("pods", "pod", self._core.list_pod_for_all_namespaces, wire.POD_LIST, selector)
 
     def _list(self, call: ListCall[_W], convert: Callable[[Sequence[_W]], Iterable[_D]]) -> Listed[_D]:
         listed = list_all(call, convert, page_size=self._page_size, timeout=self._timeout, host=self._host)

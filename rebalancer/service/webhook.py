@@ -17,24 +17,20 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Literal, Protocol
 
-from pydantic import AliasGenerator, BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field
+
+from rebalancer.settings import Model
 
 AlertStatus = Literal["firing", "resolved"]
 DEFAULT_NODE_LABELS: tuple[str, ...] = ("node", "instance")
 _NO_MAPPING: Mapping[str, str] = MappingProxyType({})
 
 
-class WireModel(BaseModel):
-    """Base of the webhook models: frozen, camelCase on the wire, unknown fields ignored."""
+class WireModel(Model):
+    """Base of the webhook models: the policy models' conventions, but unknown fields are ignored
+    (Alertmanager versions add fields)."""
 
-    model_config = ConfigDict(
-        frozen=True,
-        extra="ignore",
-        alias_generator=AliasGenerator(validation_alias=to_camel, serialization_alias=to_camel),
-        populate_by_name=True,
-        use_attribute_docstrings=True,
-    )
+    model_config = ConfigDict(extra="ignore")
 
 
 class Alert(WireModel):
