@@ -57,8 +57,10 @@ def node(
     unschedulable: bool = False,
     ready: bool | None = True,
     allocatable: Mapping[str, str] | None = None,
+    address: str | None = None,
 ) -> dict[str, Any]:
-    """A Node; ``ready=None`` leaves out the Ready condition (a node that never reported)."""
+    """A Node; ``ready=None`` leaves out the Ready condition (a node that never reported); ``address``: its
+    InternalIP (default: one derived from the name)."""
     spec: dict[str, Any] = {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"], "providerID": f"kind://{name}"}
     if taints:
         spec["taints"] = [dict(t) for t in taints]
@@ -104,7 +106,10 @@ def node(
             "capacity": capacity,
             "allocatable": dict(allocatable if allocatable is not None else capacity),
             "conditions": conditions,
-            "addresses": [{"type": "InternalIP", "address": "172.18.0.2"}, {"type": "Hostname", "address": name}],
+            "addresses": [
+                {"type": "InternalIP", "address": address or _address(name)},
+                {"type": "Hostname", "address": name},
+            ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
             "nodeInfo": {
                 "machineID": _hash(name, 32),
@@ -121,6 +126,11 @@ def node(
             "images": [{"names": ["registry.k8s.io/pause:3.9"], "sizeBytes": 321520}],
         },
     }
+
+
+def _address(name: str) -> str:
+    digest = hashlib.sha256(name.encode()).digest()
+    return f"10.{digest[0]}.{digest[1]}.{digest[2] % 254 + 1}"
 
 
 def taint(key: str, effect: str = "NoSchedule", value: str | None = None) -> dict[str, str]:

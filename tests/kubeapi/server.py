@@ -24,7 +24,7 @@ import socket
 import sys
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -32,7 +32,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
 
-from tests.kubeapi import rbac, resources, selectors, status, writes
+from tests.kubeapi import rbac, resources, selectors, status, watch, writes
 from tests.kubeapi.disruption import DisruptionController
 from tests.kubeapi.eviction import EvictionSubresource
 from tests.kubeapi.resources import ResourceType
@@ -58,6 +58,7 @@ class Response:
     code: int
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
+    stream: Iterator[bytes] | None = None  # a watch: sent chunked, as it comes
 
     @classmethod
     def of(cls, code: int, obj: Any, headers: dict[str, str] | None = None) -> Response:
@@ -113,6 +114,8 @@ class TestApiServer:
         self.user = user
         self.requests: list[Request] = []
         self.record_requests = True  # benchmarks turn it off: millions of requests would pile up
+        self.bookmark_interval = 1.0  # seconds between BOOKMARK events on a watch (the real server: ~60)
+        self._watch_epoch = 0  # close_watches() moves it on: streams opened before it are cut
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self._faults: dict[str, list[Fault]] = {}
         self._hooks: list[Callable[[Request], None]] = []
@@ -171,6 +174,16 @@ class TestApiServer:
             self._denied.clear()
 
     # --- faults and hooks -------------------------------------------------------------------
+
+    def close_watches(self) -> None:
+        """Cut every open watch stream mid-way (no final chunk), as a restarting API server or a proxy does."""
+        with self._lock:
+            self._watch_epoch += 1
+
+    def _watch_cut(self) -> Callable[[], bool]:
+        with self._lock:
+            epoch = self._watch_epoch
+        return lambda: self._stopping.is_set() or self._watch_epoch != epoch
 
     def set_fault(self, path: str, fault: Fault) -> None:
         """Add a fault for requests to exactly ``path`` (checked in the order added)."""
@@ -323,6 +336,19 @@ class TestApiServer:
             predicates.append(selectors.field_selector(q["fieldSelector"], rtype))
         if q.get("labelSelector"):
             predicates.append(selectors.label_selector(q["labelSelector"]))
+        if q.get("watch") in ("1", "true"):
+            events = watch.stream(
+                self.store,
+                rtype,
+                request.params.get("namespace"),
+                watch.parse_start(q.get("resourceVersion", "")),
+                predicate=(lambda o: all(p(o) for p in predicates)) if predicates else None,
+                bookmarks=q.get("allowWatchBookmarks") in ("1", "true"),
+                bookmark_interval=self.bookmark_interval,
+                timeout=watch.parse_timeout(q.get("timeoutSeconds", "")),
+                cut=self._watch_cut(),
+            )
+            return Response(200, b"", stream=events)
         try:
             limit = int(q.get("limit") or 0)
         except ValueError:
@@ -447,8 +473,26 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.send_header("Audit-Id", str(uuid.uuid4()))
         for name, value in response.headers.items():
             self.send_header(name, value)
+        if response.stream is not None:
+            self._send_chunked(response.stream)
+            return
         self.send_header("Content-Length", str(len(response.body)))
         self.end_headers()
         self.wfile.write(response.body)
+
+    def _send_chunked(self, chunks: Iterator[bytes]) -> None:
+        """A watch: each event as its own chunk, sent at once (the client reads them as they come)."""
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for chunk in chunks:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            self.wfile.write(b"0\r\n\r\n")
+        except watch.Cut:  # the stream is cut mid-way: no final chunk, the connection closes
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:  # the client went away: normal for a watch
+            self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve

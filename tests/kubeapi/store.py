@@ -89,11 +89,23 @@ class _Snapshot:
         return self.by_node.get(node, [])
 
 
+@dataclass(frozen=True)
+class Change:
+    """One write to a table, as a watch reports it: ADDED, MODIFIED or DELETED."""
+
+    revision: int
+    type: str
+    key: str
+    version: _Version  # the object after the write; for DELETED, the last live version
+    previous: _Version | None  # the live version before the write (None for ADDED)
+
+
 @dataclass
 class _Table:
     versions: dict[str, list[_Version]] = field(default_factory=dict)
     sorted_keys: list[str] | None = None
     changed_at: list[int] = field(default_factory=lambda: [0])  # revisions that wrote to this table
+    changes: list[Change] = field(default_factory=list)  # the watch history, oldest first, until compaction
 
     def last_change(self, at: int) -> int:
         """The newest revision <= ``at`` that changed this table: its content as of ``at``."""
@@ -137,6 +149,7 @@ class Store:
         self._revision = 1
         self._compacted = 0
         self._snapshots: dict[tuple[str, int], _Snapshot] = {}
+        self._changed = threading.Condition(self._lock)
 
     # --- revisions --------------------------------------------------------------------------
 
@@ -150,6 +163,7 @@ class Store:
             target = self._revision if revision is None else min(revision, self._revision)
             self._compacted = max(self._compacted, target)
             for table in self._tables.values():
+                table.changes = [c for c in table.changes if c.revision > target]
                 for key in list(table.versions):
                     history = table.versions[key]
                     keep = [v for v in history if v.revision > target]
@@ -201,9 +215,16 @@ class Store:
             self._revision += 1
             for namespace, name, encoded in items:
                 key = rtype.key(namespace, name)
-                table.versions.setdefault(key, []).append(_Version(self._revision, None, encoded))
+                version = _Version(self._revision, None, encoded)
+                history = table.versions.setdefault(key, [])
+                previous = history[-1] if history and not history[-1].deleted else None
+                history.append(version)
+                table.changes.append(
+                    Change(self._revision, "MODIFIED" if previous else "ADDED", key, version, previous)
+                )
             table.changed_at.append(self._revision)
             table.sorted_keys = None
+            self._changed.notify_all()
 
     def update(self, obj: dict[str, Any], *, check_version: bool = False) -> dict[str, Any]:
         """Replace an object; with ``check_version`` its resourceVersion must be the stored one (else 409)."""
@@ -234,8 +255,12 @@ class Store:
             if current is None:
                 raise status.not_found(rtype.plural, rtype.group, name)
             self._revision += 1
-            self._tables[plural].versions[key].append(_Version(self._revision, None))
-            self._tables[plural].changed_at.append(self._revision)
+            table = self._tables[plural]
+            last = table.versions[key][-1]
+            table.versions[key].append(_Version(self._revision, None))
+            table.changed_at.append(self._revision)
+            table.changes.append(Change(self._revision, "DELETED", key, last, last))
+            self._changed.notify_all()
             return current
 
     def _write(self, rtype: ResourceType, key: str, stored: dict[str, Any]) -> dict[str, Any]:
@@ -245,8 +270,13 @@ class Store:
         if key not in table.versions:
             table.versions[key] = []
             table.sorted_keys = None
-        table.versions[key].append(_Version(self._revision, stored))
+        history = table.versions[key]
+        previous = history[-1] if history and not history[-1].deleted else None
+        version = _Version(self._revision, stored)
+        history.append(version)
         table.changed_at.append(self._revision)
+        table.changes.append(Change(self._revision, "MODIFIED" if previous else "ADDED", key, version, previous))
+        self._changed.notify_all()
         return _clone(stored)
 
     # --- reads ------------------------------------------------------------------------------
@@ -293,6 +323,32 @@ class Store:
             if exact and requested < self._compacted:
                 raise status.expired_resource_version(requested, self._compacted)
             return requested if exact else self._revision
+
+    def changes_after(self, plural: str, revision: int, wait: float) -> tuple[list[Change], int]:
+        """The writes to ``plural`` after ``revision`` (waiting up to ``wait`` seconds for one), and the
+        store's revision they bring a watcher to. A compacted ``revision`` is 410 Expired, as etcd says."""
+        with self._lock:
+            if revision < self._compacted:
+                raise status.expired_resource_version(revision, self._compacted)
+            table = self._tables[plural]
+            found = self._changes_after(table, revision)
+            if not found and wait > 0:
+                self._changed.wait(wait)
+                if revision < self._compacted:
+                    raise status.expired_resource_version(revision, self._compacted)
+                found = self._changes_after(table, revision)
+            return found, self._revision
+
+    @staticmethod
+    def _changes_after(table: _Table, revision: int) -> list[Change]:
+        changes = table.changes  # ordered by revision
+        return changes[bisect_right(changes, revision, key=lambda c: c.revision) :]
+
+    def live(self, plural: str) -> tuple[list[tuple[str, _Version]], int]:
+        """The live objects of a table now, with the revision they are as of (a watch's initial state)."""
+        with self._lock:
+            snap = self._snapshot(plural, self._revision)
+            return list(zip(snap.keys, snap.versions, strict=True)), self._revision
 
     def list(
         self,

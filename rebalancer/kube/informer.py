@@ -1,0 +1,272 @@
+"""One collection kept current in memory: listed once, then watched from the list's resourceVersion.
+
+The loop of client-go's reflector, narrowly decoded: a paged LIST (``lister.list_all``), then a WATCH
+with bookmarks from its resourceVersion; each event updates the map; a BOOKMARK or a clean end of the
+stream (``timeoutSeconds``) only moves the resourceVersion on, and the watch is opened again from there.
+An expired resourceVersion (HTTP 410, or an ``ERROR`` event carrying 410) means events were lost: the
+collection is listed again and replaced whole. Any other failure is retried with a capped backoff,
+and the time since the last contact says how stale the map may be (:meth:`Informer.problem`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import msgspec
+import urllib3
+from kubernetes.client.exceptions import ApiException, OpenApiException
+
+from rebalancer.errors import KubeUnavailable, RebalancerError
+from rebalancer.kube import wire
+from rebalancer.kube.lister import ListCall, api_error, list_all, transport_error
+
+log = logging.getLogger(__name__)
+
+_W = TypeVar("_W")
+_D = TypeVar("_D")
+Clock = Callable[[], float]
+
+
+class _Envelope(msgspec.Struct, gc=False):
+    type: str = ""
+    object: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Versioned(msgspec.Struct, gc=False):
+    class Meta(msgspec.Struct, rename="camel", gc=False):
+        resource_version: str = ""
+
+    metadata: Meta = msgspec.field(default_factory=Meta)
+
+
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
+_VERSIONED = msgspec.json.Decoder(_Versioned)
+
+
+class _Expired(Exception):
+    """The watch's resourceVersion is gone: list again."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchTiming:
+    """``watch_seconds``: how long one watch request asks the server to stay open (``timeoutSeconds``);
+    ``request_timeout``: seconds per LIST page, and the connect timeout of a watch; ``backoff_max``:
+    the longest wait between attempts after failures."""
+
+    watch_seconds: int = 300
+    request_timeout: float = 30.0
+    backoff_max: float = 30.0
+    page_size: int = 500
+
+
+class Informer(Generic[_W, _D]):
+    """``convert`` turns a wire object into (key, value); value None means "not kept" (dropped)."""
+
+    def __init__(
+        self,
+        call: ListCall[_W],
+        decoder: msgspec.json.Decoder[_W],
+        convert: Callable[[_W], tuple[Hashable, _D | None]],
+        *,
+        host: str,
+        timing: WatchTiming,
+        clock: Clock = time.monotonic,
+        on_relist: Callable[[], None] | None = None,
+    ) -> None:
+        self._call, self._decoder, self._convert = call, decoder, convert
+        self._host, self._timing, self._clock = host, timing, clock
+        self._on_relist = on_relist
+        self._lock = threading.Lock()
+        self._items: dict[Hashable, _D] = {}
+        self._version = ""
+        self._synced = threading.Event()
+        self._contact_at = float("-inf")  # the last list, event, bookmark or clean end of a watch
+        self._failure: str | None = None
+        self._stopped = threading.Event()
+        self._response: urllib3.BaseHTTPResponse | None = None
+        self._thread = threading.Thread(target=self._run, name=f"watch-{call.what}", daemon=True)
+        self.relists = 0  # lists after the first one (each after a 410)
+        self.events = 0
+
+    # -- the reader's side ------------------------------------------------------------------------
+
+    @property
+    def what(self) -> str:
+        return self._call.what
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        response = self._response
+        if response is not None:
+            response.shutdown()  # unblocks the watcher's read at once
+        self._thread.join(timeout=5)
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    def items(self) -> list[_D]:
+        with self._lock:
+            return list(self._items.values())
+
+    def get(self, key: Hashable) -> _D | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def replace(self, key: Hashable, old: _D, new: _D) -> None:
+        """Swap ``old`` for ``new`` unless an event changed the entry meanwhile."""
+        with self._lock:
+            if self._items.get(key) is old:
+                self._items[key] = new
+
+    @property
+    def resource_version(self) -> str:
+        return self._version
+
+    def problem(self, max_stale: float) -> str | None:
+        """Why the map cannot be trusted now (not listed yet, or no contact for ``max_stale`` s), or None."""
+        if not self._synced.is_set():
+            return f"{self.what}: not listed yet" + (f" ({self._failure})" if self._failure else "")
+        silent = self._clock() - self._contact_at
+        if silent > max_stale:
+            cause = f": {self._failure}" if self._failure else ""
+            return f"{self.what}: no word from the API server for {silent:.0f} s{cause}"
+        return None
+
+    # -- the watcher thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = 0.0
+        must_list = True
+        while not self._stopped.is_set():
+            try:
+                if must_list:
+                    self._list()
+                    must_list = False
+                self._watch()
+                backoff = 0.0
+            except _Expired:
+                log.info("watch %s: resourceVersion %s expired, listing again", self.what, self._version)
+                must_list = True
+            except RebalancerError as exc:
+                if self._stopped.is_set():
+                    return
+                self._failure = str(exc)
+                backoff = min(max(backoff * 2, 0.5), self._timing.backoff_max)
+                log.warning("watch %s failed (retry in %.1f s): %s", self.what, backoff, exc)
+                self._stopped.wait(backoff)
+
+    def _list(self) -> None:
+        listed = list_all(
+            self._call,
+            lambda items: [self._convert(w) for w in items],
+            page_size=self._timing.page_size,
+            timeout=self._timing.request_timeout,
+            host=self._host,
+        )
+        fresh = {key: value for key, value in listed.items if value is not None}
+        with self._lock:
+            self._items = fresh
+            self._version = listed.resource_version
+        if self._synced.is_set():
+            self.relists += 1
+        self._touch()
+        self._synced.set()
+        if self._on_relist is not None:
+            self._on_relist()
+
+    def _watch(self) -> None:
+        response = self._open()
+        self._response = response
+        try:
+            self._touch()
+            for line in _lines(response, self._call.what, self._host, self._timing.watch_seconds):
+                self._apply(line)
+            self._touch()  # the server ended the watch at timeoutSeconds: open it again from here
+        finally:
+            self._response = None
+            response.release_conn()
+
+    def _open(self) -> urllib3.BaseHTTPResponse:
+        call = self._call
+        try:
+            response: urllib3.BaseHTTPResponse = call.method(
+                watch=True,
+                resource_version=self._version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=self._timing.watch_seconds,
+                field_selector=call.field_selector,
+                label_selector=call.label_selector,
+                _preload_content=False,
+                # connect, then read: the server sends a bookmark or ends the watch within watch_seconds
+                _request_timeout=(self._timing.request_timeout, self._timing.watch_seconds + 30.0),
+            )
+        except ApiException as exc:
+            if exc.status == 410:
+                raise _Expired from exc
+            raise api_error(f"watch {call.what}", exc) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise transport_error(f"watch {call.what}", exc, self._host, self._timing.request_timeout) from exc
+        except OpenApiException as exc:
+            raise KubeUnavailable(f"watch {call.what}: {type(exc).__name__}: {exc}") from exc
+        return response
+
+    def _apply(self, line: bytes) -> None:
+        try:
+            event = _ENVELOPE.decode(line)
+            kind = event.type
+            if kind == "ERROR":
+                status = wire.STATUS.decode(event.object)
+                if status.code == 410:
+                    raise _Expired
+                raise KubeUnavailable(
+                    f"watch {self.what}: HTTP {status.code} {status.reason}: {status.message}",
+                    status=status.code or None,
+                    reason=status.reason or None,
+                )
+            version = _VERSIONED.decode(event.object).metadata.resource_version
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                key, value = self._convert(self._decoder.decode(event.object))
+                with self._lock:
+                    if kind == "DELETED" or value is None:
+                        self._items.pop(key, None)
+                    else:
+                        self._items[key] = value
+                    self._version = version or self._version
+                self.events += 1
+            elif kind == "BOOKMARK":
+                self._version = version or self._version
+            else:
+                raise KubeUnavailable(f"watch {self.what}: unknown event type {kind!r}", reason="Malformed")
+        except msgspec.DecodeError as exc:
+            raise KubeUnavailable(f"watch {self.what}: malformed event: {exc}", reason="Malformed") from exc
+        self._touch()
+
+    def _touch(self) -> None:
+        self._contact_at = self._clock()
+        self._failure = None
+
+
+def _lines(response: urllib3.BaseHTTPResponse, what: str, host: str, timeout: float) -> Iterator[bytes]:
+    """The newline-delimited events of a watch response, as they arrive."""
+    pending = b""
+    try:
+        for chunk in response.stream(65536, decode_content=True):
+            pending += chunk
+            if b"\n" not in chunk:
+                continue
+            *complete, pending = pending.split(b"\n")
+            for line in complete:
+                if line.strip():
+                    yield line
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise transport_error(f"watch {what}", exc, host, timeout) from exc
+    if pending.strip():
+        yield pending

@@ -1,0 +1,160 @@
+"""WatchCache: list once, then watch — with the real ``kubernetes`` client against the test API server."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rebalancer.errors import KubeUnavailable
+from rebalancer.kube import KubeSource, connect
+from rebalancer.kube.informer import WatchTiming
+from rebalancer.kube.watch_cache import WatchCache
+from rebalancer.model import ClusterFacts, WorkloadRef
+from rebalancer.protections import Protections
+from rebalancer.settings import ProtectionSettings
+from tests.kubeapi import Fault, TestApiServer
+from tests.kubeapi import builders as b
+
+ANNOTATIONS = Protections.from_settings(ProtectionSettings()).annotations_read()
+FAST = WatchTiming(watch_seconds=2, request_timeout=5.0, backoff_max=0.5)
+
+
+@pytest.fixture
+def cache(kube_server: TestApiServer, kubeconfig: Path) -> Iterator[WatchCache]:
+    kube_server.bookmark_interval = 0.2
+    watch_cache = WatchCache(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, timing=FAST, max_stale=3.0)
+    yield watch_cache
+    watch_cache.stop()
+
+
+def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def pod_names(facts: ClusterFacts) -> set[str]:
+    return {p.name for p in facts.pods}
+
+
+def populate(server: TestApiServer) -> None:
+    server.add(b.node("node-1"), b.node("node-2"))
+    server.add(*b.deployment_chain("web", replicas=4, nodes=("node-1", "node-2")))
+    server.add(b.pdb("web", selector={"matchLabels": {"app": "web"}}, min_available=2))
+
+
+def summary(facts: ClusterFacts) -> tuple[Any, ...]:
+    return (
+        sorted(n.name for n in facts.nodes),
+        sorted((p.namespace, p.name, p.node_name, p.workload) for p in facts.pods),
+        sorted((d.namespace, d.name, d.disruptions_allowed) for d in facts.budgets),
+    )
+
+
+def test_the_cache_holds_what_a_listing_reads(kube_server: TestApiServer, kubeconfig: Path, cache: WatchCache) -> None:
+    populate(kube_server)
+    cache.start()
+    assert cache.wait_synced(5)
+    listed = KubeSource(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS).read_facts()
+    assert summary(cache.facts()) == summary(listed)
+    assert {p.workload for p in cache.facts().pods} == {WorkloadRef("Deployment", "default", "web")}
+
+
+def test_changes_reach_the_cache_without_a_new_listing(kube_server: TestApiServer, cache: WatchCache) -> None:
+    populate(kube_server)
+    cache.start()
+    assert cache.wait_synced(5)
+    lists_before = len([r for r in kube_server.requests if r.path == "/api/v1/pods" and "watch" not in r.query])
+    kube_server.add(b.pod("extra", node="node-2"))
+    victim = next(iter(pod_names(cache.facts()) - {"extra"}))
+    kube_server.delete("pods", victim, "default")
+    node = kube_server.store.get("nodes", "node-2")
+    assert node is not None
+    node["spec"]["unschedulable"] = True
+    kube_server.store.update(node)
+
+    def caught_up() -> bool:
+        facts = cache.facts()
+        return (
+            "extra" in pod_names(facts) and victim not in pod_names(facts) and any(n.unschedulable for n in facts.nodes)
+        )
+
+    eventually(caught_up)
+    lists_after = len([r for r in kube_server.requests if r.path == "/api/v1/pods" and "watch" not in r.query])
+    assert lists_after == lists_before  # events, not listings
+    assert cache.relists == 0
+
+
+def test_a_pod_seen_before_its_replica_set_resolves_to_the_deployment(
+    kube_server: TestApiServer, cache: WatchCache
+) -> None:
+    kube_server.add(b.node("node-1"))
+    cache.start()
+    assert cache.wait_synced(5)
+    kube_server.add(b.pod("late-abc12-x", owners=[b.owner("ReplicaSet", "late-abc12")]))
+    eventually(lambda: "late-abc12-x" in pod_names(cache.facts()))
+    kube_server.add(b.replica_set("late-abc12", deployment="late"))
+    eventually(lambda: [p.workload for p in cache.facts().pods] == [WorkloadRef("Deployment", "default", "late")])
+
+
+def test_a_compacted_resource_version_lists_again(kube_server: TestApiServer, cache: WatchCache) -> None:
+    populate(kube_server)
+    cache.start()
+    assert cache.wait_synced(5)
+    kube_server.set_fault("/api/v1/pods", Fault(drop=True, times=None))  # the watch breaks ...
+    kube_server.close_watches()
+    time.sleep(0.3)
+    kube_server.add(b.pod("while-away", node="node-1"))
+    kube_server.store.expire_continue_tokens()  # ... and history is compacted meanwhile: a 410 on return
+    kube_server.clear_faults()
+    eventually(lambda: "while-away" in pod_names(cache.facts()))
+    assert cache.relists >= 1
+
+
+def test_a_dropped_watch_reconnects_from_where_it_was(kube_server: TestApiServer, cache: WatchCache) -> None:
+    populate(kube_server)
+    cache.start()
+    assert cache.wait_synced(5)
+    kube_server.set_fault("/api/v1/pods", Fault(drop=True, times=2))
+    kube_server.close_watches()
+    kube_server.add(b.pod("after-drop", node="node-1"))
+    eventually(lambda: "after-drop" in pod_names(cache.facts()))
+    assert cache.relists == 0  # the history was there: no listing needed
+
+
+def test_an_unreachable_api_server_makes_the_cache_stale(kube_server: TestApiServer, cache: WatchCache) -> None:
+    populate(kube_server)
+    cache.start()
+    assert cache.wait_synced(5)
+    cache.facts()
+    kube_server.stop()
+    time.sleep(3.5)
+    with pytest.raises(KubeUnavailable, match="no word from the API server") as caught:
+        cache.facts()
+    assert "pods" in str(caught.value) and "nodes" in str(caught.value)
+
+
+def test_facts_are_refused_until_every_collection_is_listed(kube_server: TestApiServer, cache: WatchCache) -> None:
+    populate(kube_server)
+    kube_server.forbid("list", "poddisruptionbudgets", group="policy")
+    cache.start()
+    assert not cache.wait_synced(1.0)
+    with pytest.raises(KubeUnavailable, match=r"poddisruptionbudgets: not listed yet .*403"):
+        cache.facts()
+    kube_server.allow_all()
+    assert cache.wait_synced(5)
+    assert summary(cache.facts())[2] == [("default", "web", 1)]
+
+
+def test_stop_returns_promptly_with_watches_open(kube_server: TestApiServer, cache: WatchCache) -> None:
+    populate(kube_server)
+    cache.start()
+    assert cache.wait_synced(5)
+    started = time.monotonic()
+    cache.stop()
+    assert time.monotonic() - started < 2

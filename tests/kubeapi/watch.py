@@ -1,0 +1,138 @@
+"""``?watch=true``: a stream of watch events, as the real API server's watch cache serves it.
+
+Newline-delimited JSON objects ``{"type": ..., "object": ...}`` over a chunked response:
+
+- ``resourceVersion`` N: every change after N (ADDED / MODIFIED / DELETED, the object as written; a
+  DELETED carries the last state); unset or ``"0"``: first a synthetic ADDED per live object.
+- A compacted N is not an HTTP error but an ``ERROR`` event carrying a 410 ``Expired`` Status, after which
+  the stream ends (the watch cache says so: "once we have passed authn/authz/admission ... errors must fail
+  with a watch event of type ERROR"). A client re-lists then.
+- ``allowWatchBookmarks=true``: ``BOOKMARK`` events (an object of the kind carrying only
+  ``metadata.resourceVersion``) every ``bookmark_interval`` seconds, so a quiet watch still advances.
+- ``timeoutSeconds``: the stream ends cleanly after that long (default 1800, the server's minimum
+  request timeout).
+- Field and label selectors filter as on a list; an object that stops matching is reported DELETED and
+  one that starts matching ADDED, as the real server does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgspec
+
+from tests.kubeapi import status
+from tests.kubeapi.resources import ResourceType
+from tests.kubeapi.status import ApiError
+from tests.kubeapi.store import Change, Store
+
+Predicate = Callable[[dict[str, Any]], bool]
+
+
+class Cut(Exception):
+    """The stream is cut mid-way (the server stops, or a test closes the watches)."""
+
+
+DEFAULT_TIMEOUT_SECONDS = 1800
+
+
+def parse_start(raw: str) -> int | None:
+    """The watch's resourceVersion (None: send the current state first); 400 if it is not a number."""
+    if raw in ("", "0"):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise status.bad_request(f"invalid resource version: {raw}") from None
+
+
+def parse_timeout(raw: str) -> float:
+    if not raw:
+        return DEFAULT_TIMEOUT_SECONDS
+    try:
+        seconds = int(raw)
+    except ValueError:
+        raise status.bad_request(f"invalid timeoutSeconds: {raw!r}") from None
+    return float(max(seconds, 0))
+
+
+def stream(
+    store: Store,
+    rtype: ResourceType,
+    namespace: str | None,
+    start: int | None,
+    *,
+    predicate: Predicate | None,
+    bookmarks: bool,
+    bookmark_interval: float,
+    timeout: float,
+    cut: Callable[[], bool],
+) -> Iterator[bytes]:
+    """The event lines of one watch, until ``timeout`` or a 410; :class:`Cut` when ``cut()`` says so."""
+    prefix = f"{namespace}/" if namespace and rtype.namespaced else ""
+    deadline = time.monotonic() + timeout
+    if start is None:
+        live, start = store.live(rtype.plural)
+        for key, version in live:
+            obj = version.obj
+            if key.startswith(prefix) and obj is not None and (predicate is None or predicate(obj)):
+                yield _line("ADDED", rtype, version.item_bytes())
+    position = start
+    last_bookmark = time.monotonic()
+    while True:
+        if cut():
+            raise Cut
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            changes, current = store.changes_after(rtype.plural, position, min(left, bookmark_interval, 0.5))
+        except ApiError as error:  # compacted: one ERROR event, then the end of the stream
+            yield _encode({"type": "ERROR", "object": error.body})
+            return
+        for change in changes:
+            line = _event(change, rtype, prefix, predicate)
+            if line is not None:
+                yield line
+            position = change.revision
+        if not changes:
+            position = max(position, current)  # nothing of this table changed up to ``current``
+        if bookmarks and time.monotonic() - last_bookmark >= bookmark_interval:
+            last_bookmark = time.monotonic()
+            meta = {"resourceVersion": str(position), "annotations": {}}
+            yield _encode({"type": "BOOKMARK", "object": {"kind": rtype.kind, "apiVersion": rtype.api_version,
+                                                           "metadata": meta}})  # fmt: skip
+
+
+def _event(change: Change, rtype: ResourceType, prefix: str, predicate: Predicate | None) -> bytes | None:
+    if not change.key.startswith(prefix):
+        return None
+    if change.type == "DELETED":
+        before = change.previous.obj if change.previous is not None else None
+        if before is None or (predicate is not None and not predicate(before)):
+            return None
+        gone = msgspec.json.decode(change.version.item_bytes())
+        gone["metadata"]["resourceVersion"] = str(change.revision)
+        return _line("DELETED", rtype, msgspec.json.encode(gone))
+    now = change.version.obj or {}
+    matches = predicate is None or predicate(now)
+    before = change.previous.obj if change.previous is not None else None
+    matched = before is not None and (predicate is None or predicate(before))
+    if matches:
+        return _line("MODIFIED" if matched else "ADDED", rtype, change.version.item_bytes())
+    if matched:  # it no longer matches the selector: gone, for this watcher
+        return _line("DELETED", rtype, change.version.item_bytes())
+    return None
+
+
+def _line(kind: str, rtype: ResourceType, item: bytes) -> bytes:
+    """``item`` is a list item's JSON (no kind/apiVersion): a watch event's object carries both."""
+    head = b'{"kind":"%s","apiVersion":"%s"' % (rtype.kind.encode(), rtype.api_version.encode())
+    body = head + (b"," + item[1:] if item != b"{}" else b"}")
+    return b'{"type":"%s","object":%s}\n' % (kind.encode(), body)
+
+
+def _encode(event: dict[str, Any]) -> bytes:
+    return msgspec.json.encode(event) + b"\n"
