@@ -49,14 +49,19 @@ def plan_live(
     api: ApiClient | None = None,
     focus: frozenset[str] | None = None,
     known: ClusterFacts | None = None,
+    cached: Callable[[], ClusterFacts] | None = None,
 ) -> PlanOutcome:
     """Read the cluster and Prometheus, then plan. A failed usage read blocks evictions, not the plan.
 
-    ``focus`` (an alert's nodes) with ``known`` (recent facts): only those nodes are listed afresh."""
+    ``cached``: the facts come from the serve mode's watch cache, nothing is listed. Otherwise ``focus``
+    (an alert's nodes) with ``known`` (recent facts): only those nodes are listed afresh."""
     now = clock()
-    api = api or connect(connection.kubeconfig, connection.context)
-    kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
-    facts = read_facts(kube, focus, known)
+    if cached is not None:
+        facts = cached()
+    else:
+        api = api or connect(connection.kubeconfig, connection.context)
+        kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
+        facts = read_facts(kube, focus, known)
     with PrometheusUsageSource(policy.prometheus) as prometheus:
         usage = read_usage(lambda at: prometheus.read(at, focus), now)
     snapshot, plan = plan_cycle(facts, usage, policy, now, focus)
@@ -99,11 +104,12 @@ def run_cycle(
     may_act: Callable[[], bool] = lambda: True,
     known: ClusterFacts | None = None,
     requester: str | None = None,
+    cached: Callable[[], ClusterFacts] | None = None,
 ) -> RunOutcome:
     """Snapshot, plan, limits, evict, persist, on an existing connection (CronJob and service alike).
 
     ``may_act`` is asked before every eviction (the service passes "still the leader")."""
-    planned = plan_live(policy, ClusterConnection(), clock, api, focus, known)
+    planned = plan_live(policy, ClusterConnection(), clock, api, focus, known, cached)
     namespace = state_namespace(policy.state.namespace)
     evictor = Evictor(
         actions=KubeActions(api),

@@ -67,6 +67,7 @@ class Node(msgspec.Struct, frozen=True, gc=False):
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     ready: bool = True
+    addresses: tuple[str, ...] = ()  # status.addresses (IPs, host names): how a scrape target names the node
 
 
 class Pod(msgspec.Struct, frozen=True, gc=False):

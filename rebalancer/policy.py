@@ -49,6 +49,25 @@ class LeaderElectionSettings(Model):
         return self
 
 
+class WatchCacheSettings(Model):
+    """Serve mode keeps the cluster in memory (list once, then watch) instead of listing it every cycle."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Keep nodes, pods, ReplicaSets and budgets current through watches; a cycle never re-lists. "
+        "Off: every cycle lists the cluster (alert cycles only the alerted nodes, see alertFactsMaxAgeSeconds).",
+    )
+    max_stale_seconds: float = Field(
+        default=120,
+        gt=0,
+        description="No word from the API server on a watch (event or bookmark) for this long: the cache is not "
+        "trusted and cycles evict nothing until it recovers.",
+    )
+    watch_seconds: int = Field(
+        default=300, ge=10, le=3600, description="How long one watch request stays open before it is renewed."
+    )
+
+
 class ServiceSettings(Model):
     """`rebalancer serve`: schedules, the webhook, leader election, hot reload."""
 
@@ -64,6 +83,9 @@ class ServiceSettings(Model):
         ge=0,
         description="An alert-driven cycle lists only the alerted nodes' pods when the last full listing is "
         "younger than this (destinations' requests come from it); 0: always list everything.",
+    )
+    watch_cache: WatchCacheSettings = Field(
+        default_factory=WatchCacheSettings, description="The in-memory cluster view of serve mode."
     )
     run_on_start: bool = Field(default=True, description="Run every strategy once at start, then on schedule.")
     reload_interval_seconds: float = Field(

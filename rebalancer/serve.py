@@ -19,40 +19,108 @@ from rebalancer.app import Clock, ClusterConnection, run_cycle, state_namespace
 from rebalancer.errors import RebalancerError
 from rebalancer.evictor import DryRun
 from rebalancer.kube import ApiClient, KubeSource, connect
+from rebalancer.kube.informer import WatchTiming
 from rebalancer.kube.lease import LeaseClient
+from rebalancer.kube.watch_cache import WatchCache
 from rebalancer.leader import LeaderElection, LeaderElector
 from rebalancer.metrics import Metrics
-from rebalancer.model import ClusterFacts
+from rebalancer.model import ClusterFacts, Node
 from rebalancer.policy import Policy
+from rebalancer.protections import Protections
 from rebalancer.runner import AlertDecision, CycleResult, Service, Trigger
 from rebalancer.service import NodeAlert, TokenFile, make_app, serve_http
 
 log = logging.getLogger(__name__)
+CACHE_SYNC_WAIT_SECONDS = 60.0  # a cycle right after start waits this long for the first listing
+
+
+class _ClusterCache:
+    """The watch cache the policy asks for (rebuilt when the kept annotations or its settings change)."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self._api = api
+        self._lock = threading.Lock()
+        self._cache: WatchCache | None = None
+        self._key: tuple[object, ...] | None = None
+
+    def ensure(self, policy: Policy) -> WatchCache | None:
+        settings = policy.service.watch_cache
+        annotations = Protections.from_settings(policy.protections).annotations_read()
+        key = (annotations, settings.max_stale_seconds, settings.watch_seconds)
+        with self._lock:
+            old = self._cache
+            if not settings.enabled:
+                self._cache = self._key = None
+            elif old is None or key != self._key:
+                timing = WatchTiming(watch_seconds=settings.watch_seconds)
+                self._cache = WatchCache(self._api, annotations, timing=timing, max_stale=settings.max_stale_seconds)
+                self._key = key
+                self._cache.start()
+            current = self._cache
+        if old is not None and old is not current:
+            old.stop()
+        return current
+
+    def current(self) -> WatchCache | None:
+        """The cache when it can be trusted now (listed and fresh), else None."""
+        cache = self._cache
+        return cache if cache is not None and cache.problem() is None else None
+
+    def stop(self) -> None:
+        with self._lock:
+            cache, self._cache = self._cache, None
+        if cache is not None:
+            cache.stop()
 
 
 class _KnownNodes:
-    """Node names an alert may name, listed at most every ``ttl`` seconds (a cycle refreshes them too)."""
+    """Nodes an alert may name, and their addresses: from the watch cache, else listed at most every
+    ``ttl`` seconds (a cycle refreshes them too)."""
 
-    def __init__(self, source: KubeSource, clock: Clock, ttl: float = 30.0) -> None:
-        self._source, self._clock, self._ttl = source, clock, ttl
-        self._names: frozenset[str] = frozenset()
+    def __init__(self, source: KubeSource, cache: _ClusterCache, clock: Clock, ttl: float = 30.0) -> None:
+        self._source, self._cache, self._clock, self._ttl = source, cache, clock, ttl
+        self._nodes: tuple[Node, ...] = ()
         self._at = float("-inf")
+        self._listed_ok = False
         self._lock = threading.Lock()
 
-    def update(self, names: frozenset[str]) -> None:
+    def update(self, nodes: Sequence[Node]) -> None:
         with self._lock:
-            self._names, self._at = names, self._clock()
+            self._nodes, self._at = tuple(nodes), self._clock()
 
-    def __call__(self) -> frozenset[str]:
+    def nodes(self) -> tuple[Node, ...]:
+        cache = self._cache.current()
+        if cache is not None:
+            return cache.nodes()
         with self._lock:
             if self._clock() - self._at < self._ttl:
-                return self._names
+                return self._nodes
             try:
-                self._names = frozenset(n.name for n in self._source.read_nodes())
+                self._nodes = self._source.read_nodes()
                 self._at = self._clock()
+                self._listed_ok = True
             except RebalancerError as exc:  # keep what we knew; an unknown node is never acted on
                 log.warning("listing nodes for the webhook failed: %s", exc)
-            return self._names
+            return self._nodes
+
+    def names(self) -> frozenset[str]:
+        return frozenset(n.name for n in self.nodes())
+
+    def addresses(self) -> dict[str, str]:
+        """address -> node name; an address two nodes claim names neither."""
+        found: dict[str, str] = {}
+        shared: set[str] = set()
+        for node in self.nodes():
+            for address in node.addresses:
+                if found.setdefault(address, node.name) != node.name:
+                    shared.add(address)
+        for address in shared:
+            del found[address]
+        return found
+
+    def source_ok(self) -> bool:
+        """The Kubernetes source answered: the cache is fresh, or a node listing succeeded."""
+        return self._cache.current() is not None or self._listed_ok
 
 
 class _Cycles:
@@ -64,10 +132,12 @@ class _Cycles:
         dry_run: DryRun,
         clock: Clock,
         known: _KnownNodes,
+        cache: _ClusterCache,
         may_act: Callable[[], bool],
         identity: str,
     ) -> None:
         self._identity = identity
+        self._cache = cache
         self._may_act = may_act
         self._facts: ClusterFacts | None = None  # from the last full listing, for alert-driven cycles
         self._facts_at = float("-inf")
@@ -78,6 +148,9 @@ class _Cycles:
 
     def __call__(self, policy: Policy, trigger: Trigger) -> CycleResult:
         chosen = tuple(policy.strategies[i] for i in trigger.strategies)
+        cache = self._cache.ensure(policy)
+        if cache is not None and not cache.wait_synced(CACHE_SYNC_WAIT_SECONDS):
+            log.warning("the watch cache is not listed yet: this cycle plans on nothing and evicts nothing")
         max_age = policy.service.alert_facts_max_age_seconds
         known = self._facts if trigger.nodes and time.monotonic() - self._facts_at < max_age else None
         outcome = run_cycle(
@@ -89,12 +162,15 @@ class _Cycles:
             self._may_act,
             known,
             f"rebalancer/{self._identity}",
+            cache.facts if cache is not None else None,
         )
-        if outcome.planned.facts is not None:
-            self._facts = outcome.planned.facts
+        facts = outcome.planned.facts
+        if cache is None and facts is not None:
+            self._facts = facts
             if known is None:  # a full listing: the age of the facts restarts
                 self._facts_at = time.monotonic()
-        self._known.update(frozenset(outcome.planned.snapshot.nodes))
+        if facts is not None:
+            self._known.update(facts.nodes)
         return CycleResult(outcome.planned.plan, outcome.report)
 
 
@@ -108,7 +184,8 @@ def serve(
     """Run until SIGTERM / SIGINT (or ``stop``); returns the exit code."""
     stop = stop or threading.Event()
     api = connect(connection.kubeconfig, connection.context)
-    known = _KnownNodes(KubeSource(api, frozenset()), time.monotonic)
+    cache = _ClusterCache(api)
+    known = _KnownNodes(KubeSource(api, frozenset()), cache, time.monotonic)
     metrics = Metrics()
     election: LeaderElection | None = None
     identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"  # the Lease holder and the evictions' requester
@@ -116,10 +193,11 @@ def serve(
     def is_leader() -> bool:
         return election.is_leader() if election is not None else True
 
-    cycles = _Cycles(api, dry_run, clock, known, is_leader, identity)
+    cycles = _Cycles(api, dry_run, clock, known, cache, is_leader, identity)
 
     service = Service(policy_path, cycles, metrics, is_leader, clock)
     policy = service.policy
+    cache.ensure(policy)  # listing starts now, on followers too: a new leader has the cluster at hand
     settings = policy.service
     if settings.leader_election.enabled:
         lease = settings.leader_election
@@ -142,8 +220,9 @@ def serve(
         metrics=metrics,
         submit=submit,
         is_leader=is_leader,
-        ready=service.ready,
-        known_nodes=known,
+        ready=lambda: service.ready() or known.source_ok(),
+        known_nodes=known.names,
+        node_addresses=known.addresses,
         node_labels=settings.webhook.node_labels,
         token=TokenFile(Path(settings.webhook.token_file)) if settings.webhook.token_file else None,
     )
@@ -160,6 +239,7 @@ def serve(
         log.info("stopping: no new requests, finishing the cycle in flight, releasing the lease")
         http.stop()
         service.stop()
+        cache.stop()
         if election is not None:
             election.stop(release=True)
     return 0

@@ -104,6 +104,7 @@ def node(w: wire.Node) -> Node:
         taints=tuple(Taint(key=t.key, value=t.value, effect=t.effect) for t in w.spec.taints),
         unschedulable=w.spec.unschedulable,
         ready=condition_true(status.conditions, "Ready"),
+        addresses=tuple(a.address for a in status.addresses if a.address),
     )
 
 

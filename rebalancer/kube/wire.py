@@ -155,10 +155,16 @@ class NodeSpec(_Wire):
     taints: list[WireTaint] = []
 
 
+class NodeAddress(_Wire):
+    type: str = ""  # InternalIP, ExternalIP, Hostname, InternalDNS, ExternalDNS
+    address: str = ""
+
+
 class NodeStatus(_Wire):
     allocatable: dict[str, str] = {}
     capacity: dict[str, str] = {}
     conditions: list[Condition] = []
+    addresses: list[NodeAddress] = []
 
 
 class Node(_Wire):

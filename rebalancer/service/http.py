@@ -107,6 +107,29 @@ def _error(status: int, message: str, headers: tuple[tuple[str, str], ...] = ())
     return _json(status, {"error": message}, headers, message)
 
 
+class _Addresses(Mapping[str, str]):
+    """The configured instance map over the nodes' own addresses, built only if an alert needs it
+    (an alert that names its node by name never does)."""
+
+    def __init__(self, configured: Mapping[str, str], node_addresses: Callable[[], Mapping[str, str]]) -> None:
+        self._configured, self._node_addresses = configured, node_addresses
+        self._merged: Mapping[str, str] | None = None
+
+    def _all(self) -> Mapping[str, str]:
+        if self._merged is None:
+            self._merged = {**self._node_addresses(), **self._configured}
+        return self._merged
+
+    def __getitem__(self, key: str) -> str:
+        return self._all()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
 class RebalancerApp:
     """The WSGI application; build it with :func:`make_app`."""
 
@@ -120,6 +143,7 @@ class RebalancerApp:
         known_nodes: Callable[[], Collection[str]],
         node_labels: tuple[str, ...],
         instance_map: Mapping[str, str],
+        node_addresses: Callable[[], Mapping[str, str]],
         token: TokenFile | None,
         max_body_bytes: int,
         retry_after_seconds: int,
@@ -131,6 +155,7 @@ class RebalancerApp:
         self._known_nodes = known_nodes
         self._node_labels = node_labels
         self._instance_map = instance_map
+        self._node_addresses = node_addresses
         self._token = token
         self._max_body = max_body_bytes
         self._retry_after = str(retry_after_seconds)
@@ -220,7 +245,7 @@ class RebalancerApp:
             payload,
             known_nodes=self._known_nodes(),
             node_labels=self._node_labels,
-            instance_map=self._instance_map,
+            instance_map=_Addresses(self._instance_map, self._node_addresses),
         )
         summary = self._summarize(payload, alerts, self._submit(alerts))
         log.info(
@@ -320,12 +345,14 @@ def make_app(
     known_nodes: Callable[[], Collection[str]],
     node_labels: tuple[str, ...] = DEFAULT_NODE_LABELS,
     instance_map: Mapping[str, str] | None = None,
+    node_addresses: Callable[[], Mapping[str, str]] = dict,
     token: TokenFile | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     retry_after_seconds: int = 10,
 ) -> RebalancerApp:
     """The WSGI app. ``token`` None: the webhook is open (say so in the deployment); otherwise every
-    webhook request must carry it as a bearer token."""
+    webhook request must carry it as a bearer token. ``node_addresses``: address -> node name from the
+    nodes' ``status.addresses``, asked per request; ``instance_map`` entries take precedence."""
     if not node_labels:
         raise ValueError("node_labels must name at least one label")
     return RebalancerApp(
@@ -336,6 +363,7 @@ def make_app(
         known_nodes=known_nodes,
         node_labels=node_labels,
         instance_map=dict(instance_map or {}),
+        node_addresses=node_addresses,
         token=token,
         max_body_bytes=max_body_bytes,
         retry_after_seconds=retry_after_seconds,

@@ -169,6 +169,8 @@ def test_hot_node_alert_leads_to_evictions_through_serve(
         lease = kube_server.store.get("leases", "rebalancer", "rebalancer")
         assert lease is not None
         assert lease["spec"]["holderIdentity"]
+        pod_lists = [r for r in kube_server.requests if r.path == "/api/v1/pods" and "watch" not in r.query]
+        assert len(pod_lists) == 1  # listed once at start; the alert cycle read the watch cache
     finally:
         serve.send_signal(signal.SIGTERM)
         code = serve.wait(timeout=30)
@@ -238,6 +240,8 @@ def test_two_replicas_only_the_leader_evicts_and_a_killed_leader_hands_over(
         wait_for(lambda: requesters(kube_server), 90, "no eviction", logs)
         first = holder(kube_server)
         assert set(requesters(kube_server)) == {f"rebalancer/{first}"}  # only the leader evicted
+        for port in ports:  # the follower is ready too (its watch cache is listed): a rollout does not stall
+            assert urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status == 200
         leader = next(p for p, log in replicas if f"{first} is now the leader" in log.read_text())
         survivor_port = ports[[p for p, _ in replicas].index(leader) - 1]
         leader.kill()  # no release: the survivor must wait for the lease to expire

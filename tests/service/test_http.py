@@ -92,6 +92,7 @@ def svc(tmp_path: Path) -> Iterator[Service]:
         ready=lambda: ready[0],
         known_nodes=lambda: NODES,
         instance_map={"10.0.0.5": "node-a"},
+        node_addresses=lambda: {"10.0.0.9": "node-b", "10.0.0.5": "node-hot"},
         token=TokenFile(token_file),
         retry_after_seconds=7,
     )
@@ -209,6 +210,16 @@ def test_unknown_nodes_resolved_alerts_and_truncation_are_recorded_not_queued(sv
     assert [a["action"] for a in summary["alerts"]] == ["unknown-node", "queued", "resolved"]
     assert "truncatedAlerts=4" in summary["notes"][0]
     assert svc.triage.queued == {"node-a"}
+
+
+def test_an_instance_address_resolves_through_the_nodes_addresses(svc: Service):
+    body = payload(
+        {"labels": {"alertname": "NodeCPUHigh", "instance": "10.0.0.9:9100"}, "fingerprint": "by-address"},
+        {"labels": {"alertname": "NodeCPUHigh", "instance": "10.0.0.5:9100"}, "fingerprint": "configured"},
+    )
+    summary = post(svc, body).json()
+    assert summary["accepted"] == ["node-b", "node-a"]  # the configured map wins over the node's address
+    assert svc.triage.queued == {"node-a", "node-b"}
 
 
 def test_a_resolved_only_body_queues_nothing(svc: Service):

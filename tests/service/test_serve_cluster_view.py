@@ -1,0 +1,76 @@
+"""How serve sees the cluster: the watch cache the policy asks for, and the nodes (with their addresses)
+that alerts may name — with the real client against the test API server."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rebalancer.kube import KubeSource, connect
+from rebalancer.policy import Policy, parse_policy
+from rebalancer.serve import _ClusterCache, _KnownNodes
+from tests.kubeapi import TestApiServer
+from tests.kubeapi import builders as b
+
+BASE = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 50}}\n"
+
+
+def policy(extra: str = "") -> Policy:
+    return parse_policy(BASE + extra)
+
+
+@pytest.fixture
+def view(kube_server: TestApiServer, kubeconfig: Path) -> Iterator[tuple[_ClusterCache, _KnownNodes]]:
+    api = connect(kubeconfig=str(kubeconfig))
+    cache = _ClusterCache(api)
+    yield cache, _KnownNodes(KubeSource(api, frozenset()), cache, time.monotonic)
+    cache.stop()
+
+
+def test_addresses_map_to_their_node_and_a_shared_address_to_none(
+    kube_server: TestApiServer, view: tuple[_ClusterCache, _KnownNodes]
+) -> None:
+    kube_server.add(
+        b.node("node-a", address="10.0.0.1"), b.node("node-b", address="10.0.0.2"), b.node("node-c", address="10.0.0.2")
+    )
+    cache, known = view
+    watch_cache = cache.ensure(policy())
+    assert watch_cache is not None and watch_cache.wait_synced(5)
+    addresses = known.addresses()
+    assert addresses["10.0.0.1"] == "node-a"
+    assert addresses["node-b"] == "node-b"  # the Hostname address
+    assert "10.0.0.2" not in addresses  # two nodes claim it: it names neither
+    assert known.names() == {"node-a", "node-b", "node-c"}
+    assert known.source_ok()
+
+
+def test_without_the_cache_nodes_are_listed_and_the_listing_is_the_source_check(
+    kube_server: TestApiServer, view: tuple[_ClusterCache, _KnownNodes]
+) -> None:
+    kube_server.add(b.node("node-a"))
+    cache, known = view
+    assert cache.ensure(policy("service: {watchCache: {enabled: false}}\n")) is None
+    assert not known.source_ok()
+    assert known.names() == {"node-a"}
+    assert known.source_ok()
+    assert not [r for r in kube_server.requests if "watch" in r.query]
+
+
+def test_a_policy_keeping_other_annotations_rebuilds_the_cache(
+    kube_server: TestApiServer, view: tuple[_ClusterCache, _KnownNodes]
+) -> None:
+    kube_server.add(b.node("node-1"), b.pod("p", annotations={"example.com/keep": "yes"}))
+    cache, _ = view
+    first = cache.ensure(policy())
+    assert first is not None and first.wait_synced(5)
+    assert cache.ensure(policy()) is first  # same settings: the same cache
+    assert "example.com/keep" not in first.facts().pods[0].annotations
+    second = cache.ensure(policy("protections: {optOutAnnotation: example.com/keep}\n"))
+    assert second is not None and second is not first
+    assert second.wait_synced(5)
+    assert second.facts().pods[0].annotations.get("example.com/keep") == "yes"
+    assert cache.ensure(policy("service: {watchCache: {enabled: false}}\n")) is None
+    assert cache.current() is None
