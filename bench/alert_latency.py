@@ -102,6 +102,15 @@ def serve_prometheus(model: CannedPrometheus) -> ThreadingHTTPServer:
     return server
 
 
+def _first_cycle_done(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return False
+    return re.search(r'rebalancer_cycle_duration_seconds_count\{trigger="schedule"\} [1-9]', text) is not None
+
+
 def pods_on(kube_url: str, node: str) -> int:
     query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node}"})
     with urllib.request.urlopen(f"{kube_url}/api/v1/pods?{query}", timeout=30) as answer:
@@ -157,15 +166,11 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     )  # fmt: skip
     try:
         started = time.monotonic()
-        while True:  # the start-up cycle lists the whole cluster: that listing is what alerts reuse
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
+        while not _first_cycle_done(port):  # alerts must not queue behind the start-up cycle
             if serve.poll() is not None or time.monotonic() - started > 600:
-                raise SystemExit("serve never became ready:\n" + (workdir / "serve.log").read_text()[-3000:])
+                raise SystemExit(
+                    "serve never finished its first cycle:\n" + (workdir / "serve.log").read_text()[-3000:]
+                )
             time.sleep(0.2)
         print(f"cluster: {args.nodes} nodes, {args.pods} pods; serve ready (first full cycle) after "
               f"{time.monotonic() - started:.1f} s")  # fmt: skip
