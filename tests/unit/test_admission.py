@@ -8,14 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from rebalancer.service.admission import Admission, busy_answer
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fake_clock import FakeClock
 
 
 @pytest.fixture
@@ -72,7 +65,7 @@ def test_a_refused_connection_reads_the_whole_503_then_the_end(pairs):
 
 
 def test_a_refused_socket_lingers_until_its_client_is_done(pairs):
-    clock = Clock()
+    clock = FakeClock(1000.0)
     admission = Admission(1, retry_after_seconds=5, clock=clock)
     server_side, client_side = pair(pairs)
     admission.refuse(server_side)
@@ -86,14 +79,14 @@ def test_a_refused_socket_lingers_until_its_client_is_done(pairs):
 
 
 def test_a_refused_socket_is_closed_after_the_linger_time(pairs):
-    clock = Clock()
+    clock = FakeClock(1000.0)
     admission = Admission(1, retry_after_seconds=5, linger_seconds=2.0, clock=clock)
     server_side, _ = pair(pairs)
     admission.refuse(server_side)
-    clock.now += 1.9
+    clock.advance(1.9)
     admission.drain()
     assert admission.lingering == 1
-    clock.now += 0.2
+    clock.advance(0.2)
     admission.drain()
     assert admission.lingering == 0 and is_closed(server_side)
 
