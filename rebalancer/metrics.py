@@ -123,6 +123,12 @@ class Metrics:
             ("code",),
             registry=registry,
         )
+        self.http_connections_refused = Counter(
+            "rebalancer_http_connections_refused",
+            "Connections answered 503 at once, unread (so not in rebalancer_webhook_requests_total), because "
+            "service.maxConcurrentRequests requests were in flight.",
+            registry=registry,
+        )
         self.alerts = Counter(
             "rebalancer_alerts",
             "Alerts received from Alertmanager, by alert status and what the service did with each: queued "
@@ -226,6 +232,9 @@ class Metrics:
 
     def webhook_answered(self, code: int) -> None:
         self.webhook_requests.labels(str(code)).inc()
+
+    def http_connection_refused(self) -> None:
+        self.http_connections_refused.inc()
 
     def alert_handled(self, status: str, action: str) -> None:
         self.alerts.labels(_checked("status", status), _checked("action", action)).inc()

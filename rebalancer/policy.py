@@ -74,6 +74,13 @@ class ServiceSettings(Model):
     time_zone: str = Field(default="UTC", description="Time zone of the strategies' cron schedules.")
     host: str = Field(default="0.0.0.0", description="Listen address of the webhook, /metrics and probes.")
     port: int = Field(default=8080, ge=1, le=65535, description="Listen port.")
+    max_concurrent_requests: int = Field(
+        default=64,
+        ge=1,
+        le=1024,
+        description="HTTP requests served at once, a thread each; a connection beyond that is answered 503 with "
+        "Retry-After at once, without a thread. Read at start, like host and port (a change needs a restart).",
+    )
     webhook: WebhookSettings = Field(default_factory=WebhookSettings, description="Alertmanager webhook.")
     leader_election: LeaderElectionSettings = Field(
         default_factory=LeaderElectionSettings, description="Lease-based leader election."

@@ -226,7 +226,13 @@ def serve(
         node_labels=settings.webhook.node_labels,
         token=TokenFile(Path(settings.webhook.token_file)) if settings.webhook.token_file else None,
     )
-    http = serve_http(app, settings.host, settings.port)
+    http = serve_http(
+        app,
+        settings.host,
+        settings.port,
+        max_concurrent_requests=settings.max_concurrent_requests,
+        on_refused=metrics.http_connection_refused,
+    )
     log.info("serving on %s:%d (webhook, /metrics, /healthz, /readyz)", settings.host, http.port)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -2,9 +2,12 @@
 
 from rebalancer.service.http import (
     MAX_BODY_BYTES,
+    MAX_CONCURRENT_REQUESTS,
+    REQUEST_THREAD_NAME,
     WEBHOOK_PATH,
     HttpServer,
     RebalancerApp,
+    RequestTimeouts,
     TokenFile,
     TokenUnavailable,
     make_app,
@@ -26,7 +29,9 @@ from rebalancer.service.webhook import (
 __all__ = [
     "DEFAULT_NODE_LABELS",
     "MAX_BODY_BYTES",
+    "MAX_CONCURRENT_REQUESTS",
     "QUEUED",
+    "REQUEST_THREAD_NAME",
     "WEBHOOK_PATH",
     "Ack",
     "Alert",
@@ -35,6 +40,7 @@ __all__ = [
     "HttpServer",
     "NodeAlert",
     "RebalancerApp",
+    "RequestTimeouts",
     "TokenFile",
     "TokenUnavailable",
     "WebhookPayload",

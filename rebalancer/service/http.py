@@ -11,11 +11,17 @@ body that stalls or ends before the announced length), 400 (not JSON), 422 (not 
 field paths listed), 503 with Retry-After (this instance is not the leader), 202 (handed to the
 runner; the summary says per alert what it did). Input is checked before leadership, so a sender
 learns about a bad body whichever replica it reaches.
+
+The server serves at most ``max_concurrent_requests`` requests at once, a thread each; a connection
+beyond that gets 503 with Retry-After from the accept thread, unread (:mod:`rebalancer.service.admission`).
+A request must arrive without a silence longer than the idle timeout and in full before its deadline
+(:mod:`rebalancer.service.deadline`), so neither a silent nor a trickling client keeps its thread.
 """
 
 from __future__ import annotations
 
 import hmac
+import io
 import json
 import logging
 import os
@@ -35,6 +41,8 @@ from pydantic import ValidationError
 
 from rebalancer.metrics import Metrics
 from rebalancer.policy import validation_problems
+from rebalancer.service.admission import LINGER_SECONDS, Admission
+from rebalancer.service.deadline import DeadlineReader
 from rebalancer.service.webhook import (
     DEFAULT_NODE_LABELS,
     QUEUED,
@@ -50,7 +58,10 @@ log = logging.getLogger(__name__)
 WEBHOOK_PATH = "/webhook/alertmanager"
 MAX_BODY_BYTES = 1 << 20
 REQUEST_TIMEOUT_SECONDS = 10.0  # a client silent this long mid-request is dropped (slow clients)
-LINGER_SECONDS = 2.0  # after answering early, read and discard what the client still sends, this long
+REQUEST_DEADLINE_SECONDS = 30.0  # the whole request (head and body) must arrive within this long
+MAX_CONCURRENT_REQUESTS = 64  # requests served at once (a thread each); the policy's default too
+BUSY_RETRY_AFTER_SECONDS = 5  # Retry-After of the 503 a connection gets when every slot is busy
+REQUEST_THREAD_NAME = "rebalancer-http-request"
 LINGER_MAX_BYTES = 16 << 20
 _JSON = "application/json"
 
@@ -399,8 +410,25 @@ class _CountingInput:
         return iter(self.readline, b"")
 
 
+@dataclass(frozen=True, slots=True)
+class RequestTimeouts:
+    """``idle``: the longest silence while a request arrives (then also the bound of each write of the
+    answer); ``deadline``: the longest time the whole request may take to arrive, however it trickles."""
+
+    idle: float = REQUEST_TIMEOUT_SECONDS
+    deadline: float = REQUEST_DEADLINE_SECONDS
+
+
 class _RequestHandler(WSGIRequestHandler):
-    timeout = REQUEST_TIMEOUT_SECONDS
+    server: _ThreadingServer
+
+    def setup(self) -> None:
+        super().setup()
+        timeouts = self.server.timeouts
+        self.connection.settimeout(timeouts.idle)
+        self.rfile.close()  # reads go through the deadline instead
+        reader = DeadlineReader(self.connection, time.monotonic() + timeouts.deadline, timeouts.idle)
+        self.rfile = io.BufferedReader(reader)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
@@ -420,7 +448,9 @@ class _RequestHandler(WSGIRequestHandler):
             stdin = _CountingInput(self.rfile)
             handler = ServerHandler(stdin, self.wfile, self.get_stderr(), self.get_environ(), multithread=True)  # type: ignore[arg-type]
             handler.request_handler = self  # type: ignore[attr-defined]  # wsgiref's back-pointer for logging
-            handler.run(self.server.get_app())  # type: ignore[attr-defined]
+            app = self.server.get_app()
+            assert app is not None  # serve_http sets it before serving
+            handler.run(app)
             declared = self.headers.get("Content-Length", "").strip()
             if declared.isdigit() and int(declared) > stdin.consumed:
                 self._linger()
@@ -444,10 +474,43 @@ class _RequestHandler(WSGIRequestHandler):
 
 
 class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    """A thread per admitted connection; the others are refused by :class:`Admission` on the accept thread."""
+
     daemon_threads = False  # server_close() waits for requests in flight
     block_on_close = True
     allow_reuse_address = True
     request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], admission: Admission, timeouts: RequestTimeouts) -> None:
+        self.admission = admission
+        self.timeouts = timeouts
+        super().__init__(address, _RequestHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.admission.admit():
+            self.admission.refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)  # starts the request's thread
+        except BaseException:
+            self.admission.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        threading.current_thread().name = REQUEST_THREAD_NAME
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.admission.release()
+
+    def service_actions(self) -> None:
+        """Called by serve_forever between accepts (at least every poll interval)."""
+        super().service_actions()
+        self.admission.drain()
+
+    def server_close(self) -> None:
+        super().server_close()  # waits for the requests in flight
+        self.admission.close()
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the host's FQDN, which can hang on a cluster's DNS: not needed.
@@ -466,7 +529,7 @@ class _ThreadingServer6(_ThreadingServer):
 
 
 class HttpServer:
-    """A running server: its own accept thread, one thread per request."""
+    """A running server: its own accept thread, one thread per admitted request."""
 
     def __init__(self, server: _ThreadingServer) -> None:
         self._server = server
@@ -486,7 +549,7 @@ class HttpServer:
         return int(self._server.server_address[1])
 
     def stop(self) -> None:
-        """Stop accepting, let the requests in flight finish (each bounded by the request timeout), close."""
+        """Stop accepting, let the requests in flight finish (each bounded by the request timeouts), close."""
         with self._stop_lock:
             if self._stopped:
                 return
@@ -502,9 +565,23 @@ class HttpServer:
         self.stop()
 
 
-def serve_http(app: WSGIApplication, host: str, port: int) -> HttpServer:
-    """Serve ``app`` on host:port (port 0: any free port, see ``.port``) from a background thread."""
+def serve_http(
+    app: WSGIApplication,
+    host: str,
+    port: int,
+    *,
+    max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
+    on_refused: Callable[[], None] = lambda: None,
+    retry_after_seconds: int = BUSY_RETRY_AFTER_SECONDS,
+    timeouts: RequestTimeouts = RequestTimeouts(),
+) -> HttpServer:
+    """Serve ``app`` on host:port (port 0: any free port, see ``.port``) from a background thread.
+
+    At most ``max_concurrent_requests`` requests are served at once; a connection beyond that is answered
+    503 with Retry-After at once, unread, and ``on_refused`` is called (on the accept thread: keep it quick).
+    """
     server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
-    server = server_class((host, port), _RequestHandler)
+    admission = Admission(max_concurrent_requests, retry_after_seconds, on_refused)
+    server = server_class((host, port), admission, timeouts)
     server.set_app(app)
     return HttpServer(server)

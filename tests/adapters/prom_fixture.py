@@ -48,6 +48,13 @@ def require_binary(name: str) -> str:
     return path
 
 
+def run_promtool(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``promtool ARGS...`` (failing the test when promtool is missing); the caller judges the exit code."""
+    return subprocess.run(
+        [require_binary("promtool"), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -100,21 +107,7 @@ def backfill(series: Iterable[Series], data_dir: Path, workdir: Path) -> None:
     source = workdir / "history.om.txt"
     if write_openmetrics(source, series) == 0:
         return
-    done = subprocess.run(
-        [
-            require_binary("promtool"),
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            "--quiet",
-            str(source),
-            str(data_dir),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_promtool("tsdb", "create-blocks-from", "openmetrics", "--quiet", str(source), str(data_dir))
     if done.returncode != 0:
         pytest.fail(f"promtool could not backfill {source}:\n{done.stdout}\n{done.stderr}", pytrace=False)
 

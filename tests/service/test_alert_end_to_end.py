@@ -16,7 +16,7 @@ from threading import Thread
 
 import pytest
 
-from tests.adapters.prom_fixture import ServerProcess, free_port, require_binary
+from tests.adapters.prom_fixture import ServerProcess, free_port, require_binary, run_promtool
 from tests.kubeapi import TestApiServer
 from tests.service.scenario import LOADS, NODES, build_cluster, live_pods
 
@@ -121,8 +121,7 @@ def start_prometheus(workdir: Path, exporter_port: int, alertmanager_port: int) 
 def test_promtool_accepts_the_alert_rule(tmp_path: Path) -> None:
     rules = tmp_path / "rules.yml"
     rules.write_text(RULES)
-    promtool = require_binary("promtool")
-    out = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, check=False)
+    out = run_promtool("check", "rules", str(rules))
     assert out.returncode == 0, out.stdout + out.stderr
 
 

@@ -10,10 +10,12 @@ import copy
 import http.client
 import json
 import os
+import select
 import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +24,20 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rebalancer.metrics import Metrics
+from rebalancer.policy import ServiceSettings
 from rebalancer.runner import AlertDecision
-from rebalancer.service import MAX_BODY_BYTES, WEBHOOK_PATH, HttpServer, NodeAlert, TokenFile, make_app, serve_http
+from rebalancer.service import (
+    MAX_BODY_BYTES,
+    MAX_CONCURRENT_REQUESTS,
+    REQUEST_THREAD_NAME,
+    WEBHOOK_PATH,
+    HttpServer,
+    NodeAlert,
+    RequestTimeouts,
+    TokenFile,
+    make_app,
+    serve_http,
+)
 
 DATA_DIR = Path(os.environ.get("REBALANCER_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
 SAMPLE = (DATA_DIR / "alertmanager-webhook-v4.json").read_bytes()
@@ -79,8 +93,9 @@ class Answer:
         return json.loads(self.body)
 
 
-@pytest.fixture
-def svc(tmp_path: Path) -> Iterator[Service]:
+@contextmanager
+def running_service(tmp_path: Path, **server_options: Any) -> Iterator[Service]:
+    """The app behind the real threaded server on 127.0.0.1; ``server_options`` go to serve_http."""
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     metrics, triage = Metrics(), Triage()
@@ -96,11 +111,17 @@ def svc(tmp_path: Path) -> Iterator[Service]:
         token=TokenFile(token_file),
         retry_after_seconds=7,
     )
-    server = serve_http(app, "127.0.0.1", 0)
+    server = serve_http(app, "127.0.0.1", 0, on_refused=metrics.http_connection_refused, **server_options)
     try:
         yield Service(server, metrics, triage, token_file, leader, ready)
     finally:
         server.stop()
+
+
+@pytest.fixture
+def svc(tmp_path: Path) -> Iterator[Service]:
+    with running_service(tmp_path) as service:
+        yield service
 
 
 def request(
@@ -136,9 +157,15 @@ def raw(svc: Service, data: bytes, *, shut_write: bool = False) -> Answer:
         sock.sendall(data)
         if shut_write:
             sock.shutdown(socket.SHUT_WR)
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
+        return read_answer(sock)
+
+
+def read_answer(sock: socket.socket) -> Answer:
+    """Read an answer up to the end of the connection."""
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    assert chunks, "the connection ended without an answer"
     head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
     status_line, *header_lines = head.decode().split("\r\n")
     headers = dict(line.split(": ", 1) for line in header_lines)
@@ -412,3 +439,138 @@ def test_requests_run_in_parallel_and_stop_lets_the_one_in_flight_finish(svc: Se
     assert not stopper.is_alive()
     assert [a.status for a in answers] == [202]
     svc.server.stop()  # idempotent
+
+
+# -- the concurrency cap and slow clients ---------------------------------------------------------
+
+
+def start_slow_post(svc: Service, body: bytes = SAMPLE) -> socket.socket:
+    """A webhook POST that sends only the first half of its body: the request stays in flight."""
+    sock = socket.create_connection(("127.0.0.1", svc.server.port), timeout=10)
+    head = (
+        f"POST {WEBHOOK_PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + body[: len(body) // 2])
+    return sock
+
+
+def finish_slow_post(sock: socket.socket, body: bytes = SAMPLE) -> Answer:
+    with sock:
+        sock.sendall(body[len(body) // 2 :])
+        return read_answer(sock)
+
+
+def healthz(svc: Service) -> int:
+    return request(svc, "GET", "/healthz", token=None).status
+
+
+def wait_until_served(svc: Service) -> None:
+    """Slots are released just after a finished request's connection is closed: wait for that."""
+    deadline = time.monotonic() + 5
+    while healthz(svc) == 503:
+        assert time.monotonic() < deadline, "the request slots were never released"
+        time.sleep(0.01)
+
+
+def test_the_default_cap_is_the_policy_default():
+    assert ServiceSettings().max_concurrent_requests == MAX_CONCURRENT_REQUESTS == 64
+
+
+def test_beyond_the_cap_a_connection_gets_503_at_once_and_the_slots_come_back(tmp_path: Path):
+    with running_service(tmp_path, max_concurrent_requests=2, retry_after_seconds=3) as svc:
+        for _ in range(2):  # twice: slots are returned, never leaked
+            held = [start_slow_post(svc), start_slow_post(svc)]
+            started = time.monotonic()
+            refused = request(svc, "GET", "/healthz", token=None)
+            assert time.monotonic() - started < 1
+            assert refused.status == 503
+            assert refused.headers["retry-after"] == "3"
+            assert refused.json() == {"error": "busy: 2 requests in flight; retry later"}
+            assert post(svc).status == 503  # a webhook post too, and nothing of it reaches the runner
+            assert svc.triage.received == []
+            assert [finish_slow_post(sock).status for sock in held] == [202, 202]  # the held ones finish
+            assert len(svc.triage.received) == 2
+            svc.triage.received.clear()
+            wait_until_served(svc)
+            assert [healthz(svc) for _ in range(5)] == [200] * 5
+        assert metric(svc, "rebalancer_http_connections_refused_total") == 4
+        assert metric(svc, "rebalancer_webhook_requests_total", code="503") is None  # never read: not counted
+
+
+def test_a_refused_client_sending_a_whole_body_still_reads_its_503(tmp_path: Path):
+    """The refused socket lingers while its input is drained: closing it unread could reset the
+    connection before the client read the answer."""
+    with running_service(tmp_path, max_concurrent_requests=1) as svc:
+        held = start_slow_post(svc)
+        big = SAMPLE + b" " * (512 * 1024)
+        answers = [post(svc, big) for _ in range(5)]
+        assert [a.status for a in answers] == [503] * 5
+        assert answers[0].json()["error"] == "busy: 1 requests in flight; retry later"
+        assert finish_slow_post(held).status == 202
+
+
+def test_a_silent_client_holds_its_slot_only_until_the_read_timeout(tmp_path: Path):
+    with running_service(tmp_path, max_concurrent_requests=1, timeouts=RequestTimeouts(idle=1.0)) as svc:
+        with socket.create_connection(("127.0.0.1", svc.server.port), timeout=10) as silent:
+            started = time.monotonic()
+            assert healthz(svc) == 503  # the silent client has the only slot
+            assert silent.recv(1) == b""  # then the server drops it, without an answer
+            waited = time.monotonic() - started
+        assert 0.8 < waited < 5
+        wait_until_served(svc)
+
+
+def test_a_trickling_client_is_cut_off_at_the_request_deadline(tmp_path: Path):
+    """A byte every 0.2 s is never silent for the 1 s read timeout; the 2 s deadline still ends it."""
+    timeouts = RequestTimeouts(idle=1.0, deadline=2.0)
+    with running_service(tmp_path, max_concurrent_requests=1, timeouts=timeouts) as svc:
+        with socket.create_connection(("127.0.0.1", svc.server.port), timeout=10) as sock:
+            sock.sendall(b"GET /healthz?")
+            started = time.monotonic()
+            cut_off = False
+            while not cut_off and time.monotonic() - started < 8:
+                try:
+                    sock.sendall(b"a")
+                    readable, _, _ = select.select([sock], [], [], 0.2)
+                    cut_off = bool(readable) and sock.recv(1) == b""
+                except OSError:  # reset: the server closed with our last byte unread
+                    cut_off = True
+            held_for = time.monotonic() - started
+        assert cut_off, "the trickling client kept its slot for 8 s"
+        assert 1.5 < held_for < 4
+        wait_until_served(svc)
+
+
+def request_threads() -> int:
+    return sum(t.name == REQUEST_THREAD_NAME for t in threading.enumerate())
+
+
+def test_threads_stay_bounded_under_200_concurrent_connections(tmp_path: Path):
+    with running_service(tmp_path, max_concurrent_requests=2) as svc:
+        peak = [0]
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                peak[0] = max(peak[0], request_threads())
+                time.sleep(0.001)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        socks: list[socket.socket] = []
+        try:
+            for _ in range(200):  # none sends anything: the first two take the slots and keep them
+                socks.append(socket.create_connection(("127.0.0.1", svc.server.port), timeout=10))
+            answers = [read_answer(sock) for sock in socks[2:]]
+            assert [a.status for a in answers] == [503] * 198
+            assert select.select(socks[:2], [], [], 0)[0] == []  # the admitted two are still waiting
+            assert request_threads() == 2
+        finally:
+            for sock in socks:
+                sock.close()
+            stop.set()
+            sampler.join()
+        assert peak[0] == 2
+        wait_until_served(svc)
+        assert metric(svc, "rebalancer_http_connections_refused_total") == 198

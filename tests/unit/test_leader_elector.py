@@ -19,20 +19,10 @@ from hypothesis import strategies as st
 
 from rebalancer.errors import ConfigError, KubeUnavailable, LeaseConflict
 from rebalancer.leader import LeaderElection, LeaderElector, LeaseRecord
+from tests.fake_clock import FakeClock
 
 D, R, P = 15.0, 10.0, 2.0  # client-go's defaults: lease duration, renew deadline, retry period
 EPOCH = 1_714_560_000.0  # 2024-05-01T10:40:00Z
-
-
-class FakeClock:
-    def __init__(self, now: float = 0.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Leases:

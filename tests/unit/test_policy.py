@@ -96,6 +96,11 @@ BAD = [
         "service.timeZone",
         "unknown time zone",
     ),
+    (
+        "service: {maxConcurrentRequests: 0}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "service.maxConcurrentRequests",
+        "greater than or equal to 1",
+    ),
     ("a: 1\na: 2\n", "", "duplicate key 'a'"),
     ("- just a list\n", "", "must be a YAML mapping"),
 ]
