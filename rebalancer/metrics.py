@@ -18,11 +18,11 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter as Tally
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rebalancer import __version__
@@ -61,6 +61,43 @@ class _WithoutCreated(Collector):
         for family in self._registry.collect():
             family.samples = [s for s in family.samples if not s.name.endswith("_created")]
             yield family
+
+
+@dataclass(frozen=True, slots=True)
+class WatchStat:
+    """One watched collection of serve's cache, as read at scrape time."""
+
+    collection: str  # nodes, pods, replicasets, poddisruptionbudgets
+    events: int
+    relists: int
+    seconds_since_contact: float | None  # None: never listed
+
+
+class _WatchCollector(Collector):
+    def __init__(self, read: Callable[[], Sequence[WatchStat]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self._read()
+        events = CounterMetricFamily(
+            "rebalancer_watch_events", "Watch events applied to serve's cache.", labels=("collection",)
+        )
+        relists = CounterMetricFamily(
+            "rebalancer_watch_relists",
+            "Listings of a collection after the first (after a 410: events were lost).",
+            labels=("collection",),
+        )
+        silence = GaugeMetricFamily(
+            "rebalancer_watch_seconds_since_contact",
+            "Seconds since the API server last said something on this watch (events and bookmarks count).",
+            labels=("collection",),
+        )
+        for stat in stats:
+            events.add_metric((stat.collection,), stat.events)
+            relists.add_metric((stat.collection,), stat.relists)
+            if stat.seconds_since_contact is not None:
+                silence.add_metric((stat.collection,), stat.seconds_since_contact)
+        yield from (events, relists, silence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +286,10 @@ class Metrics:
 
     def set_leader(self, leader: bool) -> None:
         self.leader.set(1 if leader else 0)
+
+    def watch_cache(self, read: Callable[[], Sequence[WatchStat]]) -> None:
+        """Expose the watch cache's counters, read from ``read`` at each scrape."""
+        self.registry.register(_WatchCollector(read))
 
     def exposition(self) -> tuple[bytes, str]:
         """The text exposition of every metric: (body, content type)."""

@@ -23,7 +23,7 @@ from rebalancer.kube.informer import WatchTiming
 from rebalancer.kube.lease import LeaseClient
 from rebalancer.kube.watch_cache import WatchCache
 from rebalancer.leader import LeaderElection, LeaderElector
-from rebalancer.metrics import Metrics
+from rebalancer.metrics import Metrics, WatchStat
 from rebalancer.model import ClusterFacts, Node
 from rebalancer.policy import Policy
 from rebalancer.protections import Protections
@@ -60,6 +60,10 @@ class _ClusterCache:
         if old is not None and old is not current:
             old.stop()
         return current
+
+    def stats(self) -> list[WatchStat]:
+        cache = self._cache
+        return [WatchStat(*entry) for entry in cache.stats()] if cache is not None else []
 
     def current(self) -> WatchCache | None:
         """The cache when it can be trusted now (listed and fresh), else None."""
@@ -187,6 +191,7 @@ def serve(
     cache = _ClusterCache(api)
     known = _KnownNodes(KubeSource(api, frozenset()), cache, time.monotonic)
     metrics = Metrics()
+    metrics.watch_cache(cache.stats)
     election: LeaderElection | None = None
     identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"  # the Lease holder and the evictions' requester
 

@@ -130,6 +130,9 @@ class Informer(Generic[_W, _D]):
     def resource_version(self) -> str:
         return self._version
 
+    def seconds_since_contact(self) -> float | None:
+        return self._clock() - self._contact_at if self._synced.is_set() else None
+
     def problem(self, max_stale: float) -> str | None:
         """Why the map cannot be trusted now (not listed yet, or no contact for ``max_stale`` s), or None."""
         if not self._synced.is_set():

@@ -161,6 +161,10 @@ class WatchCache:
     def relists(self) -> int:
         return sum(i.relists for i in self._all)
 
+    def stats(self) -> list[tuple[str, int, int, float | None]]:
+        """(collection, events applied, relists, seconds since the last word) per watched collection."""
+        return [(i.what, i.events, i.relists, i.seconds_since_contact()) for i in self._all]
+
     def _resolve_owners(self) -> None:
         """Pods that arrived before their ReplicaSet: resolve them to its controller now that it is known."""
         converter = self._pod_converter

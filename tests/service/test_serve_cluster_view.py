@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rebalancer.kube import KubeSource, connect
+from rebalancer.metrics import Metrics
 from rebalancer.policy import Policy, parse_policy
 from rebalancer.serve import _ClusterCache, _KnownNodes
 from tests.kubeapi import TestApiServer
@@ -74,3 +75,23 @@ def test_a_policy_keeping_other_annotations_rebuilds_the_cache(
     assert second.facts().pods[0].annotations.get("example.com/keep") == "yes"
     assert cache.ensure(policy("service: {watchCache: {enabled: false}}\n")) is None
     assert cache.current() is None
+
+
+def test_watch_counters_reach_the_metrics(kube_server: TestApiServer, view: tuple[_ClusterCache, _KnownNodes]) -> None:
+    kube_server.add(b.node("node-1"))
+    cache, _ = view
+    metrics = Metrics()
+    metrics.watch_cache(cache.stats)
+    assert "rebalancer_watch_events_total{" not in metrics.exposition()[0].decode()  # no cache yet: no series
+    watch_cache = cache.ensure(policy())
+    assert watch_cache is not None and watch_cache.wait_synced(5)
+    kube_server.add(b.pod("p1"), b.pod("p2"))
+    deadline = time.monotonic() + 5
+    while len(watch_cache.facts().pods) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    text = metrics.exposition()[0].decode()
+    assert 'rebalancer_watch_events_total{collection="pods"} 2.0' in text
+    assert 'rebalancer_watch_relists_total{collection="pods"} 0.0' in text
+    silence = [line for line in text.splitlines() if line.startswith("rebalancer_watch_seconds_since_contact")]
+    assert len(silence) == 4 and all(0 <= float(line.split()[-1]) < 5 for line in silence)
