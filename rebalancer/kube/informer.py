@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 _W = TypeVar("_W")
 _D = TypeVar("_D")
 Clock = Callable[[], float]
+MIN_QUIET_WATCH_SECONDS = 1.0  # a watch that ends sooner without an event is retried with backoff
 
 
 class _Envelope(msgspec.Struct, gc=False):
@@ -153,8 +154,14 @@ class Informer(Generic[_W, _D]):
                 if must_list:
                     self._list()
                     must_list = False
+                opened, events = self._clock(), self.events
                 self._watch()
-                backoff = 0.0
+                if self.events == events and self._clock() - opened < MIN_QUIET_WATCH_SECONDS:
+                    # ended at once with nothing said (a proxy closing streams?): do not hammer the server
+                    backoff = min(max(backoff * 2, 0.5), self._timing.backoff_max)
+                    self._stopped.wait(backoff)
+                else:
+                    backoff = 0.0
             except _Expired:
                 log.info("watch %s: resourceVersion %s expired, listing again", self.what, self._version)
                 must_list = True

@@ -158,3 +158,15 @@ def test_stop_returns_promptly_with_watches_open(kube_server: TestApiServer, cac
     started = time.monotonic()
     cache.stop()
     assert time.monotonic() - started < 2
+
+
+def test_a_server_ending_every_watch_at_once_is_not_hammered(kube_server: TestApiServer, cache: WatchCache) -> None:
+    populate(kube_server)
+    cache.start()
+    assert cache.wait_synced(5)
+    kube_server.set_fault("/api/v1/pods", Fault(body=b"", times=None))  # 200, empty body: the watch ends
+    kube_server.close_watches()
+    time.sleep(2.0)
+    kube_server.clear_faults()
+    watches = [r for r in kube_server.requests if r.path == "/api/v1/pods" and r.query.get("watch") == "true"]
+    assert len(watches) <= 6  # backoff 0.5, 1, 1 ... s rather than thousands of requests
