@@ -206,7 +206,8 @@ def main() -> None:
     traces = [
         t
         for f in sorted(TRACES.glob("*.csv.gz"), key=lambda p: int(p.name.split(".")[0]))
-        if (t := load_bitbrains(f)) is not None
+        # VMs that were ever unprovisioned (0 cores) stay out, as when the reader skipped them whole
+        if (t := load_bitbrains(f)) is not None and t.unprovisioned == 0
     ]
     candidates = [T0 + hour * 3600 for hour in range(24 * 9)]
     # keep VMs with data at every candidate instant, so that every demo pod's usage is known
