@@ -10,20 +10,11 @@ import msgspec
 
 from rebalancer.predict.backtest import BacktestReport, BacktestRow
 from rebalancer.predict.predictor import Prediction
+from rebalancer.render import text_table
 
 
 def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
-
-
-def _table(header: list[str], rows: list[list[str]], right: frozenset[int] = frozenset()) -> list[str]:
-    widths = [max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(len(header))]
-
-    def fmt(row: list[str]) -> str:
-        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
-        return "  ".join(cells).rstrip()
-
-    return [fmt(header), *(fmt(r) for r in rows)]
 
 
 def prediction_record(
@@ -68,7 +59,7 @@ def prediction_table(prediction: Prediction, source: str, actual_pct: Mapping[st
         )
     header = ["node", "pred %", *([] if actual_pct is None else ["actual %"]), "pred m", "alloc m"]
     header += ["system m", "class", "pods by source"]
-    lines += _table(header, rows, right=frozenset(range(1, len(header) - 3)))
+    lines += text_table(header, rows, right=frozenset(range(1, len(header) - 3)))
     hot = prediction.hot_nodes()
     lines += ["", f"Predicted hot: {len(hot)} node(s)" + (f": {', '.join(hot)}" if hot else "")]
     unknown = [n for n in prediction.nodes if n.hot is None]
@@ -105,7 +96,7 @@ def backtest_table(report: BacktestReport) -> str:
         "",
     ]
     header = ["aggregation", "margin", "n", "MAE", "bias", "precision", "recall", "F1", "recall after quiet day (n)"]
-    lines += _table(header, [_row_cells(r) for r in report.rows], right=frozenset({1, 2, 3, 4, 5, 6, 7}))
+    lines += text_table(header, [_row_cells(r) for r in report.rows], right=frozenset({1, 2, 3, 4, 5, 6, 7}))
     return "\n".join(lines) + "\n"
 
 
