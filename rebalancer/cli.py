@@ -55,7 +55,63 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
     serve.add_argument("--context", help="kubeconfig context")
     serve.add_argument("--dry-run", nargs="?", const="client", default="off", choices=["off", "client", "server"])
+    _predict_parser(sub)
     return parser
+
+
+def _predict_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from rebalancer.predict.settings import AGGREGATIONS
+
+    predict = sub.add_parser(
+        "predict",
+        help="predicted utilization of each node at the next peak; --backtest DATA evaluates the aggregations",
+    )
+    predict.add_argument("--policy", metavar="FILE", help="policy YAML whose predictor: section is used")
+    predict.add_argument("--demo", action="store_true", help="predict on the embedded demo, no cluster needed")
+    predict.add_argument(
+        "--backtest",
+        metavar="DATA",
+        help="rolling back-test on recorded usage: a Bitbrains directory, or a CSV / Parquet table with "
+        "columns entity, timestamp, usage, capacity",
+    )
+    predict.add_argument("--output", choices=["table", "json"], default="table")
+    predict.add_argument(
+        "--aggregation",
+        action="append",
+        choices=AGGREGATIONS,
+        help="back-test this aggregation (repeatable; default: all)",
+    )
+    predict.add_argument(
+        "--margin",
+        action="append",
+        type=float,
+        metavar="M",
+        help="back-test at this safety margin (repeatable; default: the policy's safetyMargin)",
+    )
+    predict.add_argument(
+        "--threshold", type=float, metavar="PCT", help="hot above this percent (default: hotThreshold)"
+    )
+    predict.add_argument("--days", type=int, help="days of history per prediction (default: the policy's days)")
+    predict.add_argument("--min-history-days", type=int, metavar="N", help="default: the policy's minHistoryDays")
+    predict.add_argument("--limit", type=int, metavar="N", help="back-test only the first N entities")
+    predict.add_argument("--entities", metavar="A,B,...", help="back-test only these entities (VM numbers)")
+    predict.add_argument(
+        "--time-zone", metavar="TZ", help="calendar days of the data (default: Bitbrains Europe/Amsterdam, tables UTC)"
+    )
+    predict.add_argument(
+        "--min-coverage",
+        type=float,
+        default=0.5,
+        metavar="F",
+        help="a day with samples over less than this fraction of it is missing (default 0.5)",
+    )
+    predict.add_argument("--plot", metavar="FILE.png", help="draw predicted against actual (needs matplotlib)")
+    predict.add_argument(
+        "--progress",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="progress bar on stderr (auto: only when stderr is a terminal)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,6 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "serve":
             return _serve(args)
+        if args.command == "predict":
+            from rebalancer.predict.command import predict_command
+
+            return predict_command(args)
         return _plan(args)
     except ConfigError as exc:
         print(exc, file=sys.stderr)

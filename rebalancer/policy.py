@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from rebalancer.errors import ConfigError
 from rebalancer.limits import LimitSettings
+from rebalancer.predict.settings import PredictorSettings
 from rebalancer.settings import Duration, FieldProblems, Model, PoolSettings, PrometheusSettings, ProtectionSettings
 from strategies import REGISTRY, AnyStrategySettings
 
@@ -143,6 +144,9 @@ class Policy(Model):
     )
     state: StateSettings = Field(default_factory=StateSettings, description="Where limiter state is kept.")
     service: ServiceSettings = Field(default_factory=ServiceSettings, description="Settings of `rebalancer serve`.")
+    predictor: PredictorSettings = Field(
+        default_factory=PredictorSettings, description="The next-peak load predictor (`rebalancer predict`)."
+    )
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -55,18 +55,18 @@ def _strategy_section(result: StrategyResult) -> list[str]:
     counts = {c: sum(1 for d in nodes if d.node_class is c) for c in NodeClass}
     summary = ", ".join(f"{counts[c]} {c.value}" for c in NodeClass)
     out = [f"== {result.strategy}: {len(nodes)} nodes ({summary})"]
-    out += _table(["NODE", "POOL", "USAGE", "ALLOC", "USE%", "CLASS", "WHY"], [_node_row(d) for d in nodes])
+    out += text_table(["NODE", "POOL", "USAGE", "ALLOC", "USE%", "CLASS", "WHY"], [_node_row(d) for d in nodes])
     if result.evictions:
         out += ["", f"-- {result.strategy}: {len(result.evictions)} planned eviction(s)"]
         rows = [
             [f"{e.namespace}/{e.name}", e.node, format_millis(e.usage_m), e.room_on, str(e.workload or "-")]
             for e in result.evictions
         ]
-        out += _table(["POD", "FROM", "USAGE", "ROOM ON", "WORKLOAD"], rows)
+        out += text_table(["POD", "FROM", "USAGE", "ROOM ON", "WORKLOAD"], rows)
     passed = [d for d in result.pod_decisions if not d.chosen]
     if passed:
         out += ["", f"-- {result.strategy}: pods passed over on the nodes it acted on"]
-        out += _table(["POD", "NODE", "WHY NOT"], [[f"{d.namespace}/{d.name}", d.node, d.reason] for d in passed])
+        out += text_table(["POD", "NODE", "WHY NOT"], [[f"{d.namespace}/{d.name}", d.node, d.reason] for d in passed])
     out += [f"note: {n}" for n in result.notes]
     return out
 
@@ -77,12 +77,14 @@ def _node_row(d: NodeDecision) -> list[str]:
     return [d.node, d.pool, usage, format_millis(d.allocatable_m), pct, d.node_class.value, d.reason]
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def text_table(header: list[str], rows: list[list[str]], right: frozenset[int] = frozenset()) -> list[str]:
+    """Aligned columns, two spaces apart; columns in ``right`` right-aligned; the last column is free text."""
     widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i]) for i in range(len(header))]
-    widths[-1] = 0  # the last column is free text
+    widths[-1] = 0
 
     def fmt(row: list[str]) -> str:
-        return "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        cells = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        return "  ".join(cells).rstrip()
 
     return [fmt(header), *(fmt(r) for r in rows)]
 

@@ -4,20 +4,28 @@ Each demo pod takes one real VM's CPU usage (P95 over 10 minutes at the chosen i
 pods are placed by requests with a least-allocated rule, as the default scheduler would, so requests are
 balanced while real usage is not. The instant is the one, among a few candidate hours, with the most
 hot and cold nodes, so the demo has something to do. Run: .venv/bin/python scripts/make_demo.py
+
+It also writes ``rebalancer/demo/history.json`` for ``rebalancer predict --demo``: the same pods' daily P95
+(Europe/Amsterdam days) over the 8 days before PREDICTED_DAY, as the VM's utilization of a CPU limit of
+four times the pod's request (whole VMs x2 would dwarf the nodes over a whole day), the pooled P95 over those days, and each pod's
+actual P95 on PREDICTED_DAY. A few pods are young (fewer days) or have none, to show the churn fallbacks.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import msgspec
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rebalancer.demo import DemoFile  # noqa: E402
+from rebalancer.demo import DemoFile, DemoHistory  # noqa: E402
 from rebalancer.labels import LabelSelector  # noqa: E402
 from rebalancer.model import ClusterFacts, DisruptionBudget, Node, Pod, Taint, Toleration, WorkloadRef  # noqa: E402
 from rebalancer.traces import Trace, load_bitbrains  # noqa: E402
@@ -26,6 +34,13 @@ TRACES = ROOT.parent / "shared" / "data" / "bitbrains-rnd-2013-07"
 GI = 2**30
 SYSTEM_M = 300  # kubelet, runtime and daemons on every node (cAdvisor's root cgroup sees them)
 SCALE = 2.0
+PREDICTED_DAY = "2013-07-12"
+HISTORY_DAYS = 8
+HISTORY_LIMIT_FACTOR = 4
+DEMO_TZ = "Europe/Amsterdam"
+# pod -> days of history it has (a young pod); pods not listed have all of them
+YOUNG = {("shop", "checkout-5"): 2, ("monitoring", "node-exporter-inference-04"): 1, ("tools", "debug-shell"): 2}
+NO_HISTORY = {("kube-system", "coredns-0")}
 T0 = 1372680000  # 2013-07-01 12:00 UTC  # Bitbrains VMs are small; scale them to service-sized pods
 
 
@@ -202,11 +217,65 @@ def daemon_and_extras(node_list: list[Node]) -> list[Pod]:
     return extras
 
 
+def _day_bounds(day: str) -> tuple[int, int]:
+    start = datetime.fromisoformat(day).replace(tzinfo=ZoneInfo(DEMO_TZ))
+    return int(start.timestamp()), int((start + timedelta(days=1)).timestamp())
+
+
+def _p95(trace: Trace, limit_m: int, lo: int, hi: int) -> float | None:
+    """P95 of the VM's utilization over [lo, hi), applied to a pod whose CPU limit is ``limit_m``."""
+    i, j = np.searchsorted(trace.timestamps, [lo, hi], side="left")
+    if j <= i:
+        return None
+    return round(float(np.quantile(trace.millicores[i:j] / trace.capacity_m[i:j], 0.95)) * limit_m, 1)
+
+
+def write_history(placed: list[tuple[Pod, Trace]], extras: list[Pod], node_list: list[Node]) -> None:
+    target = datetime.fromisoformat(PREDICTED_DAY).date()
+    days = [(target - timedelta(days=k)).isoformat() for k in range(HISTORY_DAYS, 0, -1)]
+    window = (_day_bounds(days[0])[0], _day_bounds(days[-1])[1])
+    peaks, pooled, actual = [], [], []
+    for pod, trace in placed:
+        limit = HISTORY_LIMIT_FACTOR * pod.cpu_request_m
+        series = [_p95(trace, limit, *_day_bounds(d)) for d in days]
+        kept = YOUNG.get(pod.key, HISTORY_DAYS)
+        peaks.append((pod.namespace, pod.name, series[HISTORY_DAYS - kept :]))
+        if kept == HISTORY_DAYS:
+            pooled.append((pod.namespace, pod.name, _p95(trace, limit, *window)))
+        actual.append((pod.namespace, pod.name, _p95(trace, limit, *_day_bounds(PREDICTED_DAY))))
+    for pod in extras:  # constant small usage, like the snapshot's 20 m
+        if pod.key in NO_HISTORY:
+            continue
+        kept = YOUNG.get(pod.key, HISTORY_DAYS)
+        peaks.append((pod.namespace, pod.name, [20.0] * kept))
+        if kept == HISTORY_DAYS:
+            pooled.append((pod.namespace, pod.name, 20.0))
+        actual.append((pod.namespace, pod.name, 20.0))
+    history = DemoHistory(
+        description=(
+            f"demo cluster, {PREDICTED_DAY} predicted from {days[0]}..{days[-1]} ({DEMO_TZ} days); each pod runs "
+            f"at its Bitbrains VM's real utilization of a {HISTORY_LIMIT_FACTOR}x-request CPU limit"
+        ),
+        predicted_day=PREDICTED_DAY,
+        days=days,
+        pod_peaks=peaks,
+        pod_pooled=pooled,
+        system_peaks=[(n.name, [float(SYSTEM_M)] * HISTORY_DAYS) for n in node_list],
+        system_pooled=[(n.name, float(SYSTEM_M)) for n in node_list],
+        actual_pod_peaks=actual,
+        actual_system=[(n.name, float(SYSTEM_M)) for n in node_list],
+    )
+    out = ROOT / "rebalancer" / "demo" / "history.json"
+    out.write_bytes(msgspec.json.format(msgspec.json.encode(history), indent=1) + b"\n")
+    print(f"wrote {out} ({out.stat().st_size} bytes)")
+
+
 def main() -> None:
     traces = [
         t
         for f in sorted(TRACES.glob("*.csv.gz"), key=lambda p: int(p.name.split(".")[0]))
-        if (t := load_bitbrains(f)) is not None
+        # VMs that were ever unprovisioned (0 cores) stay out, as when the reader skipped them whole
+        if (t := load_bitbrains(f)) is not None and t.unprovisioned == 0
     ]
     candidates = [T0 + hour * 3600 for hour in range(24 * 9)]
     # keep VMs with data at every candidate instant, so that every demo pod's usage is known
@@ -218,6 +287,7 @@ def main() -> None:
         start += spec.replicas * 3
     placed = place(specs, node_list)
     extras = daemon_and_extras(node_list)
+    write_history(placed, extras, node_list)
     alloc = {n.name: n.allocatable_cpu_m for n in node_list}
     best = None
     for t in candidates:

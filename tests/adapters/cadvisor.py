@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,13 +20,11 @@ from pathlib import Path
 
 from rebalancer.traces import load_bitbrains
 from tests.adapters.prom_fixture import Series
+from tests.shared_data import TRACE_DIR
 
 Rate = Callable[[float], float]
 METRIC = "container_cpu_usage_seconds_total"
 COUNTER_START = 5000.0  # core-seconds used before the history starts (containers started earlier)
-# ../shared/data beside the project (override with REBALANCER_DATA_DIR)
-DATA_DIR = Path(os.environ.get("REBALANCER_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
-TRACE_DIR = DATA_DIR / "bitbrains-rnd-2013-07"
 
 
 def constant(cores: float) -> Rate:

@@ -38,8 +38,8 @@ from rebalancer.service import (
     make_app,
     serve_http,
 )
+from tests.shared_data import DATA_DIR
 
-DATA_DIR = Path(os.environ.get("REBALANCER_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
 SAMPLE = (DATA_DIR / "alertmanager-webhook-v4.json").read_bytes()
 TOKEN = "s3cret-token"
 NODES = frozenset({"node-hot", "node-a", "node-b"})

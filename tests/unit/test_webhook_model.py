@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,9 +11,8 @@ from pydantic import ValidationError
 
 from rebalancer.policy import validation_problems
 from rebalancer.service import NodeAlert, WebhookPayload, node_alerts, strip_port
+from tests.shared_data import DATA_DIR
 
-# ../shared/data beside the project (override with REBALANCER_DATA_DIR), as tests/adapters/cadvisor.py
-DATA_DIR = Path(os.environ.get("REBALANCER_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
 SAMPLE = DATA_DIR / "alertmanager-webhook-v4.json"
 NODES = frozenset({"node-hot", "node-a", "node-b", "ip-10-0-0-7"})
 

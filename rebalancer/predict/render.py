@@ -1,0 +1,154 @@
+"""Predictions and back-tests for people (text tables) and machines (JSON), and a progress bar."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+import msgspec
+
+from rebalancer.predict.backtest import BacktestReport, BacktestRow
+from rebalancer.predict.predictor import Prediction
+from rebalancer.render import text_table
+
+
+def _fmt(value: float | None, spec: str = ".1f") -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def prediction_record(
+    prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None
+) -> dict[str, Any]:
+    """The whole prediction as plain data; ``actual_pct`` (node -> real peak %, when known: the demo)."""
+    record: dict[str, Any] = msgspec.to_builtins(prediction)
+    record["source"] = source
+    record["hotNodes"] = list(prediction.hot_nodes())
+    if actual_pct is not None:
+        record["actualUtilizationPct"] = dict(sorted(actual_pct.items()))
+    return record
+
+
+def prediction_json(prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None) -> bytes:
+    record = prediction_record(prediction, source, actual_pct)
+    return msgspec.json.format(msgspec.json.encode(record), indent=2) + b"\n"
+
+
+def prediction_table(prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None) -> str:
+    lines = [
+        f"Predicted next peak from {source}: {prediction.aggregation} of {prediction.days} day(s), "
+        f"safety margin {prediction.safety_margin:g}, hot above {prediction.hot_threshold:g}%",
+        "",
+    ]
+    rows = []
+    for n in sorted(prediction.nodes, key=lambda n: (-(n.utilization_pct or -1.0), n.node)):
+        state = "unknown" if n.hot is None else ("HOT" if n.hot else "")
+        sources = ", ".join(f"{count} {name}" for name, count in n.sources.items())
+        actual = [] if actual_pct is None else [_fmt(actual_pct.get(n.node))]
+        rows.append(
+            [
+                n.node,
+                _fmt(n.utilization_pct),
+                *actual,
+                _fmt(n.cpu_m, ".0f"),
+                str(n.allocatable_cpu_m),
+                f"{n.system_cpu_m:.0f} ({n.system_source.value})",
+                state,
+                sources or "no pods",
+            ]
+        )
+    header = ["node", "pred %", *([] if actual_pct is None else ["actual %"]), "pred m", "alloc m"]
+    header += ["system m", "class", "pods by source"]
+    lines += text_table(header, rows, right=frozenset(range(1, len(header) - 3)))
+    hot = prediction.hot_nodes()
+    lines += ["", f"Predicted hot: {len(hot)} node(s)" + (f": {', '.join(hot)}" if hot else "")]
+    unknown = [n for n in prediction.nodes if n.hot is None]
+    for n in unknown:
+        pods = ", ".join(f"{ns}/{name}" for ns, name in n.unknown_pods) or "no allocatable CPU"
+        lines.append(f"Unknown: {n.node} ({pods})")
+    if prediction.dropped_history:
+        lines.append(f"History of {prediction.dropped_history} pod(s) no longer in the cluster was dropped.")
+    return "\n".join(lines) + "\n"
+
+
+def _row_cells(row: BacktestRow) -> list[str]:
+    return [
+        row.aggregation,
+        f"{row.safety_margin:g}",
+        str(row.evaluated),
+        _fmt(row.mae, ".2f"),
+        _fmt(row.bias, "+.2f"),
+        _fmt(row.precision, ".3f"),
+        _fmt(row.recall, ".3f"),
+        _fmt(row.f1, ".3f"),
+        f"{_fmt(row.turn_hot_recall, '.3f')} ({row.turn_hot_days})",
+    ]
+
+
+def backtest_table(report: BacktestReport) -> str:
+    lines = [
+        f"Back-test on {report.source}: {report.entities} entities"
+        + (f" ({len(report.skipped)} skipped: never provisioned)" if report.skipped else "")
+        + f", days {report.first_day} .. {report.last_day} ({report.time_zone})",
+        f"Day d predicted from days d-{report.days}..d-1 (at least {report.min_history_days} known); "
+        f"{report.evaluated} entity-days evaluated, {report.hot_days} hot (peak above {report.threshold:g}%).",
+        "MAE and bias in percentage points of capacity; bias = predicted - actual.",
+        "",
+    ]
+    header = ["aggregation", "margin", "n", "MAE", "bias", "precision", "recall", "F1", "recall after quiet day (n)"]
+    lines += text_table(header, [_row_cells(r) for r in report.rows], right=frozenset({1, 2, 3, 4, 5, 6, 7}))
+    return "\n".join(lines) + "\n"
+
+
+def backtest_record(report: BacktestReport) -> dict[str, Any]:
+    return {
+        "source": report.source,
+        "timeZone": report.time_zone,
+        "entities": report.entities,
+        "skipped": list(report.skipped),
+        "firstDay": report.first_day,
+        "lastDay": report.last_day,
+        "days": report.days,
+        "minHistoryDays": report.min_history_days,
+        "threshold": report.threshold,
+        "evaluated": report.evaluated,
+        "hotDays": report.hot_days,
+        "rows": [
+            {
+                "aggregation": r.aggregation,
+                "safetyMargin": r.safety_margin,
+                "evaluated": r.evaluated,
+                "mae": r.mae,
+                "bias": r.bias,
+                "precision": r.precision,
+                "recall": r.recall,
+                "f1": r.f1,
+                "turnHotDays": r.turn_hot_days,
+                "turnHotRecall": r.turn_hot_recall,
+            }
+            for r in report.rows
+        ],
+    }
+
+
+def backtest_json(report: BacktestReport) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(backtest_record(report)), indent=2) + b"\n"
+
+
+class ProgressBar:
+    """A one-line bar on a stream (stderr), redrawn in place; ``close`` ends the line."""
+
+    def __init__(self, stream: TextIO, width: int = 30) -> None:
+        self.stream, self.width, self.drawn = stream, width, False
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        filled = self.width * done // total if total else self.width
+        self.stream.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {what[:40]:<40}")
+        self.stream.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = False

@@ -1,0 +1,36 @@
+"""`rebalancer predict --demo`: the predictor on the embedded demo's pods and their real daily peaks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rebalancer.cli import main
+
+STRATEGY = "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n"
+
+
+def test_demo_prediction_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--demo", "--output", "json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    nodes = {n["node"]: n for n in record["nodes"]}
+    assert record["aggregation"] == "max_daily"
+    hot = {name for name, n in nodes.items() if n["utilization_pct"] is not None and n["utilization_pct"] > 70}
+    assert set(record["hotNodes"]) == hot and hot
+    sources = {p["source"] for p in record["pods"]}
+    assert {"history", "workload", "request", "partial"} <= sources  # the demo's young pods and coredns
+    for n in nodes.values():
+        assert n["cpu_m"] == pytest.approx(n["pods_cpu_m"] + n["system_cpu_m"])
+        assert n["utilization_pct"] == pytest.approx(100 * n["cpu_m"] / n["allocatable_cpu_m"])
+    assert set(record["actualUtilizationPct"]) == set(nodes)
+
+
+def test_demo_table_and_policy_override(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(f"predictor: {{aggregation: weighted_mean, safetyMargin: 0.5}}\n{STRATEGY}")
+    assert main(["predict", "--demo", "--policy", str(policy)]) == 0
+    out = capsys.readouterr().out
+    assert "weighted_mean of 8 day(s), safety margin 0.5, hot above 70%" in out
+    assert "actual %" in out and "Predicted hot:" in out
