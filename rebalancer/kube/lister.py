@@ -241,6 +241,7 @@ def transport_error(action: str, exc: Exception, host: str, timeout: float) -> K
     return KubeUnavailable(f"{action}: cannot reach the Kubernetes API at {host}: {cause}")
 
 
+_ANNOTATION_FIELD = "metadata.annotations."
 _ITEM_PATH = re.compile(r"`\$\.items\[(\d+)\]\.?([^`]*)`")
 
 
@@ -251,6 +252,8 @@ def malformed(call: ListCall[Any], raw: bytes, exc: msgspec.DecodeError) -> Kube
     if found is None:
         return KubeUnavailable(f"list {call.what}: malformed response: {text}", reason="Malformed")
     index, field = int(found.group(1)), found.group(2)
+    if field.startswith(_ANNOTATION_FIELD):  # a struct field named by its key: shown as a map's key
+        field = f"metadata.annotations[{field.removeprefix(_ANNOTATION_FIELD)}]"
     problem = re.sub(r"\s*-\s*at\s*$", "", text[: found.start()])
     name = _item_name(raw, index) or f"item {index}"
     return KubeUnavailable(f"{call.kind} {name}: {field}: {problem}", reason="Malformed")
