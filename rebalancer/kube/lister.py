@@ -80,8 +80,11 @@ def list_all(
 ) -> Listed[_D]:
     """Every object of ``call``'s collection, converted page by page with ``convert``.
 
-    The next page is fetched on a helper thread while this one is converted: the socket wait
-    releases the GIL, so transfer and conversion overlap (at most two pages are held at once).
+    The next page is fetched on a helper thread while this one is decoded and converted: the
+    socket wait releases the GIL, so transfer and decoding overlap (at most two pages are held at
+    once). The next page is asked for as soon as this one's continue token is known, which is
+    before its items are decoded when the token can be read from the bytes ahead of them
+    (:func:`wire.list_head`).
     """
     with fast_switching(), ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"list-{call.what}") as fetcher:
         for relists in range(MAX_RELISTS + 1):
@@ -91,12 +94,17 @@ def list_all(
             pending: Future[bytes] = fetcher.submit(_fetch, call, page_size, None, timeout, host)
             try:
                 while True:
-                    body: ListBody[_W] = _decode(call, pending.result())
+                    raw = pending.result()
+                    head = wire.list_head(raw)
+                    if head is not None and head.continue_:
+                        pending = fetcher.submit(_fetch, call, page_size, head.continue_, timeout, host)
+                    body: ListBody[_W] = _decode(call, raw)
+                    del raw
                     pages += 1
                     if pages == 1:
                         resource_version = body.metadata.resource_version
                     token = body.metadata.continue_ or None
-                    if token is not None:
+                    if token is not None and head is None:
                         pending = fetcher.submit(_fetch, call, page_size, token, timeout, host)
                     out.extend(convert(body.items))
                     del body

@@ -50,6 +50,33 @@ class ListMeta(_Wire):
     remaining_item_count: int | None = None
 
 
+class ListHead(_Wire):
+    metadata: ListMeta  # required: a prefix of a body without it is not the head of a list
+
+
+_LIST_HEAD = msgspec.json.Decoder(type=ListHead)
+_ITEMS_KEY = b',"items":'
+_HEAD_LIMIT = 65536
+
+
+def list_head(raw: bytes) -> ListMeta | None:
+    """A list's metadata read from the bytes ahead of its items, or None when they do not tell.
+
+    The API server writes ``{"kind":...,"apiVersion":...,"metadata":{...},"items":[...]}``, so the
+    continue token can be known a whole page's decode earlier. Only a prefix that is itself a
+    complete object holding ``metadata`` counts: JSON escapes every quote inside a string, so a
+    ``,"items":`` that closes such a prefix is the body's own key, not text or a nested key.
+    Any other layout (items first, whitespace, a huge head) gives None: decode the whole body.
+    """
+    end = raw.find(_ITEMS_KEY, 0, _HEAD_LIMIT)
+    if end < 0:
+        return None
+    try:
+        return _LIST_HEAD.decode(raw[:end] + b"}").metadata
+    except msgspec.DecodeError:
+        return None
+
+
 # --- label selectors and node affinity -------------------------------------------------------
 
 
@@ -382,7 +409,9 @@ def pod_wire(keys: frozenset[str], mirror: str) -> PodWire:
     meta = msgspec.defstruct(
         "PodMeta", [("annotations", annotations, msgspec.field(default_factory=annotations))], bases=(PodMeta,)
     )
-    pod = msgspec.defstruct("Pod", [("metadata", meta, msgspec.field(default_factory=meta))], bases=(Pod,))
+    pod = cast(
+        "type[Pod]", msgspec.defstruct("Pod", [("metadata", meta, msgspec.field(default_factory=meta))], bases=(Pod,))
+    )
     pod_list = msgspec.defstruct("PodList", [("items", list[pod], [])], bases=(PodList,))  # type: ignore[valid-type]
     return PodWire(
         keys=tuple((attributes[key], key) for key in names if key in keys),

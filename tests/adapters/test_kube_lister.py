@@ -134,3 +134,78 @@ def test_gc_paused_restores_the_collector_on_error_and_never_turns_it_on() -> No
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+# --- the continue token read ahead of the items ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7","continue":"t1"},"items":[{}]}', "t1"),
+        (b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[]}', ""),
+        (b'{"metadata":{"resourceVersion":"7","continue":"a,\\"items\\":"},"items":[]}', 'a,"items":'),  # in a string
+    ],
+)
+def test_the_head_of_a_list_tells_its_continue_token(body: bytes, expected: str) -> None:
+    head = wire.list_head(body)
+    assert head is not None
+    assert (head.resource_version, head.continue_) == ("7", expected)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"items":[{"spec":{"volumes":[{"projected":{"sources":[{"configMap":{"name":"x","items":[]}}]}}]}}],'
+        b'"metadata":{"continue":"t1"}}',  # items first: the first ,"items": is a nested key
+        b'{"kind":"PodList","items":[],"metadata":{"continue":"t1"}}',  # no metadata ahead of the items
+        b'{"kind": "PodList", "metadata": {"continue": "t1"}, "items": []}',  # spaced out
+        b"<html>502</html>",
+    ],
+)
+def test_any_other_layout_leaves_the_token_to_the_whole_body(body: bytes) -> None:
+    assert wire.list_head(body) is None
+
+
+class ItemsFirst(TwoPages):
+    """The same two pages with the items ahead of the metadata: no token can be read early."""
+
+    def __call__(self, *, _continue: str | None, **options: Any) -> Page:
+        page = msgspec.json.decode(super().__call__(_continue=_continue, **options).data)
+        return Page(msgspec.json.encode({"items": page["items"], "metadata": page["metadata"]}))
+
+
+def test_a_list_whose_token_comes_after_its_items_is_listed_whole() -> None:
+    listed = list_all(ListCall("nodes", "node", ItemsFirst(), wire.NODE_LIST), names, page_size=1, timeout=1, host="h")
+
+    assert (listed.items, listed.pages) == (["n1", "n2"], 2)
+
+
+class WaitingDecoder:
+    """Decodes node lists, first waiting (bounded) until the next page has been asked for."""
+
+    def __init__(self, asked: threading.Event) -> None:
+        self.asked = asked
+        self.asked_before_decode: list[bool] = []
+
+    def decode(self, raw: bytes) -> wire.NodeList:
+        body = wire.NODE_LIST.decode(raw)
+        if body.metadata.continue_:
+            self.asked_before_decode.append(self.asked.wait(5))
+        return body
+
+
+def test_the_next_page_is_asked_for_before_this_one_is_decoded() -> None:
+    asked = threading.Event()
+
+    class Recording(TwoPages):
+        def __call__(self, *, _continue: str | None, **options: Any) -> Page:
+            if _continue:
+                asked.set()
+            return super().__call__(_continue=_continue, **options)
+
+    decoder = WaitingDecoder(asked)
+    call: ListCall[wire.Node] = ListCall("nodes", "node", Recording(), decoder)  # type: ignore[arg-type]
+
+    assert list_all(call, names, page_size=1, timeout=1, host="h").items == ["n1", "n2"]
+    assert decoder.asked_before_decode == [True]
