@@ -7,11 +7,12 @@ timestamp raises :class:`KubeUnavailable` naming the object and the field, never
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
 from sys import intern
 from types import MappingProxyType
+from typing import Any
 
 import msgspec
 
@@ -152,6 +153,31 @@ class PodDecoder:
     def pods(self, items: Iterable[wire.Pod]) -> list[Pod]:
         return [self.pod(w) for w in items]
 
+    def converting_list(self) -> msgspec.json.Decoder[wire.PodList]:
+        """A decoder of pod lists that converts each pod as soon as it is decoded (read them with :func:`converted`).
+
+        msgspec calls ``__post_init__`` on each pod struct once it is filled: the pod is converted
+        while its wire objects are still in the CPU cache, and they are released at once, instead
+        of a page's forty thousand wire objects being built, then walked, then freed, each pass
+        from main memory (a quarter of the CPU time of a 150,000-pod read). The decode also runs
+        bytecode between pods, so the thread fetching the next page gets the GIL meanwhile.
+        A conversion error (:class:`KubeUnavailable`) comes out of the decode as it is.
+        """
+        convert = self.pod
+
+        def __post_init__(w: Any) -> None:
+            w.converted = convert(w)
+            w.metadata, w.spec, w.status = _NO_META, _NO_SPEC, _NO_STATUS
+
+        pod = msgspec.defstruct(
+            "ConvertedPod",
+            [("converted", Any, None)],
+            bases=(self.wire.pod_type,),
+            namespace={"__post_init__": __post_init__},
+        )
+        pod_list = msgspec.defstruct("ConvertedPodList", [("items", list[pod], [])], bases=(wire.PodList,))  # type: ignore[valid-type]
+        return msgspec.json.Decoder(type=pod_list)
+
     def pod(self, w: wire.Pod) -> Pod:
         # The hot path of a snapshot (once per pod): plain loops and dict look-ups, no per-pod
         # strings or closures; the text naming the pod is only built for an error.
@@ -275,6 +301,14 @@ _Shape = tuple[
     tuple[wire.Container, ...], tuple[wire.Container, ...], wire.ResourceRequirements | None, wire.Quantities | None
 ]
 _NO_TERMS: tuple[NodeSelectorTerm, ...] = ()
+_NO_META, _NO_SPEC, _NO_STATUS = wire.PodMeta(), wire.PodSpec(), wire.PodStatus()
+
+
+def converted(items: Sequence[Any]) -> list[Pod]:
+    """The pods of a list decoded by :meth:`PodDecoder.converting_list`, in order."""
+    return [w.converted for w in items]
+
+
 _POD_FIELDS = (
     "namespace",
     "name",

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import kubernetes.client
+import msgspec
 
 from rebalancer.kube import decode, wire
 from rebalancer.kube.lister import ListCall, Listed, gc_paused, list_all
@@ -76,8 +77,9 @@ class KubeSource:
             )
             pod_decoder = decode.PodDecoder(self._annotations, dict(owners.items))
             del owners
+            pod_list = pod_decoder.converting_list()
             pod_lists = [
-                self._list(self._pod_call(name, pod_decoder), pod_decoder.pods)
+                self._list(self._pod_call(name, pod_list), decode.converted)
                 for name in (node_names if node_names is not None else (None,))
             ]
             budgets = self._list(
@@ -104,9 +106,9 @@ class KubeSource:
         selector = None if name is None else f"metadata.name={escape_field_value(name)}"
         return ListCall("nodes", "node", self._core.list_node, wire.NODE_LIST, selector)
 
-    def _pod_call(self, node: str | None, decoder: decode.PodDecoder) -> ListCall[wire.Pod]:
+    def _pod_call(self, node: str | None, decoder: msgspec.json.Decoder[wire.PodList]) -> ListCall[wire.Pod]:
         selector = None if node is None else f"spec.nodeName={escape_field_value(node)}"
-        return ListCall("pods", "pod", self._core.list_pod_for_all_namespaces, decoder.wire.pod_list, selector)
+        return ListCall("pods", "pod", self._core.list_pod_for_all_namespaces, decoder, selector)
 
     def _list(self, call: ListCall[_W], convert: Callable[[Sequence[_W]], Iterable[_D]]) -> Listed[_D]:
         listed = list_all(call, convert, page_size=self._page_size, timeout=self._timeout, host=self._host)

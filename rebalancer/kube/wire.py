@@ -382,6 +382,7 @@ class PodWire:
     keys: tuple[tuple[str, str], ...]  # (attribute of the annotations struct, annotation key), kept keys only
     mirror: str  # the attribute telling a mirror pod's annotation (kept or not)
     no_annotations: PodAnnotations  # the annotations struct of a pod with none of the keys
+    pod_type: type[Pod]
     pod: msgspec.json.Decoder[Pod]
     pod_list: msgspec.json.Decoder[PodList]
 
@@ -417,6 +418,7 @@ def pod_wire(keys: frozenset[str], mirror: str) -> PodWire:
         keys=tuple((attributes[key], key) for key in names if key in keys),
         mirror=attributes[mirror],
         no_annotations=annotations(),
+        pod_type=pod,
         pod=msgspec.json.Decoder(type=pod),
         pod_list=msgspec.json.Decoder(type=pod_list),
     )

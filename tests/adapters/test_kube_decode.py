@@ -284,3 +284,31 @@ def test_qos_counts_only_cpu_and_memory_as_the_api_server_does() -> None:
     raw["spec"]["containers"][0]["resources"] = {"requests": {"ephemeral-storage": "1Gi"}}
 
     assert decode_pod(raw).qos == "BestEffort"
+
+
+def test_converting_while_decoding_gives_the_same_pods_in_order() -> None:
+    raw = [
+        b.pod(
+            f"p{i}",
+            namespace=f"ns-{i % 3}",
+            owners=[b.owner("ReplicaSet", "rs-1")],
+            annotations={"keep.me/please": "1"},
+        )
+        for i in range(7)
+    ]
+    body = msgspec.json.encode({"metadata": {"continue": "t"}, "items": raw})
+    decoder = decode.PodDecoder(KEEP, {("ns-0", "rs-1"): ("Deployment", "web")})
+
+    page = decoder.converting_list().decode(body)
+
+    assert page.metadata.continue_ == "t"
+    assert decode.converted(page.items) == decoder.pods(decoder.wire.pod_list.decode(body).items)
+    assert [p.name for p in decode.converted(page.items)] == [f"p{i}" for i in range(7)]
+
+
+def test_a_conversion_error_comes_out_of_the_converting_decode_naming_the_pod() -> None:
+    raw = [b.pod("fine"), b.pod("bad", namespace="ns", created="yesterday")]
+    body = msgspec.json.encode({"items": raw})
+
+    with pytest.raises(KubeUnavailable, match=r"^pod ns/bad: metadata.creationTimestamp: not an RFC 3339 time"):
+        decode.PodDecoder(KEEP, {}).converting_list().decode(body)
