@@ -77,11 +77,15 @@ class KubeSource:
             )
             pod_decoder = decode.PodDecoder(self._annotations, dict(owners.items))
             del owners
-            pod_list = pod_decoder.converting_list()
-            pod_lists = [
-                self._list(self._pod_call(name, pod_list), decode.converted)
-                for name in (node_names if node_names is not None else (None,))
-            ]
+            with pod_decoder.converting_list() as pod_list:
+                pod_lists = [
+                    self._list(self._pod_call(name, pod_list), decode.converted)
+                    for name in (node_names if node_names is not None else (None,))
+                ]
+            del (
+                pod_decoder,
+                pod_list,
+            )  # its tables (a ReplicaSet map of ~40,000 tuples here) go before the collector is back
             budgets = self._list(
                 ListCall(
                     "poddisruptionbudgets",
@@ -91,12 +95,13 @@ class KubeSource:
                 ),
                 _budgets,
             )
-        return ClusterFacts(
-            nodes=tuple(nodes),
-            pods=tuple(p for listed in pod_lists for p in listed.items),
-            budgets=tuple(budgets.items),
-            resource_version=pod_lists[0].resource_version if pod_lists else "",
-        )
+            # Built with the collector still paused: its first pass afterwards only meets the result.
+            return ClusterFacts(
+                nodes=tuple(nodes),
+                pods=tuple(p for listed in pod_lists for p in listed.items),
+                budgets=tuple(budgets.items),
+                resource_version=pod_lists[0].resource_version if pod_lists else "",
+            )
 
     def read_nodes(self) -> tuple[Node, ...]:
         """The nodes alone (cheap: a few thousand small objects), for example to vet an alert's node."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import re
+import weakref
 from typing import Any
 
 import msgspec
@@ -299,7 +301,8 @@ def test_converting_while_decoding_gives_the_same_pods_in_order() -> None:
     body = msgspec.json.encode({"metadata": {"continue": "t"}, "items": raw})
     decoder = decode.PodDecoder(KEEP, {("ns-0", "rs-1"): ("Deployment", "web")})
 
-    page = decoder.converting_list().decode(body)
+    with decoder.converting_list() as pod_list:
+        page = pod_list.decode(body)
 
     assert page.metadata.continue_ == "t"
     assert decode.converted(page.items) == decoder.pods(decoder.wire.pod_list.decode(body).items)
@@ -310,5 +313,22 @@ def test_a_conversion_error_comes_out_of_the_converting_decode_naming_the_pod() 
     raw = [b.pod("fine"), b.pod("bad", namespace="ns", created="yesterday")]
     body = msgspec.json.encode({"items": raw})
 
-    with pytest.raises(KubeUnavailable, match=r"^pod ns/bad: metadata.creationTimestamp: not an RFC 3339 time"):
-        decode.PodDecoder(KEEP, {}).converting_list().decode(body)
+    with (
+        decode.PodDecoder(KEEP, {}).converting_list() as pod_list,
+        pytest.raises(KubeUnavailable, match=r"^pod ns/bad: metadata.creationTimestamp: not an RFC 3339 time"),
+    ):
+        pod_list.decode(body)
+
+
+def test_the_converting_types_do_not_keep_the_decoder_alive_after_the_read() -> None:
+    decoder = decode.PodDecoder(KEEP, {})
+    alive = weakref.ref(decoder)
+    gc.disable()  # the struct types built for the read wait for the collector: the decoder must not
+    try:
+        with decoder.converting_list() as pod_list:
+            assert len(decode.converted(pod_list.decode(msgspec.json.encode({"items": [b.pod("p")]})).items)) == 1
+        del decoder
+        assert alive() is None
+        del pod_list
+    finally:
+        gc.enable()
