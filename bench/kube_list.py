@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from rebalancer.kube import KubeSource, connect, decode, wire
+from rebalancer.kube import KubeSource, connect, decode
 from rebalancer.kube.lister import gc_paused
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
@@ -67,7 +67,7 @@ def decode_only(total: int) -> None:
 def _decode_pages(page: bytes, total: int, out: list[Any]) -> None:
     decoder = decode.PodDecoder(ANNOTATIONS, {})
     for _ in range(total // PAGE):
-        out.extend(decoder.pods(wire.POD_LIST.decode(page).items))
+        out.extend(decoder.pods(decoder.wire.pod_list.decode(page).items))
 
 
 def end_to_end(count: int) -> None:

@@ -119,7 +119,7 @@ class KubeActions:
             return None
         if not reply.ok:
             raise http_error(action, reply, verb="get", resource="pods", namespace=namespace)
-        pod: wire.Pod = decode_body(action, wire.POD, reply.body)
+        pod: wire.Pod = decode_body(action, decode.pod_wire(annotations).pod, reply.body)
         owners = self._replica_set_owner(namespace, pod)
         return decode.PodDecoder(annotations, owners).pod(pod)
 

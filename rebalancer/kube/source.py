@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import kubernetes.client
+import msgspec
 
 from rebalancer.kube import decode, wire
 from rebalancer.kube.lister import ListCall, Listed, gc_paused, list_all
@@ -76,10 +77,15 @@ class KubeSource:
             )
             pod_decoder = decode.PodDecoder(self._annotations, dict(owners.items))
             del owners
-            pod_lists = [
-                self._list(self._pod_call(name), pod_decoder.pods)
-                for name in (node_names if node_names is not None else (None,))
-            ]
+            with pod_decoder.converting_list() as pod_list:
+                pod_lists = [
+                    self._list(self._pod_call(name, pod_list), decode.converted)
+                    for name in (node_names if node_names is not None else (None,))
+                ]
+            del (
+                pod_decoder,
+                pod_list,
+            )  # its tables (a ReplicaSet map of ~40,000 tuples here) go before the collector is back
             budgets = self._list(
                 ListCall(
                     "poddisruptionbudgets",
@@ -89,12 +95,13 @@ class KubeSource:
                 ),
                 _budgets,
             )
-        return ClusterFacts(
-            nodes=tuple(nodes),
-            pods=tuple(p for listed in pod_lists for p in listed.items),
-            budgets=tuple(budgets.items),
-            resource_version=pod_lists[0].resource_version if pod_lists else "",
-        )
+            # Built with the collector still paused: its first pass afterwards only meets the result.
+            return ClusterFacts(
+                nodes=tuple(nodes),
+                pods=tuple(p for listed in pod_lists for p in listed.items),
+                budgets=tuple(budgets.items),
+                resource_version=pod_lists[0].resource_version if pod_lists else "",
+            )
 
     def read_nodes(self) -> tuple[Node, ...]:
         """The nodes alone (cheap: a few thousand small objects), for example to vet an alert's node."""
@@ -104,9 +111,9 @@ class KubeSource:
         selector = None if name is None else f"metadata.name={escape_field_value(name)}"
         return ListCall("nodes", "node", self._core.list_node, wire.NODE_LIST, selector)
 
-    def _pod_call(self, node: str | None) -> ListCall[wire.Pod]:
+    def _pod_call(self, node: str | None, decoder: msgspec.json.Decoder[wire.PodList]) -> ListCall[wire.Pod]:
         selector = None if node is None else f"spec.nodeName={escape_field_value(node)}"
-        return ListCall("pods", "pod", self._core.list_pod_for_all_namespaces, wire.POD_LIST, selector)
+        return ListCall("pods", "pod", self._core.list_pod_for_all_namespaces, decoder, selector)
 
     def _list(self, call: ListCall[_W], convert: Callable[[Sequence[_W]], Iterable[_D]]) -> Listed[_D]:
         listed = list_all(call, convert, page_size=self._page_size, timeout=self._timeout, host=self._host)

@@ -12,6 +12,11 @@ Field names follow the API (camelCase on the wire, snake_case here).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, cast
+
 import msgspec
 
 
@@ -36,9 +41,6 @@ class ObjectMeta(_Wire):
     creation_timestamp: str | None = None
     deletion_timestamp: str | None = None
     labels: dict[str, str] = {}
-    # Raw: an annotation's value is only read when it is one rebalancer keeps, and the big ones
-    # (kubectl's last-applied-configuration) are never copied into a str.
-    annotations: dict[str, msgspec.Raw] = {}
     owner_references: list[OwnerReference] = []
 
 
@@ -46,6 +48,33 @@ class ListMeta(_Wire):
     resource_version: str = ""
     continue_: str = msgspec.field(default="", name="continue")
     remaining_item_count: int | None = None
+
+
+class ListHead(_Wire):
+    metadata: ListMeta  # required: a prefix of a body without it is not the head of a list
+
+
+_LIST_HEAD = msgspec.json.Decoder(type=ListHead)
+_ITEMS_KEY = b',"items":'
+_HEAD_LIMIT = 65536
+
+
+def list_head(raw: bytes) -> ListMeta | None:
+    """A list's metadata read from the bytes ahead of its items, or None when they do not tell.
+
+    The API server writes ``{"kind":...,"apiVersion":...,"metadata":{...},"items":[...]}``, so the
+    continue token can be known a whole page's decode earlier. Only a prefix that is itself a
+    complete object holding ``metadata`` counts: JSON escapes every quote inside a string, so a
+    ``,"items":`` that closes such a prefix is the body's own key, not text or a nested key.
+    Any other layout (items first, whitespace, a huge head) gives None: decode the whole body.
+    """
+    end = raw.find(_ITEMS_KEY, 0, _HEAD_LIMIT)
+    if end < 0:
+        return None
+    try:
+        return _LIST_HEAD.decode(raw[:end] + b"}").metadata
+    except msgspec.DecodeError:
+        return None
 
 
 # --- label selectors and node affinity -------------------------------------------------------
@@ -82,14 +111,76 @@ class Affinity(_Wire):
 # --- pods ------------------------------------------------------------------------------------
 
 
-class ResourceRequirements(_Wire):
-    requests: dict[str, str] = {}
-    limits: dict[str, str] = {}
+class Quantities(_Key, frozen=True):
+    """The CPU and memory of a resource list (requests, limits, overhead); other resources are never read."""
+
+    cpu: str | None = None
+    memory: str | None = None
 
 
-class Container(_Wire):
+class ResourceRequirements(_Key, frozen=True):
+    requests: Quantities | None = None
+    limits: Quantities | None = None
+
+
+class Container(_Key, frozen=True):
+    """Frozen: the containers' resources of a pod are the key its requests are looked up by."""
+
     resources: ResourceRequirements | None = None
     restart_policy: str | None = None  # "Always" on an init container: a sidecar
+
+
+class Present(_Key, frozen=True):
+    """Presence only: the value is skipped unread (an empty struct, shared by equality)."""
+
+
+class Volume(_Key, frozen=True):
+    """One pod volume, by the kind of its source (core/v1 ``VolumeSource``); sources are never parsed.
+
+    A volume is ``{"name": ..., "<kind>": {...}}``; the kinds are spelled out so that a volume costs
+    one small struct, and a pod's volumes are a hashable key (pods of one template share them).
+    A kind newer than this list is not reported.
+    """
+
+    aws_elastic_block_store: Present | None = None
+    azure_disk: Present | None = None
+    azure_file: Present | None = None
+    cephfs: Present | None = None
+    cinder: Present | None = None
+    config_map: Present | None = None
+    csi: Present | None = None
+    downward_api: Present | None = msgspec.field(default=None, name="downwardAPI")
+    empty_dir: Present | None = None
+    ephemeral: Present | None = None
+    fc: Present | None = None
+    flex_volume: Present | None = None
+    flocker: Present | None = None
+    gce_persistent_disk: Present | None = None
+    git_repo: Present | None = None
+    glusterfs: Present | None = None
+    host_path: Present | None = None
+    image: Present | None = None
+    iscsi: Present | None = None
+    nfs: Present | None = None
+    persistent_volume_claim: Present | None = None
+    photon_persistent_disk: Present | None = None
+    portworx_volume: Present | None = None
+    projected: Present | None = None
+    quobyte: Present | None = None
+    rbd: Present | None = None
+    scale_io: Present | None = msgspec.field(default=None, name="scaleIO")
+    secret: Present | None = None
+    storageos: Present | None = None
+    vsphere_volume: Present | None = None
+
+    def kinds(self) -> Iterator[str]:
+        """The source kinds of this volume as the API spells them (one, in a valid volume)."""
+        for attribute, kind in _VOLUME_KINDS:
+            if getattr(self, attribute) is not None:
+                yield kind
+
+
+_VOLUME_KINDS = tuple(zip(Volume.__struct_fields__, Volume.__struct_encode_fields__, strict=True))
 
 
 class WireToleration(_Key, frozen=True):
@@ -103,15 +194,14 @@ class PodSpec(_Wire):
     node_name: str = ""
     priority: int | None = None
     priority_class_name: str = ""
-    containers: list[Container] = []
-    init_containers: list[Container] = []
-    overhead: dict[str, str] = {}
+    containers: tuple[Container, ...] = ()
+    init_containers: tuple[Container, ...] = ()
+    overhead: Quantities | None = None
     resources: ResourceRequirements | None = None  # pod-level resources (PodLevelResources)
     tolerations: tuple[WireToleration, ...] = ()
     node_selector: dict[str, str] = {}
     affinity: Affinity | None = None
-    # Each volume is {"name": ..., "<sourceKind>": {...}}: keep the keys, never parse the sources.
-    volumes: list[dict[str, msgspec.Raw]] = []
+    volumes: tuple[Volume, ...] = ()
 
 
 class Condition(_Wire):
@@ -123,6 +213,16 @@ class ContainerStatus(_Wire):
     restart_count: int = 0
 
 
+class PodAnnotations(_Wire):
+    """Base of the annotation structs :func:`pod_wire` builds: one field per annotation key kept."""
+
+
+class PodMeta(ObjectMeta):
+    # The structs built by pod_wire() redeclare it with the kept keys as fields: every other
+    # annotation (kubectl's big last-applied-configuration) is skipped unread while decoding.
+    annotations: PodAnnotations = msgspec.field(default_factory=PodAnnotations)
+
+
 class PodStatus(_Wire):
     phase: str = ""
     qos_class: str = ""
@@ -131,7 +231,7 @@ class PodStatus(_Wire):
 
 
 class Pod(_Wire):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    metadata: PodMeta = msgspec.field(default_factory=PodMeta)
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
     status: PodStatus = msgspec.field(default_factory=PodStatus)
 
@@ -278,12 +378,62 @@ class Lease(_Wire):
     spec: LeaseSpec = msgspec.field(default_factory=LeaseSpec)
 
 
+# --- pods with the annotations one reader keeps -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodWire:
+    """Decoders of pods that keep the annotations ``keys`` (see :func:`pod_wire`)."""
+
+    keys: tuple[tuple[str, str], ...]  # (attribute of the annotations struct, annotation key), kept keys only
+    mirror: str  # the attribute telling a mirror pod's annotation (kept or not)
+    no_annotations: PodAnnotations  # the annotations struct of a pod with none of the keys
+    pod_type: type[Pod]
+    pod: msgspec.json.Decoder[Pod]
+    pod_list: msgspec.json.Decoder[PodList]
+
+
+@lru_cache(maxsize=16)
+def pod_wire(keys: frozenset[str], mirror: str) -> PodWire:
+    """Pod decoders whose annotations struct has a field for each of ``keys`` and for ``mirror``.
+
+    The struct is built at run time (``msgspec.defstruct``): a kept annotation decodes straight into
+    a str, every other one is skipped in C. A kept annotation that is not a string fails the decode
+    with its key in msgspec's path. ``mirror``'s value is never read (presence only, any JSON type)
+    unless it is one of ``keys``. Cached: one family of types per distinct set of keys.
+    """
+    names = sorted(keys | {mirror})
+    attributes = {key: f"a{i}" for i, key in enumerate(names)}
+    fields: list[tuple[str, Any, Any]] = [
+        (
+            attributes[key],
+            (str | msgspec.UnsetType) if key in keys else (msgspec.Raw | msgspec.UnsetType),
+            msgspec.field(default=msgspec.UNSET, name=key),
+        )
+        for key in names
+    ]
+    annotations = cast("type[PodAnnotations]", msgspec.defstruct("PodAnnotations", fields, bases=(PodAnnotations,)))
+    meta = msgspec.defstruct(
+        "PodMeta", [("annotations", annotations, msgspec.field(default_factory=annotations))], bases=(PodMeta,)
+    )
+    pod = cast(
+        "type[Pod]", msgspec.defstruct("Pod", [("metadata", meta, msgspec.field(default_factory=meta))], bases=(Pod,))
+    )
+    pod_list = msgspec.defstruct("PodList", [("items", list[pod], [])], bases=(PodList,))  # type: ignore[valid-type]
+    return PodWire(
+        keys=tuple((attributes[key], key) for key in names if key in keys),
+        mirror=attributes[mirror],
+        no_annotations=annotations(),
+        pod_type=pod,
+        pod=msgspec.json.Decoder(type=pod),
+        pod_list=msgspec.json.Decoder(type=pod_list),
+    )
+
+
 NODE_LIST = msgspec.json.Decoder(type=NodeList)
-POD_LIST = msgspec.json.Decoder(type=PodList)
 REPLICA_SET_LIST = msgspec.json.Decoder(type=ReplicaSetList)
 PDB_LIST = msgspec.json.Decoder(type=PodDisruptionBudgetList)
 STATUS = msgspec.json.Decoder(type=Status)
-POD = msgspec.json.Decoder(type=Pod)
 REPLICA_SET = msgspec.json.Decoder(type=ReplicaSet)
 CONFIG_MAP = msgspec.json.Decoder(type=ConfigMap)
 LEASE = msgspec.json.Decoder(type=Lease)

@@ -485,6 +485,28 @@ def test_wrong_json_type_names_object_and_field(kube_server: TestApiServer, kube
     assert str(caught.value) == "node node-9: status.allocatable[...]: Expected `str`, got `int`"
 
 
+def test_a_kept_annotation_that_is_not_a_string_names_pod_and_key(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    bad = b.pod("bad", namespace="team-c")
+    bad["metadata"]["annotations"] = {"controller.kubernetes.io/pod-deletion-cost": 5}  # the API always writes strings
+    kube_server.add(b.pod("fine"), bad)
+
+    with pytest.raises(KubeUnavailable) as caught:
+        read(kubeconfig)
+
+    assert str(caught.value) == (
+        "pod team-c/bad: metadata.annotations[controller.kubernetes.io/pod-deletion-cost]: Expected `str`, got `int`"
+    )
+    assert caught.value.reason == "Malformed"
+
+
+def test_an_annotation_not_kept_is_never_read(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    odd = b.pod("odd")
+    odd["metadata"]["annotations"] = {"example.com/not-kept": {"nested": [1, 2]}, "rebalancer.io/evict": "true"}
+    kube_server.add(odd)
+
+    assert dict(read(kubeconfig).pods[0].annotations) == {"rebalancer.io/evict": "true"}
+
+
 def test_a_body_that_is_not_json(kube_server: TestApiServer, kubeconfig: Path) -> None:
     kube_server.set_fault("/api/v1/nodes", Fault(body=b"<html><body>502 Bad Gateway</body></html>"))
 
