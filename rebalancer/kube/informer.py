@@ -196,6 +196,8 @@ class Informer(Generic[_W, _D]):
         response = self._open()
         self._response = response
         try:
+            if self._stopped.is_set():  # stop() came while the watch was opening: it could not cut it
+                return
             self._touch()
             for line in _lines(response, self._call.what, self._host, self._timing.watch_seconds):
                 self._apply(line)

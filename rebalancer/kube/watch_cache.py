@@ -108,8 +108,11 @@ class WatchCache:
             _NODE,
             lambda w: (w.metadata.name, decode.node(w)),
         )
+        pod_wire = decode.pod_wire(annotations)  # the pod types the converter's decoder reads
         self._pods: Informer[wire.Pod, Pod] = informer(
-            ListCall("pods", "pod", core.list_pod_for_all_namespaces, wire.POD_LIST), wire.POD, self._pod_converter
+            ListCall("pods", "pod", core.list_pod_for_all_namespaces, pod_wire.pod_list),
+            pod_wire.pod,
+            self._pod_converter,
         )
         self._budgets: Informer[wire.PodDisruptionBudget, DisruptionBudget] = informer(
             ListCall(
