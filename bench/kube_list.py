@@ -65,9 +65,10 @@ def decode_only(total: int) -> None:
 
 
 def _decode_pages(page: bytes, total: int, out: list[Any]) -> None:
-    decoder = decode.PodDecoder(ANNOTATIONS, {})
-    for _ in range(total // PAGE):
-        out.extend(decoder.pods(decoder.wire.pod_list.decode(page).items))
+    """As a snapshot does: each pod converted as soon as msgspec has decoded it."""
+    with decode.PodDecoder(ANNOTATIONS, {}).converting_list() as pod_list:
+        for _ in range(total // PAGE):
+            out.extend(decode.converted(pod_list.decode(page).items))
 
 
 def end_to_end(count: int) -> None:

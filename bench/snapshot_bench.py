@@ -48,10 +48,19 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of another process so far (Linux /proc; 0.0 where there is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # --- child measurements ----------------------------------------------------------------------
 
 
-def child_snapshot(url: str) -> dict[str, Any]:
+def child_snapshot(url: str, server_pid: int) -> dict[str, Any]:
     """One snapshot (nodes, ReplicaSets, pods, budgets) and one plan on it with synthetic usage."""
     from bench.cluster_gen import pod_usage_millicores
     from rebalancer.kube import KubeSource, connect
@@ -75,9 +84,11 @@ def child_snapshot(url: str) -> dict[str, Any]:
     first_s = time.perf_counter() - started
     rss_snapshot = peak_rss_mb()
     del facts
+    server_cpu, client_cpu = process_cpu_s(server_pid), time.process_time()
     started = time.perf_counter()
     facts = source.read_facts()
     snapshot_s = time.perf_counter() - started
+    client_cpu_s, server_cpu_s = time.process_time() - client_cpu, process_cpu_s(server_pid) - server_cpu
 
     # Synthetic usage, skewed by node so that some nodes are hot and some cold.
     skew = {n.name: (0.3, 2.5, 1.0, 1.0)[i % 4] for i, n in enumerate(facts.nodes)}
@@ -100,6 +111,8 @@ def child_snapshot(url: str) -> dict[str, Any]:
         "setup_s": setup_s,
         "first_s": first_s,
         "snapshot_s": snapshot_s,
+        "client_cpu_s": client_cpu_s,
+        "server_cpu_s": server_cpu_s,
         "rss_before_mb": rss_before,
         "rss_snapshot_mb": rss_snapshot,
         "plan_s": plan_s,
@@ -109,7 +122,7 @@ def child_snapshot(url: str) -> dict[str, Any]:
     }
 
 
-def child_raw(url: str) -> dict[str, Any]:
+def child_raw(url: str, server_pid: int) -> dict[str, Any]:
     """The floor: the same pod pages through the official client's transport, bytes only, no decoding."""
     import kubernetes.client
     import kubernetes.config
@@ -120,6 +133,7 @@ def child_raw(url: str) -> dict[str, Any]:
     api.list_node(limit=1, _preload_content=False).release_conn()  # warm the client (lazy imports)
     total = pages = 0
     token = None
+    server_cpu = process_cpu_s(server_pid)
     started = time.perf_counter()
     while True:
         response = api.list_pod_for_all_namespaces(limit=500, _continue=token, _preload_content=False)
@@ -131,7 +145,8 @@ def child_raw(url: str) -> dict[str, Any]:
         token = json.loads(head)["metadata"].get("continue")
         if not token:
             break
-    return {"seconds": time.perf_counter() - started, "bytes": total, "pages": pages}
+    seconds = time.perf_counter() - started
+    return {"seconds": seconds, "bytes": total, "pages": pages, "server_cpu_s": process_cpu_s(server_pid) - server_cpu}
 
 
 def child_baseline(url: str, pods: int) -> dict[str, Any]:
@@ -182,12 +197,13 @@ def main() -> None:
     parser.add_argument("--baseline-pods", type=int, default=15_000)
     parser.add_argument("--child", choices=["snapshot", "baseline", "raw"])
     parser.add_argument("--url")
+    parser.add_argument("--server-pid", type=int, default=0)
     args = parser.parse_args()
     if args.child == "snapshot":
-        print(json.dumps(child_snapshot(args.url)))
+        print(json.dumps(child_snapshot(args.url, args.server_pid)))
         return
     if args.child == "raw":
-        print(json.dumps(child_raw(args.url)))
+        print(json.dumps(child_raw(args.url, args.server_pid)))
         return
     if args.child == "baseline":
         print(json.dumps(child_baseline(args.url, args.baseline_pods)))
@@ -209,21 +225,23 @@ def main() -> None:
             raise SystemExit(f"the test API server did not start: {ready}")
         url = ready[1]
         print(f"cluster: {args.nodes} nodes, {args.pods} pods (~8.7 KB of JSON each), loaded in {ready[2]} s")
-        report(args, url)
+        report(args, url, server.pid)
     finally:
         if server.stdin:
             server.stdin.close()
         server.wait(timeout=30)
 
 
-def report(args: argparse.Namespace, url: str) -> None:
-    raw = [run_child("raw", url, []) for _ in range(args.runs)]
+def report(args: argparse.Namespace, url: str, server_pid: int) -> None:
+    pid = ["--server-pid", str(server_pid)]
+    raw = [run_child("raw", url, pid) for _ in range(args.runs)]
     raw_s = statistics.median(r["seconds"] for r in raw)
     print(
         f"raw transfer of the pod pages (official client transport, no decoding), median of {args.runs}: "
-        f"{raw_s:.2f} s for {raw[0]['bytes'] / 1e9:.2f} GB in {raw[0]['pages']} pages"
+        f"{raw_s:.2f} s for {raw[0]['bytes'] / 1e9:.2f} GB in {raw[0]['pages']} pages "
+        f"(test API server CPU {statistics.median(r['server_cpu_s'] for r in raw):.2f} s)"
     )
-    runs = [run_child("snapshot", url, []) for _ in range(args.runs)]
+    runs = [run_child("snapshot", url, pid) for _ in range(args.runs)]
     base = run_child("baseline", url, ["--baseline-pods", str(args.baseline_pods)])
     snap_s = statistics.median(r["snapshot_s"] for r in runs)
     first_s = statistics.median(r["first_s"] for r in runs)
@@ -240,6 +258,10 @@ def report(args: argparse.Namespace, url: str) -> None:
     print(
         f"snapshot (narrow msgspec path), median of {args.runs}: {snap_s:.2f} s (runs: {each}); "
         f"peak RSS {rss:.0f} MB ({rss_idle:.0f} MB before listing)"
+    )
+    print(
+        f"  CPU of that read: client {statistics.median(r['client_cpu_s'] for r in runs):.2f} s, "
+        f"test API server {statistics.median(r['server_cpu_s'] for r in runs):.2f} s (both on the same two cores)"
     )
     print(
         f"  first read in a fresh process: {first_s:.2f} s, after {setup_s:.2f} s of client start-up "
