@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-import urllib3
-from kubernetes.client.exceptions import ApiException, OpenApiException
-from kubernetes.config import ConfigException
+from kubernetes.client.exceptions import ApiException
 
 from rebalancer.errors import KubeForbidden, KubeUnavailable
 from rebalancer.kube import wire
-from rebalancer.kube.lister import transport_error
+from rebalancer.kube.lister import CLIENT_ERRORS, client_error
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +67,8 @@ def send(action: str, host: str, timeout: float, method: Callable[..., Any], *ar
             raise KubeUnavailable(f"{action}: {reason}") from exc
         body = exc.body.encode() if isinstance(exc.body, str) else bytes(exc.body or b"")
         return Reply(int(exc.status), body, _headers(exc.headers))
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise transport_error(action, exc, host, timeout) from exc
-    except ConfigException as exc:  # an auth plugin failed while refreshing credentials
-        raise KubeUnavailable(f"{action}: authentication failed: {exc}") from exc
-    except OpenApiException as exc:
-        raise KubeUnavailable(f"{action}: {type(exc).__name__}: {exc}") from exc
+    except CLIENT_ERRORS as exc:
+        raise client_error(action, exc, host, timeout) from exc
 
 
 def _headers(raw: Any) -> dict[str, str]:

@@ -19,11 +19,11 @@ from typing import Generic, TypeVar
 
 import msgspec
 import urllib3
-from kubernetes.client.exceptions import ApiException, OpenApiException
+from kubernetes.client.exceptions import ApiException
 
 from rebalancer.errors import KubeUnavailable, RebalancerError
 from rebalancer.kube import wire
-from rebalancer.kube.lister import ListCall, api_error, list_all, transport_error
+from rebalancer.kube.lister import CLIENT_ERRORS, ListCall, api_error, client_error, list_all, transport_error
 
 log = logging.getLogger(__name__)
 
@@ -224,10 +224,8 @@ class Informer(Generic[_W, _D]):
             if exc.status == 410:
                 raise _Expired from exc
             raise api_error(f"watch {call.what}", exc) from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise transport_error(f"watch {call.what}", exc, self._host, self._timing.request_timeout) from exc
-        except OpenApiException as exc:
-            raise KubeUnavailable(f"watch {call.what}: {type(exc).__name__}: {exc}") from exc
+        except CLIENT_ERRORS as exc:
+            raise client_error(f"watch {call.what}", exc, self._host, self._timing.request_timeout) from exc
         return response
 
     def _apply(self, line: bytes) -> None:

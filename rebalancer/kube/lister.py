@@ -203,12 +203,8 @@ def _fetch(call: ListCall[Any], limit: int, token: str | None, timeout: float, h
         if exc.status == 410 and token is not None:
             raise _Expired from exc
         raise api_error(f"list {call.what}", exc) from exc
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise transport_error(f"list {call.what}", exc, host, timeout) from exc
-    except ConfigException as exc:  # an auth plugin failed while refreshing credentials
-        raise KubeUnavailable(f"list {call.what}: authentication failed: {exc}") from exc
-    except OpenApiException as exc:
-        raise KubeUnavailable(f"list {call.what}: {type(exc).__name__}: {exc}") from exc
+    except CLIENT_ERRORS as exc:
+        raise client_error(f"list {call.what}", exc, host, timeout) from exc
     return raw
 
 
@@ -235,6 +231,19 @@ def api_error(action: str, exc: ApiException) -> KubeUnavailable:
     text = f"{action}: HTTP {status} {reason}" + (f": {message}" if message else "")
     error_type = KubeForbidden if status == 403 else KubeUnavailable
     return error_type(text, status=status, reason=reason or None)
+
+
+CLIENT_ERRORS = (urllib3.exceptions.HTTPError, OSError, ConfigException, OpenApiException)
+"""The client's failures other than an HTTP error answer (catch ``ApiException``, a subclass, first)."""
+
+
+def client_error(action: str, exc: Exception, host: str, timeout: float) -> KubeUnavailable:
+    """One of :data:`CLIENT_ERRORS` as ours: the transport, an auth plugin, or the client itself failed."""
+    if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
+        return transport_error(action, exc, host, timeout)
+    if isinstance(exc, ConfigException):  # an auth plugin failed while refreshing credentials
+        return KubeUnavailable(f"{action}: authentication failed: {exc}")
+    return KubeUnavailable(f"{action}: {type(exc).__name__}: {exc}")
 
 
 def transport_error(action: str, exc: Exception, host: str, timeout: float) -> KubeUnavailable:
