@@ -8,12 +8,14 @@ before's, and so on. They are normalised, so only their ratios matter.
 from __future__ import annotations
 
 from typing import Annotated, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import Field, model_validator
 
-from rebalancer.settings import FieldProblems, Model, Percent
+from rebalancer.limits.settings import duration_seconds
+from rebalancer.settings import Duration, FieldProblems, Model, Percent
 
 Aggregation = Literal["weighted_mean", "max_daily", "pooled_p95", "same_weekday"]
 AGGREGATIONS: tuple[Aggregation, ...] = ("weighted_mean", "max_daily", "pooled_p95", "same_weekday")
@@ -29,6 +31,73 @@ def decaying_weights(days: int) -> tuple[float, ...]:
     raw = [float(days - k) for k in range(days)]
     total = sum(raw)
     return tuple(w / total for w in raw)
+
+
+DEFAULT_HISTORY_POD_QUERY = (
+    "sum by (namespace, pod) ("
+    'rate(container_cpu_usage_seconds_total{{container!="", container!="POD"{pod_filter}}}[{rate_window}])'
+    ")"
+)
+
+
+class HistorySettings(Model):
+    """How the daily peaks are read from Prometheus: computed server-side, one instant query per day (and
+    per batch of nodes), never raw samples. Day d's peak is ``quantile_over_time`` over that calendar day
+    in ``timeZone``, evaluated at the day's end."""
+
+    pod_query: str = Field(
+        default=DEFAULT_HISTORY_POD_QUERY,
+        description="Per-pod CPU cores as an instant vector, one series per (namespace, pod); each day's peak is "
+        "a subquery over it at `resolution`. Placeholders: {rate_window} and {node_label} (from prometheus:), "
+        '{pod_filter} (`, <nodeLabel>=~"a|b"` for a batch of nodes; without it there is one batch).',
+    )
+    recording_rule: str | None = Field(
+        default=None,
+        pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
+        description="A recorded per-pod CPU series (labels namespace, pod and the node label), for example "
+        "`namespace_pod:cpu_usage:rate5m`: its samples are read directly, no subquery (the cheap way for "
+        "large clusters). Overrides podQuery.",
+    )
+    system_query: str | None = Field(
+        default=None,
+        description="Per-node non-pod CPU cores (kubelet, runtime, daemons), one series per node label, as an "
+        "instant vector; its daily peaks become the nodes' predicted system usage. null: systemCpuM.",
+    )
+    resolution: Duration = Field(
+        default="5m",
+        description="Subquery step of podQuery and systemQuery; with recordingRule, the rule's evaluation "
+        "interval (it sizes the batches).",
+    )
+    time_zone: str = Field(default="UTC", description="Time zone whose calendar days the daily peaks cover.")
+    max_samples_per_query: int = Field(
+        default=20_000_000,
+        ge=1000,
+        description="Nodes are queried in batches so that one query holds at most about this many samples "
+        "(Prometheus refuses a query above its --query.max-samples, 50,000,000 by default, with HTTP 422).",
+    )
+    concurrency: int = Field(default=2, ge=1, le=16, description="Queries sent to Prometheus at once.")
+    timeout_seconds: float = Field(default=120, gt=0, le=600, description="Timeout of one history query.")
+
+    @model_validator(mode="after")
+    def _valid(self) -> HistorySettings:
+        problems: list[tuple[str, str]] = []
+        try:
+            ZoneInfo(self.time_zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            problems.append(("timeZone", f"unknown time zone {self.time_zone!r}"))
+        for name, template in (("podQuery", self.pod_query), ("systemQuery", self.system_query)):
+            if template is None:
+                continue
+            try:
+                template.format(rate_window="5m", node_label="node", pod_filter="")
+            except (KeyError, IndexError, ValueError) as exc:
+                problems.append((name, f"cannot fill the template: {exc!r}"))
+        if problems:
+            raise FieldProblems(problems)
+        return self
+
+    def resolution_seconds(self) -> int:
+        return duration_seconds(self.resolution)
 
 
 class PredictorSettings(Model):
@@ -76,6 +145,9 @@ class PredictorSettings(Model):
     hot_threshold: Percent = Field(
         default=70,
         description="A node predicted above this percent of its allocatable CPU is predicted hot.",
+    )
+    history: HistorySettings = Field(
+        default_factory=HistorySettings, description="Where the daily peaks come from (Prometheus)."
     )
 
     @model_validator(mode="after")

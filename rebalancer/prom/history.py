@@ -1,0 +1,222 @@
+"""Pods' daily CPU peaks from Prometheus, computed server-side (the predictor's input).
+
+For each of the last N calendar days, one instant query per batch of nodes, evaluated at the day's end:
+
+    quantile_over_time(0.95, (<podQuery>)[86399s:5m])      # a subquery over the per-pod rate
+    quantile_over_time(0.95, <recordingRule>{node=~"..."}[86399s])   # or a recorded series, no subquery
+
+so Prometheus returns one number per pod and day, never the raw samples (8 days of raw samples for
+30,000 pods exceed Prometheus' default 50M-sample limit). The range is one second shorter than the day:
+Prometheus 2 ranges are closed at both ends, and the point at the opening midnight belongs to the day
+before. Nodes are grouped into batches so that one query holds at most ``maxSamplesPerQuery`` samples.
+``pooled_p95`` needs one more query per batch over the whole window; ``systemQuery`` one per day.
+
+Missing stays missing: a pod without a value on a day has NaN there (never 0). Any failed or malformed
+query fails the whole read with a ``SourceError`` (a prediction on part of the batches would be wrong
+for the rest); an empty answer for a day is not an error (a new cluster, or pods created today).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from rebalancer.model import PodKey
+from rebalancer.predict.days import DayWindow, last_days
+from rebalancer.predict.history import DailyPeaks
+from rebalancer.predict.settings import PredictorSettings
+from rebalancer.prom.client import PromClient, Vector, by_node, by_pod, iso
+from rebalancer.settings import PrometheusSettings
+
+Progress = Callable[[int, int, str], None]
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True, slots=True)
+class PodHistory:
+    """What the predictor reads: per pod (and per node's system usage) one peak per day, oldest first."""
+
+    pods: DailyPeaks[PodKey]
+    system: DailyPeaks[str] | None
+    days: tuple[DayWindow, ...]
+    queries: int
+    batches: int
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Query:
+    name: str
+    promql: str
+    at: float
+    kind: str  # "pods", "pooled" or "system"
+    day: int  # index into the days (pooled: -1)
+
+
+def node_batches(pods_per_node: Mapping[str, int], max_pods: int) -> list[tuple[str, ...]]:
+    """Nodes (sorted) packed greedily into batches of at most ``max_pods`` pods; a node with more pods than
+    that is a batch of its own. Nodes without pods are left out: they have no history to read."""
+    batches: list[tuple[str, ...]] = []
+    current: list[str] = []
+    held = 0
+    for node in sorted(pods_per_node):
+        count = pods_per_node[node]
+        if count <= 0:
+            continue
+        if current and held + count > max_pods:
+            batches.append(tuple(current))
+            current, held = [], 0
+        current.append(node)
+        held += count
+    if current:
+        batches.append(tuple(current))
+    return batches
+
+
+class PrometheusHistorySource:
+    def __init__(self, prometheus: PrometheusSettings, predictor: PredictorSettings) -> None:
+        self._prometheus = prometheus
+        self._predictor = predictor
+        self._history = predictor.history
+        self._client = PromClient(prometheus, timeout_seconds=predictor.history.timeout_seconds)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> PrometheusHistorySource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def read(self, pods_per_node: Mapping[str, int], at: float, progress: Progress | None = None) -> PodHistory:
+        """The daily peaks of the pods on ``pods_per_node``'s nodes for the days before ``at``."""
+        days = last_days(at, self._predictor.days, self._history.time_zone)
+        pooled = self._predictor.aggregation == "pooled_p95"
+        day_batches = self._batches(pods_per_node, 1)
+        pooled_batches = self._batches(pods_per_node, len(days)) if pooled else []
+        queries = [
+            _Query(
+                f"history day {day.day} batch {b + 1}/{len(day_batches)}",
+                self._pods_promql(batch, day.seconds),
+                day.end,
+                "pods",
+                i,
+            )
+            for i, day in enumerate(days)
+            for b, batch in enumerate(day_batches)
+        ]
+        window = days[-1].end - days[0].start
+        queries += [
+            _Query(
+                f"history pooled batch {b + 1}/{len(pooled_batches)}",
+                self._pods_promql(batch, window),
+                days[-1].end,
+                "pooled",
+                -1,
+            )
+            for b, batch in enumerate(pooled_batches)
+        ]
+        system = self._history.system_query
+        if system is not None:
+            queries += [
+                _Query(f"history system day {day.day}", self._system_promql(system, day.seconds), day.end, "system", i)
+                for i, day in enumerate(days)
+            ]
+        self._client.authorize()
+        pod_days: dict[PodKey, list[float]] = {}
+        pod_pooled: dict[PodKey, float] = {}
+        system_days: dict[str, list[float]] = {}
+        for query, series in self._run(queries, progress):
+            if query.kind == "system":
+                for node, cores in by_node(query.name, series, self._prometheus.node_label).items():
+                    system_days.setdefault(node, [math.nan] * len(days))[query.day] = cores * 1000.0
+                continue
+            for key, cores in by_pod(query.name, series).items():
+                if query.kind == "pooled":
+                    pod_pooled[key] = max(pod_pooled.get(key, 0.0), cores * 1000.0)
+                    continue
+                row = pod_days.setdefault(key, [math.nan] * len(days))
+                # a pod name on two nodes (a StatefulSet pod rescheduled): each batch saw part of the day
+                row[query.day] = cores * 1000.0 if math.isnan(row[query.day]) else max(row[query.day], cores * 1000.0)
+        return PodHistory(
+            pods=_peaks(pod_days, len(days), pod_pooled if pooled else None),
+            system=_peaks(system_days, len(days), None) if self._history.system_query is not None else None,
+            days=days,
+            queries=len(queries),
+            batches=len(day_batches),
+            description=self._describe(days, len(day_batches)),
+        )
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def _batches(self, pods_per_node: Mapping[str, int], days: int) -> list[tuple[str, ...] | None]:
+        """None stands for "every node" (one batch, no filter)."""
+        points = days * 86400 / self._history.resolution_seconds()
+        max_pods = max(1, int(self._history.max_samples_per_query // points))
+        batches = node_batches(pods_per_node, max_pods)
+        if len(batches) <= 1 or not self._filterable():
+            return [None]
+        return list(batches)
+
+    def _filterable(self) -> bool:
+        return self._history.recording_rule is not None or "{pod_filter}" in self._history.pod_query
+
+    def _pods_promql(self, nodes: Sequence[str] | None, seconds: float) -> str:
+        q = self._predictor.quantile
+        node_set = frozenset(nodes) if nodes is not None else None
+        rule = self._history.recording_rule
+        if rule is not None:
+            matcher = self._prometheus.render("{pod_filter}", node_set).removeprefix(", ")
+            return f"quantile_over_time({q:g}, {rule}{{{matcher}}}[{_range(seconds)}])"
+        inner = self._prometheus.render(self._history.pod_query, node_set)
+        return f"quantile_over_time({q:g}, ({inner})[{_range(seconds)}:{self._history.resolution}])"
+
+    def _system_promql(self, template: str, seconds: float) -> str:
+        inner = self._prometheus.render(template)
+        return (
+            f"quantile_over_time({self._predictor.quantile:g}, ({inner})[{_range(seconds)}:{self._history.resolution}])"
+        )
+
+    def _run(self, queries: Sequence[_Query], progress: Progress | None) -> Iterator[tuple[_Query, Vector]]:
+        total = len(queries)
+        with ThreadPoolExecutor(max_workers=self._history.concurrency, thread_name_prefix="history") as pool:
+            futures = [
+                (query, pool.submit(self._client.vector, query.name, query.promql, query.at)) for query in queries
+            ]
+            try:
+                for done, (query, future) in enumerate(futures, start=1):
+                    series = future.result()
+                    if progress is not None:
+                        progress(done, total, query.name)
+                    yield query, series
+            finally:
+                for _, future in futures:
+                    future.cancel()
+
+    def _describe(self, days: tuple[DayWindow, ...], batches: int) -> str:
+        h = self._history
+        source = f"recording rule {h.recording_rule}" if h.recording_rule else f"pod query at {h.resolution} resolution"
+        return (
+            f"Prometheus {self._client.url}: daily {self._predictor.quantile:g} quantile of {source}, "
+            f"{len(days)} day(s) {days[0].day}..{days[-1].day} ({h.time_zone}), {batches} batch(es) of nodes, "
+            f"read at {iso(days[-1].end)}"
+        )
+
+
+def _range(seconds: float) -> str:
+    return f"{max(1, round(seconds) - 1)}s"
+
+
+def _peaks(rows: Mapping[K, list[float]], days: int, pooled: Mapping[K, float] | None) -> DailyPeaks[K]:
+    keys = tuple(rows)
+    values = np.array([rows[k] for k in keys], dtype=np.float64).reshape(len(keys), days)
+    pooled_arr = None
+    if pooled is not None:
+        pooled_arr = np.array([pooled.get(k, math.nan) for k in keys], dtype=np.float64)
+    return DailyPeaks(keys, values, pooled_arr)
