@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rebalancer.app_prediction import HistoryCache, needs_prediction, predicted_load
 from rebalancer.cycle import plan_cycle
 from rebalancer.demo import load_demo
 from rebalancer.errors import ConfigError, SourceError
@@ -50,11 +51,13 @@ def plan_live(
     focus: frozenset[str] | None = None,
     known: ClusterFacts | None = None,
     cached: Callable[[], ClusterFacts] | None = None,
+    history: HistoryCache | None = None,
 ) -> PlanOutcome:
     """Read the cluster and Prometheus, then plan. A failed usage read blocks evictions, not the plan.
 
     ``cached``: the facts come from the serve mode's watch cache, nothing is listed. Otherwise ``focus``
-    (an alert's nodes) with ``known`` (recent facts): only those nodes are listed afresh."""
+    (an alert's nodes) with ``known`` (recent facts): only those nodes are listed afresh. ``history``:
+    the service's cache of the predictor's daily peaks (strategies with classifyBy predicted or max)."""
     now = clock()
     if cached is not None:
         facts = cached()
@@ -64,7 +67,8 @@ def plan_live(
         facts = read_facts(kube, focus, known)
     with PrometheusUsageSource(policy.prometheus) as prometheus:
         usage = read_usage(lambda at: prometheus.read(at, focus), now)
-    snapshot, plan = plan_cycle(facts, usage, policy, now, focus)
+    predicted = predicted_load(policy, facts, now, history) if needs_prediction(policy) else None
+    snapshot, plan = plan_cycle(facts, usage, policy, now, focus, predicted)
     return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}", facts)
 
 
@@ -105,11 +109,12 @@ def run_cycle(
     known: ClusterFacts | None = None,
     requester: str | None = None,
     cached: Callable[[], ClusterFacts] | None = None,
+    history: HistoryCache | None = None,
 ) -> RunOutcome:
     """Snapshot, plan, limits, evict, persist, on an existing connection (CronJob and service alike).
 
     ``may_act`` is asked before every eviction (the service passes "still the leader")."""
-    planned = plan_live(policy, ClusterConnection(), clock, api, focus, known, cached)
+    planned = plan_live(policy, ClusterConnection(), clock, api, focus, known, cached, history)
     namespace = state_namespace(policy.state.namespace)
     evictor = Evictor(
         actions=KubeActions(api),

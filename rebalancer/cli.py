@@ -10,10 +10,15 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rebalancer import __version__
 from rebalancer.errors import ConfigError, RebalancerError
-from rebalancer.policy import load_policy
+from rebalancer.policy import Policy, load_policy
+
+if TYPE_CHECKING:
+    from rebalancer.predict.command import LiveResult
+    from rebalancer.predict.usage import Progress
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_CONFIG, EXIT_SOURCE, EXIT_FAILED = 0, 1, 2, 3, 4
 
@@ -66,7 +71,11 @@ def _predict_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "predict",
         help="predicted utilization of each node at the next peak; --backtest DATA evaluates the aggregations",
     )
-    predict.add_argument("--policy", metavar="FILE", help="policy YAML whose predictor: section is used")
+    predict.add_argument(
+        "--policy", metavar="FILE", help="policy YAML: its predictor: section, and prometheus: for a live cluster"
+    )
+    predict.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    predict.add_argument("--context", help="kubeconfig context")
     predict.add_argument("--demo", action="store_true", help="predict on the embedded demo, no cluster needed")
     predict.add_argument(
         "--backtest",
@@ -127,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "predict":
             from rebalancer.predict.command import predict_command
 
-            return predict_command(args)
+            return predict_command(args, _predict_live)
         return _plan(args)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
@@ -172,6 +181,12 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"rebalancer: plan blocked: {outcome.plan.blocked}", file=sys.stderr)
         return EXIT_SOURCE
     return EXIT_OK
+
+
+def _predict_live(policy: Policy, args: argparse.Namespace, progress: Progress | None) -> LiveResult:
+    from rebalancer.app_prediction import predict_live
+
+    return predict_live(policy, args.kubeconfig, args.context, progress)
 
 
 def _serve(args: argparse.Namespace) -> int:

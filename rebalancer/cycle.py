@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rebalancer.model import ClusterFacts, UsageReport
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
+from rebalancer.predicted import PredictedLoad
 from rebalancer.protections import Protections
 from rebalancer.snapshot import ClusterSnapshot, after_evictions, build_snapshot
 from strategies import build
@@ -16,9 +19,13 @@ def plan_cycle(
     policy: Policy,
     taken_at: float,
     focus: frozenset[str] | None = None,
+    predicted: PredictedLoad | None = None,
 ) -> tuple[ClusterSnapshot, EvictionPlan]:
-    """``focus``: the nodes an alert named; only they are relieved (None: every hot node)."""
+    """``focus``: the nodes an alert named; only they are relieved (None: every hot node).
+    ``predicted``: the next-peak load, for strategies that classify by prediction."""
     snapshot = build_snapshot(facts, usage, policy.pools, taken_at, focus)
+    if predicted is not None:
+        snapshot = replace(snapshot, predicted=predicted)
     protections = Protections.from_settings(policy.protections)
     results = []
     seen = snapshot

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rebalancer.app import Clock, ClusterConnection, run_cycle, state_namespace
+from rebalancer.app_prediction import HistoryCache
 from rebalancer.errors import RebalancerError
 from rebalancer.evictor import DryRun
 from rebalancer.kube import ApiClient, KubeSource, connect
@@ -149,6 +150,7 @@ class _Cycles:
         self._dry_run = dry_run
         self._clock = clock
         self._known = known
+        self._history = HistoryCache()  # the predictor's daily peaks: read once a day
 
     def __call__(self, policy: Policy, trigger: Trigger) -> CycleResult:
         chosen = tuple(policy.strategies[i] for i in trigger.strategies)
@@ -167,6 +169,7 @@ class _Cycles:
             known,
             f"rebalancer/{self._identity}",
             cache.facts if cache is not None else None,
+            self._history,
         )
         facts = outcome.planned.facts
         if cache is None and facts is not None:

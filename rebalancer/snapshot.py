@@ -11,6 +11,7 @@ import msgspec
 from rebalancer.labels import LabelSelector
 from rebalancer.model import ClusterFacts, DisruptionBudget, Node, Pod, PodKey, UsageReport
 from rebalancer.plan import PlannedEviction
+from rebalancer.predicted import PredictedLoad
 from rebalancer.settings import PoolSettings
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -39,6 +40,7 @@ class ClusterSnapshot:
     usage_failure: str | None
     focus: frozenset[str] | None = None  # an alert's nodes: only these may be relieved this cycle
     unbound: tuple[Pod, ...] = ()  # non-terminal pods on no (known) node: Pending replicas count as unavailable
+    predicted: PredictedLoad | None = None  # next-peak load, when a strategy classifies by prediction
 
     def pods_on(self, node: str) -> tuple[Pod, ...]:
         return self.pods_by_node.get(node, ())
@@ -153,6 +155,7 @@ def after_evictions(snapshot: ClusterSnapshot, evictions: Iterable[PlannedEvicti
     load = dict(snapshot.load)
     pods_by_node = dict(snapshot.pods_by_node)
     spent: dict[tuple[str, str], int] = {}
+    predicted = snapshot.predicted
     for node in sorted({e.node for e in moved.values()}):  # only the nodes pods leave: not 150,000 pods
         pods = snapshot.pods_on(node)
         leaving = [p for p in pods if p.key in moved]
@@ -160,11 +163,14 @@ def after_evictions(snapshot: ClusterSnapshot, evictions: Iterable[PlannedEvicti
             continue
         pods_by_node[node] = tuple(p for p in pods if p.key not in moved)
         for pod in leaving:
-            usage = moved[pod.key].usage_m
+            # the pod's current usage (a predictive strategy planned with its predicted usage)
+            usage = snapshot.pod_usage.get(pod.key, moved[pod.key].usage_m)
             load[node] = _shifted(load[node], pod, -usage, -1)
             destination = moved[pod.key].room_on
             if destination in load:
                 load[destination] = _shifted(load[destination], pod, usage, 1)
+            if predicted is not None:
+                predicted = predicted.moved(pod.key, node, destination)
             if pod.ready:
                 for budget in snapshot.budgets:
                     if budget.selects(pod):
@@ -173,7 +179,13 @@ def after_evictions(snapshot: ClusterSnapshot, evictions: Iterable[PlannedEvicti
         msgspec.structs.replace(b, disruptions_allowed=b.disruptions_allowed - spent.get((b.namespace, b.name), 0))
         for b in snapshot.budgets
     )
-    return replace(snapshot, pods_by_node=MappingProxyType(pods_by_node), load=MappingProxyType(load), budgets=budgets)
+    return replace(
+        snapshot,
+        pods_by_node=MappingProxyType(pods_by_node),
+        load=MappingProxyType(load),
+        budgets=budgets,
+        predicted=predicted,
+    )
 
 
 def _shifted(load: NodeLoad, pod: Pod, usage_m: int, count: int) -> NodeLoad:

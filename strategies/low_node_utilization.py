@@ -3,12 +3,14 @@ that really have room."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from rebalancer.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult
+from rebalancer.predicted import ClassifyBy, usage_view
 from rebalancer.protections import Protections
 from rebalancer.settings import FieldProblems
 from rebalancer.snapshot import ClusterSnapshot
@@ -41,6 +43,12 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
     destinations_in_same_pool: bool = Field(
         default=True, description="Only count room on cold nodes of the hot node's own pool."
     )
+    classify_by: ClassifyBy = Field(
+        default="current",
+        description="What usage means for classes, pod choice and room: current (the usage window read now), "
+        "predicted (the predictor's next daily peak, see predictor:), or max (the higher of the two). "
+        "Run a predicted strategy on a cron schedule ahead of the daily peak to relieve nodes before it.",
+    )
 
     @model_validator(mode="after")
     def _thresholds_ordered(self) -> LowNodeUtilizationSettings:
@@ -56,12 +64,24 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         return self
 
 
-def _decide(pct: float, band: Band) -> tuple[NodeClass, str]:
-    if pct > band.high_pct:
-        return NodeClass.HOT, f"usage {pct:.1f}% > target {band.high_pct:.1f}% ({band.explanation})"
-    if pct < band.low_pct:
-        return NodeClass.COLD, f"usage {pct:.1f}% < threshold {band.low_pct:.1f}% ({band.explanation})"
-    return NodeClass.NORMAL, f"usage {pct:.1f}% within [{band.low_pct:.1f}%, {band.high_pct:.1f}%]"
+_USAGE_WORDS: dict[ClassifyBy, str] = {
+    "current": "usage",
+    "predicted": "predicted peak usage",
+    "max": "max(current, predicted) usage",
+}
+
+
+def _decider(classify_by: ClassifyBy) -> Callable[[float, Band], tuple[NodeClass, str]]:
+    usage = _USAGE_WORDS[classify_by]
+
+    def decide(pct: float, band: Band) -> tuple[NodeClass, str]:
+        if pct > band.high_pct:
+            return NodeClass.HOT, f"{usage} {pct:.1f}% > target {band.high_pct:.1f}% ({band.explanation})"
+        if pct < band.low_pct:
+            return NodeClass.COLD, f"{usage} {pct:.1f}% < threshold {band.low_pct:.1f}% ({band.explanation})"
+        return NodeClass.NORMAL, f"{usage} {pct:.1f}% within [{band.low_pct:.1f}%, {band.high_pct:.1f}%]"
+
+    return decide
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +94,9 @@ class LowNodeUtilization:
 
     def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult:
         s = self.settings
+        snapshot = usage_view(snapshot, s.classify_by)
         bands = pool_bands(snapshot, s, s.pools, bool(s.use_deviation_thresholds))
-        decisions = classify_nodes(snapshot, KIND, bands, _decide)
+        decisions = classify_nodes(snapshot, KIND, bands, _decider(s.classify_by))
         ordered = tuple(decisions.values())
         if snapshot.usage_failure:
             return StrategyResult(KIND, (), ordered, (), (f"no evictions: {snapshot.usage_failure}",))
@@ -169,7 +190,9 @@ class LowNodeUtilization:
                 tracker.commit(placement.node, candidate.pod, candidate.usage_m)
                 ledger.take(candidate.pod)
                 reason = _why_chosen(candidate, excess, placement.reason)
-                chosen.append(_eviction(candidate, decision, reason, placement.node))
+                chosen.append(
+                    _eviction(candidate, decision, reason, placement.node, _USAGE_WORDS[self.settings.classify_by])
+                )
                 records.append(
                     PodDecision(
                         KIND,
@@ -218,7 +241,9 @@ def _passed(candidate: Candidate, node: str, reason: str) -> PodDecision:
     return PodDecision(KIND, pod.namespace, pod.name, node, False, reason, candidate.usage_m)
 
 
-def _eviction(candidate: Candidate, decision: NodeDecision, reason: str, room_on: str) -> PlannedEviction:
+def _eviction(
+    candidate: Candidate, decision: NodeDecision, reason: str, room_on: str, usage_word: str
+) -> PlannedEviction:
     pod = candidate.pod
     return PlannedEviction(
         strategy=KIND,
@@ -229,6 +254,6 @@ def _eviction(candidate: Candidate, decision: NodeDecision, reason: str, room_on
         pool=decision.pool,
         workload=pod.workload,
         usage_m=candidate.usage_m,
-        reason=f"node {decision.node} hot ({decision.usage_pct:.1f}% > {decision.high_pct:.1f}%): {reason}",
+        reason=f"node {decision.node} hot ({usage_word} {decision.usage_pct:.1f}% > {decision.high_pct:.1f}%): {reason}",
         room_on=room_on,
     )

@@ -1,5 +1,5 @@
-"""`rebalancer predict`: the demo prediction and the back-test (the live mode, which reads the pods' history
-from Prometheus through the composition root, plugs in here with the same rendering).
+"""`rebalancer predict`: on a live cluster (the composition root hands in ``live``, which lists the cluster and
+reads the pods' daily peaks from Prometheus), on the embedded demo, or as a back-test on recorded usage.
 
 Exit codes as the rest of the command line: 0 done, 2 invalid input (policy, options, data file, a missing
 optional package), 1 unexpected. Tables and JSON go to stdout; the progress bar and timings to stderr.
@@ -10,19 +10,44 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ValidationError
 
 from rebalancer.errors import ConfigError
-from rebalancer.policy import load_policy, validation_problems
+from rebalancer.policy import Policy, load_policy, validation_problems
 from rebalancer.predict.backtest import backtest
-from rebalancer.predict.render import ProgressBar, backtest_json, backtest_table, prediction_json, prediction_table
+from rebalancer.predict.predictor import Prediction
+from rebalancer.predict.render import (
+    CURRENT,
+    ProgressBar,
+    backtest_json,
+    backtest_table,
+    prediction_json,
+    prediction_table,
+)
 from rebalancer.predict.settings import AGGREGATIONS, PredictorSettings
-from rebalancer.predict.usage import load_usage
+from rebalancer.predict.usage import Progress, load_usage
 
 EXIT_OK, EXIT_CONFIG = 0, 2
+
+
+class LiveResult(Protocol):
+    @property
+    def prediction(self) -> Prediction: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def current_pct(self) -> dict[str, float] | None: ...
+    @property
+    def current_problem(self) -> str | None: ...
+    @property
+    def seconds(self) -> dict[str, float]: ...
+
+
+LivePredict = Callable[[Policy, argparse.Namespace, Progress | None], LiveResult]
 
 
 def settings_from(args: argparse.Namespace) -> PredictorSettings:
@@ -43,17 +68,39 @@ def settings_from(args: argparse.Namespace) -> PredictorSettings:
         raise ConfigError("command line", [(f"predictor.{p}", m) for p, m in validation_problems(exc)]) from exc
 
 
-def predict_command(args: argparse.Namespace) -> int:
+def predict_command(args: argparse.Namespace, live: LivePredict | None = None) -> int:
     settings = settings_from(args)
     if args.backtest:
         return _backtest(args, settings)
     if args.demo:
         return _demo(args, settings)
-    print(
-        "rebalancer predict: reading the pods' history from Prometheus is not wired yet; use --demo or --backtest DATA",
-        file=sys.stderr,
-    )
-    return EXIT_CONFIG
+    if not args.policy or live is None:
+        print("rebalancer predict: --policy FILE is required (or --demo, or --backtest DATA)", file=sys.stderr)
+        return EXIT_CONFIG
+    return _live(args, load_policy(args.policy).model_copy(update={"predictor": settings}), live)
+
+
+def _live(args: argparse.Namespace, policy: Policy, live: LivePredict) -> int:
+    bar = _progress_bar(args)
+    try:
+        result = live(policy, args, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    if result.current_problem:
+        print(f"rebalancer predict: {result.current_problem}", file=sys.stderr)
+    if args.output == "json":
+        sys.stdout.buffer.write(prediction_json(result.prediction, result.description, result.current_pct, CURRENT))
+    else:
+        sys.stdout.write(prediction_table(result.prediction, result.description, result.current_pct, CURRENT))
+    timings = ", ".join(f"{step} {seconds:.2f} s" for step, seconds in result.seconds.items())
+    print(f"rebalancer predict: {timings}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _progress_bar(args: argparse.Namespace) -> ProgressBar | None:
+    show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+    return ProgressBar(sys.stderr) if show else None
 
 
 def _demo(args: argparse.Namespace, settings: PredictorSettings) -> int:
@@ -81,8 +128,7 @@ def _backtest(args: argparse.Namespace, settings: PredictorSettings) -> int:
         raise ConfigError("command line", [("--time-zone", f"unknown time zone {args.time_zone!r}")]) from None
     if args.margin and any(m < 0 for m in args.margin):
         raise ConfigError("command line", [("--margin", "must not be negative")])
-    show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
-    bar = ProgressBar(sys.stderr) if show else None
+    bar = _progress_bar(args)
     if not 0 < args.min_coverage <= 1:
         raise ConfigError("command line", [("--min-coverage", "must be above 0 and at most 1")])
     entities = [e.strip() for e in args.entities.split(",") if e.strip()] if args.entities else None

@@ -17,24 +17,31 @@ def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
+ACTUAL, CURRENT = "actual", "current"  # the real peak (the demo knows it), or the usage now (a live cluster)
+
+
 def prediction_record(
-    prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None
+    prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None, compared: str = ACTUAL
 ) -> dict[str, Any]:
-    """The whole prediction as plain data; ``actual_pct`` (node -> real peak %, when known: the demo)."""
+    """The whole prediction as plain data; ``actual_pct``: node -> the ``compared`` utilization %."""
     record: dict[str, Any] = msgspec.to_builtins(prediction)
     record["source"] = source
     record["hotNodes"] = list(prediction.hot_nodes())
     if actual_pct is not None:
-        record["actualUtilizationPct"] = dict(sorted(actual_pct.items()))
+        record[f"{compared}UtilizationPct"] = dict(sorted(actual_pct.items()))
     return record
 
 
-def prediction_json(prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None) -> bytes:
-    record = prediction_record(prediction, source, actual_pct)
+def prediction_json(
+    prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None, compared: str = ACTUAL
+) -> bytes:
+    record = prediction_record(prediction, source, actual_pct, compared)
     return msgspec.json.format(msgspec.json.encode(record), indent=2) + b"\n"
 
 
-def prediction_table(prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None) -> str:
+def prediction_table(
+    prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None, compared: str = ACTUAL
+) -> str:
     lines = [
         f"Predicted next peak from {source}: {prediction.aggregation} of {prediction.days} day(s), "
         f"safety margin {prediction.safety_margin:g}, hot above {prediction.hot_threshold:g}%",
@@ -57,7 +64,7 @@ def prediction_table(prediction: Prediction, source: str, actual_pct: Mapping[st
                 sources or "no pods",
             ]
         )
-    header = ["node", "pred %", *([] if actual_pct is None else ["actual %"]), "pred m", "alloc m"]
+    header = ["node", "pred %", *([] if actual_pct is None else [f"{compared} %"]), "pred m", "alloc m"]
     header += ["system m", "class", "pods by source"]
     lines += text_table(header, rows, right=frozenset(range(1, len(header) - 3)))
     hot = prediction.hot_nodes()
