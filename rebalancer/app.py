@@ -12,13 +12,15 @@ from pathlib import Path
 
 from rebalancer.app_prediction import HistoryCache, needs_prediction, predicted_load
 from rebalancer.cycle import plan_cycle
-from rebalancer.demo import load_demo
+from rebalancer.demo import load_demo, load_demo_history
 from rebalancer.errors import ConfigError, SourceError
 from rebalancer.evictor import DryRun, Evictor, EvictorReport
 from rebalancer.kube import ApiClient, ConfigMapStateStore, KubeActions, KubeSource, connect
 from rebalancer.model import ClusterFacts, UsageReport
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
+from rebalancer.predict.predictor import predict
+from rebalancer.predicted import PredictedLoad
 from rebalancer.prom import PrometheusUsageSource
 from rebalancer.protections import Protections
 from rebalancer.snapshot import ClusterSnapshot
@@ -163,5 +165,11 @@ def plan_demo(policy: Policy) -> PlanOutcome:
     """Plan on the embedded demo snapshot (no cluster, no Prometheus)."""
     demo = load_demo()
     facts: ClusterFacts = demo.facts
-    snapshot, plan = plan_cycle(facts, demo.usage(), policy, demo.taken_at)
+    predicted = None
+    if needs_prediction(policy):  # the demo ships its pods' daily peaks too
+        history = load_demo_history()
+        days = policy.predictor.days
+        prediction = predict(facts, history.pod_history(days), policy.predictor, history.system_history(days))
+        predicted = PredictedLoad.from_prediction(prediction, history.description)
+    snapshot, plan = plan_cycle(facts, demo.usage(), policy, demo.taken_at, None, predicted)
     return PlanOutcome(snapshot, plan, f"embedded demo: {demo.description}")

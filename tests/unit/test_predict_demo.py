@@ -34,3 +34,24 @@ def test_demo_table_and_policy_override(tmp_path: Path, capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     assert "weighted_mean of 8 day(s), safety margin 0.5, hot above 70%" in out
     assert "actual %" in out and "Predicted hot:" in out
+
+
+def test_plan_demo_with_a_predictive_strategy_classifies_by_the_demo_prediction(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`plan --demo` with classifyBy predicted: the nodes it calls hot are the ones `predict --demo` predicts
+    above the same percentage, and every planned eviction comes from one of them."""
+    assert main(["predict", "--demo", "--output", "json"]) == 0
+    predicted_hot = set(json.loads(capsys.readouterr().out)["hotNodes"])
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "pools: {label: node-pool}\nstrategies:\n"
+        "- {kind: LowNodeUtilization, thresholds: {cpu: 50}, targetThresholds: {cpu: 70}, classifyBy: predicted}\n"
+    )
+    assert main(["plan", "--demo", "--policy", str(policy), "--output", "json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    nodes = record["strategies"][0]["nodes"]
+    hot = {n["node"] for n in nodes if n["node_class"] == "hot"}
+    assert hot == predicted_hot and hot
+    assert all(n["reason"].startswith("predicted peak usage") for n in nodes if n["node_class"] != "unknown")
+    assert record["evictions"] and {e["node"] for e in record["evictions"]} <= hot

@@ -1,0 +1,188 @@
+"""Predictive mode end to end: the real kubernetes client against the test API server, a real Prometheus with
+9 days of cAdvisor-shaped history (promtool), the production predictor, planner and evictor.
+
+peak-1 is calm at 08:00 (35%) but every afternoon report-0 burns 2.2 cores for three hours, taking the node to
+85%: a LowNodeUtilization that classifies by prediction moves report-0 before the peak; one that classifies
+by current usage does nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from rebalancer import app
+from rebalancer.app_prediction import HistoryCache, predict_live, read_history
+from rebalancer.cli import _parser, main
+from rebalancer.evictor import Outcome
+from rebalancer.plan import NodeClass
+from rebalancer.policy import load_policy
+from rebalancer.predict.command import predict_command
+from rebalancer.predict.usage import Progress
+from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
+from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
+from tests.kubeapi import TestApiServer
+from tests.kubeapi import builders as b
+from tests.service.scenario import live_pods
+
+pytestmark = pytest.mark.prometheus
+
+AT = datetime(2024, 1, 10, 8, tzinfo=UTC).timestamp()
+START = datetime(2024, 1, 1, tzinfo=UTC).timestamp()
+RS = "shop-7c9f"
+
+
+def afternoon_peak(t: float) -> float:
+    return 2.2 if 13 <= (t - 1) % 86400 // 3600 < 16 else 0.2
+
+
+PODS = {
+    "report-0": ("peak-1", afternoon_peak),
+    "api-0": ("peak-1", constant(0.5)),
+    "api-1": ("peak-1", constant(0.4)),
+    "web-1": ("cold-1", constant(0.1)),
+    "web-2": ("cold-2", constant(0.1)),
+}
+NODES = ("peak-1", "cold-1", "cold-2")
+HISTORY = CadvisorHistory(
+    nodes=tuple(NodeSpec(n, 0.3) for n in NODES),
+    pods=tuple(PodSpec("shop", name, node, (Container("app", rate),)) for name, (node, rate) in PODS.items()),
+    start=START,
+    end=AT + 300,
+    step=150.0,
+)
+
+
+@pytest.fixture(scope="module")
+def prometheus(start_prometheus: StartPrometheus) -> PrometheusServer:
+    return start_prometheus(HISTORY.series())
+
+
+def build_cluster(server: TestApiServer) -> None:
+    for name in NODES:
+        server.add(b.node(name, cpu="4", memory="16Gi"))
+    server.add(b.deployment("shop", "shop", replicas=5), b.replica_set(RS, "shop", deployment="shop", replicas=5))
+    for name, (node, _) in PODS.items():
+        server.add(
+            b.pod(name, namespace="shop", node=node, owners=[b.owner("ReplicaSet", RS)], labels={"app": "shop"},
+                  containers=[b.container(cpu="200m", memory="256Mi")])
+        )  # fmt: skip
+
+
+def write_policy(path: Path, prometheus_url: str, classify_by: str, extra: str = "") -> Path:
+    path.write_text(
+        f"prometheus: {{url: '{prometheus_url}', maxDataAgeSeconds: 600}}\n"
+        "strategies:\n"
+        "- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 70}, "
+        f"classifyBy: {classify_by}}}\n"
+        "predictor: {systemCpuM: 300, minHistoryDays: 3, hotThreshold: 70" + extra + "}\n"
+        "state: {namespace: rebalancer}\n"
+    )
+    return path
+
+
+def test_a_predicted_strategy_moves_the_peaky_pod_before_the_peak(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    connection = app.ClusterConnection(str(kubeconfig))
+
+    calm = app.run_once(
+        load_policy(write_policy(tmp_path / "now.yaml", prometheus.url, "current")), connection, clock=lambda: AT
+    )
+    decisions = {d.node: d for d in calm.planned.plan.results[0].node_decisions}
+    assert decisions["peak-1"].node_class is NodeClass.NORMAL
+    assert decisions["peak-1"].usage_pct == pytest.approx(35, abs=1)  # 0.3 + 0.2 + 0.5 + 0.4 cores (+ pause)
+    assert not calm.report.results and live_pods(kube_server) == set(PODS)
+
+    policy = load_policy(write_policy(tmp_path / "peak.yaml", prometheus.url, "predicted"))
+    ahead = app.run_once(policy, connection, clock=lambda: AT)
+
+    plan = ahead.planned.plan
+    decisions = {d.node: d for d in plan.results[0].node_decisions}
+    # predicted: max_daily of 2200 + 500 + 400 pod peaks, plus systemCpuM 300 -> 3400m of 4000m
+    assert decisions["peak-1"].node_class is NodeClass.HOT
+    assert decisions["peak-1"].usage_m == pytest.approx(3400, abs=5)
+    assert [e.name for e in plan.evictions] == ["report-0"]
+    assert "predicted peak usage" in plan.evictions[0].reason
+    assert {r.eviction.name: r.outcome for r in ahead.report.results} == {"report-0": Outcome.EVICTED}
+    assert live_pods(kube_server) == set(PODS) - {"report-0"}
+    assert [r.name for r in kube_server.eviction.records] == ["report-0"]
+
+
+def test_a_failed_history_read_evicts_nothing_and_the_plan_says_why(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    broken = ", history: {podQuery: 'sum by (namespace, pod) (rate(nonsense[{rate_window}]'}"  # unbalanced
+    policy = load_policy(write_policy(tmp_path / "broken.yaml", prometheus.url, "predicted", broken))
+
+    outcome = app.run_once(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: AT)
+
+    assert not outcome.planned.plan.evictions and not outcome.report.results
+    notes = " ".join(outcome.planned.plan.results[0].notes)
+    assert "classifyBy predicted: predictor history: MetricsUnavailable" in notes and "bad_data" in notes
+    assert live_pods(kube_server) == set(PODS)
+
+
+def test_the_history_cache_reads_prometheus_once_a_day(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    policy = load_policy(write_policy(tmp_path / "peak.yaml", prometheus.url, "predicted"))
+    facts = app.plan_live(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: AT).facts
+    assert facts is not None
+    cache = HistoryCache()
+    first = read_history(policy, facts, AT, cache=cache)
+    assert read_history(policy, facts, AT + 3600, cache=cache) is first  # same day: no new read
+    next_day = read_history(policy, facts, AT + 86400, cache=cache)
+    assert next_day is not first and next_day.days[-1].day != first.days[-1].day
+
+
+def test_predict_on_the_live_cluster_prints_each_node_and_the_predicted_hot_ones(
+    kube_server: TestApiServer,
+    kubeconfig: Path,
+    prometheus: PrometheusServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    build_cluster(kube_server)
+    policy = write_policy(tmp_path / "p.yaml", prometheus.url, "current")
+    seen: list[int] = []
+
+    def live(policy: object, args: argparse.Namespace, progress: Progress | None) -> object:
+        assert progress is not None  # --progress always
+        return predict_live(
+            policy,  # type: ignore[arg-type]
+            args.kubeconfig,
+            args.context,
+            lambda done, total, what: (seen.append(done), progress(done, total, what)),
+            clock=lambda: AT,
+        )
+
+    args = [
+        "predict", "--policy", str(policy), "--kubeconfig", str(kubeconfig), "--output", "json", "--progress", "always",
+    ]  # fmt: skip
+    code = predict_command(_parser().parse_args(args), live)  # type: ignore[arg-type]
+
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    record = json.loads(captured.out)
+    assert record["hotNodes"] == ["peak-1"]
+    nodes = {n["node"]: n for n in record["nodes"]}
+    assert nodes["peak-1"]["utilization_pct"] == pytest.approx(85, abs=0.2)
+    assert nodes["cold-1"]["sources"] == {"history": 1}
+    assert record["currentUtilizationPct"]["peak-1"] == pytest.approx(35, abs=1)
+    report = next(p for p in record["pods"] if p["name"] == "report-0")
+    assert report["source"] == "history" and report["cpu_m"] == pytest.approx(2200, abs=2)
+    assert seen == list(range(1, 9))  # 8 daily queries, one batch
+    assert "history" in captured.err and "8/8" in captured.err
+
+
+def test_predict_without_a_policy_or_demo_says_what_is_needed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict"]) == 2
+    assert "--policy FILE is required" in capsys.readouterr().err
