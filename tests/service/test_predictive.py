@@ -186,3 +186,19 @@ def test_predict_on_the_live_cluster_prints_each_node_and_the_predicted_hot_ones
 def test_predict_without_a_policy_or_demo_says_what_is_needed(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["predict"]) == 2
     assert "--policy FILE is required" in capsys.readouterr().err
+
+
+def test_predict_with_prometheus_down_exits_3_naming_the_history_query(
+    kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through the command line's own wiring (cli -> app_prediction): the cluster is listed, then the first
+    history query fails and nothing is printed as a prediction."""
+    build_cluster(kube_server)
+    policy = write_policy(tmp_path / "p.yaml", "http://127.0.0.1:9", "current")  # discard port: refused
+
+    code = main(["predict", "--policy", str(policy), "--kubeconfig", str(kubeconfig), "--progress", "never"])
+
+    captured = capsys.readouterr()
+    assert code == 3 and captured.out == ""
+    assert "MetricsUnavailable" in captured.err and "query history day" in captured.err
+    assert "cannot reach Prometheus at http://127.0.0.1:9" in captured.err
