@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import yaml
@@ -85,13 +86,10 @@ def run_rendered_cycle(rendered: Rendered, server: TestApiServer, kubeconfig: Pa
     test cluster at the time of the Prometheus history, in the namespace the pod's env names."""
     build_cluster(server)
     policy = parse_policy(rendered_policy(rendered, prometheus_url))
-    os.environ["POD_NAMESPACE"] = NAMESPACE  # the rendered env (fieldRef metadata.namespace)
-    try:
+    with mock.patch.dict(os.environ, {"POD_NAMESPACE": NAMESPACE}):  # the rendered env (fieldRef)
         for _ in range(2):  # the second run finds the state ConfigMaps and updates them
             outcome = app.run_cycle(policy, connect(str(kubeconfig)), DryRun.OFF, clock=lambda: END)
             assert not outcome.report.aborted, outcome.report
-    finally:
-        del os.environ["POD_NAMESPACE"]
     assert [r for r in server.eviction.records if r.code == 201], "the scenario evicted nothing"
     assert server.store.get("configmaps", "rebalancer-state", NAMESPACE) is not None
 
