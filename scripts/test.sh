@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up and runs every check: ruff, mypy --strict, import-linter contracts, then the whole pytest
-# suite (real Prometheus from the Debian package; under CI=true a missing component fails the run).
+# Sets up and runs every check: ruff, mypy --strict, import-linter contracts, hadolint on the Dockerfile,
+# then the whole pytest suite (real Prometheus from the Debian package; the Helm chart rendered, linted and
+# validated under tests/packaging; under CI=true a missing component fails the run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --dev
@@ -13,5 +14,7 @@ echo "== mypy --strict"
 mypy
 echo "== import-linter"
 lint-imports
+echo "== hadolint"
+hadolint Dockerfile
 echo "== pytest"
 exec pytest "$@"

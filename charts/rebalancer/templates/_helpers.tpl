@@ -1,0 +1,117 @@
+{{/* Names and labels. */}}
+{{- define "rebalancer.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "rebalancer.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "rebalancer.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rebalancer.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "rebalancer.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "rebalancer.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "rebalancer.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "rebalancer.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "rebalancer.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/* The policy's settings the chart reads, with the code's defaults (rebalancer/policy.py). */}}
+{{- define "rebalancer.port" -}}
+{{- dig "service" "port" 8080 .Values.policy | int }}
+{{- end }}
+
+{{- define "rebalancer.leaderElection" -}}
+{{- if dig "service" "leaderElection" "enabled" true .Values.policy }}true{{ end }}
+{{- end }}
+
+{{- define "rebalancer.watchCache" -}}
+{{- if and (eq .Values.kind "Deployment") (dig "service" "watchCache" "enabled" true .Values.policy) }}true{{ end }}
+{{- end }}
+
+{{- define "rebalancer.serve" -}}
+{{- if eq .Values.kind "Deployment" }}true{{ end }}
+{{- end }}
+
+{{- define "rebalancer.webhookToken" -}}
+{{- if and (eq .Values.kind "Deployment") .Values.webhook.token.enabled }}true{{ end }}
+{{- end }}
+
+{{- define "rebalancer.webhookSecretName" -}}
+{{- .Values.webhook.token.existingSecret | default (printf "%s-webhook" (include "rebalancer.fullname" .)) }}
+{{- end }}
+
+{{- define "rebalancer.policyDir" -}}/etc/rebalancer/policy{{- end }}
+{{- define "rebalancer.tokenDir" -}}/etc/rebalancer/webhook{{- end }}
+
+{{/*
+The policy file: the values' policy, with apiVersion and kind, and the webhook token file the chart mounts.
+Values the chart cannot honour fail here with the value's path.
+*/}}
+{{- define "rebalancer.policy" -}}
+{{- $policy := deepCopy .Values.policy }}
+{{- $_ := set $policy "apiVersion" "rebalancer.io/v1alpha1" }}
+{{- $_ := set $policy "kind" "RebalancerPolicy" }}
+{{- $stateNamespace := dig "state" "namespace" "" .Values.policy }}
+{{- if and $stateNamespace (ne $stateNamespace .Release.Namespace) }}
+{{- fail (printf "policy.state.namespace: %q is not the release namespace %q; the Role for the state ConfigMaps and the Lease is made in the release namespace (leave state.namespace out)" $stateNamespace .Release.Namespace) }}
+{{- end }}
+{{- if include "rebalancer.webhookToken" . }}
+{{- $service := get $policy "service" | default dict }}
+{{- $webhook := get $service "webhook" | default dict }}
+{{- $tokenFile := printf "%s/%s" (include "rebalancer.tokenDir" .) .Values.webhook.token.key }}
+{{- $given := get $webhook "tokenFile" | default "" }}
+{{- if and $given (ne $given $tokenFile) }}
+{{- fail (printf "policy.service.webhook.tokenFile: the chart mounts the token at %s (webhook.token); leave tokenFile out, or set webhook.token.enabled: false to mount your own" $tokenFile) }}
+{{- end }}
+{{- $_ := set $webhook "tokenFile" $tokenFile }}
+{{- $_ := set $service "webhook" $webhook }}
+{{- $_ := set $policy "service" $service }}
+{{- end }}
+{{- toYaml $policy }}
+{{- end }}
+
+{{/* Values that only make sense together. */}}
+{{- define "rebalancer.validate" -}}
+{{- if and (eq .Values.kind "Deployment") (gt (int .Values.replicas) 1) (not (include "rebalancer.leaderElection" .)) }}
+{{- fail (printf "replicas: %d needs leader election, or every replica evicts on its own: leave policy.service.leaderElection.enabled out (it is on by default) or set it to true" (int .Values.replicas)) }}
+{{- end }}
+{{- if and (eq .Values.kind "CronJob") (gt (int .Values.replicas) 1) }}
+{{- fail "replicas: a CronJob runs one pod per run; replicas applies to kind: Deployment" }}
+{{- end }}
+{{- if and (eq .Values.kind "CronJob") .Values.serviceMonitor.enabled }}
+{{- fail "serviceMonitor.enabled: a CronJob run serves no /metrics; use kind: Deployment" }}
+{{- end }}
+{{- $host := dig "service" "host" "0.0.0.0" .Values.policy }}
+{{- if and (eq .Values.kind "Deployment") (or (hasPrefix "127." $host) (eq $host "localhost") (eq $host "::1")) }}
+{{- fail (printf "policy.service.host: %s is reachable only from inside the pod: the probes, the Service and Prometheus could not reach it" $host) }}
+{{- end }}
+{{- end }}

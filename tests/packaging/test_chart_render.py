@@ -1,0 +1,218 @@
+"""The chart rendered for both kinds and every values file under values/: lint-clean, every manifest valid
+for the current Kubernetes release in strict mode, and the pod it makes runs what the code expects (the
+command line parses with rebalancer's own parser, the policy loads with its own loader, the probes and
+the token file point where `rebalancer serve` listens and reads)."""
+
+from __future__ import annotations
+
+import base64
+import posixpath
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from rebalancer.cli import _parser
+from rebalancer.policy import parse_policy
+from tests.packaging.chart import (
+    MONITORING_GROUP,
+    NAMESPACE,
+    RELEASE,
+    Doc,
+    Rendered,
+    lint,
+    render,
+    validate_manifest,
+    variants,
+)
+
+VARIANTS = list(variants())
+IDS = [name for name, _ in VARIANTS]
+SECURE_CONTAINER = {
+    "runAsNonRoot": True,
+    "readOnlyRootFilesystem": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+@pytest.fixture(scope="module", params=VARIANTS, ids=IDS)
+def variant(request: pytest.FixtureRequest) -> tuple[Doc, Rendered]:
+    values: Doc = request.param[1]
+    return values, render(values)
+
+
+def test_helm_lint_strict_reports_no_warning_or_error(variant: tuple[Doc, Rendered]) -> None:
+    values, _ = variant
+    problems = [m for m in lint(values) if m["severity"] >= 2]
+    assert problems == []
+
+
+def test_every_manifest_is_valid_for_the_current_kubernetes_release(variant: tuple[Doc, Rendered]) -> None:
+    _, rendered = variant
+    core = [d for d in rendered.documents if not d["apiVersion"].startswith(MONITORING_GROUP)]
+    assert core, "nothing rendered"
+    for document in core:
+        validate_manifest(document)  # raises with the field path
+    for document in rendered.documents:
+        assert document["metadata"]["name"].startswith(RELEASE)
+        if document["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert document["metadata"]["namespace"] in (NAMESPACE, rendered.values["dashboard"]["namespace"])
+
+
+def test_strict_validation_rejects_an_unknown_field() -> None:
+    """kubernetes-validate really checks: a field Kubernetes does not know fails in strict mode."""
+    deployment = render().one("Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFileSystem"] = True
+    with pytest.raises(kubernetes_validate.ValidationError, match="readOnlyRootFileSystem"):
+        validate_manifest(deployment)
+
+
+def test_the_rendered_policy_loads_with_rebalancers_own_loader(variant: tuple[Doc, Rendered]) -> None:
+    _, rendered = variant
+    policy = parse_policy(rendered.policy_text, "rendered policy.yaml")
+    given = rendered.values["policy"]
+    assert [s.kind for s in policy.strategies] == [s["kind"] for s in given["strategies"]]
+    assert policy.prometheus.url == given["prometheus"]["url"]
+    assert policy.state.namespace in (None, NAMESPACE)
+
+
+def test_the_container_runs_the_command_of_its_kind(variant: tuple[Doc, Rendered]) -> None:
+    _, rendered = variant
+    container = rendered.container
+    assert "command" not in container  # the image's entrypoint is `rebalancer`
+    args = _parser().parse_args(container["args"])
+    kind = rendered.values["kind"]
+    assert args.command == ("serve" if kind == "Deployment" else "run")
+    if kind == "CronJob":
+        assert args.once
+    assert args.dry_run == rendered.values["dryRun"]
+    assert args.log_level == rendered.values["logLevel"]
+    policy_mount = mount_of(rendered, "policy")
+    assert posixpath.dirname(args.policy) == policy_mount["mountPath"]
+    assert "subPath" not in policy_mount  # a ConfigMap update must reach the pod (hot reload)
+    namespace_env = next(e for e in container["env"] if e["name"] == "POD_NAMESPACE")
+    assert namespace_env["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def test_pod_and_container_are_hardened(variant: tuple[Doc, Rendered]) -> None:
+    _, rendered = variant
+    pod = rendered.pod_spec
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert rendered.container["securityContext"] == SECURE_CONTAINER
+    assert rendered.container["resources"]["requests"]["cpu"]
+    assert rendered.container["resources"]["limits"]["memory"]
+    assert any(v["name"] == "tmp" and "emptyDir" in v for v in pod["volumes"])  # the root filesystem is read-only
+    assert pod["serviceAccountName"] == rendered.one("ServiceAccount")["metadata"]["name"]
+
+
+def test_serve_listens_where_the_probes_and_the_service_point(variant: tuple[Doc, Rendered]) -> None:
+    _, rendered = variant
+    if rendered.values["kind"] != "Deployment":
+        assert not rendered.of_kind("Service")
+        assert "ports" not in rendered.container
+        return
+    policy = parse_policy(rendered.policy_text)
+    (port,) = rendered.container["ports"]
+    assert port["containerPort"] == policy.service.port
+    assert rendered.container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    assert rendered.container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}
+    service = rendered.one("Service")
+    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {
+        "webhook": port["name"],
+        "metrics": port["name"],
+    }
+    pod_labels = rendered.pod_template_metadata["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    for monitor in rendered.of_kind("ServiceMonitor"):
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+        assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["port"] == "metrics"
+        assert endpoint["path"] == "/metrics"
+        assert monitor["metadata"]["labels"].items() >= rendered.values["serviceMonitor"]["labels"].items()
+
+
+def test_the_webhook_token_file_is_the_mounted_secret(variant: tuple[Doc, Rendered]) -> None:
+    _, rendered = variant
+    token = rendered.values["webhook"]["token"]
+    policy = parse_policy(rendered.policy_text)
+    if rendered.values["kind"] != "Deployment" or not token["enabled"]:
+        assert policy.service.webhook.token_file is None
+        assert not rendered.of_kind("Secret")
+        return
+    mount = mount_of(rendered, "webhook-token")
+    assert policy.service.webhook.token_file == posixpath.join(mount["mountPath"], token["key"])
+    volume = next(v for v in rendered.pod_spec["volumes"] if v["name"] == "webhook-token")
+    secret_name = volume["secret"]["secretName"]
+    assert volume["secret"]["items"] == [{"key": token["key"], "path": token["key"]}]
+    if token["existingSecret"]:
+        assert secret_name == token["existingSecret"]
+        assert not rendered.of_kind("Secret")
+    else:
+        secret = rendered.named("Secret", secret_name)
+        assert set(secret["data"]) == {token["key"]}
+
+
+def test_more_than_one_replica_runs_with_leader_election_and_rolls_without_a_gap() -> None:
+    rendered = render({"replicas": 3})
+    policy = parse_policy(rendered.policy_text)
+    assert policy.service.leader_election.enabled
+    deployment = rendered.one("Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    single = render({"policy": {"service": {"leaderElection": {"enabled": False}}}}).one("Deployment")
+    assert single["spec"]["strategy"] == {"type": "Recreate"}  # two pods would both evict during a rollout
+
+
+def checksum(rendered: Rendered) -> str | None:
+    annotations: dict[str, str] = rendered.pod_template_metadata.get("annotations") or {}
+    return annotations.get("checksum/policy")
+
+
+def test_a_policy_change_changes_the_pod_template_unless_hot_reload_is_chosen() -> None:
+    base = render()
+    changed = render({"policy": {"limits": {"node": {"cooldown": "30m"}}}})
+    assert checksum(base) and checksum(changed)
+    assert checksum(base) != checksum(changed)
+    assert checksum(render({"image": {"tag": "0.2.0"}})) == checksum(base)  # only the policy counts
+    assert checksum(render({"rollOnPolicyChange": False})) is None  # the running pods reload the file
+
+
+def test_the_token_value_given_is_the_token_stored() -> None:
+    rendered = render({"webhook": {"token": {"value": "s3cret-token"}}})
+    secret = rendered.named("Secret", f"{RELEASE}-webhook")
+    assert base64.b64decode(secret["data"]["token"]).decode() == "s3cret-token"
+    generated = render().named("Secret", f"{RELEASE}-webhook")
+    assert len(base64.b64decode(generated["data"]["token"])) == 48
+
+
+def test_cronjob_settings_reach_the_cronjob() -> None:
+    rendered = render({"kind": "CronJob", "schedule": "@hourly", "cronJob": {"timeZone": "Europe/Berlin"}})
+    cronjob = rendered.one("CronJob")
+    assert cronjob["spec"]["schedule"] == "@hourly"
+    assert cronjob["spec"]["timeZone"] == "Europe/Berlin"
+    assert cronjob["spec"]["concurrencyPolicy"] == "Forbid"
+    assert cronjob["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 0
+    assert rendered.pod_spec["restartPolicy"] == "Never"
+    assert not rendered.of_kind("Deployment")
+
+
+def test_notes_name_the_mode_and_how_to_look_first(variant: tuple[Doc, Rendered]) -> None:
+    _, rendered = variant
+    notes = rendered.notes
+    assert f"as a {rendered.values['kind']}" in notes
+    assert ("DRY RUN" in notes) == (rendered.values["dryRun"] != "off")
+    if rendered.values["kind"] == "Deployment":
+        assert "/webhook/alertmanager" in notes
+    else:
+        assert "create job --from=cronjob/" in notes
+
+
+def mount_of(rendered: Rendered, volume: str) -> dict[str, Any]:
+    mounts = [m for m in rendered.container["volumeMounts"] if m["name"] == volume]
+    assert len(mounts) == 1, f"volume {volume} mounted {len(mounts)} times"
+    return mounts[0]
