@@ -61,15 +61,18 @@ def child_measure(policy_path: str, config: str, at: float, sample: list[list[st
     policy = load_policy(policy_path)
     queries: list[str] = []
     rss_before = rss_mb(os.getpid(), "VmHWM")
+    cpu = time.process_time()
     started = time.perf_counter()
     live = predict_live(policy, config, None, lambda done, total, name: queries.append(name), clock=lambda: at)
     total_s = time.perf_counter() - started
+    cpu_s = time.process_time() - cpu
     pods = {p.key: p for p in live.prediction.pods}
     sources: dict[str, int] = {}
     for p in live.prediction.pods:
         sources[p.source.value] = sources.get(p.source.value, 0) + 1
     return {
         "total_s": total_s,
+        "cpu_s": cpu_s,
         "steps": live.seconds,
         "current_s": total_s - sum(live.seconds.values()),
         "imports_s": imports_s,
@@ -94,8 +97,8 @@ def child_measure(policy_path: str, config: str, at: float, sample: list[list[st
 
 
 @contextlib.contextmanager
-def served_cluster(nodes: int, pods: int) -> Iterator[tuple[str, float]]:
-    """The test API server in its own process: (url, seconds it took to load the objects)."""
+def served_cluster(nodes: int, pods: int) -> Iterator[tuple[str, float, int]]:
+    """The test API server in its own process: (url, seconds it took to load the objects, pid)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-m", "bench.serve_cluster", "--nodes", str(nodes), "--pods", str(pods)]
     server = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
@@ -104,7 +107,7 @@ def served_cluster(nodes: int, pods: int) -> Iterator[tuple[str, float]]:
         ready = server.stdout.readline().split()
         if len(ready) < 3 or ready[0] != "READY":
             raise SystemExit(f"the test API server did not start: {ready}")
-        yield ready[1], float(ready[2])
+        yield ready[1], float(ready[2]), server.pid
     finally:
         if server.stdin:
             server.stdin.close()
@@ -118,11 +121,12 @@ def rss_mb(pid: int, field: str = "VmRSS") -> float:
     return float("nan")
 
 
-def measure(pid: int, argv: list[str]) -> dict[str, Any]:
-    """One child run, with Prometheus' CPU seconds and peak RSS over it (the peak is reset first)."""
+def measure(pid: int, api_pid: int, argv: list[str]) -> dict[str, Any]:
+    """One child run, with Prometheus' CPU seconds and peak RSS over it (the peak is reset first) and the
+    test API server's CPU seconds."""
     with contextlib.suppress(OSError):
         Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM, the peak RSS
-    cpu = process_cpu_s(pid)
+    cpu, api_cpu = process_cpu_s(pid), process_cpu_s(api_pid)
     started = time.perf_counter()
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
@@ -131,20 +135,24 @@ def measure(pid: int, argv: list[str]) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     result["child_wall_s"] = wall
     result["prom_cpu_s"] = process_cpu_s(pid) - cpu
+    result["api_cpu_s"] = process_cpu_s(api_pid) - api_cpu
     result["prom_peak_mb"] = rss_mb(pid, "VmHWM")
     return result
 
 
 def choose_sample(pop: Population, shape: Shape, size: int, seed: int) -> np.ndarray:
-    """Served pods: half steady, a quarter created during the window, a quarter hot on some days only."""
+    """Served pods: half steady, a quarter created during the window, a quarter hot on some days only (topped
+    up with other served pods where a small cluster has too few of a kind)."""
     rng = np.random.default_rng(seed)
     served = np.flatnonzero(pop.served)
     late = pop.first[served] > shape.start
     bursty = ~np.isnan(pop.burst_start[served]).all(axis=1)
     groups = [served[~late & ~bursty], served[late], served[bursty & ~late]]
     wanted = [size - 2 * (size // 4), size // 4, size // 4]
-    picked = [rng.choice(g, min(n, g.size), replace=False) for g, n in zip(groups, wanted, strict=True)]
-    return np.sort(np.concatenate(picked))
+    picked = np.concatenate([rng.choice(g, min(n, g.size), replace=False) for g, n in zip(groups, wanted, strict=True)])
+    rest = np.setdiff1d(served, picked)
+    extra = rng.choice(rest, min(size - picked.size, rest.size), replace=False)
+    return np.sort(np.concatenate([picked, extra]))
 
 
 def verify(
@@ -245,7 +253,7 @@ def main() -> None:
     sample_path.write_text(json.dumps([[pop.namespace[i], pop.pod[i]] for i in sample]))
     server = prometheus_on(root).start()
     try:
-        with served_cluster(shape.nodes, shape.pods) as (url, load_s):
+        with served_cluster(shape.nodes, shape.pods) as (url, load_s, api_pid):
             _log(f"cluster: served by the test API server (its own process), loaded in {load_s:.1f} s")
             pid = server.pid
             assert pid is not None
@@ -257,7 +265,7 @@ def main() -> None:
             idle_mb = rss_mb(pid)
             runs = []
             for k in range(args.runs):
-                runs.append(measure(pid, argv))
+                runs.append(measure(pid, api_pid, argv))
                 _log(f"  run {k + 1}/{args.runs}: {runs[-1]['total_s']:.2f} s")
             report(runs, idle_mb)
             _log(verify(shape, pop, sample, str(policy_path), config, runs[0]))
@@ -304,6 +312,12 @@ def report(runs: list[dict[str, Any]], idle_mb: float) -> None:
     print(
         f"  Prometheus over the run: CPU {median('prom_cpu_s'):.1f} s, peak RSS {median('prom_peak_mb'):.0f} MB "
         f"(idle {idle_mb:.0f} MB before the runs)"
+    )
+    cpu = median("cpu_s") + median("prom_cpu_s") + median("api_cpu_s")
+    print(
+        f"  CPU of the timed call: rebalancer {median('cpu_s'):.1f} s, Prometheus {median('prom_cpu_s'):.1f} s, "
+        f"test API server {median('api_cpu_s'):.1f} s: {cpu:.1f} s on {os.cpu_count()} cores, so at least "
+        f"{cpu / (os.cpu_count() or 1):.1f} s of wall time on this machine"
     )
     print(
         f"prediction: {first['nodes']} nodes, {first['hot']} predicted hot; pods by source {first['sources']}; "
