@@ -7,19 +7,27 @@ Shared by the usage source (``source.py``) and the history source (``history.py`
   ``errorType``/``error``, for example the 422 of a query over its sample limit), or ``status: error``.
 * ``MetricsMalformed``: not an instant vector, a series without its key labels, two series for one key,
   a value that is NaN, infinite, negative or unparsable.
+
+``large_vector`` is ``vector`` for answers of tens of thousands of series (the history source reads one
+per day, 30,000 pods each on a large cluster): the library decodes every answer with the standard ``json``
+module into dicts that are then walked again, so this one fetches the body on the same session and
+decodes it with msgspec straight into typed structs (about twice as fast). Only a plain instant vector
+takes that path; anything else is checked exactly as ``vector`` checks it and fails the same way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
@@ -34,6 +42,26 @@ _log = logging.getLogger(__name__)
 Labels = Mapping[str, str]
 Vector = list[tuple[Labels, float]]
 _MAX_SHOWN = 300  # characters of a body or series shown in an error message
+
+
+class _Sample(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """One series of an instant vector of floats (a matrix's ``values`` or a ``histogram`` is refused)."""
+
+    metric: dict[str, str]
+    value: tuple[float, str]
+
+
+class _Data(msgspec.Struct):
+    result: list[_Sample]
+    result_type: str = msgspec.field(default="", name="resultType")
+
+
+class _Answer(msgspec.Struct):
+    status: str
+    data: _Data
+
+
+_VECTOR_ANSWER = msgspec.json.Decoder(_Answer)
 
 
 class PromClient:
@@ -80,39 +108,79 @@ class PromClient:
 
     def vector(self, name: str, promql: str, at: float) -> Vector:
         """The instant vector ``promql`` evaluates to at ``at`` (epoch seconds): (labels, value) pairs."""
-        return parse_vector(name, self._query(name, promql, at))
+        with self._timed(name, at):
+            return parse_vector(name, self._call(name, promql, self._params(at)))
 
-    def _query(self, name: str, promql: str, at: float) -> object:
-        params = {"time": f"{at:.3f}", "timeout": f"{self.timeout_seconds:g}s"}
+    def large_vector(self, name: str, promql: str, at: float) -> Vector:
+        """``vector()`` for answers with many series: the same result and the same errors, decoded faster."""
+        with self._timed(name, at):
+            with self._transport_errors(name):
+                response = self._session.get(
+                    f"{self.url}/api/v1/query",
+                    params={"query": promql, **self._params(at)},
+                    timeout=self.timeout_seconds,
+                )
+            if response.status_code != 200:
+                raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}")
+            try:
+                answer = _VECTOR_ANSWER.decode(response.content)
+            except msgspec.ValidationError:  # valid JSON, but not a plain vector of floats: say what it is
+                return parse_vector(name, self._data_result(name, promql))
+            except msgspec.DecodeError as exc:
+                raise MetricsMalformed(f"query {name}: HTTP 200 but the body is not JSON: {self._body()}") from exc
+            if answer.status != "success" or answer.data.result_type != "vector":
+                return parse_vector(name, self._data_result(name, promql))
+            return [(s.metric, _value(name, s.metric, list(s.value))) for s in answer.data.result]
+
+    def _params(self, at: float) -> dict[str, str]:
+        return {"time": f"{at:.3f}", "timeout": f"{self.timeout_seconds:g}s"}
+
+    @contextlib.contextmanager
+    def _timed(self, name: str, at: float) -> Iterator[None]:
         started = time.monotonic()
         self._last.response = None
         try:
-            result = self._call(name, promql, params)
+            yield
         finally:
             self._last.response = None  # do not keep a large answer alive between cycles
         _log.debug("query %s at %s took %.3fs", name, iso(at), time.monotonic() - started)
-        return result
 
-    def _call(self, name: str, promql: str, params: Mapping[str, str]) -> object:
+    @contextlib.contextmanager
+    def _transport_errors(self, name: str) -> Iterator[None]:
         try:
-            result: object = self._client.custom_query(promql, params=dict(params))
+            yield
         except requests.Timeout as exc:
             raise MetricsUnavailable(
                 f"query {name}: Prometheus at {self.url} did not answer within {self.timeout_seconds:g}s"
             ) from exc
         except requests.ConnectionError as exc:
             raise MetricsUnavailable(f"query {name}: cannot reach Prometheus at {self.url}: {exc}") from exc
-        except requests.JSONDecodeError as exc:
-            raise MetricsMalformed(f"query {name}: HTTP 200 but the body is not JSON: {self._body()}") from exc
-        except PrometheusApiClientException as exc:
-            raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from exc
         except requests.RequestException as exc:
             raise MetricsUnavailable(f"query {name}: request to Prometheus at {self.url} failed: {exc}") from exc
-        except (KeyError, TypeError, ValueError) as exc:  # HTTP 200, but no data.result in the body
-            answer = self._json()
-            if isinstance(answer, dict) and answer.get("status") == "error":
+
+    def _call(self, name: str, promql: str, params: Mapping[str, str]) -> object:
+        with self._transport_errors(name):
+            try:
+                result: object = self._client.custom_query(promql, params=dict(params))
+            except requests.JSONDecodeError as exc:
+                raise MetricsMalformed(f"query {name}: HTTP 200 but the body is not JSON: {self._body()}") from exc
+            except PrometheusApiClientException as exc:
                 raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from exc
-            raise MetricsMalformed(f"query {name}: the answer has no data.result: {self._body()}") from exc
+            except requests.RequestException:  # some are ValueErrors too (MissingSchema, InvalidURL)
+                raise
+            except (KeyError, TypeError, ValueError) as exc:  # HTTP 200, but no data.result in the body
+                return self._data_result(name, promql, exc)
+        return result
+
+    def _data_result(self, name: str, promql: str, cause: Exception | None = None) -> object:
+        """``data.result`` of the last answer, or the error an HTTP 200 without it stands for."""
+        answer = self._json()
+        if isinstance(answer, dict) and answer.get("status") == "error":
+            raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from cause
+        data = answer.get("data") if isinstance(answer, dict) else None
+        if not isinstance(data, dict) or "result" not in data:
+            raise MetricsMalformed(f"query {name}: the answer has no data.result: {self._body()}") from cause
+        result: object = data["result"]
         return result
 
     def _keep_response(self, response: requests.Response, *args: object, **kwargs: object) -> None:

@@ -22,9 +22,10 @@ import math
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from rebalancer.model import PodKey
 from rebalancer.predict.days import DayWindow, last_days
@@ -129,24 +130,20 @@ class PrometheusHistorySource:
                 for i, day in enumerate(days)
             ]
         self._client.authorize()
-        pod_days: dict[PodKey, list[float]] = {}
-        pod_pooled: dict[PodKey, float] = {}
-        system_days: dict[str, list[float]] = {}
+        pod_days: _Table[PodKey] = _Table(len(days))
+        pod_pooled: _Table[PodKey] = _Table(1)
+        system_days: _Table[str] = _Table(len(days))
         for query, series in self._run(queries, progress):
             if query.kind == "system":
-                for node, cores in by_node(query.name, series, self._prometheus.node_label).items():
-                    system_days.setdefault(node, [math.nan] * len(days))[query.day] = cores * 1000.0
-                continue
-            for key, cores in by_pod(query.name, series).items():
-                if query.kind == "pooled":
-                    pod_pooled[key] = max(pod_pooled.get(key, 0.0), cores * 1000.0)
-                    continue
-                row = pod_days.setdefault(key, [math.nan] * len(days))
+                system_days.add(query.day, by_node(query.name, series, self._prometheus.node_label))
+            elif query.kind == "pooled":
+                pod_pooled.add(0, by_pod(query.name, series))
+            else:
                 # a pod name on two nodes (a StatefulSet pod rescheduled): each batch saw part of the day
-                row[query.day] = cores * 1000.0 if math.isnan(row[query.day]) else max(row[query.day], cores * 1000.0)
+                pod_days.add(query.day, by_pod(query.name, series))
         return PodHistory(
-            pods=_peaks(pod_days, len(days), pod_pooled if pooled else None),
-            system=_peaks(system_days, len(days), None) if self._history.system_query is not None else None,
+            pods=pod_days.peaks(pod_pooled if pooled else None),
+            system=system_days.peaks(None) if self._history.system_query is not None else None,
             days=days,
             queries=len(queries),
             batches=len(day_batches),
@@ -187,7 +184,7 @@ class PrometheusHistorySource:
         total = len(queries)
         with ThreadPoolExecutor(max_workers=self._history.concurrency, thread_name_prefix="history") as pool:
             futures = [
-                (query, pool.submit(self._client.vector, query.name, query.promql, query.at)) for query in queries
+                (query, pool.submit(self._client.large_vector, query.name, query.promql, query.at)) for query in queries
             ]
             try:
                 for done, (query, future) in enumerate(futures, start=1):
@@ -213,10 +210,32 @@ def _range(seconds: float) -> str:
     return f"{max(1, round(seconds) - 1)}s"
 
 
-def _peaks(rows: Mapping[K, list[float]], days: int, pooled: Mapping[K, float] | None) -> DailyPeaks[K]:
-    keys = tuple(rows)
-    values = np.array([rows[k] for k in keys], dtype=np.float64).reshape(len(keys), days)
-    pooled_arr = None
-    if pooled is not None:
-        pooled_arr = np.array([pooled.get(k, math.nan) for k in keys], dtype=np.float64)
-    return DailyPeaks(keys, values, pooled_arr)
+class _Table(Generic[K]):
+    """Values in cores per key and column, gathered answer by answer (a few numpy operations per answer,
+    not one Python step per pod and day); a key answered twice for one column keeps its highest value."""
+
+    def __init__(self, columns: int) -> None:
+        self._columns = columns
+        self._index: dict[K, int] = {}
+        self._parts: list[tuple[npt.NDArray[np.int64], int, npt.NDArray[np.float64]]] = []
+
+    def add(self, column: int, values: Mapping[K, float]) -> None:
+        index = self._index
+        rows = np.fromiter((index.setdefault(key, len(index)) for key in values), dtype=np.int64, count=len(values))
+        self._parts.append((rows, column, np.fromiter(values.values(), dtype=np.float64, count=len(values))))
+
+    def millicores(self) -> tuple[tuple[K, ...], npt.NDArray[np.float64]]:
+        """The keys in first-seen order and their (keys, columns) values in millicores, NaN where missing."""
+        out = np.full((len(self._index), self._columns), np.nan)
+        for rows, column, values in self._parts:
+            out[rows, column] = np.fmax(out[rows, column], values * 1000.0)
+        return tuple(self._index), out
+
+    def peaks(self, pooled: _Table[K] | None) -> DailyPeaks[K]:
+        keys, values = self.millicores()
+        if pooled is None:
+            return DailyPeaks(keys, values, None)
+        pooled_keys, pooled_values = pooled.millicores()
+        where = {key: i for i, key in enumerate(pooled_keys)}
+        pooled_arr = np.array([pooled_values[where[k], 0] if k in where else math.nan for k in keys], dtype=np.float64)
+        return DailyPeaks(keys, values, pooled_arr)

@@ -143,6 +143,11 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The running server's process id (benchmarks read its CPU and memory from /proc)."""
+        return self._process.pid if self._process is not None else None
+
+    @property
     def log_path(self) -> Path:
         return self.workdir / f"{self.name}.log"
 
@@ -246,6 +251,10 @@ class PrometheusServer:
     @property
     def url(self) -> str:
         return self.process.url
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
 
     def start(self) -> PrometheusServer:
         self.process.start()
