@@ -74,7 +74,7 @@ def child_measure(policy_path: str, config: str, at: float, sample: list[list[st
         "total_s": total_s,
         "cpu_s": cpu_s,
         "steps": live.seconds,
-        "current_s": total_s - sum(live.seconds.values()),
+        "current_s": live.seconds.get("current usage wait", 0.0),
         "imports_s": imports_s,
         "queries": len(queries),
         "batches": max((int(q.rsplit("/", 1)[1]) for q in queries if q.startswith("history day ")), default=0),
@@ -302,7 +302,7 @@ def report(runs: list[dict[str, Any]], idle_mb: float) -> None:
     print(
         f"  cluster list {step('cluster'):.2f} s | history read {step('history'):.2f} s "
         f"({first['queries']} queries, {first['batches']} batch(es) of nodes) | predict {step('predict'):.2f} s | "
-        f"current usage {median('current_s'):.2f} s ({first['current_nodes']} nodes"
+        f"current usage read beside the history, then waited {median('current_s'):.2f} s ({first['current_nodes']} nodes"
         f"{'; ' + first['current_problem'] if first['current_problem'] else ''})"
     )
     print(

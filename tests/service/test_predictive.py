@@ -183,11 +183,6 @@ def test_predict_on_the_live_cluster_prints_each_node_and_the_predicted_hot_ones
     assert "history" in captured.err and "8/8" in captured.err
 
 
-def test_predict_without_a_policy_or_demo_says_what_is_needed(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["predict"]) == 2
-    assert "--policy FILE is required" in capsys.readouterr().err
-
-
 def test_predict_with_prometheus_down_exits_3_naming_the_history_query(
     kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -51,6 +51,6 @@ def test_check_config_exits_2_naming_the_field(tmp_path: Path, capsys: pytest.Ca
     assert f"{bad}: predictor.weights: needs one weight per day: 4 (days), got 3" in capsys.readouterr().err
 
 
-def test_live_predict_is_not_wired_yet(capsys: pytest.CaptureFixture[str]) -> None:
+def test_live_predict_needs_a_policy(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["predict"]) == 2
-    assert "use --demo or --backtest DATA" in capsys.readouterr().err
+    assert "--policy FILE is required (or --demo, or --backtest DATA)" in capsys.readouterr().err
