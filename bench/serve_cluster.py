@@ -2,7 +2,10 @@
 
     python -m bench.serve_cluster --nodes 5000 --pods 150000
 
-Prints ``READY <url> <seconds to load>`` once every object is loaded.
+Prints ``READY <url> <seconds to load>`` once every object is loaded. Besides the Kubernetes API it
+answers ``GET /bench/evictions?after=N``: the eviction requests received from the N-th on, each with the
+wall-clock time it reached the server, so that a benchmark times an eviction where it lands instead of
+by listing pods.
 """
 
 from __future__ import annotations
@@ -13,6 +16,24 @@ import time
 
 from bench.cluster_gen import list_item, node, pod_bytes, replica_sets_for
 from tests.kubeapi import TestApiServer
+from tests.kubeapi.server import Request, Response
+
+EVICTIONS_PATH = "/bench/evictions"
+
+
+def evictions_route(server: TestApiServer) -> None:
+    def answer(request: Request) -> Response:
+        after = int(request.query.get("after") or 0)
+        records = server.eviction.records[after:]
+        return Response.of(
+            200,
+            [
+                {"namespace": r.namespace, "name": r.name, "code": r.code, "receivedAt": r.received_at}
+                for r in records
+            ],
+        )
+
+    server.route("GET", EVICTIONS_PATH, answer)
 
 
 def main() -> None:
@@ -23,6 +44,7 @@ def main() -> None:
     started = time.perf_counter()
     server = TestApiServer()
     server.record_requests = False
+    evictions_route(server)
     store = server.store
     store.load_encoded("nodes", (list_item(node(i)) for i in range(args.nodes)))
     store.load_encoded("replicasets", (list_item(rs) for rs in replica_sets_for(args.pods)))
