@@ -27,10 +27,7 @@ def evictions_route(server: TestApiServer) -> None:
         records = server.eviction.records[after:]
         return Response.of(
             200,
-            [
-                {"namespace": r.namespace, "name": r.name, "code": r.code, "receivedAt": r.received_at}
-                for r in records
-            ],
+            [{"namespace": r.namespace, "name": r.name, "code": r.code, "receivedAt": r.received_at} for r in records],
         )
 
     server.route("GET", EVICTIONS_PATH, answer)
