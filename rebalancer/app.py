@@ -24,6 +24,8 @@ from rebalancer.predicted import PredictedLoad
 from rebalancer.prom import PrometheusUsageSource
 from rebalancer.protections import Protections
 from rebalancer.snapshot import ClusterSnapshot
+from rebalancer.timed import TimedActions, TimedStore
+from rebalancer.timeline import Timeline
 
 log = logging.getLogger(__name__)
 MAX_TARGETED_NODES = 20  # more alerted nodes at once: a full listing is cheaper than one per node
@@ -54,23 +56,30 @@ def plan_live(
     known: ClusterFacts | None = None,
     cached: Callable[[], ClusterFacts] | None = None,
     history: HistoryCache | None = None,
+    timeline: Timeline | None = None,
 ) -> PlanOutcome:
     """Read the cluster and Prometheus, then plan. A failed usage read blocks evictions, not the plan.
 
     ``cached``: the facts come from the serve mode's watch cache, nothing is listed. Otherwise ``focus``
     (an alert's nodes) with ``known`` (recent facts): only those nodes are listed afresh. ``history``:
-    the service's cache of the predictor's daily peaks (strategies with classifyBy predicted or max)."""
+    the service's cache of the predictor's daily peaks (strategies with classifyBy predicted or max).
+    ``timeline`` receives the time of each step."""
+    timeline = timeline or Timeline()
     now = clock()
-    if cached is not None:
-        facts = cached()
-    else:
-        api = api or connect(connection.kubeconfig, connection.context)
-        kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
-        facts = read_facts(kube, focus, known)
-    with PrometheusUsageSource(policy.prometheus) as prometheus:
+    with timeline.step("facts"):
+        if cached is not None:
+            facts = cached()
+        else:
+            api = api or connect(connection.kubeconfig, connection.context)
+            kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
+            facts = read_facts(kube, focus, known)
+    with timeline.step("usage"), PrometheusUsageSource(policy.prometheus) as prometheus:
         usage = read_usage(lambda at: prometheus.read(at, focus), now)
-    predicted = predicted_load(policy, facts, now, history) if needs_prediction(policy) else None
-    snapshot, plan = plan_cycle(facts, usage, policy, now, focus, predicted)
+    predicted = None
+    if needs_prediction(policy):
+        with timeline.step("prediction"):
+            predicted = predicted_load(policy, facts, now, history)
+    snapshot, plan = plan_cycle(facts, usage, policy, now, focus, predicted, timeline)
     return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}", facts)
 
 
@@ -112,16 +121,20 @@ def run_cycle(
     requester: str | None = None,
     cached: Callable[[], ClusterFacts] | None = None,
     history: HistoryCache | None = None,
+    timeline: Timeline | None = None,
 ) -> RunOutcome:
     """Snapshot, plan, limits, evict, persist, on an existing connection (CronJob and service alike).
 
     ``may_act`` is asked before every eviction (the service passes "still the leader")."""
-    planned = plan_live(policy, ClusterConnection(), clock, api, focus, known, cached, history)
+    timeline = timeline or Timeline()
+    planned = plan_live(policy, ClusterConnection(), clock, api, focus, known, cached, history, timeline)
     namespace = state_namespace(policy.state.namespace)
     evictor = Evictor(
-        actions=KubeActions(api),
-        limits_store=ConfigMapStateStore(api, namespace, policy.state.config_map),
-        backoff_store=ConfigMapStateStore(api, namespace, policy.state.backoff_config_map),
+        actions=TimedActions(KubeActions(api), timeline),
+        limits_store=TimedStore(ConfigMapStateStore(api, namespace, policy.state.config_map), timeline, "limits"),
+        backoff_store=TimedStore(
+            ConfigMapStateStore(api, namespace, policy.state.backoff_config_map), timeline, "backoff"
+        ),
         settings=policy.limits,
         protections=Protections.from_settings(policy.protections),
         dry_run=dry_run,
@@ -129,7 +142,8 @@ def run_cycle(
         clock=clock,
         may_act=may_act,
     )
-    report = evictor.apply(planned.plan, planned.snapshot)
+    with timeline.step("evictor"):
+        report = evictor.apply(planned.plan, planned.snapshot)
     return RunOutcome(planned, report)
 
 

@@ -10,6 +10,7 @@ from rebalancer.policy import Policy
 from rebalancer.predicted import PredictedLoad
 from rebalancer.protections import Protections
 from rebalancer.snapshot import ClusterSnapshot, after_evictions, build_snapshot
+from rebalancer.timeline import Timeline
 from strategies import build
 
 
@@ -20,17 +21,22 @@ def plan_cycle(
     taken_at: float,
     focus: frozenset[str] | None = None,
     predicted: PredictedLoad | None = None,
+    timeline: Timeline | None = None,
 ) -> tuple[ClusterSnapshot, EvictionPlan]:
     """``focus``: the nodes an alert named; only they are relieved (None: every hot node).
     ``predicted``: the next-peak load, for strategies that classify by prediction."""
-    snapshot = build_snapshot(facts, usage, policy.pools, taken_at, focus)
-    if predicted is not None:
-        snapshot = replace(snapshot, predicted=predicted)
+    timeline = timeline or Timeline()
+    with timeline.step("snapshot"):
+        snapshot = build_snapshot(facts, usage, policy.pools, taken_at, focus)
+        if predicted is not None:
+            snapshot = replace(snapshot, predicted=predicted)
     protections = Protections.from_settings(policy.protections)
     results = []
     seen = snapshot
-    for settings in policy.strategies:
-        if settings.enabled:
+    with timeline.step("plan"):
+        for settings in policy.strategies:
+            if not settings.enabled:
+                continue
             result = build(settings).plan(seen, protections)
             results.append(result)
             seen = after_evictions(seen, result.evictions)  # the next strategy plans on what this one moved

@@ -27,6 +27,7 @@ from rebalancer.evictor import EvictorReport
 from rebalancer.limits.settings import duration_seconds
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy, load_policy
+from rebalancer.timeline import Timeline
 from strategies.base import Schedule
 
 log = logging.getLogger(__name__)
@@ -38,12 +39,14 @@ class Trigger:
     kind: str  # "schedule" | "alert"
     strategies: tuple[int, ...]  # indices into policy.strategies
     nodes: frozenset[str] | None = None  # an alert's nodes: only they are relieved
+    queued_at: float | None = None  # epoch seconds the oldest of those alerts was queued (for the timeline)
 
 
 @dataclass(frozen=True, slots=True)
 class CycleResult:
     plan: EvictionPlan
     report: EvictorReport | None
+    timeline: Timeline | None = None  # where the cycle's time went (logged)
 
 
 CycleFn = Callable[[Policy, Trigger], CycleResult]
@@ -67,6 +70,7 @@ class AlertDecision:
 @dataclass
 class _Alerts:
     pending: set[str] = field(default_factory=set)
+    queued_at: dict[str, float] = field(default_factory=dict)  # pending node -> epoch seconds it was queued
     handled_at: dict[str, float] = field(default_factory=dict)
     wake: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)  # the HTTP threads and the worker
@@ -228,6 +232,8 @@ class Service:
             log.info("%s cycle%s: %d planned, %s in %.2f s", trigger.kind,
                      f" for {', '.join(sorted(trigger.nodes))}" if trigger.nodes else "", len(result.plan.evictions),
                      _outcomes(result.report), seconds)  # fmt: skip
+            if result.timeline is not None:
+                log.info("%s cycle timings (ms): %s", trigger.kind, result.timeline.text())
             if not result.plan.blocked:
                 self._ready.set()
             return result
@@ -262,6 +268,7 @@ class Service:
                 decisions.append(AlertDecision(node, "cooldown", f"handled recently; next in {wait:.0f} s"))
             else:
                 self._alerts.pending.add(node)
+                self._alerts.queued_at[node] = time.time()
                 decisions.append(AlertDecision(node, "queued"))
                 queued = True
         return queued
@@ -274,12 +281,14 @@ class Service:
                 return
             with self._alerts.lock:
                 nodes = frozenset(self._alerts.pending)
+                queued_at = min((self._alerts.queued_at[n] for n in nodes), default=None)
             if not nodes:
                 continue
             relieving = tuple(i for i, s in enumerate(self._policy.strategies) if s.enabled)
-            self.run(Trigger("alert", relieving, nodes))
+            self.run(Trigger("alert", relieving, nodes, queued_at))
             now = self._clock()
             with self._alerts.lock:
                 for node in nodes:
                     self._alerts.handled_at[node] = now
                     self._alerts.pending.discard(node)
+                    self._alerts.queued_at.pop(node, None)

@@ -30,6 +30,7 @@ from rebalancer.policy import Policy
 from rebalancer.protections import Protections
 from rebalancer.runner import AlertDecision, CycleResult, Service, Trigger
 from rebalancer.service import NodeAlert, TokenFile, make_app, serve_http
+from rebalancer.timeline import Timeline
 
 log = logging.getLogger(__name__)
 CACHE_SYNC_WAIT_SECONDS = 60.0  # a cycle right after start waits this long for the first listing
@@ -153,6 +154,7 @@ class _Cycles:
         self._history = HistoryCache()  # the predictor's daily peaks: read once a day
 
     def __call__(self, policy: Policy, trigger: Trigger) -> CycleResult:
+        timeline = Timeline(trigger.queued_at)
         chosen = tuple(policy.strategies[i] for i in trigger.strategies)
         cache = self._cache.ensure(policy)
         if cache is not None and not cache.wait_synced(CACHE_SYNC_WAIT_SECONDS):
@@ -170,6 +172,7 @@ class _Cycles:
             f"rebalancer/{self._identity}",
             cache.facts if cache is not None else None,
             self._history,
+            timeline,
         )
         facts = outcome.planned.facts
         if cache is None and facts is not None:
@@ -178,7 +181,7 @@ class _Cycles:
                 self._facts_at = time.monotonic()
         if facts is not None:
             self._known.update(facts.nodes)
-        return CycleResult(outcome.planned.plan, outcome.report)
+        return CycleResult(outcome.planned.plan, outcome.report, timeline)
 
 
 def serve(
