@@ -132,13 +132,25 @@ class DisruptionBudget(msgspec.Struct, frozen=True, gc=False):
         return self.selector is not None and pod.namespace == self.namespace and self.selector.matches(pod.labels)
 
 
+class NodePods(msgspec.Struct, frozen=True, gc=False):
+    """The non-terminal pods bound to one node (in the order of the facts' pods) and their request sums."""
+
+    pods: tuple[Pod, ...]
+    cpu_request_m: int
+    memory_request: int
+
+
 class ClusterFacts(msgspec.Struct, frozen=True, gc=False):
-    """What the Kubernetes API said, as read by one snapshot."""
+    """What the Kubernetes API said, as read by one snapshot.
+
+    ``by_node``: the same pods, non-terminal ones only, grouped by ``node_name`` ("" for none), when the
+    reader keeps them so (the serve mode's watch cache, event by event); None: the snapshot groups them."""
 
     nodes: tuple[Node, ...]
     pods: tuple[Pod, ...]
     budgets: tuple[DisruptionBudget, ...] = ()
     resource_version: str = ""
+    by_node: Mapping[str, NodePods] | None = None
 
 
 class UsageReport(msgspec.Struct, frozen=True, gc=False):

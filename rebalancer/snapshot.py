@@ -9,7 +9,7 @@ from types import MappingProxyType
 import msgspec
 
 from rebalancer.labels import LabelSelector
-from rebalancer.model import ClusterFacts, DisruptionBudget, Node, Pod, PodKey, UsageReport
+from rebalancer.model import ClusterFacts, DisruptionBudget, Node, NodePods, Pod, PodKey, UsageReport
 from rebalancer.plan import PlannedEviction
 from rebalancer.predicted import PredictedLoad
 from rebalancer.settings import PoolSettings
@@ -80,17 +80,10 @@ def build_snapshot(
 ) -> ClusterSnapshot:
     resolver = PoolResolver(pools)
     nodes = {n.name: n for n in sorted(facts.nodes, key=lambda n: n.name)}
-    grouped: dict[str, list[Pod]] = {name: [] for name in nodes}
-    unbound: list[Pod] = []
-    for pod in facts.pods:
-        if pod.phase in TERMINAL_PHASES:
-            continue
-        if pod.node_name in grouped:
-            grouped[pod.node_name].append(pod)
-        else:
-            unbound.append(pod)
-    pods_by_node = {name: tuple(pods) for name, pods in grouped.items()}
-    load = {name: _node_load(node, pods_by_node[name], usage) for name, node in nodes.items()}
+    groups = facts.by_node if facts.by_node is not None else group_pods(facts.pods)
+    pods_by_node = {name: groups[name].pods if name in groups else () for name in nodes}
+    unbound = tuple(pod for name, group in groups.items() if name not in nodes for pod in group.pods)
+    load = {name: _node_load(node, groups.get(name, _NO_PODS), usage) for name, node in nodes.items()}
     return ClusterSnapshot(
         taken_at=taken_at,
         nodes=MappingProxyType(nodes),
@@ -101,15 +94,38 @@ def build_snapshot(
         budgets=facts.budgets,
         usage_failure=usage.failure,
         focus=focus,
-        unbound=tuple(unbound),
+        unbound=unbound,
     )
 
 
-def _node_load(node: Node, pods: tuple[Pod, ...], usage: UsageReport) -> NodeLoad:
-    cpu = memory = 0
+def group_pods(pods: Iterable[Pod]) -> dict[str, NodePods]:
+    """The non-terminal pods by ``node_name`` ("" for none), in the given order, with their request sums
+    (what :attr:`ClusterFacts.by_node` holds when the reader keeps it)."""
+    grouped: dict[str, list[Pod]] = {}
     for pod in pods:
+        if pod.phase not in TERMINAL_PHASES:
+            node = pod.node_name or ""
+            if node in grouped:
+                grouped[node].append(pod)
+            else:
+                grouped[node] = [pod]
+    return {node: node_pods(members) for node, members in grouped.items()}
+
+
+def node_pods(pods: Iterable[Pod]) -> NodePods:
+    members = tuple(pods)
+    cpu = memory = 0
+    for pod in members:
         cpu += pod.cpu_request_m
         memory += pod.memory_request
+    return NodePods(members, cpu, memory)
+
+
+_NO_PODS = NodePods((), 0, 0)
+
+
+def _node_load(node: Node, group: NodePods, usage: UsageReport) -> NodeLoad:
+    pods = group.pods
     pod_sum = missing = 0
     if usage.node_from_pods:  # only then does the node's usage depend on its pods' (5,000 nodes: skip it)
         pod_cpu = usage.pod_cpu_m
@@ -121,7 +137,7 @@ def _node_load(node: Node, pods: tuple[Pod, ...], usage: UsageReport) -> NodeLoa
             else:
                 pod_sum += value
     usage_m, why = _node_usage(node, usage, pod_sum, missing)
-    return NodeLoad(cpu, memory, len(pods), usage_m, why)
+    return NodeLoad(group.cpu_request_m, group.memory_request, len(pods), usage_m, why)
 
 
 def _node_usage(node: Node, usage: UsageReport, pod_sum: int, missing: int) -> tuple[int | None, str | None]:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import msgspec
 import urllib3
@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 _W = TypeVar("_W")
 _D = TypeVar("_D")
+_D_contra = TypeVar("_D_contra", contravariant=True)
+_T = TypeVar("_T")
 Clock = Callable[[], float]
 MIN_QUIET_WATCH_SECONDS = 1.0  # a watch that ends sooner without an event is retried with backoff
 
@@ -49,6 +51,14 @@ _ENVELOPE = msgspec.json.Decoder(_Envelope)
 _VERSIONED = msgspec.json.Decoder(_Versioned)
 
 
+class Index(Protocol[_D_contra]):
+    """Something kept alongside the map (pods by node, say), told of every change under the map's lock."""
+
+    def reset(self, items: Mapping[Hashable, _D_contra]) -> None: ...
+
+    def change(self, key: Hashable, old: _D_contra | None, new: _D_contra | None) -> None: ...
+
+
 class _Expired(Exception):
     """The watch's resourceVersion is gone: list again."""
 
@@ -66,7 +76,8 @@ class WatchTiming:
 
 
 class Informer(Generic[_W, _D]):
-    """``convert`` turns a wire object into (key, value); value None means "not kept" (dropped)."""
+    """``convert`` turns a wire object into (key, value); value None means "not kept" (dropped).
+    ``index``: told of every change of the map, under the map's lock (read it with :meth:`read`)."""
 
     def __init__(
         self,
@@ -78,10 +89,12 @@ class Informer(Generic[_W, _D]):
         timing: WatchTiming,
         clock: Clock = time.monotonic,
         on_relist: Callable[[], None] | None = None,
+        index: Index[_D] | None = None,
     ) -> None:
         self._call, self._decoder, self._convert = call, decoder, convert
         self._host, self._timing, self._clock = host, timing, clock
         self._on_relist = on_relist
+        self._index = index
         self._lock = threading.Lock()
         self._items: dict[Hashable, _D] = {}
         self._version = ""
@@ -117,6 +130,11 @@ class Informer(Generic[_W, _D]):
         with self._lock:
             return list(self._items.values())
 
+    def read(self, reader: Callable[[], _T]) -> tuple[tuple[_D, ...], _T]:
+        """The values and what ``reader`` (of the index, say) returns, both at the same moment."""
+        with self._lock:
+            return tuple(self._items.values()), reader()
+
     def get(self, key: Hashable) -> _D | None:
         with self._lock:
             return self._items.get(key)
@@ -126,6 +144,8 @@ class Informer(Generic[_W, _D]):
         with self._lock:
             if self._items.get(key) is old:
                 self._items[key] = new
+                if self._index is not None:
+                    self._index.change(key, old, new)
 
     @property
     def resource_version(self) -> str:
@@ -185,6 +205,8 @@ class Informer(Generic[_W, _D]):
         with self._lock:
             self._items = fresh
             self._version = listed.resource_version
+            if self._index is not None:
+                self._index.reset(fresh)
         if self._synced.is_set():
             self.relists += 1
         self._touch()
@@ -246,9 +268,13 @@ class Informer(Generic[_W, _D]):
                 key, value = self._convert(self._decoder.decode(event.object))
                 with self._lock:
                     if kind == "DELETED" or value is None:
-                        self._items.pop(key, None)
+                        old = self._items.pop(key, None)
+                        value = None
                     else:
+                        old = self._items.get(key)
                         self._items[key] = value
+                    if self._index is not None and (old is not None or value is not None):
+                        self._index.change(key, old, value)
                     self._version = version or self._version
                 self.events += 1
             elif kind == "BOOKMARK":

@@ -1,7 +1,8 @@
 """The serve mode's view of the cluster: nodes, pods, ReplicaSets and budgets kept current by watches.
 
 A cycle reads :meth:`WatchCache.facts` from memory instead of listing 150,000 pods again: the list
-happens once at start (and after a 410), then watch events keep each map current. The facts are
+happens once at start (and after a 410), then watch events keep each map current, and the pods grouped
+by node with their request sums (:mod:`rebalancer.kube.pod_index`), so a cycle does not regroup them. The facts are
 refused (:class:`KubeUnavailable`, so no eviction follows) until every collection is listed, and
 whenever one has had no word from the API server for ``max_stale`` seconds; a bookmark counts as a
 word, so a quiet but healthy watch stays fresh. The evictor still reads each pod afresh before
@@ -13,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping
+from types import MappingProxyType
 from typing import TypeVar
 
 import kubernetes.client
@@ -20,8 +22,9 @@ import msgspec
 
 from rebalancer.errors import KubeUnavailable
 from rebalancer.kube import decode, wire
-from rebalancer.kube.informer import Clock, Informer, WatchTiming
+from rebalancer.kube.informer import Clock, Index, Informer, WatchTiming
 from rebalancer.kube.lister import ListCall
+from rebalancer.kube.pod_index import PodsByNode
 from rebalancer.model import ClusterFacts, DisruptionBudget, Node, Pod, WorkloadRef
 
 _W = TypeVar("_W")
@@ -93,9 +96,12 @@ class WatchCache:
         self._max_stale = max_stale
 
         def informer(
-            call: ListCall[_W], decoder: msgspec.json.Decoder[_W], convert: _Convert[_W, _D]
+            call: ListCall[_W],
+            decoder: msgspec.json.Decoder[_W],
+            convert: _Convert[_W, _D],
+            index: Index[_D] | None = None,
         ) -> Informer[_W, _D]:
-            return Informer(call, decoder, convert, host=host, timing=timing, clock=clock)
+            return Informer(call, decoder, convert, host=host, timing=timing, clock=clock, index=index)
 
         self._replica_sets: Informer[wire.ReplicaSet, tuple[str, str]] = informer(
             ListCall("replicasets", "replicaset", apps.list_replica_set_for_all_namespaces, wire.REPLICA_SET_LIST),
@@ -109,10 +115,12 @@ class WatchCache:
             lambda w: (w.metadata.name, decode.node(w)),
         )
         pod_wire = decode.pod_wire(annotations)  # the pod types the converter's decoder reads
+        self._by_node = PodsByNode()
         self._pods: Informer[wire.Pod, Pod] = informer(
             ListCall("pods", "pod", core.list_pod_for_all_namespaces, pod_wire.pod_list),
             pod_wire.pod,
             self._pod_converter,
+            self._by_node,
         )
         self._budgets: Informer[wire.PodDisruptionBudget, DisruptionBudget] = informer(
             ListCall(
@@ -153,11 +161,13 @@ class WatchCache:
         if problem is not None:
             raise KubeUnavailable(f"watch cache: {problem}", reason="Stale")
         self._resolve_owners()
+        pods, by_node = self._pods.read(self._by_node.view)
         return ClusterFacts(
             nodes=tuple(sorted(self._nodes.items(), key=lambda n: n.name)),
-            pods=tuple(self._pods.items()),
+            pods=pods,
             budgets=tuple(self._budgets.items()),
             resource_version=self._pods.resource_version,
+            by_node=MappingProxyType(by_node),
         )
 
     @property

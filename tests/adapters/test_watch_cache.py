@@ -16,6 +16,7 @@ from rebalancer.kube.watch_cache import WatchCache
 from rebalancer.model import ClusterFacts, WorkloadRef
 from rebalancer.protections import Protections
 from rebalancer.settings import ProtectionSettings
+from rebalancer.snapshot import group_pods
 from tests.kubeapi import Fault, TestApiServer
 from tests.kubeapi import builders as b
 
@@ -88,6 +89,38 @@ def test_changes_reach_the_cache_without_a_new_listing(kube_server: TestApiServe
     lists_after = len([r for r in kube_server.requests if r.path == "/api/v1/pods" and "watch" not in r.query])
     assert lists_after == lists_before  # events, not listings
     assert cache.relists == 0
+
+
+def test_the_pods_by_node_follow_the_events(kube_server: TestApiServer, cache: WatchCache) -> None:
+    """The groups the cache keeps event by event are those a regrouping of its pods makes."""
+    populate(kube_server)
+    cache.start()
+    assert cache.wait_synced(5)
+    kube_server.add(b.pod("pending", node=None), b.pod("late-abc12-x", owners=[b.owner("ReplicaSet", "late-abc12")]))
+    victim = next(iter(pod_names(cache.facts()) - {"pending", "late-abc12-x"}))
+    kube_server.delete("pods", victim, "default")
+    bound = kube_server.store.get("pods", "pending", "default")
+    assert bound is not None
+    bound["spec"]["nodeName"] = "node-2"  # the scheduler binds it
+    kube_server.store.update(bound)
+    done = kube_server.store.get("pods", "late-abc12-x", "default")
+    assert done is not None
+    done["status"]["phase"] = "Succeeded"
+    kube_server.store.update(done)
+    kube_server.add(b.replica_set("late-abc12", deployment="late"))  # resolves the owner in place
+
+    def caught_up() -> bool:
+        by_name = {p.name: p for p in cache.facts().pods}
+        pending, late = by_name.get("pending"), by_name.get("late-abc12-x")
+        bound_now = pending is not None and pending.node_name == "node-2"
+        return victim not in by_name and bound_now and late is not None and late.phase == "Succeeded"
+
+    eventually(caught_up)
+    facts = cache.facts()
+    assert facts.by_node == group_pods(facts.pods)
+    assert "pending" in {p.name for p in facts.by_node["node-2"].pods}
+    assert "late-abc12-x" not in {p.name for group in facts.by_node.values() for p in group.pods}
+    assert "" not in facts.by_node
 
 
 def test_a_pod_seen_before_its_replica_set_resolves_to_the_deployment(

@@ -1,0 +1,127 @@
+"""The watch cache's pods by node (PodsByNode), kept event by event, against a regrouping of every pod.
+
+Over random histories of a pod map (pods added, changed, moved from no node to a node, turned terminal,
+deleted, the map listed again in another order): the groups the index keeps are exactly what
+``group_pods`` makes of the map's pods, and a cycle planned on them (full, or focused on an alerted node)
+decides exactly what a cycle planned on the regrouped pods decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rebalancer.cycle import plan_cycle
+from rebalancer.kube.pod_index import PodsByNode
+from rebalancer.model import ClusterFacts, Pod, UsageReport
+from rebalancer.policy import Policy
+from rebalancer.snapshot import group_pods
+from tests.builders import pod
+from tests.unit.test_planner_properties import clusters, policies
+
+NODES = ["n0", "n1", "n2", None]
+PHASES = ["Running", "Running", "Running", "Pending", "Succeeded", "Failed"]
+
+
+class Model:
+    """The pod map as the informer keeps it (a dict: a replaced key keeps its place) and its index."""
+
+    def __init__(self) -> None:
+        self.items: dict[Hashable, Pod] = {}
+        self.index = PodsByNode()
+
+    def put(self, value: Pod) -> None:
+        old = self.items.get(value.key)
+        self.items[value.key] = value
+        self.index.change(value.key, old, value)
+
+    def delete(self, key: Hashable) -> None:
+        old = self.items.pop(key, None)
+        if old is not None:
+            self.index.change(key, old, None)
+
+    def relist(self, order: list[int]) -> None:
+        values = list(self.items.values())
+        self.items = {values[i].key: values[i] for i in order if i < len(values)}
+        self.index.reset(self.items)
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("put"), st.integers(0, 12), st.sampled_from(NODES), st.sampled_from(PHASES), st.integers(0, 900)
+        ),
+        st.tuples(st.just("delete"), st.integers(0, 12)),
+        st.tuples(st.just("relist"), st.permutations(range(13))),
+        st.tuples(
+            st.just("view"),
+        ),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(OPS)
+def test_the_index_holds_what_a_regrouping_makes(ops: list[tuple[object, ...]]) -> None:
+    model = Model()
+    for op in ops:
+        if op[0] == "put":
+            _, i, node, phase, cpu = op
+            model.put(pod(f"p{i}", node, phase=str(phase), cpu_request_m=int(str(cpu))))  # type: ignore[arg-type]
+        elif op[0] == "delete":
+            model.delete(("default", f"p{op[1]}"))
+        elif op[0] == "relist":
+            model.relist(list(op[1]))  # type: ignore[call-overload]
+        else:
+            assert model.index.view() == group_pods(model.items.values())
+    assert model.index.view() == group_pods(model.items.values())
+
+
+def by_key(p: Pod) -> tuple[str, str]:
+    return p.key
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[ClusterFacts, UsageReport, ClusterFacts]:
+    """A cluster, and the same cluster as a watch cache ends up holding it after a random history."""
+    facts, report = draw(clusters())
+    model = Model()
+    for p in facts.pods:
+        if draw(st.booleans()):  # seen first unbound, or in another phase, then as it is
+            model.put(msgspec.structs.replace(p, node_name=None, phase=draw(st.sampled_from(PHASES))))
+        if draw(st.integers(0, 5)) == 0:
+            model.put(pod(f"gone-{p.name}", p.node_name))
+        model.put(p)
+    for key in [k for k in model.items if str(k[1]).startswith("gone-")]:  # type: ignore[index]
+        model.delete(key)
+    if draw(st.booleans()):
+        model.relist(list(range(len(model.items))))
+    listed = msgspec.structs.replace(facts, pods=tuple(model.items.values()))
+    return listed, report, msgspec.structs.replace(listed, by_node=model.index.view())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), policies())
+def test_a_cycle_on_the_index_decides_as_a_cycle_on_regrouped_pods(
+    history: tuple[ClusterFacts, UsageReport, ClusterFacts], pol: Policy
+) -> None:
+    listed, report, cached = history
+    full_snapshot, full = plan_cycle(listed, report, pol, 1_700_000_000.0)
+    cached_snapshot, from_cache = plan_cycle(cached, report, pol, 1_700_000_000.0)
+    assert from_cache == full
+    assert cached_snapshot.pods_by_node == full_snapshot.pods_by_node
+    assert cached_snapshot.load == full_snapshot.load
+    assert sorted(cached_snapshot.unbound, key=by_key) == sorted(full_snapshot.unbound, key=by_key)
+    for node in [n.name for n in listed.nodes]:
+        focused = plan_cycle(listed, report, pol, 1_700_000_000.0, frozenset({node}))[1]
+        assert plan_cycle(cached, report, pol, 1_700_000_000.0, frozenset({node}))[1] == focused
+        assert all(e.node == node for e in focused.evictions)
+    if full.evictions and pol.strategies[0].kind == "LowNodeUtilization":
+        # the first node the full plan relieves had nothing taken before it: an alert on it alone decides the same
+        first = full.evictions[0].node
+        focused = plan_cycle(cached, report, pol, 1_700_000_000.0, frozenset({first}))[1]
+        assert focused.evictions == tuple(e for e in full.evictions if e.node == first)
