@@ -57,13 +57,15 @@ def plan_live(
     cached: Callable[[], ClusterFacts] | None = None,
     history: HistoryCache | None = None,
     timeline: Timeline | None = None,
+    prometheus: PrometheusUsageSource | None = None,
 ) -> PlanOutcome:
     """Read the cluster and Prometheus, then plan. A failed usage read blocks evictions, not the plan.
 
     ``cached``: the facts come from the serve mode's watch cache, nothing is listed. Otherwise ``focus``
     (an alert's nodes) with ``known`` (recent facts): only those nodes are listed afresh. ``history``:
     the service's cache of the predictor's daily peaks (strategies with classifyBy predicted or max).
-    ``timeline`` receives the time of each step."""
+    ``timeline`` receives the time of each step. ``prometheus``: a usage source kept open between cycles
+    (its connection stays warm), else one is opened for this cycle."""
     timeline = timeline or Timeline()
     now = clock()
     with timeline.step("facts"):
@@ -73,8 +75,12 @@ def plan_live(
             api = api or connect(connection.kubeconfig, connection.context)
             kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
             facts = read_facts(kube, focus, known)
-    with timeline.step("usage"), PrometheusUsageSource(policy.prometheus) as prometheus:
-        usage = read_usage(lambda at: prometheus.read(at, focus), now)
+    with timeline.step("usage"):
+        if prometheus is not None:
+            usage = read_usage(lambda at: prometheus.read(at, focus), now)
+        else:
+            with PrometheusUsageSource(policy.prometheus) as source:
+                usage = read_usage(lambda at: source.read(at, focus), now)
     predicted = None
     if needs_prediction(policy):
         with timeline.step("prediction"):
@@ -122,12 +128,13 @@ def run_cycle(
     cached: Callable[[], ClusterFacts] | None = None,
     history: HistoryCache | None = None,
     timeline: Timeline | None = None,
+    prometheus: PrometheusUsageSource | None = None,
 ) -> RunOutcome:
     """Snapshot, plan, limits, evict, persist, on an existing connection (CronJob and service alike).
 
     ``may_act`` is asked before every eviction (the service passes "still the leader")."""
     timeline = timeline or Timeline()
-    planned = plan_live(policy, ClusterConnection(), clock, api, focus, known, cached, history, timeline)
+    planned = plan_live(policy, ClusterConnection(), clock, api, focus, known, cached, history, timeline, prometheus)
     namespace = state_namespace(policy.state.namespace)
     evictor = Evictor(
         actions=TimedActions(KubeActions(api), timeline),

@@ -27,9 +27,11 @@ from rebalancer.leader import LeaderElection, LeaderElector
 from rebalancer.metrics import Metrics, WatchStat
 from rebalancer.model import ClusterFacts, Node
 from rebalancer.policy import Policy
+from rebalancer.prom import PrometheusUsageSource
 from rebalancer.protections import Protections
 from rebalancer.runner import AlertDecision, CycleResult, Service, Trigger
 from rebalancer.service import NodeAlert, TokenFile, make_app, serve_http
+from rebalancer.settings import PrometheusSettings
 from rebalancer.timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -129,6 +131,26 @@ class _KnownNodes:
         return self._cache.current() is not None or self._listed_ok
 
 
+class _UsageSource:
+    """One Prometheus usage source, kept open between cycles (the connection stays warm for the next
+    alert); a new one when the policy's Prometheus settings change. Cycles run one at a time."""
+
+    def __init__(self) -> None:
+        self._settings: PrometheusSettings | None = None
+        self._source: PrometheusUsageSource | None = None
+
+    def get(self, settings: PrometheusSettings) -> PrometheusUsageSource:
+        if self._source is None or settings != self._settings:
+            self.close()
+            self._source, self._settings = PrometheusUsageSource(settings), settings
+        return self._source
+
+    def close(self) -> None:
+        if self._source is not None:
+            self._source.close()
+            self._source = None
+
+
 class _Cycles:
     """The cycle the runner calls: the policy's chosen strategies, focused on an alert's nodes if any."""
 
@@ -152,6 +174,7 @@ class _Cycles:
         self._clock = clock
         self._known = known
         self._history = HistoryCache()  # the predictor's daily peaks: read once a day
+        self._usage = _UsageSource()
 
     def __call__(self, policy: Policy, trigger: Trigger) -> CycleResult:
         timeline = Timeline(trigger.queued_at)
@@ -173,6 +196,7 @@ class _Cycles:
             cache.facts if cache is not None else None,
             self._history,
             timeline,
+            prometheus=self._usage.get(policy.prometheus),
         )
         facts = outcome.planned.facts
         if cache is None and facts is not None:
@@ -182,6 +206,9 @@ class _Cycles:
         if facts is not None:
             self._known.update(facts.nodes)
         return CycleResult(outcome.planned.plan, outcome.report, timeline)
+
+    def close(self) -> None:
+        self._usage.close()
 
 
 def serve(
@@ -256,6 +283,7 @@ def serve(
         log.info("stopping: no new requests, finishing the cycle in flight, releasing the lease")
         http.stop()
         service.stop()
+        cycles.close()
         cache.stop()
         if election is not None:
             election.stop(release=True)
