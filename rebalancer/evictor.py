@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -413,13 +413,23 @@ def _replica_counts(snapshot: ClusterSnapshot, wanted: set[WorkloadRef]) -> dict
     unavailable. A replacement still Pending (unscheduled, or not ready) counts as unavailable. The
     controllers' own replica counts are not listed: replicas the controller has not created yet are
     not seen (a scale-up in progress). Only the ``wanted`` workloads (those of planned evictions) are
-    counted: one pass, cheap even over 150,000 pods."""
+    counted: from the snapshot's pods by workload when it has them (serve's cache keeps them), else in
+    one pass over every pod."""
+    if snapshot.by_workload is not None:
+        by_workload = snapshot.by_workload
+        members: Iterable[Iterable[Pod]] = (by_workload.get(w, ()) for w in wanted)
+    else:
+        namespaces = {w.namespace for w in wanted}  # a str's hash is cached: a cheap first filter
+        members = (
+            [p for p in pods if p.namespace in namespaces and p.workload in wanted]
+            for pods in (*snapshot.pods_by_node.values(), snapshot.unbound)
+        )
     totals: dict[WorkloadRef, list[int]] = {}
-    namespaces = {w.namespace for w in wanted}  # a str's hash is cached: a cheap first filter
-    for pods in (*snapshot.pods_by_node.values(), snapshot.unbound):
+    for pods in members:
         for pod in pods:
-            if pod.namespace in namespaces and pod.workload in wanted:
-                entry = totals.setdefault(pod.workload, [0, 0])
-                entry[0] += 1
-                entry[1] += 1 if pod.ready and not pod.terminating and pod.node_name else 0
+            if pod.workload is None:
+                continue
+            entry = totals.setdefault(pod.workload, [0, 0])
+            entry[0] += 1
+            entry[1] += 1 if pod.ready and not pod.terminating and pod.node_name else 0
     return {w: ReplicaCounts(desired=t, ready=r, unavailable=t - r) for w, (t, r) in totals.items()}

@@ -143,14 +143,16 @@ class NodePods(msgspec.Struct, frozen=True, gc=False):
 class ClusterFacts(msgspec.Struct, frozen=True, gc=False):
     """What the Kubernetes API said, as read by one snapshot.
 
-    ``by_node``: the same pods, non-terminal ones only, grouped by ``node_name`` ("" for none), when the
-    reader keeps them so (the serve mode's watch cache, event by event); None: the snapshot groups them."""
+    ``by_node`` and ``by_workload``: the same pods, non-terminal ones only, grouped by ``node_name`` (""
+    for none) and by workload, when the reader keeps them so (the serve mode's watch cache, event by
+    event); None: the snapshot groups them by node, and the evictor finds a workload's pods by a scan."""
 
     nodes: tuple[Node, ...]
     pods: tuple[Pod, ...]
     budgets: tuple[DisruptionBudget, ...] = ()
     resource_version: str = ""
     by_node: Mapping[str, NodePods] | None = None
+    by_workload: Mapping[WorkloadRef, tuple[Pod, ...]] | None = None
 
 
 class UsageReport(msgspec.Struct, frozen=True, gc=False):

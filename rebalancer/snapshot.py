@@ -9,7 +9,7 @@ from types import MappingProxyType
 import msgspec
 
 from rebalancer.labels import LabelSelector
-from rebalancer.model import ClusterFacts, DisruptionBudget, Node, NodePods, Pod, PodKey, UsageReport
+from rebalancer.model import ClusterFacts, DisruptionBudget, Node, NodePods, Pod, PodKey, UsageReport, WorkloadRef
 from rebalancer.plan import PlannedEviction
 from rebalancer.predicted import PredictedLoad
 from rebalancer.settings import PoolSettings
@@ -41,6 +41,7 @@ class ClusterSnapshot:
     focus: frozenset[str] | None = None  # an alert's nodes: only these may be relieved this cycle
     unbound: tuple[Pod, ...] = ()  # non-terminal pods on no (known) node: Pending replicas count as unavailable
     predicted: PredictedLoad | None = None  # next-peak load, when a strategy classifies by prediction
+    by_workload: Mapping[WorkloadRef, tuple[Pod, ...]] | None = None  # non-terminal pods, when the facts had them
 
     def pods_on(self, node: str) -> tuple[Pod, ...]:
         return self.pods_by_node.get(node, ())
@@ -95,6 +96,7 @@ def build_snapshot(
         usage_failure=usage.failure,
         focus=focus,
         unbound=unbound,
+        by_workload=facts.by_workload,
     )
 
 
@@ -201,6 +203,7 @@ def after_evictions(snapshot: ClusterSnapshot, evictions: Iterable[PlannedEvicti
         load=MappingProxyType(load),
         budgets=budgets,
         predicted=predicted,
+        by_workload=None,  # the moved pods left pods_by_node: counting from it must see that too
     )
 
 

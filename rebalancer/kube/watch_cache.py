@@ -2,7 +2,8 @@
 
 A cycle reads :meth:`WatchCache.facts` from memory instead of listing 150,000 pods again: the list
 happens once at start (and after a 410), then watch events keep each map current, and the pods grouped
-by node with their request sums (:mod:`rebalancer.kube.pod_index`), so a cycle does not regroup them. The facts are
+by node (with their request sums) and by workload (:mod:`rebalancer.kube.pod_index`), so that a cycle
+does not regroup them. The facts are
 refused (:class:`KubeUnavailable`, so no eviction follows) until every collection is listed, and
 whenever one has had no word from the API server for ``max_stale`` seconds; a bookmark counts as a
 word, so a quiet but healthy watch stays fresh. The evictor still reads each pod afresh before
@@ -24,7 +25,7 @@ from rebalancer.errors import KubeUnavailable
 from rebalancer.kube import decode, wire
 from rebalancer.kube.informer import Clock, Index, Informer, WatchTiming
 from rebalancer.kube.lister import ListCall
-from rebalancer.kube.pod_index import PodsByNode
+from rebalancer.kube.pod_index import PodGroups
 from rebalancer.model import ClusterFacts, DisruptionBudget, Node, Pod, WorkloadRef
 
 _W = TypeVar("_W")
@@ -115,12 +116,12 @@ class WatchCache:
             lambda w: (w.metadata.name, decode.node(w)),
         )
         pod_wire = decode.pod_wire(annotations)  # the pod types the converter's decoder reads
-        self._by_node = PodsByNode()
+        self._groups = PodGroups()
         self._pods: Informer[wire.Pod, Pod] = informer(
             ListCall("pods", "pod", core.list_pod_for_all_namespaces, pod_wire.pod_list),
             pod_wire.pod,
             self._pod_converter,
-            self._by_node,
+            self._groups,
         )
         self._budgets: Informer[wire.PodDisruptionBudget, DisruptionBudget] = informer(
             ListCall(
@@ -161,13 +162,14 @@ class WatchCache:
         if problem is not None:
             raise KubeUnavailable(f"watch cache: {problem}", reason="Stale")
         self._resolve_owners()
-        pods, by_node = self._pods.read(self._by_node.view)
+        pods, (by_node, by_workload) = self._pods.read(self._groups.view)
         return ClusterFacts(
             nodes=tuple(sorted(self._nodes.items(), key=lambda n: n.name)),
             pods=pods,
             budgets=tuple(self._budgets.items()),
             resource_version=self._pods.resource_version,
             by_node=MappingProxyType(by_node),
+            by_workload=MappingProxyType(by_workload),
         )
 
     @property

@@ -118,6 +118,10 @@ def test_the_pods_by_node_follow_the_events(kube_server: TestApiServer, cache: W
     eventually(caught_up)
     facts = cache.facts()
     assert facts.by_node == group_pods(facts.pods)
+    assert facts.by_workload is not None
+    assert {w: {p.name for p in pods} for w, pods in facts.by_workload.items()} == {
+        WorkloadRef("Deployment", "default", "web"): {p.name for p in facts.pods if p.labels.get("app") == "web"}
+    }
     assert "pending" in {p.name for p in facts.by_node["node-2"].pods}
     assert "late-abc12-x" not in {p.name for group in facts.by_node.values() for p in group.pods}
     assert "" not in facts.by_node

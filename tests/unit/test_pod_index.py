@@ -1,9 +1,10 @@
-"""The watch cache's pods by node (PodsByNode), kept event by event, against a regrouping of every pod.
+"""The watch cache's pods by node and workload (PodGroups), kept event by event, against a regrouping.
 
 Over random histories of a pod map (pods added, changed, moved from no node to a node, turned terminal,
 deleted, the map listed again in another order): the groups the index keeps are exactly what
-``group_pods`` makes of the map's pods, and a cycle planned on them (full, or focused on an alerted node)
-decides exactly what a cycle planned on the regrouped pods decides.
+``group_pods`` makes of the map's pods (and, by workload, what filtering every pod gives); a cycle
+planned on them (full, or focused on an alerted node) decides exactly what a cycle planned on the
+regrouped pods decides, and the evictor counts the same replicas.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rebalancer.cycle import plan_cycle
-from rebalancer.kube.pod_index import PodsByNode
-from rebalancer.model import ClusterFacts, Pod, UsageReport
+from rebalancer.evictor import _replica_counts
+from rebalancer.kube.pod_index import PodGroups
+from rebalancer.model import ClusterFacts, NodePods, Pod, UsageReport, WorkloadRef
 from rebalancer.policy import Policy
-from rebalancer.snapshot import group_pods
+from rebalancer.snapshot import TERMINAL_PHASES, group_pods
 from tests.builders import pod
 from tests.unit.test_planner_properties import clusters, policies
 
@@ -31,7 +33,7 @@ class Model:
 
     def __init__(self) -> None:
         self.items: dict[Hashable, Pod] = {}
-        self.index = PodsByNode()
+        self.index = PodGroups()
 
     def put(self, value: Pod) -> None:
         old = self.items.get(value.key)
@@ -47,6 +49,14 @@ class Model:
         values = list(self.items.values())
         self.items = {values[i].key: values[i] for i in order if i < len(values)}
         self.index.reset(self.items)
+
+
+def regrouped(pods: list[Pod]) -> tuple[dict[str, NodePods], dict[WorkloadRef, tuple[Pod, ...]]]:
+    by_workload: dict[WorkloadRef, list[Pod]] = {}
+    for p in pods:
+        if p.workload is not None and p.phase not in TERMINAL_PHASES:
+            by_workload.setdefault(p.workload, []).append(p)
+    return group_pods(pods), {w: tuple(members) for w, members in by_workload.items()}
 
 
 OPS = st.lists(
@@ -71,14 +81,17 @@ def test_the_index_holds_what_a_regrouping_makes(ops: list[tuple[object, ...]]) 
     for op in ops:
         if op[0] == "put":
             _, i, node, phase, cpu = op
-            model.put(pod(f"p{i}", node, phase=str(phase), cpu_request_m=int(str(cpu))))  # type: ignore[arg-type]
+            workload = ("web", "db", None)[int(str(i)) % 3]
+            model.put(
+                pod(f"p{i}", node and str(node), phase=str(phase), cpu_request_m=int(str(cpu)), workload=workload)
+            )
         elif op[0] == "delete":
             model.delete(("default", f"p{op[1]}"))
         elif op[0] == "relist":
-            model.relist(list(op[1]))  # type: ignore[call-overload]
+            model.relist([int(str(i)) for i in op[1]])
         else:
-            assert model.index.view() == group_pods(model.items.values())
-    assert model.index.view() == group_pods(model.items.values())
+            assert model.index.view() == regrouped(list(model.items.values()))
+    assert model.index.view() == regrouped(list(model.items.values()))
 
 
 def by_key(p: Pod) -> tuple[str, str]:
@@ -96,12 +109,13 @@ def histories(draw: st.DrawFn) -> tuple[ClusterFacts, UsageReport, ClusterFacts]
         if draw(st.integers(0, 5)) == 0:
             model.put(pod(f"gone-{p.name}", p.node_name))
         model.put(p)
-    for key in [k for k in model.items if str(k[1]).startswith("gone-")]:  # type: ignore[index]
+    for key in [k for k in model.items if str(k[1]).startswith("gone-")]:
         model.delete(key)
     if draw(st.booleans()):
         model.relist(list(range(len(model.items))))
     listed = msgspec.structs.replace(facts, pods=tuple(model.items.values()))
-    return listed, report, msgspec.structs.replace(listed, by_node=model.index.view())
+    by_node, by_workload = model.index.view()
+    return listed, report, msgspec.structs.replace(listed, by_node=by_node, by_workload=by_workload)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -116,6 +130,9 @@ def test_a_cycle_on_the_index_decides_as_a_cycle_on_regrouped_pods(
     assert cached_snapshot.pods_by_node == full_snapshot.pods_by_node
     assert cached_snapshot.load == full_snapshot.load
     assert sorted(cached_snapshot.unbound, key=by_key) == sorted(full_snapshot.unbound, key=by_key)
+    workloads = {p.workload for p in listed.pods if p.workload is not None}
+    assert cached_snapshot.by_workload is not None and full_snapshot.by_workload is None
+    assert _replica_counts(cached_snapshot, workloads) == _replica_counts(full_snapshot, workloads)
     for node in [n.name for n in listed.nodes]:
         focused = plan_cycle(listed, report, pol, 1_700_000_000.0, frozenset({node}))[1]
         assert plan_cycle(cached, report, pol, 1_700_000_000.0, frozenset({node}))[1] == focused
