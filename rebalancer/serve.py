@@ -6,6 +6,7 @@ app (webhook, /metrics, probes) and leader election; stops gracefully on SIGTERM
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import socket
@@ -38,11 +39,27 @@ log = logging.getLogger(__name__)
 CACHE_SYNC_WAIT_SECONDS = 60.0  # a cycle right after start waits this long for the first listing
 
 
+def freeze_heap() -> None:
+    """After the pods are listed: collect, then move every object alive out of the cyclic garbage
+    collector's generations (``gc.freeze``). The cache's 150,000 pods hold about a million small objects;
+    each full collection walked them all (50-100 ms, several per cycle at 150,000 pods: one in an alert
+    cycle now and then, about 300 ms of a scheduled one). Frozen objects are still freed by reference
+    counting when the cache drops them; only a reference cycle among them would be kept, and the cache's
+    objects form none."""
+    started = time.perf_counter()
+    gc.collect()
+    gc.freeze()
+    log.info(
+        "heap frozen after the pods listing: %d objects, %.2f s", gc.get_freeze_count(), time.perf_counter() - started
+    )
+
+
 class _ClusterCache:
     """The watch cache the policy asks for (rebuilt when the kept annotations or its settings change)."""
 
-    def __init__(self, api: ApiClient) -> None:
+    def __init__(self, api: ApiClient, on_pods_listed: Callable[[], None] | None = None) -> None:
         self._api = api
+        self._on_pods_listed = on_pods_listed
         self._lock = threading.Lock()
         self._cache: WatchCache | None = None
         self._key: tuple[object, ...] | None = None
@@ -57,7 +74,13 @@ class _ClusterCache:
                 self._cache = self._key = None
             elif old is None or key != self._key:
                 timing = WatchTiming(watch_seconds=settings.watch_seconds)
-                self._cache = WatchCache(self._api, annotations, timing=timing, max_stale=settings.max_stale_seconds)
+                self._cache = WatchCache(
+                    self._api,
+                    annotations,
+                    timing=timing,
+                    max_stale=settings.max_stale_seconds,
+                    on_pods_listed=self._on_pods_listed,
+                )
                 self._key = key
                 self._cache.start()
             current = self._cache
@@ -221,7 +244,7 @@ def serve(
     """Run until SIGTERM / SIGINT (or ``stop``); returns the exit code."""
     stop = stop or threading.Event()
     api = connect(connection.kubeconfig, connection.context)
-    cache = _ClusterCache(api)
+    cache = _ClusterCache(api, on_pods_listed=freeze_heap)
     known = _KnownNodes(KubeSource(api, frozenset()), cache, time.monotonic)
     metrics = Metrics()
     metrics.watch_cache(cache.stats)

@@ -77,7 +77,8 @@ class WatchTiming:
 
 class Informer(Generic[_W, _D]):
     """``convert`` turns a wire object into (key, value); value None means "not kept" (dropped).
-    ``index``: told of every change of the map, under the map's lock (read it with :meth:`read`)."""
+    ``index``: told of every change of the map, under the map's lock (read it with :meth:`read`).
+    ``on_listed``: called on the watcher thread after each listing (the first one included)."""
 
     def __init__(
         self,
@@ -88,12 +89,12 @@ class Informer(Generic[_W, _D]):
         host: str,
         timing: WatchTiming,
         clock: Clock = time.monotonic,
-        on_relist: Callable[[], None] | None = None,
+        on_listed: Callable[[], None] | None = None,
         index: Index[_D] | None = None,
     ) -> None:
         self._call, self._decoder, self._convert = call, decoder, convert
         self._host, self._timing, self._clock = host, timing, clock
-        self._on_relist = on_relist
+        self._on_listed = on_listed
         self._index = index
         self._lock = threading.Lock()
         self._items: dict[Hashable, _D] = {}
@@ -211,8 +212,8 @@ class Informer(Generic[_W, _D]):
             self.relists += 1
         self._touch()
         self._synced.set()
-        if self._on_relist is not None:
-            self._on_relist()
+        if self._on_listed is not None:
+            self._on_listed()
 
     def _watch(self) -> None:
         response = self._open()

@@ -78,7 +78,8 @@ class _PodConverter:
 
 class WatchCache:
     """Start with :meth:`start` (returns at once; the lists run on the watcher threads), read with
-    :meth:`facts`, stop with :meth:`stop`. ``annotations``: the pod annotations to keep."""
+    :meth:`facts`, stop with :meth:`stop`. ``annotations``: the pod annotations to keep.
+    ``on_pods_listed``: called on the pods' watcher thread after each listing of the pods."""
 
     def __init__(
         self,
@@ -88,6 +89,7 @@ class WatchCache:
         timing: WatchTiming = DEFAULT_TIMING,
         max_stale: float = 120.0,
         clock: Clock = time.monotonic,
+        on_pods_listed: Callable[[], None] | None = None,
     ) -> None:
         core = kubernetes.client.CoreV1Api(api_client)
         apps = kubernetes.client.AppsV1Api(api_client)
@@ -101,8 +103,11 @@ class WatchCache:
             decoder: msgspec.json.Decoder[_W],
             convert: _Convert[_W, _D],
             index: Index[_D] | None = None,
+            on_listed: Callable[[], None] | None = None,
         ) -> Informer[_W, _D]:
-            return Informer(call, decoder, convert, host=host, timing=timing, clock=clock, index=index)
+            return Informer(
+                call, decoder, convert, host=host, timing=timing, clock=clock, index=index, on_listed=on_listed
+            )
 
         self._replica_sets: Informer[wire.ReplicaSet, tuple[str, str]] = informer(
             ListCall("replicasets", "replicaset", apps.list_replica_set_for_all_namespaces, wire.REPLICA_SET_LIST),
@@ -122,6 +127,7 @@ class WatchCache:
             pod_wire.pod,
             self._pod_converter,
             self._groups,
+            on_pods_listed,
         )
         self._budgets: Informer[wire.PodDisruptionBudget, DisruptionBudget] = informer(
             ListCall(
