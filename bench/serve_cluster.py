@@ -3,9 +3,9 @@
     python -m bench.serve_cluster --nodes 5000 --pods 150000
 
 Prints ``READY <url> <seconds to load>`` once every object is loaded. Besides the Kubernetes API it
-answers ``GET /bench/evictions?after=N``: the eviction requests received from the N-th on, each with the
-wall-clock time it reached the server, so that a benchmark times an eviction where it lands instead of
-by listing pods.
+answers ``GET /bench/evictions?after=N&wait=S``: the eviction requests received from the N-th on (waiting
+up to S seconds for one), each with the wall-clock time it reached the server, so that a benchmark times
+an eviction where it lands instead of by listing pods, and waits for it without polling over HTTP.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ EVICTIONS_PATH = "/bench/evictions"
 def evictions_route(server: TestApiServer) -> None:
     def answer(request: Request) -> Response:
         after = int(request.query.get("after") or 0)
+        deadline = time.monotonic() + float(request.query.get("wait") or 0)
+        while len(server.eviction.records) <= after and time.monotonic() < deadline:
+            time.sleep(0.002)  # in-process and cheap: no request per check
         records = server.eviction.records[after:]
         return Response.of(
             200,

@@ -8,7 +8,7 @@ benchmark, the API server's own record) can line its moments up with the cycle's
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 
@@ -40,6 +40,10 @@ class Timeline:
         finally:
             self._steps[name] = self._steps.get(name, 0.0) + self._clock() - started
 
+    def add(self, name: str, seconds: float) -> None:
+        """Time spent in ``name`` measured elsewhere (the collector's pauses during the cycle, say)."""
+        self._steps[name] = self._steps.get(name, 0.0) + seconds
+
     def mark(self, name: str) -> None:
         """The first time ``name`` happens (later calls keep the first)."""
         self._marks.setdefault(name, self._clock() - self._zero)
@@ -57,3 +61,20 @@ class Timeline:
         steps = " ".join(f"{name}={seconds * 1000:.1f}" for name, seconds in self._steps.items())
         marks = " ".join(f"@{name}=+{seconds * 1000:.1f}" for name, seconds in self._marks.items())
         return f"{steps} {marks} origin={self.origin:.6f}".strip()
+
+
+class CollectorPauses:
+    """The time the cyclic garbage collector paused the process, summed (``gc.callbacks`` calls
+    :meth:`callback` at the start and end of every collection; register it once per process)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._started: float | None = None
+        self.seconds = 0.0
+
+    def callback(self, phase: str, info: Mapping[str, int]) -> None:
+        if phase == "start":
+            self._started = self._clock()
+        elif self._started is not None:
+            self.seconds += self._clock() - self._started
+            self._started = None

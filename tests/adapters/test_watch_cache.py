@@ -153,6 +153,31 @@ def test_a_compacted_resource_version_lists_again(kube_server: TestApiServer, ca
     assert cache.relists >= 1
 
 
+def test_each_pods_listing_is_announced(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    """serve freezes the heap after each listing of the pods (rebalancer.serve.freeze_heap)."""
+    populate(kube_server)
+    listed: list[int] = []
+    cache = WatchCache(
+        connect(kubeconfig=str(kubeconfig)),
+        ANNOTATIONS,
+        timing=FAST,
+        max_stale=3.0,
+        on_pods_listed=lambda: listed.append(len(listed)),
+    )
+    try:
+        cache.start()
+        assert cache.wait_synced(5)
+        eventually(lambda: listed == [0])
+        kube_server.set_fault("/api/v1/pods", Fault(drop=True, times=None))
+        kube_server.close_watches()
+        time.sleep(0.3)
+        kube_server.store.expire_continue_tokens()  # a 410 on return: the pods are listed again
+        kube_server.clear_faults()
+        eventually(lambda: listed == [0, 1])
+    finally:
+        cache.stop()
+
+
 def test_a_dropped_watch_reconnects_from_where_it_was(kube_server: TestApiServer, cache: WatchCache) -> None:
     populate(kube_server)
     cache.start()

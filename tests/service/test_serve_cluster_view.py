@@ -12,7 +12,8 @@ import pytest
 from rebalancer.kube import KubeSource, connect
 from rebalancer.metrics import Metrics
 from rebalancer.policy import Policy, parse_policy
-from rebalancer.serve import _ClusterCache, _KnownNodes
+from rebalancer.serve import _ClusterCache, _KnownNodes, _UsageSource
+from rebalancer.settings import PrometheusSettings
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
 
@@ -95,3 +96,16 @@ def test_watch_counters_reach_the_metrics(kube_server: TestApiServer, view: tupl
     assert 'rebalancer_watch_relists_total{collection="pods"} 0.0' in text
     silence = [line for line in text.splitlines() if line.startswith("rebalancer_watch_seconds_since_contact")]
     assert len(silence) == 4 and all(0 <= float(line.split()[-1]) < 5 for line in silence)
+
+
+def test_one_prometheus_source_is_kept_between_cycles_until_its_settings_change() -> None:
+    """Its HTTP session (and connection) stays warm for the next alert; new settings get a new one."""
+    usage = _UsageSource()
+    first = PrometheusSettings(url="http://127.0.0.1:9")
+    source = usage.get(first)
+    assert usage.get(PrometheusSettings(url="http://127.0.0.1:9")) is source  # equal settings after a reload
+    changed = usage.get(PrometheusSettings(url="http://127.0.0.1:9", timeout_seconds=3))
+    assert changed is not source
+    usage.close()
+    assert usage.get(first) is not changed
+    usage.close()

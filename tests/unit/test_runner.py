@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -108,7 +109,9 @@ def test_alerts_are_coalesced_per_node_then_cooled_down(tmp_path: Path) -> None:
     cycles.release.clear()
     svc.start()
     try:
+        before = time.time()
         first = svc.submit_alerts([("n1", "firing", ""), ("n2", "firing", ""), (None, "firing", "unknown node x")])
+        after = time.time()
         assert [d.action for d in first] == ["queued", "queued", "unknown-node"]
         assert cycles.entered.wait(5)
         again = svc.submit_alerts([("n1", "firing", ""), ("n3", "resolved", "")])
@@ -124,6 +127,8 @@ def test_alerts_are_coalesced_per_node_then_cooled_down(tmp_path: Path) -> None:
         svc.stop()
     alert_cycles = [t for t in cycles.triggers if t.kind == "alert"]
     assert alert_cycles[0].nodes == frozenset({"n1", "n2"})
+    queued_at = alert_cycles[0].queued_at  # when the alert was queued, for the cycle's timeline
+    assert queued_at is not None and before <= queued_at <= after
 
 
 def test_start_runs_each_strategy_once_and_stop_waits_for_the_cycle_in_flight(tmp_path: Path) -> None:
