@@ -1,0 +1,26 @@
+"""Smoke test of `python -m bench.alert_latency` at a small size: it runs end to end and prints its
+figures (no timing is asserted: the machines are shared)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_alert_latency_benchmark_runs_at_a_small_size() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.alert_latency", "--nodes", "60", "--pods", "1200", "--alerts", "2",
+         "--steady-cycles", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert re.search(r"alert-to-first-eviction over 2 alerts .*: p50 \d+ ms, p95 \d+ ms, max \d+ ms", out), out
+    for row in ("POST until queued in serve", "step usage", "step evictor", "queued until the eviction was sent"):
+        assert row in out, out
+    assert "steady-state scheduled cycles on the warm watch cache (1 cycles)" in out, out
+    assert "plan cycle: facts+usage+snapshot+plan" in out, out
