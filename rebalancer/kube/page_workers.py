@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import gc
 import math
+import mmap
 import os
 import select
 import signal
@@ -37,7 +38,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import msgspec
@@ -45,10 +45,16 @@ import msgspec
 from rebalancer.errors import KubeUnavailable
 from rebalancer.kube import decode
 from rebalancer.kube.bodies import decode_body
+from rebalancer.kube.pod_rows import PodRows, RowReader, RowWriter
 from rebalancer.model import Pod
 
 MAX_AUTO_WORKERS = 2
 """Worker processes used by default (fewer when fewer CPUs are available to this process)."""
+PAGES_AHEAD = 2
+"""Pages a worker may hold at once: one it converts, one waiting in its other slot."""
+SLOT_BYTES = 32 << 20
+"""Size of a worker's shared-memory page slots: only the bytes a page fills are ever touched; a bigger
+page (500 pods of 64 KB) goes through the pipe instead."""
 STOP_SECONDS = 2.0
 _PIPE_BYTES = 1 << 20  # Linux pipes hold 64 KiB by default: a 4.5 MB page would take 70 round trips
 
@@ -66,33 +72,21 @@ class Setup(msgspec.Struct, tag="setup", array_like=True):
 
 
 class PageFollows(msgspec.Struct, tag="page", array_like=True):
-    """The next message is a page's raw body."""
+    """The next message is a page's raw body (a page too big for a slot, or no slots on this system)."""
 
 
-class Converted(msgspec.Struct, array_like=True, gc=False):
-    """A page's pods, or the error that stopped its conversion (``pods`` then empty)."""
+class PageInSlot(msgspec.Struct, tag="slot", array_like=True):
+    """A page's raw body is in the worker's shared-memory slot ``slot``, ``size`` bytes long."""
 
-    pods: list[Pod] = []
-    error: str | None = None
-    status: int | None = None
-    reason: str | None = None
+    slot: int
+    size: int
 
 
-_JOB = msgspec.msgpack.Decoder(Setup | PageFollows)
-_CONVERTED = msgspec.msgpack.Decoder(Converted)
+_JOB = msgspec.msgpack.Decoder(Setup | PageFollows | PageInSlot)
+_ROWS = msgspec.msgpack.Decoder(PodRows)
 _ENCODER = msgspec.msgpack.Encoder()
 _PAGE_FOLLOWS = _ENCODER.encode(PageFollows())
 _READY = b"ready"  # a worker's first frame
-
-
-def _plain_mapping(obj: Any) -> Any:
-    """The domain types share read-only mappings (``MappingProxyType``); MessagePack sends them as maps."""
-    if isinstance(obj, MappingProxyType):
-        return dict(obj)
-    raise NotImplementedError(f"cannot send a {type(obj).__name__} from a page worker")
-
-
-_POD_ENCODER = msgspec.msgpack.Encoder(enc_hook=_plain_mapping)
 
 
 def pods_setup(annotations: frozenset[str], owners: Mapping[tuple[str, str], tuple[str, str]]) -> Setup:
@@ -116,8 +110,8 @@ def _write_all(fd: int, view: memoryview) -> None:
 
 
 class FrameReader:
-    """Reads frames into one reusable buffer: a page is 4.5 MB, and a fresh buffer for each costs
-    more in page faults than the copy itself. A frame read is valid until the next :meth:`read`."""
+    """Reads frames straight into a buffer (no intermediate copies): by default one reused buffer, so
+    that a frame read is valid until the next :meth:`read`."""
 
     def __init__(self, fd: int) -> None:
         self._file = open(fd, "rb", buffering=0)  # noqa: SIM115 (closed by close())
@@ -150,9 +144,15 @@ class FrameReader:
 # --- the worker process ---------------------------------------------------------------------
 
 
-def serve(jobs: FrameReader, results: int) -> None:
-    """A worker's loop: a Setup starts a list, each page is answered with its Converted; EOF ends it."""
+def serve(jobs: FrameReader, results: int, slots: Sequence[mmap.mmap]) -> None:
+    """A worker's loop: a Setup starts a list, each page is answered with its PodRows; EOF ends it.
+
+    Pages come in shared memory (``slots``, written by the parent, which reuses a slot only after
+    reading the answer to the page in it), so a job message is a few bytes and the parent's write
+    never waits for a conversion to end; a page too big for a slot comes through the pipe.
+    """
     gc.disable()  # decoded JSON forms no cycles, and a worker holds one page at a time
+    views = [memoryview(slot) for slot in slots]
     with ExitStack() as current:
         convert: Callable[[memoryview], bytearray] | None = None
         while True:
@@ -168,23 +168,27 @@ def serve(jobs: FrameReader, results: int) -> None:
                     decode.PodDecoder(frozenset(job.annotations), owners).converting_list()
                 )
                 convert = _converter(job, pod_list)
-            elif raw is not None:
-                if convert is None:  # never expected: this module's own side sends a Setup first
-                    raise RuntimeError("a page arrived before its list's setup")
-                write_frame(results, convert(raw))
+                continue
+            if isinstance(job, PageInSlot):
+                raw = views[job.slot][: job.size]
+            if convert is None or raw is None:  # never expected: this module's own side sends a Setup first
+                raise RuntimeError("a page arrived before its list's setup")
+            write_frame(results, convert(raw))
+            del raw
 
 
 def _converter(job: Setup, pod_list: msgspec.json.Decoder[Any]) -> Callable[[memoryview], bytearray]:
-    """A page's raw body -> its encoded :class:`Converted` (the conversion error, if any, inside)."""
+    """A page's raw body -> its encoded :class:`PodRows` (the conversion error, if any, inside)."""
     out = bytearray()
+    writer = RowWriter()
 
     def convert(raw: memoryview) -> bytearray:
         try:
             pods = decode.converted(decode_body(job, pod_list, raw).items)
         except KubeUnavailable as exc:
-            _ENCODER.encode_into(Converted(error=str(exc), status=exc.status, reason=exc.reason), out)
+            _ENCODER.encode_into(PodRows(error=str(exc), status=exc.status, reason=exc.reason), out)
         else:
-            _POD_ENCODER.encode_into(Converted(pods), out)
+            _ENCODER.encode_into(writer.page(pods), out)
         return out
 
     return convert
@@ -193,10 +197,11 @@ def _converter(job: Setup, pod_list: msgspec.json.Decoder[Any]) -> Callable[[mem
 def _main() -> None:
     # Ctrl-C reaches the whole process group: the parent decides, and a worker ends when its pipe does.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    job_fd, result_fd = (int(fd) for fd in sys.argv[1:3])
+    job_fd, result_fd, slot_bytes, *slot_fds = (int(n) for n in sys.argv[1].split(","))
+    slots = [mmap.mmap(fd, slot_bytes) for fd in slot_fds]
     try:
         write_frame(result_fd, _READY)  # imported and listening: pages may come
-        serve(FrameReader(job_fd), result_fd)
+        serve(FrameReader(job_fd), result_fd, slots)
     except BrokenPipeError:  # the parent went away mid-answer: nothing to tell anyone
         pass
 
@@ -217,9 +222,9 @@ def available_cpus() -> int:
 
 
 def auto_workers() -> int:
-    """Worker processes for big pod lists by default: none on a single CPU (they would only add work)."""
-    cpus = available_cpus()
-    return 0 if cpus < 2 else min(MAX_AUTO_WORKERS, cpus)
+    """Worker processes for big pod lists by default: one CPU is the listing thread's, the others' (up to
+    :data:`MAX_AUTO_WORKERS`) are workers'; none on a single CPU (they would only add work)."""
+    return max(0, min(MAX_AUTO_WORKERS, available_cpus() - 1))
 
 
 class WorkerFailed(KubeUnavailable):
@@ -227,8 +232,24 @@ class WorkerFailed(KubeUnavailable):
     starts new workers)."""
 
 
+def _slot_files(size: int) -> list[int]:
+    """Anonymous shared-memory files for a worker's page slots; none where Linux's memfd is missing."""
+    if not hasattr(os, "memfd_create"):
+        return []
+    fds: list[int] = []
+    try:
+        for _ in range(PAGES_AHEAD):
+            fds.append(os.memfd_create("rebalancer-page"))
+            os.ftruncate(fds[-1], size)  # sparse: pages are allocated when written
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        return []
+    return fds
+
+
 class _Worker:
-    """One worker process and this side's ends of its pipes."""
+    """One worker process, this side's ends of its pipes and its shared-memory page slots."""
 
     def __init__(self) -> None:
         job_reader, job_writer = os.pipe()
@@ -236,23 +257,34 @@ class _Worker:
         for fd in (job_writer, result_writer):
             with contextlib.suppress(OSError, AttributeError):  # Linux only; the default size works too
                 fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        self.slot_bytes = SLOT_BYTES
+        slot_fds = _slot_files(self.slot_bytes)
+        theirs = (job_reader, result_writer, *slot_fds)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, str(job_reader), str(result_writer), *sys.path],
-                pass_fds=(job_reader, result_writer),
+                [
+                    sys.executable,
+                    "-c",
+                    _BOOT,
+                    ",".join(map(str, (job_reader, result_writer, self.slot_bytes, *slot_fds))),
+                    *sys.path,
+                ],
+                pass_fds=theirs,
                 stdin=subprocess.DEVNULL,
             )
+            self.slots = [mmap.mmap(fd, self.slot_bytes) for fd in slot_fds]
         except OSError:
-            for fd in (job_reader, job_writer, result_reader, result_writer):
+            for fd in (*theirs, job_writer, result_reader):
                 os.close(fd)
             raise
-        os.close(job_reader)  # the worker's ends: closed here, so that each side sees the other go
-        os.close(result_writer)
+        for fd in theirs:  # the worker's: closed here, so that each side sees the other go (a map stays)
+            os.close(fd)
         self.jobs = job_writer
         self.results = FrameReader(result_reader)
         self.ready = False  # it said so (it has imported what it needs)
+        self.rows = RowReader()  # the tables of the list it is set up for
         self.setup: Setup | None = None  # the list it is set up for
-        self.page: _Page | None = None  # the page it is converting
+        self.pages: deque[_Page] = deque()  # the pages it has been sent and not answered yet
 
     def answered(self) -> bool:
         """Whether a frame is waiting to be read (never blocks)."""
@@ -283,10 +315,19 @@ class _Worker:
         with contextlib.suppress(OSError):
             os.close(self.jobs)
         self.results.close()
+        for slot in self.slots:
+            slot.close()
+
+    def free_slot(self, size: int) -> int | None:
+        """A slot that no page in flight is using, if the page fits one."""
+        if size > self.slot_bytes:
+            return None
+        used = {page.slot for page in self.pages}
+        return next((i for i in range(len(self.slots)) if i not in used), None)
 
 
 # The worker imports exactly what this process would, from the same sys.path.
-_BOOT = "import sys; sys.path[:] = sys.argv[3:]; from rebalancer.kube.page_workers import _main; _main()"
+_BOOT = "import sys; sys.path[:] = sys.argv[2:]; from rebalancer.kube.page_workers import _main; _main()"
 
 
 class PageWorkers:
@@ -356,14 +397,15 @@ class PageWorkers:
 
 @dataclass
 class _Page:
-    """A page offered to a worker, and its pods once converted."""
+    """A page offered to a worker (in shared-memory slot ``slot``, or None), and its pods once converted."""
 
+    slot: int | None
     pods: list[Pod] | None = None
 
 
 class Session:
     """One list's use of the workers, a :class:`~rebalancer.kube.split_list.PageSink` (all its
-    methods run on the fetching thread). A worker takes one page at a time."""
+    methods run on the fetching thread). A worker takes up to :data:`PAGES_AHEAD` pages at a time."""
 
     def __init__(self, setup: Setup, workers: Sequence[_Worker]) -> None:
         self._setup = setup
@@ -375,23 +417,38 @@ class Session:
         return not self._offered
 
     def offer(self, raw: bytes) -> bool:
-        for worker in self._workers:
-            if worker.page is None and self._is_ready(worker):
-                if worker.setup is not self._setup:
-                    worker.send(self._setup.what, self._encoded_setup)
-                    worker.setup = self._setup
-                worker.send(self._setup.what, _PAGE_FOLLOWS)
-                worker.send(self._setup.what, raw)
-                worker.page = _Page()
-                self._offered.append(worker.page)
-                return True
-        return False
+        """A worker takes the page if it has a free slot for it; a page too big for a slot goes
+        through the pipe, and only to an idle worker (which reads it at once: the write never waits
+        on a worker that waits for its answer to be read)."""
+        size = len(raw)
+        free = [
+            w
+            for w in self._workers
+            if self._is_ready(w) and len(w.pages) < PAGES_AHEAD and (w.free_slot(size) is not None or not w.pages)
+        ]
+        if not free:
+            return False
+        worker = min(free, key=lambda w: len(w.pages))
+        if worker.setup is not self._setup:
+            worker.send(self._setup.what, self._encoded_setup)
+            worker.setup, worker.rows = self._setup, RowReader()
+        slot = worker.free_slot(size)
+        if slot is None:
+            worker.send(self._setup.what, _PAGE_FOLLOWS)
+            worker.send(self._setup.what, raw)
+        else:
+            worker.slots[slot][:size] = raw
+            worker.send(self._setup.what, _ENCODER.encode(PageInSlot(slot, size)))
+        page = _Page(slot)
+        worker.pages.append(page)
+        self._offered.append(page)
+        return True
 
     def done(self, wait: bool) -> list[Sequence[Pod]]:
         for worker in self._workers:
-            if worker.page is not None and (wait or worker.answered()):
-                worker.page.pods = self._converted(worker.receive(self._setup.what))
-                worker.page = None
+            while worker.pages and (wait or worker.answered()):
+                worker.pages[0].pods = self._converted(worker, worker.receive(self._setup.what))
+                worker.pages.popleft()
         out: list[Sequence[Pod]] = []
         while self._offered and self._offered[0].pods is not None:
             out.append(self._offered.popleft().pods)  # type: ignore[arg-type]
@@ -409,14 +466,14 @@ class Session:
             worker.ready = True
         return worker.ready
 
-    def _converted(self, answer: memoryview) -> list[Pod]:
+    def _converted(self, worker: _Worker, answer: memoryview) -> list[Pod]:
         try:
-            converted = _CONVERTED.decode(answer)
-        except msgspec.DecodeError as exc:  # never expected: this module's own worker answered
+            page = _ROWS.decode(answer)
+            if page.error is None:
+                return worker.rows.page(page)
+        except (msgspec.DecodeError, ValueError) as exc:  # never expected: this module's own worker answered
             raise WorkerFailed(f"list {self._setup.what}: a page worker answered nonsense: {exc}") from exc
-        if converted.error is not None:
-            raise KubeUnavailable(converted.error, status=converted.status, reason=converted.reason)
-        return converted.pods
+        raise KubeUnavailable(page.error, status=page.status, reason=page.reason)
 
 
 _SHARED: dict[int, PageWorkers] = {}

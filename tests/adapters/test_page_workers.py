@@ -97,6 +97,23 @@ def test_workers_convert_pages_as_the_listing_thread_does_in_offer_order(workers
     assert [p.name for p in got] == [f"web-7f9c-{i:04d}" for i in range(200)]
     assert got[1].workload is not None and got[1].workload.name == "web"  # owners resolved in the worker
     assert dict(got[7].annotations) == {"controller.kubernetes.io/pod-deletion-cost": "7"}
+    # values pods share are shared, as in-process: one object for all, not one per pod
+    assert got[0].tolerations is got[199].tolerations and got[0].volume_kinds is got[199].volume_kinds
+    assert got[0].namespace is got[3].namespace and got[1].workload is got[4].workload
+
+
+def test_pages_too_big_for_a_slot_go_through_the_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(page_workers, "SLOT_BYTES", 20_000)  # before the workers start: one pod fits, five do not
+    pool = PageWorkers(1)
+    small, big = page(*some_pods(1)), page(*some_pods(5, 1))
+    assert len(small) < page_workers.SLOT_BYTES < len(big)
+    try:
+        with pool.session(SETUP) as session:
+            got = convert_all(session, small, big, small, big, big)
+    finally:
+        pool.stop()
+
+    assert got == [p for raw in (small, big, small, big, big) for p in in_process(raw)]
 
 
 @pytest.mark.parametrize(
@@ -171,6 +188,8 @@ def test_workers_end_when_stopped(workers: PageWorkers) -> None:
 def test_no_workers_on_a_single_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(page_workers, "available_cpus", lambda: 1)
     assert page_workers.auto_workers() == 0
+    monkeypatch.setattr(page_workers, "available_cpus", lambda: 2)
+    assert page_workers.auto_workers() == 1
     monkeypatch.setattr(page_workers, "available_cpus", lambda: 8)
     assert page_workers.auto_workers() == page_workers.MAX_AUTO_WORKERS
 
@@ -216,7 +235,10 @@ def test_a_bad_pod_in_a_later_page_names_the_pod_and_field(kube_server: TestApiS
     with pytest.raises(KubeUnavailable) as caught:
         source(kubeconfig, 1).read_facts()
 
-    assert str(caught.value) == "pod ns-2/zz-bad: metadata.creationTimestamp: not an RFC 3339 time 'yesterday' (a time with its zone)"
+    assert (
+        str(caught.value)
+        == "pod ns-2/zz-bad: metadata.creationTimestamp: not an RFC 3339 time 'yesterday' (a time with its zone)"
+    )
 
 
 @pytest.mark.usefixtures("workers_only")

@@ -90,7 +90,9 @@ def fetcher() -> Iterator[ThreadPoolExecutor]:
         yield pool
 
 
-def run(pages: Pages, sink: Sink, fetcher: ThreadPoolExecutor, here: Callable[[bytes], list[int]] = items_of) -> Split[int]:
+def run(
+    pages: Pages, sink: Sink, fetcher: ThreadPoolExecutor, here: Callable[[bytes], list[int]] = items_of
+) -> Split[int]:
     def convert(raw: bytes) -> list[int]:
         out = here(raw)
         pages.converted()
@@ -150,7 +152,7 @@ def test_a_page_that_fails_in_the_sink_fails_the_list_and_stops_fetching(fetcher
     pages = Pages()
     sink = Sink(pages, lambda i: i % 2 == 0, fail_at=4)
 
-    with pytest.raises(KubeUnavailable, match="^thing 4: bad$"):
+    with pytest.raises(KubeUnavailable, match=r"^thing 4: bad$"):
         run(pages, sink, fetcher)
 
     assert sink.aborted
@@ -166,7 +168,7 @@ def test_a_page_that_fails_here_aborts_the_sink_and_stops_fetching(fetcher: Thre
             raise KubeUnavailable("thing 3: bad here")
         return items_of(raw)
 
-    with pytest.raises(KubeUnavailable, match="^thing 3: bad here$"):
+    with pytest.raises(KubeUnavailable, match=r"^thing 3: bad here$"):
         run(pages, sink, fetcher, failing)
 
     assert sink.aborted
