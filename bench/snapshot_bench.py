@@ -13,54 +13,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.harness import (
+    kubeconfig,
+    peak_rss_mb,
+    process_cpu_s,
+    run_child,
+    served_cluster,
+    workers_cpu_s,
+    workers_peak_rss_mb,
+)
+
 BASELINE_PAGE = 500
-
-
-def kubeconfig(url: str) -> str:
-    path = Path(tempfile.mkdtemp()) / "kubeconfig"
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "bench", "cluster": {"server": url}}],
-                "users": [{"name": "bench", "user": {"token": "bench"}}],
-                "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
-                "current-context": "bench",
-            }
-        )
-    )
-    return str(path)
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of another process so far (Linux /proc; 0.0 where there is none)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+AUTO = -1  # --decode-workers: as KubeSource chooses (page_workers.auto_workers)
 
 
 # --- child measurements ----------------------------------------------------------------------
 
 
-def child_snapshot(url: str, server_pid: int) -> dict[str, Any]:
+def child_snapshot(url: str, server_pid: int, decode_workers: int) -> dict[str, Any]:
     """One snapshot (nodes, ReplicaSets, pods, budgets) and one plan on it with synthetic usage."""
     from bench.cluster_gen import pod_usage_millicores
     from rebalancer.kube import KubeSource, connect
@@ -77,18 +51,24 @@ def child_snapshot(url: str, server_pid: int) -> dict[str, Any]:
     protections = Protections.from_settings(policy.protections)
     rss_before = peak_rss_mb()
     started = time.perf_counter()
-    source = KubeSource(connect(kubeconfig(url)), protections.annotations_read())
+    source = KubeSource(
+        connect(kubeconfig(url)),
+        protections.annotations_read(),
+        decode_workers=None if decode_workers == AUTO else decode_workers,
+    )
     setup_s = time.perf_counter() - started  # the client imports its API modules lazily, here
     started = time.perf_counter()
     facts = source.read_facts()
     first_s = time.perf_counter() - started
     rss_snapshot = peak_rss_mb()
     del facts
-    server_cpu, client_cpu = process_cpu_s(server_pid), time.process_time()
+    server_cpu, client_cpu, worker_cpu = process_cpu_s(server_pid), time.process_time(), workers_cpu_s()
     started = time.perf_counter()
     facts = source.read_facts()
     snapshot_s = time.perf_counter() - started
     client_cpu_s, server_cpu_s = time.process_time() - client_cpu, process_cpu_s(server_pid) - server_cpu
+    worker_cpu_s = workers_cpu_s() - worker_cpu
+    stats = source.last_stats
 
     # Synthetic usage, skewed by node so that some nodes are hot and some cold.
     skew = {n.name: (0.3, 2.5, 1.0, 1.0)[i % 4] for i, n in enumerate(facts.nodes)}
@@ -112,9 +92,13 @@ def child_snapshot(url: str, server_pid: int) -> dict[str, Any]:
         "first_s": first_s,
         "snapshot_s": snapshot_s,
         "client_cpu_s": client_cpu_s,
+        "worker_cpu_s": worker_cpu_s,
         "server_cpu_s": server_cpu_s,
+        "pages": stats.pages["pods"],
+        "offloaded": stats.offloaded["pods"],
         "rss_before_mb": rss_before,
         "rss_snapshot_mb": rss_snapshot,
+        "rss_workers_mb": workers_peak_rss_mb(),
         "plan_s": plan_s,
         "rss_total_mb": peak_rss_mb(),
         "hot_nodes": hot,
@@ -136,7 +120,7 @@ def child_raw(url: str, server_pid: int) -> dict[str, Any]:
     server_cpu = process_cpu_s(server_pid)
     started = time.perf_counter()
     while True:
-        response = api.list_pod_for_all_namespaces(limit=500, _continue=token, _preload_content=False)
+        response = api.list_pod_for_all_namespaces(limit=BASELINE_PAGE, _continue=token, _preload_content=False)
         body = response.data
         response.release_conn()
         total += len(body)
@@ -178,29 +162,22 @@ def child_baseline(url: str, pods: int) -> dict[str, Any]:
 # --- parent ----------------------------------------------------------------------------------
 
 
-def run_child(mode: str, url: str, extra: list[str]) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.snapshot_bench", "--child", mode, "--url", url, *extra],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=150_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline-pods", type=int, default=15_000)
+    parser.add_argument(
+        "--decode-workers", type=int, default=AUTO, help="page worker processes (default: as KubeSource chooses)"
+    )
+    parser.add_argument("--compare", action="store_true", help="also read in-process, alternating, same session")
     parser.add_argument("--child", choices=["snapshot", "baseline", "raw"])
     parser.add_argument("--url")
     parser.add_argument("--server-pid", type=int, default=0)
     args = parser.parse_args()
     if args.child == "snapshot":
-        print(json.dumps(child_snapshot(args.url, args.server_pid)))
+        print(json.dumps(child_snapshot(args.url, args.server_pid, args.decode_workers)))
         return
     if args.child == "raw":
         print(json.dumps(child_raw(args.url, args.server_pid)))
@@ -208,68 +185,50 @@ def main() -> None:
     if args.child == "baseline":
         print(json.dumps(child_baseline(args.url, args.baseline_pods)))
         return
+    with served_cluster(args.nodes, args.pods) as served:
+        print(f"cluster: {args.nodes} nodes, {args.pods} pods (~8.7 KB of JSON each), loaded in {served.load_s:.1f} s")
+        report(args, served.url, served.pid)
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "bench.serve_cluster", "--nodes", str(args.nodes), "--pods", str(args.pods)],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert server.stdout is not None
-        ready = server.stdout.readline().split()
-        if not ready or ready[0] != "READY":
-            raise SystemExit(f"the test API server did not start: {ready}")
-        url = ready[1]
-        print(f"cluster: {args.nodes} nodes, {args.pods} pods (~8.7 KB of JSON each), loaded in {ready[2]} s")
-        report(args, url, server.pid)
-    finally:
-        if server.stdin:
-            server.stdin.close()
-        server.wait(timeout=30)
+
+def child(mode: str, url: str, *extra: str) -> dict[str, Any]:
+    return run_child("bench.snapshot_bench", mode, ["--url", url, *extra])
 
 
 def report(args: argparse.Namespace, url: str, server_pid: int) -> None:
     pid = ["--server-pid", str(server_pid)]
-    raw = [run_child("raw", url, pid) for _ in range(args.runs)]
+    raw = [child("raw", url, *pid) for _ in range(args.runs)]
     raw_s = statistics.median(r["seconds"] for r in raw)
     print(
         f"raw transfer of the pod pages (official client transport, no decoding), median of {args.runs}: "
-        f"{raw_s:.2f} s for {raw[0]['bytes'] / 1e9:.2f} GB in {raw[0]['pages']} pages "
+        f"{raw_s:.2f} s for {raw[0]['bytes'] / 1e6:.1f} MB in {raw[0]['pages']} pages "
         f"(test API server CPU {statistics.median(r['server_cpu_s'] for r in raw):.2f} s)"
     )
-    runs = [run_child("snapshot", url, pid) for _ in range(args.runs)]
-    base = run_child("baseline", url, ["--baseline-pods", str(args.baseline_pods)])
-    snap_s = statistics.median(r["snapshot_s"] for r in runs)
+    runs, alone = [], []
+    for _ in range(args.runs):  # alternating, so that both see the same machine
+        runs.append(child("snapshot", url, *pid, "--decode-workers", str(args.decode_workers)))
+        if args.compare:
+            alone.append(child("snapshot", url, *pid, "--decode-workers", "0"))
+    base = child("baseline", url, "--baseline-pods", str(args.baseline_pods))
+    snap_s = print_snapshot("snapshot (narrow msgspec path, page workers)", runs, args.runs)
+    if alone:
+        alone_s = print_snapshot("snapshot in one process (no page workers)", alone, args.runs)
+        print(f"  page workers vs one process, same session: {alone_s / snap_s:.2f}x faster")
     first_s = statistics.median(r["first_s"] for r in runs)
     setup_s = statistics.median(r["setup_s"] for r in runs)
-    rss = statistics.median(r["rss_snapshot_mb"] for r in runs)
-    rss_idle = statistics.median(r["rss_before_mb"] for r in runs)
+    rss = statistics.median(r["rss_snapshot_mb"] + r["rss_workers_mb"] for r in runs)
     plan_s = statistics.median(r["plan_s"] for r in runs)
-    total_rss = statistics.median(r["rss_total_mb"] for r in runs)
+    total_rss = statistics.median(r["rss_total_mb"] + r["rss_workers_mb"] for r in runs)
     per_pod_narrow = snap_s / runs[0]["pods"]
     per_pod_base = base["seconds"] / base["pods"]
     scale = args.pods / base["pods"]
     base_rss_extrapolated = base["rss_before_mb"] + (base["rss_mb"] - base["rss_before_mb"]) * scale
-    each = ", ".join(f"{r['snapshot_s']:.2f}" for r in runs)
-    print(
-        f"snapshot (narrow msgspec path), median of {args.runs}: {snap_s:.2f} s (runs: {each}); "
-        f"peak RSS {rss:.0f} MB ({rss_idle:.0f} MB before listing)"
-    )
-    print(
-        f"  CPU of that read: client {statistics.median(r['client_cpu_s'] for r in runs):.2f} s, "
-        f"test API server {statistics.median(r['server_cpu_s'] for r in runs):.2f} s (both on the same two cores)"
-    )
     print(
         f"  first read in a fresh process: {first_s:.2f} s, after {setup_s:.2f} s of client start-up "
-        "(the kubernetes client imports its API modules lazily)"
+        "(the kubernetes client imports its API modules lazily; page workers start during the read)"
     )
     print(
         f"plan on it (LowNodeUtilization, {runs[0]['hot_nodes']} hot nodes, {runs[0]['planned']} evictions "
-        f"planned): {plan_s:.2f} s; peak RSS of the whole cycle {total_rss:.0f} MB"
+        f"planned): {plan_s:.2f} s; peak RSS of the whole cycle {total_rss:.0f} MB (page workers included)"
     )
     print(
         f"baseline (official client, generated models) at {base['pods']} pods: {base['seconds']:.2f} s, "
@@ -279,6 +238,29 @@ def report(args: argparse.Namespace, url: str, server_pid: int) -> None:
     print(f"ratio, time per pod (baseline / narrow), same run: {per_pod_base / per_pod_narrow:.0f}x")
     verdict = "meets" if snap_s <= 3.0 and rss <= 1024 else "misses"
     print(f"target (snapshot <= 3 s and <= 1 GB at this size): {verdict}")
+
+
+def print_snapshot(label: str, runs: list[dict[str, Any]], count: int) -> float:
+    """Prints one path's figures; returns its median read time."""
+    seconds = statistics.median(r["snapshot_s"] for r in runs)
+    each = ", ".join(f"{r['snapshot_s']:.2f}" for r in runs)
+    rss = statistics.median(r["rss_snapshot_mb"] for r in runs)
+    workers_rss = statistics.median(r["rss_workers_mb"] for r in runs)
+    idle = statistics.median(r["rss_before_mb"] for r in runs)
+    print(
+        f"{label}, median of {count}: {seconds:.2f} s (runs: {each}); peak RSS {rss:.0f} MB "
+        f"+ {workers_rss:.0f} MB in page workers ({idle:.0f} MB before listing)"
+    )
+
+    def cpu(key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    print(
+        f"  CPU of that read: client {cpu('client_cpu_s'):.2f} s, page workers {cpu('worker_cpu_s'):.2f} s "
+        f"({statistics.median(r['offloaded'] for r in runs):.0f} of {runs[0]['pages']} pages), "
+        f"test API server {cpu('server_cpu_s'):.2f} s (all on the same cores)"
+    )
+    return seconds
 
 
 if __name__ == "__main__":

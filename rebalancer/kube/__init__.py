@@ -1,9 +1,39 @@
-"""Kubernetes adapters: the only package that imports ``kubernetes`` and ``urllib3``."""
+"""Kubernetes adapters: the only package that imports ``kubernetes`` and ``urllib3``.
 
-from rebalancer.kube.actions import KubeActions
-from rebalancer.kube.client import ApiClient, connect
-from rebalancer.kube.lease import LeaseClient
-from rebalancer.kube.source import KubeSource, ReadStats
-from rebalancer.kube.state_store import ConfigMapStateStore
+The names below are imported on first use (PEP 562): the decoders (``decode``, ``wire``, ``bodies``)
+do not need the ``kubernetes`` client, and a page worker process (:mod:`page_workers`) that imports
+only them starts without it (half a second less).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rebalancer.kube.actions import KubeActions
+    from rebalancer.kube.client import ApiClient, connect
+    from rebalancer.kube.lease import LeaseClient
+    from rebalancer.kube.source import KubeSource, ReadStats
+    from rebalancer.kube.state_store import ConfigMapStateStore
+
+_HOMES = {
+    "KubeActions": "rebalancer.kube.actions",
+    "ApiClient": "rebalancer.kube.client",
+    "connect": "rebalancer.kube.client",
+    "LeaseClient": "rebalancer.kube.lease",
+    "KubeSource": "rebalancer.kube.source",
+    "ReadStats": "rebalancer.kube.source",
+    "ConfigMapStateStore": "rebalancer.kube.state_store",
+}
 
 __all__ = ["ApiClient", "ConfigMapStateStore", "KubeActions", "KubeSource", "LeaseClient", "ReadStats", "connect"]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

@@ -13,7 +13,6 @@ show a pod twice or miss one. Every library exception becomes a :class:`KubeUnav
 from __future__ import annotations
 
 import gc
-import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -29,6 +28,8 @@ from kubernetes.config import ConfigException
 
 from rebalancer.errors import KubeForbidden, KubeUnavailable
 from rebalancer.kube import wire
+from rebalancer.kube.bodies import decode_body
+from rebalancer.kube.split_list import Offload, PageSink, Split, split_list
 
 MAX_RELISTS = 3
 LISTING_SWITCH_INTERVAL = 0.0002
@@ -64,6 +65,7 @@ class Listed(Generic[_D]):
     resource_version: str
     pages: int
     relists: int
+    offloaded: int = 0  # pages decoded and converted by worker processes
 
 
 class _Expired(Exception):
@@ -77,6 +79,7 @@ def list_all(
     page_size: int,
     timeout: float,
     host: str,
+    offload: Offload[_D] | None = None,
 ) -> Listed[_D]:
     """Every object of ``call``'s collection, converted page by page with ``convert``.
 
@@ -85,31 +88,14 @@ def list_all(
     once). The next page is asked for as soon as this one's continue token is known, which is
     before its items are decoded when the token can be read from the bytes ahead of them
     (:func:`wire.list_head`).
+
+    With ``offload``, a list longer than one page shares its later pages with worker processes
+    (:func:`split_list.split_list`).
     """
     with fast_switching(), ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"list-{call.what}") as fetcher:
         for relists in range(MAX_RELISTS + 1):
-            out: list[_D] = []
-            resource_version = ""
-            pages = 0
-            pending: Future[bytes] = fetcher.submit(_fetch, call, page_size, None, timeout, host)
             try:
-                while True:
-                    raw = pending.result()
-                    head = wire.list_head(raw)
-                    if head is not None and head.continue_:
-                        pending = fetcher.submit(_fetch, call, page_size, head.continue_, timeout, host)
-                    body: ListBody[_W] = _decode(call, raw)
-                    del raw
-                    pages += 1
-                    if pages == 1:
-                        resource_version = body.metadata.resource_version
-                    token = body.metadata.continue_ or None
-                    if token is not None and head is None:
-                        pending = fetcher.submit(_fetch, call, page_size, token, timeout, host)
-                    out.extend(convert(body.items))
-                    del body
-                    if token is None:
-                        return Listed(out, resource_version, pages, relists)
+                return _list_once(call, convert, fetcher, _Paging(page_size, timeout, host), offload, relists)
             except _Expired:
                 continue
     raise KubeUnavailable(
@@ -118,6 +104,72 @@ def list_all(
         status=410,
         reason="Expired",
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Paging:
+    page_size: int
+    timeout: float
+    host: str
+
+
+def _list_once(
+    call: ListCall[_W],
+    convert: Callable[[Sequence[_W]], Iterable[_D]],
+    fetcher: ThreadPoolExecutor,
+    paging: _Paging,
+    offload: Offload[_D] | None,
+    relists: int,
+) -> Listed[_D]:
+    out: list[_D] = []
+    resource_version = ""
+    pages = 0
+    pending: Future[bytes] = fetcher.submit(_fetch, call, paging, None)
+    while True:
+        raw = pending.result()
+        head = wire.list_head(raw)
+        if pages == 0 and offload is not None and head is not None and head.continue_:
+            with offload() as sink:
+                if sink is not None:
+                    split = _split(call, convert, fetcher, paging, raw, head.continue_, sink)
+                    return Listed(split.items, head.resource_version, split.pages, relists, split.offloaded)
+        if head is not None and head.continue_:
+            pending = fetcher.submit(_fetch, call, paging, head.continue_)
+        body: ListBody[_W] = decode_body(call, call.decoder, raw)
+        del raw
+        pages += 1
+        if pages == 1:
+            resource_version = body.metadata.resource_version
+        token = body.metadata.continue_ or None
+        if token is not None and head is None:
+            pending = fetcher.submit(_fetch, call, paging, token)
+        out.extend(convert(body.items))
+        del body
+        if token is None:
+            return Listed(out, resource_version, pages, relists)
+
+
+def _split(
+    call: ListCall[_W],
+    convert: Callable[[Sequence[_W]], Iterable[_D]],
+    fetcher: ThreadPoolExecutor,
+    paging: _Paging,
+    first: bytes,
+    token: str,
+    sink: PageSink[_D],
+) -> Split[_D]:
+    """The list from its first page on, its later pages shared with ``sink`` (:func:`split_list`)."""
+
+    def here(raw: bytes) -> Iterable[_D]:
+        body: ListBody[_W] = decode_body(call, call.decoder, raw)
+        return convert(body.items)
+
+    def fetch(token: str) -> tuple[bytes, str]:
+        raw = _fetch(call, paging, token)
+        meta = wire.list_head(raw) or decode_body(call, wire.LIST_META, raw).metadata
+        return raw, meta.continue_
+
+    return split_list(lambda: here(first), token, fetch, here, sink, fetcher)
 
 
 @contextmanager
@@ -184,11 +236,12 @@ def fast_switching() -> AbstractContextManager[None]:
     return _SWITCH_INTERVAL.lowered(LISTING_SWITCH_INTERVAL)
 
 
-def _fetch(call: ListCall[Any], limit: int, token: str | None, timeout: float, host: str) -> bytes:
+def _fetch(call: ListCall[Any], paging: _Paging, token: str | None) -> bytes:
     """One page's raw body (runs on the fetcher thread); library errors become ours."""
+    timeout = paging.timeout
     try:
         response = call.method(
-            limit=limit,
+            limit=paging.page_size,
             _continue=token,
             field_selector=call.field_selector,
             label_selector=call.label_selector,
@@ -204,15 +257,8 @@ def _fetch(call: ListCall[Any], limit: int, token: str | None, timeout: float, h
             raise _Expired from exc
         raise api_error(f"list {call.what}", exc) from exc
     except CLIENT_ERRORS as exc:
-        raise client_error(f"list {call.what}", exc, host, timeout) from exc
+        raise client_error(f"list {call.what}", exc, paging.host, timeout) from exc
     return raw
-
-
-def _decode(call: ListCall[_W], raw: bytes) -> Any:
-    try:
-        return call.decoder.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise malformed(call, raw, exc) from exc
 
 
 def api_error(action: str, exc: ApiException) -> KubeUnavailable:
@@ -256,30 +302,3 @@ def transport_error(action: str, exc: Exception, host: str, timeout: float) -> K
     if timed_out and not isinstance(cause, urllib3.exceptions.NewConnectionError):
         return KubeUnavailable(f"{action}: no answer from {host} within {timeout:g}s ({cause})", reason="Timeout")
     return KubeUnavailable(f"{action}: cannot reach the Kubernetes API at {host}: {cause}")
-
-
-_ANNOTATION_FIELD = "metadata.annotations."
-_ITEM_PATH = re.compile(r"`\$\.items\[(\d+)\]\.?([^`]*)`")
-
-
-def malformed(call: ListCall[Any], raw: bytes, exc: msgspec.DecodeError) -> KubeUnavailable:
-    """A body that is not the expected JSON; names the object and field when it can."""
-    text = str(exc)
-    found = _ITEM_PATH.search(text)
-    if found is None:
-        return KubeUnavailable(f"list {call.what}: malformed response: {text}", reason="Malformed")
-    index, field = int(found.group(1)), found.group(2)
-    if field.startswith(_ANNOTATION_FIELD):  # a struct field named by its key: shown as a map's key
-        field = f"metadata.annotations[{field.removeprefix(_ANNOTATION_FIELD)}]"
-    problem = re.sub(r"\s*-\s*at\s*$", "", text[: found.start()])
-    name = _item_name(raw, index) or f"item {index}"
-    return KubeUnavailable(f"{call.kind} {name}: {field}: {problem}", reason="Malformed")
-
-
-def _item_name(raw: bytes, index: int) -> str | None:
-    """namespace/name of item ``index``, read loosely (only on the error path)."""
-    try:
-        meta = msgspec.json.decode(raw)["items"][index]["metadata"]
-        return "/".join(p for p in (meta.get("namespace"), meta["name"]) if p)
-    except (msgspec.DecodeError, LookupError, TypeError, AttributeError):
-        return None

@@ -12,7 +12,8 @@ import pytest
 
 from rebalancer.errors import KubeUnavailable
 from rebalancer.kube import decode, wire
-from rebalancer.kube.lister import ListCall, malformed
+from rebalancer.kube.bodies import malformed
+from rebalancer.kube.lister import ListCall
 from rebalancer.model import Pod, WorkloadRef
 from rebalancer.protections import MIRROR_ANNOTATION
 from tests.kubeapi import builders as b

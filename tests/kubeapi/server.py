@@ -59,6 +59,11 @@ class Response:
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
     stream: Iterator[bytes] | None = None  # a watch: sent chunked, as it comes
+    parts: list[bytes] | None = None  # the body as pieces, sent gathered (``body`` is then empty)
+
+    @property
+    def length(self) -> int:
+        return len(self.body) if self.parts is None else sum(map(len, self.parts))
 
     @classmethod
     def of(cls, code: int, obj: Any, headers: dict[str, str] | None = None) -> Response:
@@ -370,8 +375,15 @@ class TestApiServer:
             if page.remaining is not None:
                 meta["remainingItemCount"] = page.remaining
         head = msgspec.json.encode({"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version, "metadata": meta})
-        body = head[:-1] + b',"items":[' + b",".join(page.items) + b"]}"
-        return Response(200, body)
+        # The items are sent as they are stored (a gathered write), never joined into one body: a
+        # page of 500 big pods is 4.5 MB, and building it cost this double more CPU than serving it.
+        parts = [head[:-1] + b',"items":[']
+        for item in page.items:
+            parts += (item, b",")
+        if page.items:
+            parts.pop()
+        parts.append(b"]}")
+        return Response(200, b"", parts=parts)
 
     def _list_revision(self, q: dict[str, str], token: str | None) -> int | None:
         raw, match = q.get("resourceVersion", ""), q.get("resourceVersionMatch", "")
@@ -402,6 +414,25 @@ def _node_name_equality(selector: str) -> str | None:
         if sep and key.strip() == "spec.nodeName" and not key.endswith("!"):
             return value.strip()
     return None
+
+
+_GATHER = 512  # buffers per sendmsg call (the kernel takes at most IOV_MAX, 1024 on Linux)
+
+
+def _send_gathered(sock: socket.socket, parts: list[bytes]) -> None:
+    """Send ``parts`` in order with gathered writes (``sendmsg``), resuming after partial sends."""
+    views = [memoryview(p) for p in parts if p]
+    start = 0
+    while start < len(views):
+        sent = sock.sendmsg(views[start : start + _GATHER])
+        while sent and start < len(views):
+            size = len(views[start])
+            if sent >= size:
+                sent -= size
+                start += 1
+            else:
+                views[start] = views[start][sent:]
+                sent = 0
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -476,9 +507,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if response.stream is not None:
             self._send_chunked(response.stream)
             return
-        self.send_header("Content-Length", str(len(response.body)))
+        self.send_header("Content-Length", str(response.length))
         self.end_headers()
-        self.wfile.write(response.body)
+        if response.parts is None:
+            self.wfile.write(response.body)
+        else:
+            _send_gathered(self.connection, response.parts)
 
     def _send_chunked(self, chunks: Iterator[bytes]) -> None:
         """A watch: each event as its own chunk, sent at once (the client reads them as they come)."""

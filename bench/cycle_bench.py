@@ -1,0 +1,278 @@
+"""Full plan cycle benchmark (CronJob mode): list nodes and pods, read usage, plan, at several sizes.
+
+    .venv/bin/python -m bench.cycle_bench                            # 15,000 / 50,000 / 150,000 pods
+    .venv/bin/python -m bench.cycle_bench --sizes 300 --runs 1 --baseline-pods 100   # a smoke run
+
+For each size the test API server serves the synthetic cluster (bench.cluster_gen, 30 pods a node) in
+its own process, and a canned Prometheus in this process answers the three default usage queries in
+Prometheus' wire format (one series per pod, 150,000 at the largest size; a quarter of the nodes run
+hot, a quarter cold). A fresh child process then measures, each as a median of ``--runs``:
+
+- the full cycle: ``app.plan_live`` as ``rebalancer plan`` runs it (KubeSource, PrometheusUsageSource,
+  snapshot and strategies), and its peak RSS (page workers included);
+- the snapshot alone (``KubeSource.read_facts``), the usage read alone (``PrometheusUsageSource.read``)
+  and the plan alone (``cycle.plan_cycle`` on them);
+- the memory a listing holds beyond its result (peak minus retained RSS across the first read): pages
+  are decoded as they come, so this stays flat whatever the size.
+
+The official client's default path (generated ``V1Pod`` models) lists the first ``--baseline-pods``
+pods of the smallest size once, and is extrapolated linearly to each size for the ratio.
+Figures, not a timed test: the machine is shared, read medians and ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from bench.alert_latency import serve_prometheus
+from bench.cluster_gen import NAMESPACES, pod_usage_millicores
+from bench.harness import (
+    kubeconfig,
+    peak_rss_mb,
+    process_cpu_s,
+    rss_mb,
+    run_child,
+    served_cluster,
+    workers_peak_rss_mb,
+)
+
+PODS_PER_NODE = 30
+ALLOCATABLE_M = 31750  # bench.cluster_gen's nodes
+NODE_LOAD = (0.10, 0.80, 0.40, 0.45)  # by node index modulo 4: cold, hot, normal, normal
+POLICY = (
+    "prometheus: {{url: '{url}', maxDataAgeSeconds: 600}}\n"
+    "pools: {{label: node-pool}}\n"
+    "strategies:\n- {{kind: LowNodeUtilization, thresholds: {{cpu: 20}}, targetThresholds: {{cpu: 50}}}}\n"
+)
+
+
+@dataclass
+class SkewedPrometheus:
+    """Answers the default usage queries for bench.cluster_gen's cluster (see bench.serve_cluster)."""
+
+    nodes: int
+    pods: int
+
+    @cached_property
+    def _pods(self) -> bytes:
+        series = []
+        for i in range(self.pods):
+            name = f"svc-{(i // 7) % 2000:04d}-5d8f9c7b6-{i:06x}"
+            series.append(({"namespace": NAMESPACES[i % len(NAMESPACES)], "pod": name}, pod_usage_millicores(i)))
+        return _vector([(labels, m / 1000) for labels, m in series])
+
+    def answer(self, query: str, at: float) -> bytes:
+        names = [f"node-{i:05d}" for i in range(self.nodes)]
+        if "timestamp(" in query:
+            return _vector([({"node": n}, at - 15) for n in names])
+        if 'id="/"' in query:
+            return _vector([({"node": n}, ALLOCATABLE_M * NODE_LOAD[i % 4] / 1000) for i, n in enumerate(names)])
+        return self._pods
+
+
+def _vector(series: list[tuple[dict[str, str], float]]) -> bytes:
+    result = [{"metric": labels, "value": [time.time(), f"{value:.6f}"]} for labels, value in series]
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+
+
+# --- child ------------------------------------------------------------------------------------
+
+
+def child_cycle(kube_url: str, prom_url: str, server_pid: int, runs: int) -> dict[str, Any]:
+    from rebalancer.kube import KubeSource, connect
+    from rebalancer.policy import parse_policy
+    from rebalancer.prom import PrometheusUsageSource
+    from rebalancer.protections import Protections
+
+    policy = parse_policy(POLICY.format(url=prom_url))
+    api = connect(kubeconfig(kube_url))
+    source = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
+    out = first_read(source)
+    out.update(snapshots(source, server_pid, runs))
+    with PrometheusUsageSource(policy.prometheus) as prometheus:
+        out.update(usage_reads(prometheus, runs))
+        out.update(plans(source, prometheus, policy, runs))
+    out.update(cycles(api, policy, runs))
+    out["peak_rss_mb"] = peak_rss_mb()
+    out["workers_rss_mb"] = workers_peak_rss_mb()
+    return out
+
+
+def first_read(source: Any) -> dict[str, Any]:
+    """The first read in this fresh process, and what a listing holds beyond its result."""
+    before = rss_mb()
+    started = time.perf_counter()
+    facts = source.read_facts()
+    return {
+        "first_snapshot_s": time.perf_counter() - started,
+        "retained_mb": rss_mb() - before,
+        "transient_mb": peak_rss_mb() - rss_mb(),
+        "pods": len(facts.pods),
+        "nodes": len(facts.nodes),
+    }
+
+
+def snapshots(source: Any, server_pid: int, runs: int) -> dict[str, Any]:
+    seconds, server_cpu = [], []
+    for _ in range(runs):
+        cpu, started = process_cpu_s(server_pid), time.perf_counter()
+        source.read_facts()
+        seconds.append(time.perf_counter() - started)
+        server_cpu.append(process_cpu_s(server_pid) - cpu)
+    stats = source.last_stats
+    return {
+        "snapshot_s": seconds,
+        "server_cpu_s": server_cpu,
+        "offloaded": stats.offloaded["pods"],
+        "pages": stats.pages["pods"],
+    }
+
+
+def usage_reads(prometheus: Any, runs: int) -> dict[str, Any]:
+    seconds = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        usage = prometheus.read(time.time())
+        seconds.append(time.perf_counter() - started)
+    return {"usage_s": seconds, "series": len(usage.pod_cpu_m)}
+
+
+def plans(source: Any, prometheus: Any, policy: Any, runs: int) -> dict[str, Any]:
+    from rebalancer.cycle import plan_cycle
+
+    facts, usage = source.read_facts(), prometheus.read(time.time())
+    seconds = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        plan_cycle(facts, usage, policy, time.time())
+        seconds.append(time.perf_counter() - started)
+    return {"plan_s": seconds}
+
+
+def cycles(api: Any, policy: Any, runs: int) -> dict[str, Any]:
+    """``rebalancer plan``'s cycle: app.plan_live (list, read usage, plan)."""
+    from rebalancer.app import ClusterConnection, plan_live
+
+    out: dict[str, Any] = {"cycle_s": []}
+    for _ in range(runs):
+        started = time.perf_counter()
+        outcome = plan_live(policy, ClusterConnection(), api=api)
+        out["cycle_s"].append(time.perf_counter() - started)
+        if outcome.plan.blocked:
+            raise SystemExit(f"the cycle made no plan: {outcome.plan.blocked}")
+        out["hot"] = sum(1 for r in outcome.plan.results for d in r.node_decisions if d.node_class == "hot")
+        out["planned"] = len(outcome.plan.evictions)
+        del outcome
+    return out
+
+
+# --- parent -----------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--sizes", default="15000,50000,150000", help="pod counts, comma-separated")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--baseline-pods", type=int, default=15_000)
+    parser.add_argument("--child", choices=["cycle"])
+    parser.add_argument("--url")
+    parser.add_argument("--prometheus")
+    parser.add_argument("--server-pid", type=int, default=0)
+    args = parser.parse_args()
+    if args.child == "cycle":
+        print(json.dumps(child_cycle(args.url, args.prometheus, args.server_pid, args.runs)))
+        return
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    baseline: dict[str, Any] | None = None
+    rows = []
+    for pods in sizes:
+        nodes = max(1, pods // PODS_PER_NODE)
+        prometheus = serve_prometheus(SkewedPrometheus(nodes, pods))
+        prom_url = f"http://127.0.0.1:{prometheus.server_address[1]}"
+        try:
+            with served_cluster(nodes, pods) as served:
+                figures = run_child(
+                    "bench.cycle_bench",
+                    "cycle",
+                    [
+                        "--url",
+                        served.url,
+                        "--prometheus",
+                        prom_url,
+                        "--server-pid",
+                        str(served.pid),
+                        "--runs",
+                        str(args.runs),
+                    ],
+                )
+                if baseline is None:
+                    baseline = run_child(
+                        "bench.snapshot_bench",
+                        "baseline",
+                        ["--url", served.url, "--baseline-pods", str(args.baseline_pods)],
+                    )
+        finally:
+            prometheus.shutdown()
+        rows.append(report_size(pods, nodes, figures, baseline, args.runs))
+    report_scaling(rows)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def report_size(pods: int, nodes: int, f: dict[str, Any], base: dict[str, Any], runs: int) -> dict[str, float]:
+    cycle, snapshot, usage, plan = (median(f[k]) for k in ("cycle_s", "snapshot_s", "usage_s", "plan_s"))
+    rss = f["peak_rss_mb"] + f["workers_rss_mb"]
+    base_s = base["seconds"] / base["pods"] * pods
+    print(f"== {pods} pods on {nodes} nodes ({f['series']} pod usage series), medians of {runs}")
+    print(
+        f"full cycle: {cycle:.2f} s ({', '.join(f'{s:.2f}' for s in f['cycle_s'])}); "
+        f"peak RSS {rss:.0f} MB ({f['workers_rss_mb']:.0f} MB of it in page workers); "
+        f"{f['hot']} hot nodes, {f['planned']} evictions planned"
+    )
+    print(
+        f"  snapshot alone: {snapshot:.2f} s ({f['offloaded']} of {f['pages']} pod pages in page workers; "
+        f"test API server CPU {median(f['server_cpu_s']):.2f} s); first read in a fresh process "
+        f"{f['first_snapshot_s']:.2f} s"
+    )
+    print(f"  usage read alone: {usage:.2f} s; plan alone (snapshot + strategies): {plan:.2f} s")
+    print(
+        f"  listing memory: {f['retained_mb']:.0f} MB retained (the result), {f['transient_mb']:.0f} MB more "
+        "at the peak of the first read (pages in flight)"
+    )
+    print(
+        f"  baseline (official client, generated models, {base['pods']} pods measured, extrapolated): "
+        f"{base_s:.0f} s for the listing alone; ratio {base_s / cycle:.0f}x the full cycle, "
+        f"{base_s / snapshot:.0f}x the snapshot"
+    )
+    verdict = "meets" if cycle <= 3.0 and rss <= 1024 else "misses"
+    print(
+        f"  target (full cycle <= 3 s and <= 1 GB, >= 50x the baseline): {verdict}"
+        + ("" if base_s / cycle >= 50 else " (ratio below 50x)")
+    )
+    return {"pods": pods, "cycle": cycle, "snapshot": snapshot, "usage": usage, "plan": plan, "rss": rss}
+
+
+def report_scaling(rows: list[dict[str, float]]) -> None:
+    print("== scaling (per pod)")
+    for row in rows:
+        per_pod = {k: row[k] / row["pods"] * 1e6 for k in ("cycle", "snapshot", "usage", "plan")}
+        print(
+            f"{row['pods']:>7} pods: cycle {per_pod['cycle']:.1f} us/pod (snapshot {per_pod['snapshot']:.1f}, "
+            f"usage {per_pod['usage']:.1f}, plan {per_pod['plan']:.1f}); peak RSS {row['rss'] / row['pods'] * 1e3:.2f} KB/pod"
+        )
+    if len(rows) > 1:
+        first, last = rows[0], rows[-1]
+        growth = (last["cycle"] / last["pods"]) / (first["cycle"] / first["pods"])
+        print(f"cost per pod at {last['pods']} / at {first['pods']} pods: {growth:.2f} (1.00: linear)")
+
+
+if __name__ == "__main__":
+    main()

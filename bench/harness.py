@@ -1,0 +1,124 @@
+"""What the benchmarks share: a synthetic cluster served in its own process, child runs, CPU and memory.
+
+Every measurement runs in a fresh child process so that its peak RSS is its own; the servers run in
+other processes and share the cores with it, as a real API server on the same machine would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def kubeconfig(url: str) -> str:
+    path = Path(tempfile.mkdtemp()) / "kubeconfig"
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "bench", "cluster": {"server": url}}],
+                "users": [{"name": "bench", "user": {"token": "bench"}}],
+                "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
+                "current-context": "bench",
+            }
+        )
+    )
+    return str(path)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rss_mb() -> float:
+    """This process's resident memory now (Linux /proc)."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of another process so far (Linux /proc; 0.0 where there is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_of_mb(pid: int) -> float:
+    """The peak RSS (VmHWM) of another process that is still running; 0.0 when it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+
+def page_worker_pids() -> list[int]:
+    """The page worker processes of this process (rebalancer.kube.page_workers)."""
+    from rebalancer.kube import page_workers
+
+    return [pid for workers in page_workers._SHARED.values() for pid in workers.pids()]
+
+
+def workers_cpu_s() -> float:
+    return sum(process_cpu_s(pid) for pid in page_worker_pids())
+
+
+def workers_peak_rss_mb() -> float:
+    return sum(peak_rss_of_mb(pid) for pid in page_worker_pids())
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str
+    pid: int
+    load_s: float
+
+
+@contextmanager
+def served_cluster(nodes: int, pods: int) -> Iterator[Served]:
+    """The test API server with a synthetic cluster (bench.serve_cluster), in its own process."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bench.serve_cluster", "--nodes", str(nodes), "--pods", str(pods)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert server.stdout is not None
+        ready = server.stdout.readline().split()
+        if not ready or ready[0] != "READY":
+            raise SystemExit(f"the test API server did not start: {ready}")
+        yield Served(ready[1], server.pid, float(ready[2]))
+    finally:
+        if server.stdin:
+            server.stdin.close()
+        server.wait(timeout=60)
+
+
+def run_child(module: str, mode: str, args: list[str]) -> dict[str, Any]:
+    """Run ``python -m module --child mode *args`` and read the JSON object it prints last."""
+    out = subprocess.run(
+        [sys.executable, "-m", module, "--child", mode, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"{module} --child {mode} failed:\n{out.stderr[-4000:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -1,0 +1,84 @@
+"""The benchmarks run at a tiny size and print their figures (a smoke test: no timing assertions).
+
+Each runs as a user would run it (``python -m bench.<name>``) in a subprocess, with the test API server
+and the canned Prometheus in processes of their own; the figures lines are parsed, so a benchmark that
+stops printing one of them, or prints nonsense, fails here rather than on the day it is needed.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SECONDS = r"(\d+\.\d+) s"
+
+
+def run(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def figure(pattern: str, text: str) -> list[str]:
+    found = re.search(pattern, text)
+    assert found is not None, f"no line matching {pattern!r} in:\n{text}"
+    return list(found.groups())
+
+
+def test_snapshot_bench_prints_its_figures() -> None:
+    out = run("bench.snapshot_bench", "--nodes", "20", "--pods", "300", "--runs", "1", "--baseline-pods", "100")
+
+    assert figure(r"cluster: (\d+) nodes, (\d+) pods", out) == ["20", "300"]
+    transfer, megabytes, pages = figure(rf"raw transfer .*: {SECONDS} for (\d+\.\d+) MB in (\d+) pages", out)
+    assert float(transfer) > 0 and 300 * 8 / 1000 < float(megabytes) < 300 * 10 / 1000 and pages == "1"
+    snapshot, rss, workers_rss = figure(
+        rf"snapshot \(.*\), median of 1: {SECONDS} .*peak RSS (\d+) MB \+ (\d+) MB", out
+    )
+    assert float(snapshot) > 0 and int(rss) > 0 and int(workers_rss) >= 0
+    cpu = figure(
+        rf"CPU of that read: client {SECONDS}, page workers {SECONDS} \((\d+) of (\d+) pages\), test API server {SECONDS}",
+        out,
+    )
+    assert cpu[2:4] == ["0", "1"]  # one page: nothing for the workers
+    assert float(cpu[0]) > 0 and float(cpu[1]) >= 0 and float(cpu[4]) >= 0
+    hot, planned, plan = figure(
+        rf"plan on it \(LowNodeUtilization, (\d+) hot nodes, (\d+) evictions planned\): {SECONDS}", out
+    )
+    assert int(hot) >= 0 and int(planned) >= 0 and float(plan) >= 0
+    base_pods, base_s = figure(rf"baseline \(official client, generated models\) at (\d+) pods: {SECONDS}", out)
+    assert base_pods == "300" and float(base_s) > 0  # one page of the server's: all 300
+    assert int(figure(r"ratio, time per pod .*: (\d+)x", out)[0]) > 0
+    assert figure(r"target \(.*\): (meets|misses)", out)[0] in ("meets", "misses")
+
+
+def test_cycle_bench_prints_its_figures_for_each_size() -> None:
+    out = run("bench.cycle_bench", "--sizes", "300,1200", "--runs", "1", "--baseline-pods", "100")
+
+    sizes = re.findall(r"== (\d+) pods on (\d+) nodes \((\d+) pod usage series\)", out)
+    assert sizes == [("300", "10", "300"), ("1200", "40", "1200")]
+    cycles = re.findall(rf"full cycle: {SECONDS} .*peak RSS (\d+) MB .*; (\d+) hot nodes, (\d+) evictions planned", out)
+    assert len(cycles) == 2
+    assert all(float(s) > 0 and int(rss) > 0 and int(hot) > 0 and int(planned) > 0 for s, rss, hot, planned in cycles)
+    assert len(re.findall(rf"snapshot alone: {SECONDS} \((\d+) of (\d+) pod pages in page workers", out)) == 2
+    assert len(re.findall(rf"usage read alone: {SECONDS}; plan alone \(snapshot \+ strategies\): {SECONDS}", out)) == 2
+    assert len(re.findall(r"listing memory: -?\d+ MB retained \(the result\), -?\d+ MB more", out)) == 2
+    assert len(re.findall(r"ratio (\d+)x the full cycle, (\d+)x the snapshot", out)) == 2
+    per_pod = re.findall(
+        r"(\d+) pods: cycle (\d+\.\d+) us/pod \(snapshot (\d+\.\d+), usage (\d+\.\d+), plan (\d+\.\d+)\)", out
+    )
+    assert [p[0] for p in per_pod] == ["300", "1200"]
+    assert float(figure(r"cost per pod at 1200 / at 300 pods: (\d+\.\d+)", out)[0]) > 0
+
+
+def test_kube_list_prints_its_figures() -> None:
+    out = run("bench.kube_list", "1000", "300")
+
+    assert int(figure(r"page of 500 pods: \d+\.\d+ MB \((\d+) bytes per pod\)", out)[0]) > 1000
+    assert len(re.findall(rf"decode 1,000 pods \(gc (?:enabled|paused)\): {SECONDS}", out)) == 2
+    assert figure(rf"read_facts over loopback, ([\d,]+) pods and 500 nodes: {SECONDS}", out)[0] == "300"
+    assert int(figure(r"peak RSS: (\d+) MB", out)[0]) > 0
