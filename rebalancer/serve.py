@@ -117,8 +117,10 @@ class _KnownNodes:
         self._lock = threading.Lock()
 
     def update(self, nodes: Sequence[Node]) -> None:
+        """A cycle listed the cluster: its nodes are current, and the Kubernetes source answered (readyz)."""
         with self._lock:
             self._nodes, self._at = tuple(nodes), self._clock()
+            self._listed_ok = True
 
     def nodes(self) -> tuple[Node, ...]:
         cache = self._cache.current()
