@@ -19,6 +19,7 @@ from typing import Any
 
 from bench.harness import (
     kubeconfig,
+    page_worker_pids,
     peak_rss_mb,
     process_cpu_s,
     run_child,
@@ -69,6 +70,7 @@ def child_snapshot(url: str, server_pid: int, decode_workers: int) -> dict[str, 
     client_cpu_s, server_cpu_s = time.process_time() - client_cpu, process_cpu_s(server_pid) - server_cpu
     worker_cpu_s = workers_cpu_s() - worker_cpu
     stats = source.last_stats
+    workers = len(page_worker_pids())
 
     # Synthetic usage, skewed by node so that some nodes are hot and some cold.
     skew = {n.name: (0.3, 2.5, 1.0, 1.0)[i % 4] for i, n in enumerate(facts.nodes)}
@@ -95,6 +97,7 @@ def child_snapshot(url: str, server_pid: int, decode_workers: int) -> dict[str, 
         "worker_cpu_s": worker_cpu_s,
         "server_cpu_s": server_cpu_s,
         "pages": stats.pages["pods"],
+        "workers": workers,
         "offloaded": stats.offloaded["pods"],
         "rss_before_mb": rss_before,
         "rss_snapshot_mb": rss_snapshot,
@@ -171,7 +174,13 @@ def main() -> None:
     parser.add_argument(
         "--decode-workers", type=int, default=AUTO, help="page worker processes (default: as KubeSource chooses)"
     )
-    parser.add_argument("--compare", action="store_true", help="also read in-process, alternating, same session")
+    parser.add_argument(
+        "--compare-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also read with N page worker processes, alternating with the default, same session",
+    )
     parser.add_argument("--child", choices=["snapshot", "baseline", "raw"])
     parser.add_argument("--url")
     parser.add_argument("--server-pid", type=int, default=0)
@@ -203,16 +212,18 @@ def report(args: argparse.Namespace, url: str, server_pid: int) -> None:
         f"{raw_s:.2f} s for {raw[0]['bytes'] / 1e6:.1f} MB in {raw[0]['pages']} pages "
         f"(test API server CPU {statistics.median(r['server_cpu_s'] for r in raw):.2f} s)"
     )
-    runs, alone = [], []
+    runs, other = [], []
     for _ in range(args.runs):  # alternating, so that both see the same machine
         runs.append(child("snapshot", url, *pid, "--decode-workers", str(args.decode_workers)))
-        if args.compare:
-            alone.append(child("snapshot", url, *pid, "--decode-workers", "0"))
+        if args.compare_workers:
+            other.append(child("snapshot", url, *pid, "--decode-workers", str(args.compare_workers)))
     base = child("baseline", url, "--baseline-pods", str(args.baseline_pods))
-    snap_s = print_snapshot("snapshot (narrow msgspec path, page workers)", runs, args.runs)
-    if alone:
-        alone_s = print_snapshot("snapshot in one process (no page workers)", alone, args.runs)
-        print(f"  page workers vs one process, same session: {alone_s / snap_s:.2f}x faster")
+    snap_s = print_snapshot(f"snapshot (narrow msgspec path, {runs[0]['workers']} page workers)", runs, args.runs)
+    if other:
+        other_s = print_snapshot(f"snapshot with {args.compare_workers} page workers", other, args.runs)
+        print(
+            f"  {args.compare_workers} page workers against the default, same session: {snap_s / other_s:.2f}x faster"
+        )
     first_s = statistics.median(r["first_s"] for r in runs)
     setup_s = statistics.median(r["setup_s"] for r in runs)
     rss = statistics.median(r["rss_snapshot_mb"] + r["rss_workers_mb"] for r in runs)

@@ -1,18 +1,21 @@
 """Pod pages decoded and converted in worker processes while this process goes on listing.
 
-A 150,000-pod list is 1.35 GB of JSON. Decoding and converting it narrowly is about 2.5 s of CPU
-that holds the GIL, so in one interpreter the list cannot take less, whatever the cores. Here whole
-pages go to a few worker processes in turn; each decodes and converts its pages exactly as the
-in-process path does (the same narrow decoder, conversion and errors naming the pod and the field)
-and sends the pods back as MessagePack, which this process decodes in C into the same frozen
-``Pod`` structs, about a tenth of the cost of the JSON path. Results are read back in the order the
-pages were sent, so the pods keep the server's order.
+A 150,000-pod list is 1.35 GB of JSON. Decoding and converting it narrowly is about 3.5 s of CPU
+that holds the GIL, so in one interpreter the list cannot take less, whatever the cores. Here pages
+go to worker processes as they are free (:mod:`split_list`); each decodes and converts its pages
+exactly as the in-process path does (the same narrow decoder, conversion and errors naming the pod
+and the field) and sends the pods back as rows over shared tables (:mod:`pod_rows`), from which this
+process builds the same frozen ``Pod`` structs for about a tenth of the cost of converting the page.
+Pages travel in shared memory (two memfd slots per worker; a bigger page through the pipe).
 
-A worker is a plain ``python -m rebalancer.kube.page_workers`` with this process's ``sys.path``,
-talking over two pipes; it imports only the decoders (not the ``kubernetes`` client) and starts in
-about 0.3 s, in the background while nodes and ReplicaSets are listed (:meth:`PageWorkers.warm_up`).
-Workers live for the life of the process and serve one list at a time; a list that finds them busy
-(another thread listing) decodes in-process. A page that fails to decode comes back as the same
+The trip costs CPU (about half a conversion more per page, in total), so workers pay only with CPUs
+to spare; :func:`auto_workers` uses none on two CPUs (see there for the figures).
+
+A worker is ``python -c`` importing this module with this process's ``sys.path``, talking over two
+pipes; it imports only the decoders (not the ``kubernetes`` client) and starts in about 0.3 s, in the
+background while nodes and ReplicaSets are listed (:meth:`PageWorkers.warm_up`). Workers live for the
+life of the process and serve one list at a time; a list that finds them busy (another thread
+listing) decodes in-process. A page that fails to decode comes back as the same
 :class:`KubeUnavailable` it would raise in-process. A worker that dies or answers nonsense fails the
 list with a :class:`WorkerFailed` naming the cause; after any failed list the workers are stopped,
 and the next list starts fresh ones. A worker ends when its job pipe closes, so one whose parent
@@ -222,9 +225,15 @@ def available_cpus() -> int:
 
 
 def auto_workers() -> int:
-    """Worker processes for big pod lists by default: one CPU is the listing thread's, the others' (up to
-    :data:`MAX_AUTO_WORKERS`) are workers'; none on a single CPU (they would only add work)."""
-    return max(0, min(MAX_AUTO_WORKERS, available_cpus() - 1))
+    """Worker processes for big pod lists by default: none on one or two CPUs, else one per CPU beyond
+    two (up to :data:`MAX_AUTO_WORKERS`).
+
+    A page handed to a worker costs about 1.5 times the CPU of converting it here (the copy, the rows,
+    the second process), so workers only pay with a CPU that would otherwise idle. On two CPUs shared
+    with anything else (on the benchmark machine: the test API server and other jobs) they were as
+    often slower as faster (150,000 pods, alternating runs: 3.2-7.1 s against 3.7-6.8 s in-process).
+    """
+    return max(0, min(MAX_AUTO_WORKERS, available_cpus() - 2))
 
 
 class WorkerFailed(KubeUnavailable):

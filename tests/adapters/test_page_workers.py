@@ -185,10 +185,12 @@ def test_workers_end_when_stopped(workers: PageWorkers) -> None:
     assert all(p.poll() is not None for p in processes)
 
 
-def test_no_workers_on_a_single_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_only_with_cpus_to_spare(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(page_workers, "available_cpus", lambda: 1)
     assert page_workers.auto_workers() == 0
     monkeypatch.setattr(page_workers, "available_cpus", lambda: 2)
+    assert page_workers.auto_workers() == 0
+    monkeypatch.setattr(page_workers, "available_cpus", lambda: 3)
     assert page_workers.auto_workers() == 1
     monkeypatch.setattr(page_workers, "available_cpus", lambda: 8)
     assert page_workers.auto_workers() == page_workers.MAX_AUTO_WORKERS

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rebalancer.kube import page_workers
+
 ROOT = Path(__file__).resolve().parents[2]
 SECONDS = r"(\d+\.\d+) s"
 
@@ -31,27 +33,33 @@ def figure(pattern: str, text: str) -> list[str]:
 
 
 def test_snapshot_bench_prints_its_figures() -> None:
-    out = run("bench.snapshot_bench", "--nodes", "20", "--pods", "300", "--runs", "1", "--baseline-pods", "100")
-
-    assert figure(r"cluster: (\d+) nodes, (\d+) pods", out) == ["20", "300"]
-    transfer, megabytes, pages = figure(rf"raw transfer .*: {SECONDS} for (\d+\.\d+) MB in (\d+) pages", out)
-    assert float(transfer) > 0 and 300 * 8 / 1000 < float(megabytes) < 300 * 10 / 1000 and pages == "1"
-    snapshot, rss, workers_rss = figure(
-        rf"snapshot \(.*\), median of 1: {SECONDS} .*peak RSS (\d+) MB \+ (\d+) MB", out
+    out = run(
+        "bench.snapshot_bench",
+        *("--nodes", "50", "--pods", "1500", "--runs", "1", "--baseline-pods", "100", "--compare-workers", "1"),
     )
-    assert float(snapshot) > 0 and int(rss) > 0 and int(workers_rss) >= 0
-    cpu = figure(
+
+    assert figure(r"cluster: (\d+) nodes, (\d+) pods", out) == ["50", "1500"]
+    transfer, megabytes, pages = figure(rf"raw transfer .*: {SECONDS} for (\d+\.\d+) MB in (\d+) pages", out)
+    assert float(transfer) > 0 and 1500 * 8 / 1000 < float(megabytes) < 1500 * 10 / 1000 and pages == "3"
+    snapshots = re.findall(
+        rf"snapshot (?:\(narrow msgspec path, (\d+)|with (\d+)) page workers\)?, median of 1: {SECONDS}", out
+    )
+    default_workers = str(page_workers.auto_workers())  # none on two CPUs
+    assert [(default, compared) for default, compared, _ in snapshots] == [(default_workers, ""), ("", "1")]
+    assert all(float(seconds) > 0 for _, _, seconds in snapshots)
+    cpu = re.findall(
         rf"CPU of that read: client {SECONDS}, page workers {SECONDS} \((\d+) of (\d+) pages\), test API server {SECONDS}",
         out,
     )
-    assert cpu[2:4] == ["0", "1"]  # one page: nothing for the workers
-    assert float(cpu[0]) > 0 and float(cpu[1]) >= 0 and float(cpu[4]) >= 0
+    assert [c[3] for c in cpu] == ["3", "3"]
+    assert all(int(c[2]) <= 2 for c in cpu)  # the first page is always the listing thread's
+    assert float(figure(r"1 page workers against the default, same session: (\d+\.\d+)x", out)[0]) > 0
     hot, planned, plan = figure(
         rf"plan on it \(LowNodeUtilization, (\d+) hot nodes, (\d+) evictions planned\): {SECONDS}", out
     )
     assert int(hot) >= 0 and int(planned) >= 0 and float(plan) >= 0
     base_pods, base_s = figure(rf"baseline \(official client, generated models\) at (\d+) pods: {SECONDS}", out)
-    assert base_pods == "300" and float(base_s) > 0  # one page of the server's: all 300
+    assert base_pods == "500" and float(base_s) > 0  # one page of the server's
     assert int(figure(r"ratio, time per pod .*: (\d+)x", out)[0]) > 0
     assert figure(r"target \(.*\): (meets|misses)", out)[0] in ("meets", "misses")
 
