@@ -76,6 +76,12 @@ def test_cycle_bench_prints_its_figures_for_each_size() -> None:
     assert len(re.findall(rf"usage read alone: {SECONDS}; plan alone \(snapshot \+ strategies\): {SECONDS}", out)) == 2
     assert len(re.findall(r"listing memory: -?\d+ MB retained \(the result\), -?\d+ MB more", out)) == 2
     assert len(re.findall(r"ratio (\d+)x the full cycle, (\d+)x the snapshot", out)) == 2
+    assert (
+        len(
+            re.findall(r"target \(full cycle <= 3 s and <= 1 GB, >= 50x the baseline\): (meets|misses [a-z, ]+)\n", out)
+        )
+        == 2
+    )
     per_pod = re.findall(
         r"(\d+) pods: cycle (\d+\.\d+) us/pod \(snapshot (\d+\.\d+), usage (\d+\.\d+), plan (\d+\.\d+)\)", out
     )
