@@ -24,6 +24,7 @@ from rebalancer.predicted import PredictedLoad
 from rebalancer.prom import PrometheusUsageSource
 from rebalancer.prom.history import PodHistory, Progress, PrometheusHistorySource
 from rebalancer.protections import Protections
+from rebalancer.snapshot import build_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -134,15 +135,11 @@ def _current_pct(policy: Policy, facts: ClusterFacts, now: float) -> tuple[dict[
             usage = source.read(now)
     except SourceError as exc:
         return None, f"current usage unknown: {type(exc).__name__}: {exc}"
-    out: dict[str, float] = {}
-    on_node = scheduled_pods(facts) if usage.node_from_pods else {}
-    for node in facts.nodes:
-        value = usage.node_cpu_m.get(node.name)
-        if usage.node_from_pods:  # a running pod without usage makes the sum unknown, as in a cycle
-            pods = on_node.get(node.name, [])
-            if any(p.phase == "Running" and p.key not in usage.pod_cpu_m for p in pods):
-                continue
-            value = sum(usage.pod_cpu_m.get(p.key, 0) for p in pods)
-        if value is not None and node.allocatable_cpu_m > 0:
-            out[node.name] = 100.0 * value / node.allocatable_cpu_m
+    # the node usage a cycle would see (unknown stays unknown: not Ready, stale, a running pod without data)
+    loads = build_snapshot(facts, usage, policy.pools, now).load
+    out = {
+        node.name: 100.0 * usage_m / node.allocatable_cpu_m
+        for node in facts.nodes
+        if (usage_m := loads[node.name].usage_m) is not None
+    }
     return out, None

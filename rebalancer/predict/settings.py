@@ -8,13 +8,12 @@ before's, and so on. They are normalised, so only their ratios matter.
 from __future__ import annotations
 
 from typing import Annotated, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import Field, model_validator
 
-from rebalancer.limits.settings import duration_seconds
+from rebalancer.limits.settings import TimeZoneName, duration_seconds
 from rebalancer.settings import Duration, FieldProblems, Model, Percent
 
 Aggregation = Literal["weighted_mean", "max_daily", "pooled_p95", "same_weekday"]
@@ -68,7 +67,7 @@ class HistorySettings(Model):
         description="Subquery step of podQuery and systemQuery; with recordingRule, the rule's evaluation "
         "interval (it sizes the batches).",
     )
-    time_zone: str = Field(default="UTC", description="Time zone whose calendar days the daily peaks cover.")
+    time_zone: TimeZoneName = Field(default="UTC", description="Time zone whose calendar days the daily peaks cover.")
     max_samples_per_query: int = Field(
         default=20_000_000,
         ge=1000,
@@ -81,10 +80,6 @@ class HistorySettings(Model):
     @model_validator(mode="after")
     def _valid(self) -> HistorySettings:
         problems: list[tuple[str, str]] = []
-        try:
-            ZoneInfo(self.time_zone)
-        except (ZoneInfoNotFoundError, ValueError):
-            problems.append(("timeZone", f"unknown time zone {self.time_zone!r}"))
         for name, template in (("podQuery", self.pod_query), ("systemQuery", self.system_query)):
             if template is None:
                 continue
