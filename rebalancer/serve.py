@@ -32,6 +32,7 @@ from rebalancer.policy import Policy
 from rebalancer.prom import PrometheusUsageSource
 from rebalancer.protections import Protections
 from rebalancer.runner import AlertDecision, CycleResult, Service, Trigger
+from rebalancer.serve_efficiency import EfficiencyPublisher
 from rebalancer.service import NodeAlert, TokenFile, make_app, serve_http
 from rebalancer.settings import PrometheusSettings
 from rebalancer.timeline import CollectorPauses, Timeline
@@ -190,7 +191,9 @@ class _Cycles:
         may_act: Callable[[], bool],
         identity: str,
         pauses: CollectorPauses | None = None,
+        efficiency: EfficiencyPublisher | None = None,
     ) -> None:
+        self._efficiency = efficiency
         self._identity = identity
         self._pauses = pauses
         self._cache = cache
@@ -227,7 +230,11 @@ class _Cycles:
                 self._history,
                 timeline,
                 prometheus=self._usage.get(policy.prometheus),
+                trigger=trigger.kind,
             )
+        if self._efficiency is not None:
+            with timeline.step("rates"):
+                self._efficiency.after(policy, trigger.kind, outcome)
         facts = outcome.planned.facts
         if cache is None and facts is not None:
             self._facts = facts
@@ -241,6 +248,8 @@ class _Cycles:
 
     def close(self) -> None:
         self._usage.close()
+        if self._efficiency is not None:
+            self._efficiency.close()
 
 
 def serve(
@@ -265,7 +274,7 @@ def serve(
 
     pauses = CollectorPauses()
     gc.callbacks.append(pauses.callback)
-    cycles = _Cycles(api, dry_run, clock, known, cache, is_leader, identity, pauses)
+    cycles = _Cycles(api, dry_run, clock, known, cache, is_leader, identity, pauses, EfficiencyPublisher(metrics))
 
     service = Service(policy_path, cycles, metrics, is_leader, clock)
     policy = service.policy

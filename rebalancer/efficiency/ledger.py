@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 
@@ -232,11 +232,25 @@ def _bounce_backs(
 # -- follow-up ------------------------------------------------------------------------------------
 
 
-def judge_followups(state: EfficiencyState, snapshot: ClusterSnapshot) -> EfficiencyState:
-    """Judge the pending reliefs this snapshot can decide (see the module docstring)."""
+def judge_followups(
+    state: EfficiencyState, snapshot: ClusterSnapshot, only: Callable[[Relief], bool] | None = None
+) -> EfficiencyState:
+    """Judge the pending reliefs this snapshot can decide (see the module docstring); ``only``: just those
+    (a snapshot at a past time, built for some nodes, says nothing about the others)."""
     if not any(r.result is None for r in state.reliefs):
         return state
-    return msgspec.structs.replace(state, reliefs=tuple(_judged(r, snapshot) for r in state.reliefs))
+    reliefs = tuple(r if only is not None and not only(r) else _judged(r, snapshot) for r in state.reliefs)
+    return msgspec.structs.replace(state, reliefs=reliefs)
+
+
+def overdue(state: EfficiencyState, now: float, grace: float) -> dict[float, frozenset[str]]:
+    """Pending reliefs whose window closed more than ``grace`` ago, by deadline: their nodes. (A CronJob
+    runs rarely: they are judged on the usage read at their deadline, not on today's.)"""
+    out: dict[float, set[str]] = {}
+    for r in state.reliefs:
+        if r.result is None and r.deadline < now - grace:
+            out.setdefault(r.deadline, set()).add(r.node)
+    return {deadline: frozenset(nodes) for deadline, nodes in sorted(out.items())}
 
 
 def _judged(relief: Relief, snapshot: ClusterSnapshot) -> Relief:

@@ -11,6 +11,10 @@ DEFAULT_REFERENCE_QUERY = (
     'sum by ({node_label}) (rate(container_cpu_usage_seconds_total{{id="/"}}[5m]))'
     ' / on ({node_label}) sum by ({node_label}) (kube_node_status_allocatable{{resource="cpu"}}) > 0.8'
 )
+DEFAULT_REFERENCE_DATA_QUERY = (
+    'count by ({node_label}) (kube_node_status_allocatable{{resource="cpu"}})'
+    ' and on ({node_label}) count by ({node_label}) (container_cpu_usage_seconds_total{{id="/"}})'
+)
 """Hot by the reference: the node's 5-minute average CPU (cAdvisor's root cgroup) above 80% of its
 allocatable CPU (kube-state-metrics). A comparison filter: a node has a sample only while hot."""
 
@@ -25,15 +29,32 @@ class ReferenceSettings(Model):
         "reference, the discovery rate is not computed.",
     )
     step: Duration = Field(default="1m", description="Resolution at which the reference is evaluated over the period.")
+    data_query: str = Field(
+        default=DEFAULT_REFERENCE_DATA_QUERY,
+        description="PromQL that answers at least one series when the reference's inputs exist (placeholder "
+        "{node_label}). An empty reference then means no hot node; without data the reference is unknown, "
+        "never zero hot nodes.",
+    )
+    refresh_interval: Duration = Field(
+        default="10m", description="Serve mode re-reads the reference over the period at most this often."
+    )
 
     def render(self, node_label: str) -> str | None:
         return None if self.query is None else self.query.format(node_label=node_label)
+
+    def render_data(self, node_label: str) -> str:
+        return self.data_query.format(node_label=node_label)
+
+    @property
+    def step_seconds(self) -> float:
+        return float(duration_seconds(self.step))
 
     @model_validator(mode="after")
     def _renders(self) -> ReferenceSettings:
         if self.query is not None:
             try:
                 self.render("node")
+                self.render_data("node")
             except (KeyError, IndexError, ValueError) as exc:
                 raise FieldProblems([("query", f"cannot fill the template: {exc!r}")]) from exc
         return self
