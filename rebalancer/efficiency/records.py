@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import msgspec
 
 from rebalancer.errors import RebalancerError
+from rebalancer.versioned_json import decode_versioned
 
 SCHEMA = "rebalancer.io/efficiency-records"
 VERSION = 1
@@ -127,27 +128,9 @@ class EfficiencyState(_Struct, frozen=True):
 
     @classmethod
     def from_json(cls, text: str | bytes, now: float) -> EfficiencyState:
-        try:
-            header = msgspec.json.decode(text, type=_Header)
-        except msgspec.ValidationError as exc:
-            raise RecordsCorrupt(f"not efficiency records (need schema {SCHEMA!r} and version): {exc}") from exc
-        except msgspec.DecodeError as exc:
-            raise RecordsCorrupt(f"not JSON: {exc}") from exc
-        if header.schema != SCHEMA:
-            raise RecordsCorrupt(f"foreign schema {header.schema!r}, expected {SCHEMA!r}")
-        if header.version != VERSION:
-            raise RecordsCorrupt(f"schema version {header.version} is not supported (this build reads {VERSION})")
-        try:
-            doc = msgspec.json.decode(text, type=_Document)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise RecordsCorrupt(str(exc)) from exc
+        doc = decode_versioned(text, _Document, SCHEMA, VERSION, RecordsCorrupt, "efficiency records")
         _check(doc, now)
         return cls(doc.sightings, doc.reliefs, doc.bounce_backs, doc.cycles)
-
-
-class _Header(msgspec.Struct, frozen=True):
-    schema: str
-    version: int
 
 
 class _Document(_Struct, frozen=True):
