@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rebalancer.efficiency.series import Bucket
 from rebalancer.errors import ConfigError
+from rebalancer.pyplot import load_pyplot
 
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
@@ -134,15 +135,7 @@ def _svg(chart: Chart, labels: Sequence[str], width: int = 560, height: int = 26
 
 
 def _png(path: Path, timeline: Sequence[Bucket]) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise ConfigError(
-            str(path), [("", "a PNG needs matplotlib, which is not installed: pip install 'rebalancer[backtest]'")]
-        ) from exc
+    plt = load_pyplot(path, "a PNG")
     ends = [datetime.fromtimestamp(b.end, UTC) for b in timeline]
     fig, axes = plt.subplots(2, 2, figsize=(12, 7), sharex=True, squeeze=False)
     for ax, chart in zip(axes.flat, charts(timeline), strict=True):
