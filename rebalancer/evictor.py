@@ -3,7 +3,8 @@
 For each planned eviction, in order: the pod's backoff after an earlier budget refusal; a re-read just
 before acting (still there, same uid, still on that node, still not protected); the limiters (lists,
 service level, windows, caps, rates, the workload's unavailability); a reservation persisted with
-optimistic concurrency *before* the eviction (a crash in between wastes a token, never exceeds a cap);
+optimistic concurrency *before* the eviction (a crash in between wastes a token, never exceeds a cap;
+an answer that says the eviction did not happen — budget refusal, pod gone or replaced — gives it back);
 then the Eviction API, so PodDisruptionBudgets hold; and an Event on the pod moved.
 """
 
@@ -35,6 +36,7 @@ from rebalancer.limits import (
     StateCorrupt,
     Verdict,
     check,
+    release,
     reserve,
 )
 from rebalancer.model import Node, Pod, WorkloadRef
@@ -115,6 +117,7 @@ class _Run:
     backoff_version: str | None
     backoff_changed: bool = False
     cycle: CycleCounts = field(default_factory=CycleCounts)
+    reserved_on: LimiterState | None = None  # the state the last reservation was made on
     results: list[EvictionResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -267,6 +270,7 @@ class Evictor:
     def _reserve(self, run: _Run, request: EvictionRequest) -> Verdict | None:
         """Persist the reservation before evicting; re-check against fresher state on conflicts."""
         for _ in range(MAX_RESERVE_ATTEMPTS):
+            run.reserved_on = run.state
             new_state = reserve(request, run.state, self._settings, run.now)
             if self._dry_run is not DryRun.OFF:
                 run.state = new_state  # dry runs count their reservations in memory only
@@ -326,7 +330,44 @@ class Evictor:
         if not verdict.allowed:
             return EvictionResult(planned, Outcome.BLOCKED, verdict.reason, verdict.limiter, verdict.retry_at)
         run.cycle = run.cycle.add(request)
-        return self._evict(run, planned, pod, key)
+        reserved_at, reserved_on = run.now, run.reserved_on or run.state
+        result = self._evict(run, planned, pod, key)
+        if result.outcome in _DID_NOT_HAPPEN:
+            run.cycle = run.cycle.remove(request)
+            self._release(run, request, reserved_at, reserved_on)
+        return result
+
+    def _release(self, run: _Run, request: EvictionRequest, at: float, before: LimiterState) -> None:
+        """Give back the reservation of an eviction the API server said did not happen; failing that, the
+        tokens stay spent (the safe side) and the run says so."""
+        for _ in range(MAX_RESERVE_ATTEMPTS):
+            new_state = release(request, at, before, run.state, self._settings, run.now)
+            if new_state is run.state:
+                return
+            if self._dry_run is not DryRun.OFF:
+                run.state = new_state
+                return
+            try:
+                run.version = self._limits_store.save(new_state.to_json(), run.version)
+            except StateConflict:
+                try:
+                    stored, run.version = self._limits_store.load()
+                    fresh = LimiterState() if stored is None else LimiterState.from_json(stored, run.now)
+                except (KubeUnavailable, StateCorrupt) as exc:
+                    run.problems.append(
+                        f"the reservation of {request.namespace}/{request.pod} was not given back: {exc}"
+                    )
+                    return
+                run.state = self._pruned(fresh, run.now)
+                continue
+            except KubeUnavailable as exc:
+                run.problems.append(f"the reservation of {request.namespace}/{request.pod} was not given back: {exc}")
+                return
+            run.state = new_state
+            return
+        run.problems.append(
+            f"the reservation of {request.namespace}/{request.pod} was not given back: state kept changing"
+        )
 
     def _recheck(self, planned: PlannedEviction, snapshot: ClusterSnapshot) -> tuple[Pod | None, tuple[Outcome, str]]:
         if self._dry_run is DryRun.CLIENT:  # call nothing: the snapshot's pod stands in
@@ -389,6 +430,7 @@ class Evictor:
 
 
 _DONE = frozenset({Outcome.EVICTED, Outcome.DRY_RUN, Outcome.SERVER_DRY_RUN})
+_DID_NOT_HAPPEN = frozenset({Outcome.REJECTED, Outcome.GONE, Outcome.REPLACED})  # the API server said so
 _WHOLE_NODE_STRATEGIES = frozenset({"HighNodeUtilization"})
 
 

@@ -4,7 +4,7 @@
 decisions. Nothing here performs I/O or reads a clock: ``now`` (epoch seconds) is an argument.
 """
 
-from rebalancer.limits.engine import admit, check, reserve
+from rebalancer.limits.engine import admit, check, release, reserve
 from rebalancer.limits.request import ALLOWED, CycleCounts, EvictionRequest, ReplicaCounts, Verdict
 from rebalancer.limits.settings import LimitSettings
 from rebalancer.limits.state import LimiterState, StateCorrupt
@@ -20,5 +20,6 @@ __all__ = [
     "Verdict",
     "admit",
     "check",
+    "release",
     "reserve",
 ]

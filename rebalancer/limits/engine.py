@@ -3,14 +3,15 @@
 ``check`` tries the limiters cheapest and most explainable first: lists and service level, then time
 windows, then caps (per cycle, maxUnavailable, cooldown and minInterval, sliding windows, token buckets).
 The first that blocks answers. ``reserve`` takes the tokens when the decision is made, not when the
-eviction ends: a crash between the two can waste a token but never exceed a cap. Everything is
-deterministic given ``now`` (epoch seconds).
+eviction ends: a crash between the two can waste a token but never exceed a cap. ``release`` gives them
+back when the API server said for certain that the eviction did not happen (a budget refused it, the pod
+was gone or replaced). Everything is deterministic given ``now`` (epoch seconds).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from zoneinfo import ZoneInfo
 
 from rebalancer.limits.lists import check_lists, check_service_level, tier_of
@@ -57,6 +58,51 @@ def reserve(request: EvictionRequest, state: LimiterState, settings: LimitSettin
         workload_last_eviction=workload_last,
         recovering_until=state.recovering_until,
     )
+
+
+def release(
+    request: EvictionRequest, at: float, before: LimiterState, state: LimiterState, settings: LimitSettings, now: float
+) -> LimiterState:
+    """``state`` after giving back the reservation of ``request`` made at ``at`` on ``before``, for an eviction
+    that did not happen: its record leaves every window, a token goes back to each bucket (never above its
+    burst), and the node's and workload's last-eviction times return to what they were in ``before`` unless
+    another eviction set them since. A reservation no longer in ``state`` (pruned, or the state replaced) is
+    not given back twice: ``state`` is returned unchanged."""
+    index = next(
+        (i for i, r in enumerate(state.reservations)
+         if r.at == at and r.namespace == request.namespace and r.pod == request.pod),
+        None,
+    )  # fmt: skip
+    if index is None:
+        return state
+    buckets = dict(state.buckets)
+    for scope, spec in _bucket_scopes(request, settings):
+        level, base = _level(state.buckets.get(scope), spec, now)
+        buckets[scope] = Bucket(min(float(spec.burst), level + 1.0), base)
+    key = request.workload_key
+    workload_last = state.workload_last_eviction
+    if key is not None:
+        workload_last = _restored(workload_last, key, at, before.workload_last_eviction.get(key))
+    return LimiterState(
+        reservations=state.reservations[:index] + state.reservations[index + 1 :],
+        buckets=buckets,
+        node_last_eviction=_restored(
+            state.node_last_eviction, request.node, at, before.node_last_eviction.get(request.node)
+        ),
+        workload_last_eviction=workload_last,
+        recovering_until=state.recovering_until,
+    )
+
+
+def _restored(last: Mapping[str, float], key: str, at: float, previous: float | None) -> Mapping[str, float]:
+    if last.get(key) != at:
+        return last  # a later eviction set it: keep that
+    out = dict(last)
+    if previous is None:
+        del out[key]
+    else:
+        out[key] = previous
+    return out
 
 
 def admit(

@@ -79,10 +79,23 @@ class CycleCounts:
             else _bump(self.ready_evicted, key),
         )
 
+    def remove(self, request: EvictionRequest) -> CycleCounts:
+        """The counts without ``request`` (added before; its eviction did not happen)."""
+        key = request.workload_key
+        return CycleCounts(
+            total=self.total - 1,
+            pools=_bump(self.pools, request.pool, -1),
+            nodes=_bump(self.nodes, request.node, -1),
+            workloads=self.workloads if key is None else _bump(self.workloads, key, -1),
+            ready_evicted=self.ready_evicted
+            if key is None or not request.pod_ready
+            else _bump(self.ready_evicted, key, -1),
+        )
 
-def _bump(counts: Mapping[str, int], key: str) -> Mapping[str, int]:
+
+def _bump(counts: Mapping[str, int], key: str, by: int = 1) -> Mapping[str, int]:
     out = dict(counts)
-    out[key] = out.get(key, 0) + 1
+    out[key] = out.get(key, 0) + by
     return MappingProxyType(out)
 
 

@@ -98,6 +98,7 @@ def test_budget_refusal_leaves_the_pod_and_backs_off_in_later_cycles(
     assert Outcome.REJECTED in outcomes(second).values()
     assert live_pods(kube_server) == {"api-0", "api-1", "web-0", "web-1", "web-2"}
     assert kube_server.store.get("configmaps", "rebalancer-backoff", "rebalancer") is not None
+    assert stored_state(kube_server).reservations == ()  # refused: the reservation was given back
     refused = len(kube_server.eviction.records)
 
     lagging_budget(kube_server)

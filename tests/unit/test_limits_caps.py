@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rebalancer.limits import CycleCounts, LimiterState, check, reserve
+from rebalancer.limits import CycleCounts, LimiterState, check, release, reserve
 from tests.unit.limits_builders import DAY, HOUR, T0, Limiter, limits, request
 
 # ------------------------------------------------------------------------------------- token bucket
@@ -237,3 +237,36 @@ def test_nothing_configured_allows_everything() -> None:
     lim = Limiter(limits())
     assert all(v.allowed and v.limiter is None for v in lim.admit_many(50))
     assert lim.state.buckets == {}
+
+
+# ------------------------------------------------------------------------- release (did not happen)
+
+
+def test_release_gives_back_the_token_the_window_slot_and_the_cooldown() -> None:
+    settings = limits(
+        "global: {rate: {perMinute: 1, burst: 1}, maxPerPeriod: [{count: 1, period: 1h}]}\n"
+        "node: {cooldown: 10m}\nworkload: {minInterval: 30m}"
+    )
+    before = LimiterState(node_last_eviction={"n1": T0 - DAY}, workload_last_eviction={})
+    refused = request("p1")
+    state = reserve(refused, before, settings, T0)
+    assert check(request("p2"), state, CycleCounts(), settings, T0 + 1).limiter is not None
+
+    given_back = release(refused, T0, before, state, settings, T0 + 1)
+    assert given_back.reservations == ()
+    assert given_back.buckets["global"].level == pytest.approx(1.0)  # back to the burst, no more
+    assert given_back.node_last_eviction == {"n1": T0 - DAY}  # the cooldown runs from the earlier eviction
+    assert "Deployment/default/web" not in given_back.workload_last_eviction
+    assert check(request("p2"), given_back, CycleCounts(), settings, T0 + 1).allowed
+    assert release(refused, T0, before, given_back, settings, T0 + 2) is given_back  # never twice
+
+
+def test_release_keeps_what_a_later_eviction_set() -> None:
+    settings = limits("global: {rate: {perMinute: 6, burst: 2}}\nnode: {cooldown: 10m}")
+    refused, later = request("p1"), request("p2", workload="api")
+    state = reserve(refused, LimiterState(), settings, T0)
+    state = reserve(later, state, settings, T0 + 5)  # another instance evicted from n1 since
+    given_back = release(refused, T0, LimiterState(), state, settings, T0 + 5)
+    assert [r.pod for r in given_back.reservations] == ["p2"]
+    assert given_back.node_last_eviction == {"n1": T0 + 5}
+    assert given_back.buckets["global"].level == pytest.approx(1.5)  # 2 - 1 + 0.5 (5 s of refill) - 1 + 1
