@@ -106,6 +106,9 @@ class _ClusterCache:
             cache.stop()
 
 
+STALE_LISTINGS = 3  # readyz fails once the last successful node listing is this many ttl old
+
+
 class _KnownNodes:
     """Nodes an alert may name, and their addresses: from the watch cache, else listed at most every
     ``ttl`` seconds (a cycle refreshes them too)."""
@@ -113,15 +116,13 @@ class _KnownNodes:
     def __init__(self, source: KubeSource, cache: _ClusterCache, clock: Clock, ttl: float = 30.0) -> None:
         self._source, self._cache, self._clock, self._ttl = source, cache, clock, ttl
         self._nodes: tuple[Node, ...] = ()
-        self._at = float("-inf")
-        self._listed_ok = False
+        self._at = float("-inf")  # when the nodes were last listed (successfully)
         self._lock = threading.Lock()
 
     def update(self, nodes: Sequence[Node]) -> None:
         """A cycle listed the cluster: its nodes are current, and the Kubernetes source answered (readyz)."""
         with self._lock:
             self._nodes, self._at = tuple(nodes), self._clock()
-            self._listed_ok = True
 
     def nodes(self) -> tuple[Node, ...]:
         cache = self._cache.current()
@@ -133,7 +134,6 @@ class _KnownNodes:
             try:
                 self._nodes = self._source.read_nodes()
                 self._at = self._clock()
-                self._listed_ok = True
             except RebalancerError as exc:  # keep what we knew; an unknown node is never acted on
                 log.warning("listing nodes for the webhook failed: %s", exc)
             return self._nodes
@@ -154,8 +154,14 @@ class _KnownNodes:
         return found
 
     def source_ok(self) -> bool:
-        """The Kubernetes source answered: the cache is fresh, or a node listing succeeded."""
-        return self._cache.current() is not None or self._listed_ok
+        """The Kubernetes source answers (readyz): the watch cache is current, or nodes were listed within
+        ``STALE_LISTINGS`` ttl, listing them now when due. (A follower without the cache runs no cycle
+        that would list: it must still turn ready, or a rolling update waits for it forever.)"""
+        if self._cache.current() is not None:
+            return True
+        self.nodes()
+        with self._lock:
+            return self._clock() - self._at < STALE_LISTINGS * self._ttl
 
 
 class _UsageSource:

@@ -14,8 +14,10 @@ from rebalancer.metrics import Metrics
 from rebalancer.policy import Policy, parse_policy
 from rebalancer.serve import _ClusterCache, _KnownNodes, _UsageSource
 from rebalancer.settings import PrometheusSettings
+from tests.fake_clock import FakeClock
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
+from tests.kubeapi.server import Fault
 
 BASE = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 50}}\n"
 
@@ -49,14 +51,30 @@ def test_addresses_map_to_their_node_and_a_shared_address_to_none(
     assert known.source_ok()
 
 
-def test_without_the_cache_nodes_are_listed_and_the_listing_is_the_source_check(
-    kube_server: TestApiServer, view: tuple[_ClusterCache, _KnownNodes]
+def test_without_the_cache_readiness_lists_the_nodes_itself_and_fails_once_listings_go_stale(
+    kube_server: TestApiServer, kubeconfig: Path
 ) -> None:
     kube_server.add(b.node("node-a"))
-    cache, known = view
+    api = connect(kubeconfig=str(kubeconfig))
+    cache = _ClusterCache(api)
     assert cache.ensure(policy("service: {watchCache: {enabled: false}}\n")) is None
-    assert not known.source_ok()
-    assert known.names() == {"node-a"}
+    clock = FakeClock(1000.0)
+    known = _KnownNodes(KubeSource(api, frozenset()), cache, clock, ttl=30)
+
+    def listings() -> int:
+        return sum(1 for r in kube_server.requests if r.path == "/api/v1/nodes")
+
+    assert known.source_ok()  # a follower runs no cycle: readiness lists the nodes itself
+    assert listings() == 1
+    assert known.source_ok() and listings() == 1  # within the ttl: no new listing
+    kube_server.set_fault("/api/v1/nodes", Fault(code=500))
+    clock.advance(31)
+    assert known.source_ok()  # the listing failed, but the last good one is only 31 s old
+    clock.advance(60)
+    assert not known.source_ok()  # 91 s: more than three ttl without an answer
+    assert known.names() == {"node-a"}  # what was known is kept for the webhook
+    kube_server.clear_faults()
+    clock.advance(31)
     assert known.source_ok()
     assert not [r for r in kube_server.requests if "watch" in r.query]
 
