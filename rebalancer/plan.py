@@ -63,12 +63,37 @@ class PlannedEviction:
 
 
 @dataclass(frozen=True, slots=True)
+class PlannedCostPatch:
+    """A pod-deletion-cost to set on a pod (deletion-cost steering): a merge patch of its annotations only.
+
+    ``current``: the annotation's value in the snapshot (None: unset); ``owned``: rebalancer set that value
+    (its ownership annotation records it), so changing it overwrites nobody's choice."""
+
+    strategy: str
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    pool: str
+    workload: WorkloadRef | None
+    current: str | None
+    owned: bool
+    cost: int
+    reason: str
+
+    @property
+    def key(self) -> PodKey:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
 class StrategyResult:
     strategy: str
     evictions: tuple[PlannedEviction, ...]
     node_decisions: tuple[NodeDecision, ...]
     pod_decisions: tuple[PodDecision, ...]
     notes: tuple[str, ...] = ()
+    cost_patches: tuple[PlannedCostPatch, ...] = ()  # deletion-cost steering: annotations, never evictions
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,4 +115,18 @@ class EvictionPlan:
                 if eviction.key not in seen:
                     seen.add(eviction.key)
                     out.append(eviction)
+        return tuple(out)
+
+    @property
+    def cost_patches(self) -> tuple[PlannedCostPatch, ...]:
+        """Every planned pod-deletion-cost, the first strategy's where two name the same pod; none when blocked."""
+        if self.blocked:
+            return ()
+        seen: set[PodKey] = set()
+        out: list[PlannedCostPatch] = []
+        for result in self.results:
+            for patch in result.cost_patches:
+                if patch.key not in seen:
+                    seen.add(patch.key)
+                    out.append(patch)
         return tuple(out)

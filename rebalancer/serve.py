@@ -34,6 +34,7 @@ from rebalancer.protections import Protections
 from rebalancer.runner import AlertDecision, CycleResult, Service, Trigger
 from rebalancer.service import NodeAlert, TokenFile, make_app, serve_http
 from rebalancer.settings import PrometheusSettings
+from rebalancer.steerer import SteeringReport
 from rebalancer.timeline import CollectorPauses, Timeline
 
 log = logging.getLogger(__name__)
@@ -190,7 +191,9 @@ class _Cycles:
         may_act: Callable[[], bool],
         identity: str,
         pauses: CollectorPauses | None = None,
+        on_steering: Callable[[SteeringReport], None] | None = None,
     ) -> None:
+        self._on_steering = on_steering
         self._identity = identity
         self._pauses = pauses
         self._cache = cache
@@ -235,6 +238,8 @@ class _Cycles:
                 self._facts_at = time.monotonic()
         if facts is not None:
             self._known.update(facts.nodes)
+        if self._on_steering is not None and outcome.steering.results:
+            self._on_steering(outcome.steering)
         if self._pauses is not None:
             timeline.add("gc", self._pauses.seconds - paused)  # mostly deferred to the cycle's end by the pause
         return CycleResult(outcome.planned.plan, outcome.report, timeline)
@@ -265,7 +270,7 @@ def serve(
 
     pauses = CollectorPauses()
     gc.callbacks.append(pauses.callback)
-    cycles = _Cycles(api, dry_run, clock, known, cache, is_leader, identity, pauses)
+    cycles = _Cycles(api, dry_run, clock, known, cache, is_leader, identity, pauses, metrics.observe_steering)
 
     service = Service(policy_path, cycles, metrics, is_leader, clock)
     policy = service.policy
