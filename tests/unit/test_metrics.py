@@ -188,8 +188,7 @@ def test_each_instance_has_its_own_registry():
 
 
 def test_steering_outcomes_are_counted_and_node_classes_survive_a_steering_first_policy():
-    steer_first = policy("kind: DeletionCostSteering
-poolCosts: {p: 10}")
+    steer_first = policy("kind: DeletionCostSteering\npoolCosts: {p: 10}")
     both = steer_first.model_copy(update={"strategies": (*steer_first.strategies, policy(LNU).strategies[0])})
     facts = ClusterFacts((node("n1", pool="p"), node("n2", pool="p")), (pod("a", "n1"), pod("b", "n2")))
     _, plan = plan_cycle(facts, usage({"n1": 9_000, "n2": 1_000}), both, 1_700_000_000.0)
