@@ -97,7 +97,7 @@ def _rows(order: tuple[Ranked, ...], count: int, pools: Mapping[str, str]) -> li
         ]
         for r in order
     ]
-    return text_table(["RANK", "", "POD", "NODE", "POOL", "COST", "WHY THIS RANK"], rows, frozenset({0}))
+    return text_table(["RANK", "OUTCOME", "POD", "NODE", "POOL", "COST", "WHY THIS RANK"], rows, frozenset({0}))
 
 
 def explanation_record(e: ScaleDownExplanation) -> dict[str, Any]:

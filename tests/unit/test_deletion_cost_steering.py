@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -115,6 +116,11 @@ def test_scope_unknown_usage_and_non_replica_set_pods() -> None:
     assert skipped["sys"] == "namespace kube-system in evictableNamespaces.exclude"
     assert skipped["blind"].startswith("usage of node res unknown (no usage data for this node)")
     assert "sts-0" not in skipped and "pending" not in skipped
+
+
+def test_a_focused_cycle_steers_only_the_alerted_nodes() -> None:
+    snap = cluster(b.pod("a", "hot"), b.pod("b", "cool"), b.pod("c", "res"))
+    assert costs(plan(dataclasses.replace(snap, focus=frozenset({"hot", "gone"})))) == {"a": 100}
 
 
 def test_the_cycle_cap_keeps_the_largest_changes() -> None:
