@@ -26,7 +26,7 @@ from rebalancer.predicted import PredictedLoad
 from rebalancer.prom import PrometheusUsageSource
 from rebalancer.protections import Protections
 from rebalancer.snapshot import ClusterSnapshot
-from rebalancer.steerer import Steerer, SteeringReport, steering_rules
+from rebalancer.steerer import Steerer, SteeringReport, TokenBucket, steering_rules
 from rebalancer.timed import TimedActions, TimedStore
 from rebalancer.timeline import Timeline
 
@@ -133,10 +133,12 @@ def run_cycle(
     history: HistoryCache | None = None,
     timeline: Timeline | None = None,
     prometheus: PrometheusUsageSource | None = None,
+    steering_buckets: dict[str, TokenBucket] | None = None,
 ) -> RunOutcome:
     """Snapshot, plan, limits, evict, persist, on an existing connection (CronJob and service alike).
 
-    ``may_act`` is asked before every eviction (the service passes "still the leader")."""
+    ``may_act`` is asked before every eviction and every pod-deletion-cost patch (the service passes "still
+    the leader"). ``steering_buckets``: the steerer's token buckets, kept by the service between cycles."""
     timeline = timeline or Timeline()
     planned = plan_live(policy, ClusterConnection(), clock, api, focus, known, cached, history, timeline, prometheus)
     namespace = state_namespace(policy.state.namespace)
@@ -164,6 +166,7 @@ def run_cycle(
             Protections.from_settings(policy.protections),
             dry_run,
             may_act=may_act,
+            buckets=steering_buckets,
         )
         with timeline.step("steerer"):
             steering = steerer.apply(planned.plan, planned.snapshot)

@@ -10,7 +10,7 @@ import msgspec
 from rebalancer.evictor import DryRun, EvictorReport, Outcome
 from rebalancer.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult
 from rebalancer.quantity import format_millis
-from rebalancer.steerer import SteeringReport
+from rebalancer.steerer import SteeringReport, steering_summary
 
 _CLASS_ORDER = {NodeClass.HOT: 0, NodeClass.UNKNOWN: 1, NodeClass.NORMAL: 2, NodeClass.COLD: 3}
 
@@ -160,11 +160,7 @@ def run_summary(
     if report.aborted:
         parts.append(f"aborted: {report.aborted}")
     if steering is not None and steering.results:
-        done = {r.outcome.value for r in steering.results}
-        counts = ", ".join(f"{sum(1 for r in steering.results if r.outcome.value == o)} {o}" for o in sorted(done))
-        parts.append(f"pod-deletion-cost: {counts}")
-        if steering.aborted:
-            parts.append(f"steering aborted: {steering.aborted}")
+        parts.append(f"pod-deletion-cost: {steering_summary(steering)}")
         parts += [f"problem: {p}" for p in steering.problems]
     parts += [f"problem: {p}" for p in report.problems]
     return "; ".join(parts)

@@ -34,7 +34,7 @@ from rebalancer.protections import Protections
 from rebalancer.runner import AlertDecision, CycleResult, Service, Trigger
 from rebalancer.service import NodeAlert, TokenFile, make_app, serve_http
 from rebalancer.settings import PrometheusSettings
-from rebalancer.steerer import SteeringReport
+from rebalancer.steerer import SteeringReport, TokenBucket, steering_summary
 from rebalancer.timeline import CollectorPauses, Timeline
 
 log = logging.getLogger(__name__)
@@ -194,6 +194,7 @@ class _Cycles:
         on_steering: Callable[[SteeringReport], None] | None = None,
     ) -> None:
         self._on_steering = on_steering
+        self._steering_buckets: dict[str, TokenBucket] = {}  # the patch rate holds across cycles
         self._identity = identity
         self._pauses = pauses
         self._cache = cache
@@ -230,6 +231,7 @@ class _Cycles:
                 self._history,
                 timeline,
                 prometheus=self._usage.get(policy.prometheus),
+                steering_buckets=self._steering_buckets,
             )
         facts = outcome.planned.facts
         if cache is None and facts is not None:
@@ -238,8 +240,10 @@ class _Cycles:
                 self._facts_at = time.monotonic()
         if facts is not None:
             self._known.update(facts.nodes)
-        if self._on_steering is not None and outcome.steering.results:
-            self._on_steering(outcome.steering)
+        if outcome.steering.results:
+            log.info("%s cycle: pod-deletion-cost %s", trigger.kind, steering_summary(outcome.steering))
+            if self._on_steering is not None:
+                self._on_steering(outcome.steering)
         if self._pauses is not None:
             timeline.add("gc", self._pauses.seconds - paused)  # mostly deferred to the cycle's end by the pause
         return CycleResult(outcome.planned.plan, outcome.report, timeline)

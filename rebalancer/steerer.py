@@ -140,7 +140,11 @@ class Steerer:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         may_act: Callable[[], bool] = lambda: True,
+        buckets: dict[str, TokenBucket] | None = None,
     ) -> None:
+        """``buckets``: token buckets kept between cycles by strategy name (serve keeps them, so the rate holds
+        across cycles; a CronJob run starts with full buckets); None: fresh ones for this steerer."""
+        self._buckets = buckets if buckets is not None else {}
         self._patcher = patcher
         self._events = events
         self._rules = rules
@@ -154,7 +158,11 @@ class Steerer:
         patches = plan.cost_patches
         if not patches:
             return SteeringReport()
-        buckets = {name: TokenBucket(r.per_second, r.burst) for name, r in self._rules.items()}
+        buckets = self._buckets
+        for name, r in self._rules.items():
+            kept = buckets.get(name)
+            if kept is None or (kept.per_second, kept.burst) != (r.per_second, r.burst):  # new, or the policy changed
+                buckets[name] = TokenBucket(r.per_second, r.burst)
         sent: dict[str, int] = {}
         results: list[SteerResult] = []
         problems: list[str] = []
@@ -247,6 +255,13 @@ class Steerer:
         if foreign is not None and not rules.overwrite_foreign:
             return SteerResult(patch, SteerOutcome.FOREIGN, f"pod-deletion-cost {foreign!r} was set by someone else")
         return None
+
+
+def steering_summary(report: SteeringReport) -> str:
+    """``3 patched, 1 foreign`` (and why the steerer stopped, if it did)."""
+    counts = {o: report.count(o) for o in SteerOutcome if report.count(o)}
+    text = ", ".join(f"{n} {o.value}" for o, n in counts.items()) or "nothing planned"
+    return text + (f" (aborted: {report.aborted})" if report.aborted else "")
 
 
 def steering_rules(strategies: Iterable[object]) -> dict[str, SteeringRules]:

@@ -10,13 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rebalancer.errors import PatchError
-from rebalancer.evictor import DryRun
+from rebalancer.evictor import DryRun, EvictorReport
 from rebalancer.model import DELETION_COST_ANNOTATION, INT32_MAX, Pod
 from rebalancer.plan import EvictionPlan
 from rebalancer.protections import DELETION_COST_OWNER_ANNOTATION, STEERING_OPT_OUT_ANNOTATION, Protections
+from rebalancer.render import plan_table, run_summary
 from rebalancer.settings import PoolSettings
 from rebalancer.snapshot import ClusterSnapshot
-from rebalancer.steerer import Steerer, SteerOutcome, steering_rules
+from rebalancer.steerer import Steerer, SteerOutcome, steering_rules, steering_summary
 from strategies import build
 from tests import builders as b
 
@@ -312,7 +313,41 @@ def test_never_patches_opted_out_or_foreign_pods_and_never_exceeds_the_cap(
     before = {k: dict(v.annotations) for k, v in pods.pods.items()}
     steer(snap, pods, yaml)
     assert len(pods.writes) <= cap
-    for namespace, name, annotations, _ in pods.writes:
+    for namespace, name, written, _ in pods.writes:
         seen = before[(namespace, name)]
         assert not _opted_out(seen) and not _foreign(seen)
-        assert set(annotations) == {DELETION_COST_ANNOTATION, DELETION_COST_OWNER_ANNOTATION}
+        assert set(written) == {DELETION_COST_ANNOTATION, DELETION_COST_OWNER_ANNOTATION}
+
+
+def test_buckets_kept_between_cycles_hold_the_rate_across_them() -> None:
+    snap = cluster(b.pod("a", "hot"), b.pod("b", "cool"))
+    yaml = STEER + "rate: {perSecond: 1, burst: 2}"
+    policy = b.policy(yaml)
+    rules = steering_rules(policy.strategies)
+    protections = Protections.from_settings(policy.protections)
+    clock, kept = Clock(), {}  # type: ignore[var-annotated]
+    for _ in range(2):  # two cycles at the same moment: the second finds the bucket empty
+        pods = memory(snap)
+        Steerer(pods, pods, rules, protections, DryRun.OFF, clock, clock.sleep, buckets=kept).apply(
+            plan(snap, yaml), snap
+        )
+    assert clock.slept == [1.0, 1.0]
+    fresh = Clock()
+    for _ in range(2):  # without kept buckets each cycle starts with a full burst
+        pods = memory(snap)
+        Steerer(pods, pods, rules, protections, DryRun.OFF, fresh, fresh.sleep).apply(plan(snap, yaml), snap)
+    assert fresh.slept == []
+
+
+def test_plan_table_and_run_summary_show_the_steering() -> None:
+    snap = cluster(b.pod("a", "hot"), b.pod("b", "res"))
+    planned = plan(snap)
+    table = plan_table(planned, "test")
+    assert "-- DeletionCostSteering: 2 planned pod-deletion-cost patch(es)" in table
+    assert "pool reserved base 100000 + 10 x (100 - 50.0% CPU used) = 100500" in table
+    pods = memory(snap)
+    pods.refuse["b"] = 422
+    report = steer(snap, pods)
+    assert steering_summary(report) == "1 patched, 1 failed"
+    line = run_summary(planned, EvictorReport(), DryRun.OFF, report)
+    assert "0 planned" in line and "pod-deletion-cost: 1 patched, 1 failed" in line
