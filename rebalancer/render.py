@@ -49,6 +49,8 @@ def plan_table(plan: EvictionPlan, source: str) -> str:
         lines += ["", *_strategy_section(result)]
     evictions = plan.evictions
     lines += ["", f"Planned evictions: {len(evictions)}" + (" (dry run: nothing is evicted)" if evictions else "")]
+    if plan.cost_patches:
+        lines.append(f"Planned pod-deletion-cost patches: {len(plan.cost_patches)} (dry run: nothing is patched)")
     return "\n".join(lines) + "\n"
 
 
@@ -56,8 +58,11 @@ def _strategy_section(result: StrategyResult) -> list[str]:
     nodes = sorted(result.node_decisions, key=lambda d: (_CLASS_ORDER[d.node_class], -(d.usage_pct or 0), d.node))
     counts = {c: sum(1 for d in nodes if d.node_class is c) for c in NodeClass}
     summary = ", ".join(f"{counts[c]} {c.value}" for c in NodeClass)
-    out = [f"== {result.strategy}: {len(nodes)} nodes ({summary})"]
-    out += text_table(["NODE", "POOL", "USAGE", "ALLOC", "USE%", "CLASS", "WHY"], [_node_row(d) for d in nodes])
+    if nodes:
+        out = [f"== {result.strategy}: {len(nodes)} nodes ({summary})"]
+        out += text_table(["NODE", "POOL", "USAGE", "ALLOC", "USE%", "CLASS", "WHY"], [_node_row(d) for d in nodes])
+    else:  # deletion-cost steering classifies no node
+        out = [f"== {result.strategy}"]
     if result.evictions:
         out += ["", f"-- {result.strategy}: {len(result.evictions)} planned eviction(s)"]
         rows = [
@@ -74,7 +79,8 @@ def _strategy_section(result: StrategyResult) -> list[str]:
         out += text_table(["POD", "NODE", "POOL", "NOW", "COST", "WHY"], rows)
     passed = [d for d in result.pod_decisions if not d.chosen]
     if passed:
-        out += ["", f"-- {result.strategy}: pods passed over on the nodes it acted on"]
+        where = "on the nodes it acted on" if nodes else "(their pod-deletion-cost stays as it is)"
+        out += ["", f"-- {result.strategy}: pods passed over {where}"]
         out += text_table(["POD", "NODE", "WHY NOT"], [[f"{d.namespace}/{d.name}", d.node, d.reason] for d in passed])
     out += [f"note: {n}" for n in result.notes]
     return out
