@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol, TypeVar
 
 from rebalancer.model import PodKey, WorkloadRef
 
@@ -106,27 +108,28 @@ class EvictionPlan:
 
     @property
     def evictions(self) -> tuple[PlannedEviction, ...]:
-        if self.blocked:
-            return ()
-        seen: set[PodKey] = set()
-        out: list[PlannedEviction] = []
-        for result in self.results:
-            for eviction in result.evictions:
-                if eviction.key not in seen:
-                    seen.add(eviction.key)
-                    out.append(eviction)
-        return tuple(out)
+        return () if self.blocked else _first_per_pod(e for r in self.results for e in r.evictions)
 
     @property
     def cost_patches(self) -> tuple[PlannedCostPatch, ...]:
         """Every planned pod-deletion-cost, the first strategy's where two name the same pod; none when blocked."""
-        if self.blocked:
-            return ()
-        seen: set[PodKey] = set()
-        out: list[PlannedCostPatch] = []
-        for result in self.results:
-            for patch in result.cost_patches:
-                if patch.key not in seen:
-                    seen.add(patch.key)
-                    out.append(patch)
-        return tuple(out)
+        return () if self.blocked else _first_per_pod(p for r in self.results for p in r.cost_patches)
+
+
+class _PerPod(Protocol):
+    @property
+    def key(self) -> PodKey: ...
+
+
+_P = TypeVar("_P", bound=_PerPod)
+
+
+def _first_per_pod(items: Iterable[_P]) -> tuple[_P, ...]:
+    """``items`` in order, without a second one for a pod already given."""
+    seen: set[PodKey] = set()
+    out: list[_P] = []
+    for item in items:
+        if item.key not in seen:
+            seen.add(item.key)
+            out.append(item)
+    return tuple(out)
