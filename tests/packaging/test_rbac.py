@@ -36,13 +36,14 @@ from tests.packaging.chart import NAMESPACE, ROOT, Doc, Rendered, render
 from tests.packaging.rbac import Grant, adapter_calls, allows, grants, permission
 from tests.service.scenario import END, HISTORY, build_cluster
 
+LNU = {"kind": "LowNodeUtilization", "thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 70}}
+STEERING = {"policy": {"strategies": [LNU, {"kind": "DeletionCostSteering", "poolCosts": {"default": 100}}]}}
 SERVE_VARIANTS = {
     "default": {},
     "no-watch-cache": {"policy": {"service": {"watchCache": {"enabled": False}}}},
     "no-leader-election": {"policy": {"service": {"leaderElection": {"enabled": False}}}},
+    "deletion-cost-steering": STEERING,  # patch pods granted, and used by the cycles
 }
-LNU = {"kind": "LowNodeUtilization", "thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 70}}
-STEERING = {"policy": {"strategies": [LNU, {"kind": "DeletionCostSteering", "poolCosts": {"default": 100}}]}}
 PATCH_PODS = ("", "pods", "patch")
 
 
