@@ -86,6 +86,8 @@ class Protections:
 
     def steering_opt_out(self, annotations: Mapping[str, str]) -> str | None:
         """Why annotations (a pod's, as read or as the API server has it now) opt it out of steering, or None."""
+        if not annotations:  # most pods keep none of the annotations read
+            return None
         for key in (STEERING_OPT_OUT_ANNOTATION, self.settings.opt_out_annotation):
             value = annotations.get(key, "")
             if value.lower() == "false":

@@ -108,13 +108,16 @@ class DeletionCostSteering:
         decisions: list[PodDecision] = []
         patches: list[PlannedCostPatch] = []
         unchanged = 0
+        node_costs: dict[str, tuple[int, str]] = {}  # one computation per node, not per pod
         for pod in candidates:
             assert pod.node_name is not None
             why = self._skip(pod, view, protections, opted_out)
             if why is not None:
                 decisions.append(PodDecision(KIND, pod.namespace, pod.name, pod.node_name, False, why, None))
                 continue
-            cost, reason = self._cost(view, pod.node_name)
+            if pod.node_name not in node_costs:
+                node_costs[pod.node_name] = self._cost(view, pod.node_name)
+            cost, reason = node_costs[pod.node_name]
             current = pod.annotations.get(DELETION_COST_ANNOTATION)
             if current is not None and abs(parse_deletion_cost(current)[0] - cost) < s.min_change and _valid(current):
                 unchanged += 1
@@ -139,11 +142,8 @@ class DeletionCostSteering:
         patches.sort(key=lambda p: (-_change(p), p.namespace, p.name))
         kept, over = patches[: s.max_patches_per_cycle], patches[s.max_patches_per_cycle :]
         decisions += [PodDecision(KIND, p.namespace, p.name, p.node, True, p.reason, None) for p in kept]
-        decisions += [
-            PodDecision(KIND, p.namespace, p.name, p.node, False, f"over maxPatchesPerCycle {s.max_patches_per_cycle}: "
-                        "next cycle", None)
-            for p in over
-        ]  # fmt: skip
+        later = f"over maxPatchesPerCycle {s.max_patches_per_cycle}: next cycle"
+        decisions += [PodDecision(KIND, p.namespace, p.name, p.node, False, later, None) for p in over]
         notes = [f"{len(candidates)} pod(s) of ReplicaSets in scope, {unchanged} already at their cost, "
                  f"{len(kept)} to patch"]  # fmt: skip
         if over:
@@ -206,8 +206,8 @@ def _opted_out_workloads(pods: Iterable[Pod], protections: Protections) -> dict[
     for pod in pods:
         if pod.workload is None or pod.workload in out:
             continue
-        why = protections.steering_reason(pod)
-        if why is not None and why.startswith("opted out"):
+        why = protections.steering_opt_out(pod.annotations)
+        if why is not None:
             out[pod.workload] = f"{pod}: {why}"
     return out
 
