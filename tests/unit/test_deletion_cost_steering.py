@@ -149,6 +149,9 @@ class MemoryPods:
     writes: list[tuple[str, str, dict[str, str | None], bool]] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     refuse: dict[str, int] = field(default_factory=dict)
+    written_at: list[float] = field(default_factory=list)
+    clock: Clock | None = None  # set: each write is stamped, and takes ``work`` seconds of it
+    work: float = 0.0
 
     def read(self, namespace: str, name: str) -> _Live | None:
         return self.pods.get((namespace, name))
@@ -163,6 +166,9 @@ class MemoryPods:
         dry_run: bool = False,
     ) -> _Live:
         self.writes.append((namespace, name, dict(annotations), dry_run))
+        if self.clock is not None:
+            self.written_at.append(self.clock.now)
+            self.clock.now += self.work
         if name in self.refuse:
             raise PatchError(f"refused {name}", status=self.refuse[name])
         live = self.pods[(namespace, name)]
@@ -351,3 +357,18 @@ def test_plan_table_and_run_summary_show_the_steering() -> None:
     assert steering_summary(report) == "1 patched, 1 failed"
     line = run_summary(planned, EvictorReport(), DryRun.OFF, report)
     assert "0 planned" in line and "pod-deletion-cost: 1 patched, 1 failed" in line
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 5), st.sampled_from([0.5, 1.0, 3.0, 10.0]), st.integers(0, 15), st.floats(0, 2))
+def test_the_patch_rate_never_exceeds_the_bucket(burst: int, per_second: float, count: int, work: float) -> None:
+    """In any stretch of time the writes number at most burst + perSecond x its length, whatever each write costs."""
+    snap = cluster(*(b.pod(f"p{i}", "hot") for i in range(count)))
+    pods, clock = memory(snap), Clock()
+    pods.clock, pods.work = clock, work  # the request itself takes time
+    steer(snap, pods, STEER + f"rate: {{perSecond: {per_second}, burst: {burst}}}", clock=clock)
+    written = pods.written_at
+    assert len(written) == count
+    for i, start in enumerate(written):
+        for j in range(i, len(written)):
+            assert j - i + 1 <= burst + per_second * (written[j] - start) + 1e-9
