@@ -6,10 +6,11 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rebalancer.app_efficiency import RECORDS_KEY, EfficiencyRecorder, Recorded
 from rebalancer.app_prediction import HistoryCache, needs_prediction, predicted_load
 from rebalancer.cycle import plan_cycle
 from rebalancer.demo import load_demo, load_demo_history
@@ -18,7 +19,7 @@ from rebalancer.evictor import DryRun, Evictor, EvictorReport
 from rebalancer.explain import ScaleDownExplanation, explain
 from rebalancer.kube import ApiClient, ConfigMapStateStore, KubeActions, KubeSource, PodAnnotator, connect
 from rebalancer.kube.workload_pods import WORKLOAD_KINDS, WorkloadPodsReader
-from rebalancer.model import ClusterFacts, UsageReport
+from rebalancer.model import ClusterFacts, PodKey, UsageReport
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
 from rebalancer.predict.predictor import predict
@@ -61,6 +62,7 @@ def plan_live(
     history: HistoryCache | None = None,
     timeline: Timeline | None = None,
     prometheus: PrometheusUsageSource | None = None,
+    moved: Callable[[ClusterFacts, float], Mapping[PodKey, str]] | None = None,
 ) -> PlanOutcome:
     """Read the cluster and Prometheus, then plan. A failed usage read blocks evictions, not the plan.
 
@@ -68,7 +70,8 @@ def plan_live(
     (an alert's nodes) with ``known`` (recent facts): only those nodes are listed afresh. ``history``:
     the service's cache of the predictor's daily peaks (strategies with classifyBy predicted or max).
     ``timeline`` receives the time of each step. ``prometheus``: a usage source kept open between cycles
-    (its connection stays warm), else one is opened for this cycle."""
+    (its connection stays warm), else one is opened for this cycle. ``moved``: the bounce-back guard's
+    pods for these facts (read from the efficiency records)."""
     timeline = timeline or Timeline()
     now = clock()
     with timeline.step("facts"):
@@ -88,7 +91,11 @@ def plan_live(
     if needs_prediction(policy):
         with timeline.step("prediction"):
             predicted = predicted_load(policy, facts, now, history)
-    snapshot, plan = plan_cycle(facts, usage, policy, now, focus, predicted, timeline)
+    guarded = None
+    if moved is not None:
+        with timeline.step("guard"):
+            guarded = moved(facts, now)
+    snapshot, plan = plan_cycle(facts, usage, policy, now, focus, predicted, timeline, guarded)
     return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}", facts)
 
 
@@ -110,6 +117,9 @@ def read_facts(kube: KubeSource, focus: frozenset[str] | None, known: ClusterFac
 class RunOutcome:
     planned: PlanOutcome
     report: EvictorReport
+    efficiency: Recorded = field(
+        default_factory=lambda: Recorded(None)
+    )  # the records after this cycle (None: off, or not written)
     steering: SteeringReport = field(default_factory=SteeringReport)  # pod-deletion-cost patches (steering)
 
 
@@ -117,7 +127,7 @@ def run_once(
     policy: Policy, connection: ClusterConnection, dry_run: DryRun = DryRun.OFF, clock: Clock = time.time
 ) -> RunOutcome:
     """One CronJob cycle: snapshot, plan, limits, evict, persist."""
-    return run_cycle(policy, connect(connection.kubeconfig, connection.context), dry_run, clock)
+    return run_cycle(policy, connect(connection.kubeconfig, connection.context), dry_run, clock, trigger="once")
 
 
 def run_cycle(
@@ -133,15 +143,28 @@ def run_cycle(
     history: HistoryCache | None = None,
     timeline: Timeline | None = None,
     prometheus: PrometheusUsageSource | None = None,
+    trigger: str = "schedule",
     steering_buckets: dict[str, TokenBucket] | None = None,
 ) -> RunOutcome:
-    """Snapshot, plan, limits, evict, persist, on an existing connection (CronJob and service alike).
+    """Snapshot, plan, limits, evict, persist, then the efficiency records, on an existing connection
+    (CronJob and service alike).
 
     ``may_act`` is asked before every eviction and every pod-deletion-cost patch (the service passes "still
-    the leader"). ``steering_buckets``: the steerer's token buckets, kept by the service between cycles."""
+    the leader"). ``trigger`` (schedule, alert, once) is kept in the efficiency records.
+    ``steering_buckets``: the steerer's token buckets, kept by the service between cycles."""
     timeline = timeline or Timeline()
-    planned = plan_live(policy, ClusterConnection(), clock, api, focus, known, cached, history, timeline, prometheus)
     namespace = state_namespace(policy.state.namespace)
+    recorder = EfficiencyRecorder(
+        TimedStore(ConfigMapStateStore(api, namespace, policy.state.efficiency_config_map, RECORDS_KEY), timeline,
+                   "efficiency"),
+        policy.efficiency,
+        policy.pools,
+        write=dry_run is DryRun.OFF,  # a dry run changes nothing, the records included
+    )  # fmt: skip
+    planned = plan_live(
+        policy, ClusterConnection(), clock, api, focus, known, cached, history, timeline, prometheus,
+        recorder.moved if policy.efficiency.enabled else None,
+    )  # fmt: skip
     evictor = Evictor(
         actions=TimedActions(KubeActions(api), timeline),
         limits_store=TimedStore(ConfigMapStateStore(api, namespace, policy.state.config_map), timeline, "limits"),
@@ -170,7 +193,25 @@ def run_cycle(
         )
         with timeline.step("steerer"):
             steering = steerer.apply(planned.plan, planned.snapshot)
-    return RunOutcome(planned, report, steering)
+    with timeline.step("efficiency"):
+        recorded = _record(recorder, planned, report, trigger, policy, prometheus)
+    return RunOutcome(planned, report, recorded, steering)
+
+
+def _record(
+    recorder: EfficiencyRecorder,
+    planned: PlanOutcome,
+    report: EvictorReport,
+    trigger: str,
+    policy: Policy,
+    prometheus: PrometheusUsageSource | None,
+) -> Recorded:
+    if not policy.efficiency.enabled:
+        return Recorded(None)
+    if prometheus is not None:
+        return recorder.record(planned.snapshot, planned.plan, report, trigger, planned.facts, prometheus.read)
+    with PrometheusUsageSource(policy.prometheus) as source:  # opened only if a follow-up is overdue
+        return recorder.record(planned.snapshot, planned.plan, report, trigger, planned.facts, source.read)
 
 
 def state_namespace(configured: str | None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -73,7 +74,29 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--context", help="kubeconfig context")
     explain.add_argument("--output", choices=["table", "json"], default="table")
     _predict_parser(sub)
+    _report_parser(sub)
     return parser
+
+
+def _report_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    report = sub.add_parser(
+        "report",
+        help="efficiency over a period: discovery, eviction and effective rates with reasons, bounce-backs",
+    )
+    report.add_argument(
+        "--policy", metavar="FILE", required=True, help="policy YAML (efficiency:, state:, prometheus:)"
+    )
+    report.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    report.add_argument("--context", help="kubeconfig context")
+    report.add_argument("--period", metavar="DURATION", help="e.g. 24h, 7d (default: efficiency.period)")
+    report.add_argument("--bucket", metavar="DURATION", default="1h", help="time step of the figures over time")
+    report.add_argument(
+        "--until",
+        metavar="TIME",
+        help="end of the period: ISO 8601 (2026-11-22T08:00:00Z) or epoch seconds (default: now)",
+    )
+    report.add_argument("--output", choices=["table", "json"], default="table")
+    report.add_argument("--plot", metavar="FILE", help="FILE.html (self-contained) or FILE.png (needs matplotlib)")
 
 
 def _predict_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -147,6 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "explain-scale-down":
             return _explain_scale_down(args)
+        if args.command == "report":
+            return _report(args)
         if args.command == "predict":
             from rebalancer.predict.command import predict_command
 
@@ -218,6 +243,52 @@ def _predict_live(policy: Policy, args: argparse.Namespace, progress: Progress |
     from rebalancer.app_prediction import predict_live
 
     return predict_live(policy, args.kubeconfig, args.context, progress)
+
+
+def _report(args: argparse.Namespace) -> int:
+    import re
+
+    from rebalancer import app
+    from rebalancer.app_report import efficiency_report
+    from rebalancer.efficiency.plot import write_plot
+    from rebalancer.efficiency.render import report_json, report_table
+    from rebalancer.settings import DURATION_PATTERN
+
+    for name in ("period", "bucket"):
+        value = getattr(args, name)
+        if value is not None and not re.match(DURATION_PATTERN, value):
+            print(f"rebalancer report: --{name} {value!r} is not a duration such as 30m, 24h, 7d", file=sys.stderr)
+            return EXIT_CONFIG
+    until = _time_arg(args.until) if args.until else None
+    if args.until and until is None:
+        print(f"rebalancer report: --until {args.until!r} is not ISO 8601 or epoch seconds", file=sys.stderr)
+        return EXIT_CONFIG
+    policy = load_policy(args.policy)
+    connection = app.ClusterConnection(args.kubeconfig, args.context)
+    data = efficiency_report(policy, connection, args.period, args.bucket, (lambda: until) if until else time.time)
+    text = report_table(data.report, data.timeline)
+    if args.output == "json":
+        sys.stdout.buffer.write(report_json(data.report, data.timeline))
+    else:
+        sys.stdout.write(text)
+    if args.plot:
+        print(f"plot written to {write_plot(args.plot, data.timeline, text)}", file=sys.stderr)
+    if data.report.reference_problem:
+        print(f"rebalancer report: discovery rate unknown: {data.report.reference_problem}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _time_arg(text: str) -> float | None:
+    from datetime import datetime
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _serve(args: argparse.Namespace) -> int:

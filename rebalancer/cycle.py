@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
-from rebalancer.model import ClusterFacts, UsageReport
+from rebalancer.model import ClusterFacts, PodKey, UsageReport
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
 from rebalancer.predicted import PredictedLoad
@@ -22,14 +23,18 @@ def plan_cycle(
     focus: frozenset[str] | None = None,
     predicted: PredictedLoad | None = None,
     timeline: Timeline | None = None,
+    moved: Mapping[PodKey, str] | None = None,
 ) -> tuple[ClusterSnapshot, EvictionPlan]:
     """``focus``: the nodes an alert named; only they are relieved (None: every hot node).
-    ``predicted``: the next-peak load, for strategies that classify by prediction."""
+    ``predicted``: the next-peak load, for strategies that classify by prediction. ``moved``: pods the
+    bounce-back guard keeps in place (``efficiency.recently_moved``), with the reason."""
     timeline = timeline or Timeline()
     with timeline.step("snapshot"):
         snapshot = build_snapshot(facts, usage, policy.pools, taken_at, focus)
         if predicted is not None:
             snapshot = replace(snapshot, predicted=predicted)
+        if moved:
+            snapshot = replace(snapshot, moved=moved)
     protections = Protections.from_settings(policy.protections)
     results = []
     seen = snapshot

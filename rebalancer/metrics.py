@@ -26,6 +26,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from rebalancer import __version__
+from rebalancer.efficiency import EfficiencyReport
 from rebalancer.evictor import EvictorReport, Outcome
 from rebalancer.plan import EvictionPlan, NodeClass
 from rebalancer.steerer import SteeringReport
@@ -138,6 +139,84 @@ class _NodeCollector(Collector):
         yield from (nodes, utilization)
 
 
+class _EfficiencyCollector(Collector):
+    """The efficiency rates over ``efficiency.period``, as computed after the last scheduled cycle.
+
+    Reason labels come from small vocabularies: the strategies' and evictor's reason codes, the follow-up
+    results, and ``limiter:<stable limiter name>``."""
+
+    def __init__(self, read: Callable[[], EfficiencyReport | None]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterable[Metric]:
+        report = self._read()
+        if report is None:
+            return
+        ratio = GaugeMetricFamily(
+            "rebalancer_efficiency_ratio",
+            'Efficiency over efficiency.period, per pool (pool="*": the cluster): rate=discovery (hot nodes '
+            "found / hot by the reference), eviction (found hot nodes with an eviction / found), effective "
+            "(reliefs whose node fell below target within the follow-up window / reliefs judged). No series while "
+            "a rate has nothing to measure.",
+            labels=("pool", "rate"),
+        )
+        nodes = GaugeMetricFamily(
+            "rebalancer_efficiency_hot_nodes",
+            "Hot nodes over efficiency.period, per pool: kind=reference (hot by the reference), found (by "
+            "rebalancer), found_and_reference, found_only (never hot by the reference), missed (hot by the "
+            "reference, never found), acted (found, with at least one pod evicted).",
+            labels=("pool", "kind"),
+        )
+        unacted = GaugeMetricFamily(
+            "rebalancer_efficiency_unacted_nodes",
+            "Found hot nodes no pod was evicted from over efficiency.period, by their most frequent reason.",
+            labels=("pool", "reason"),
+        )
+        reliefs = GaugeMetricFamily(
+            "rebalancer_efficiency_reliefs",
+            "Evictions from a hot node in one cycle (reliefs) over efficiency.period, by follow-up result: cooled, "
+            "why not (landed-back, new-pods, others-grew, too-little-moved), pending, unknown, node-gone.",
+            labels=("pool", "result"),
+        )
+        bounces = GaugeMetricFamily(
+            "rebalancer_efficiency_bounce_backs",
+            "Evictions over efficiency.period of a pod created after its workload's previous eviction "
+            "(it had just moved).",
+            labels=("pool",),
+        )
+        evictions = GaugeMetricFamily(
+            "rebalancer_efficiency_evictions", "Pods evicted from hot nodes over efficiency.period.", labels=("pool",)
+        )
+        blocked = GaugeMetricFamily(
+            "rebalancer_efficiency_limiter_blocks",
+            "Evictions blocked over efficiency.period, by limiter.",
+            labels=("limiter",),
+        )
+        for p in report.pools:
+            for rate, value in (("discovery", p.discovery), ("eviction", p.eviction), ("effective", p.effective)):
+                if value is not None:
+                    ratio.add_metric((p.pool, rate), value)
+            kinds = {"found": p.found, "acted": p.acted, "reference": p.reference, "missed": len(p.missed_nodes)}
+            kinds |= {"found_and_reference": p.found_and_reference, "found_only": p.found_only}
+            for kind, count in kinds.items():
+                if count is not None and (kind != "missed" or p.reference is not None):
+                    nodes.add_metric((p.pool, kind), count)
+            for reason, count in sorted(p.unacted.items()):
+                unacted.add_metric((p.pool, reason), count)
+            results = {"cooled": p.cooled, "pending": p.pending, **p.uncooled, **p.unjudged}
+            for result, count in sorted(results.items()):
+                reliefs.add_metric((p.pool, result), count)
+            bounces.add_metric((p.pool,), p.bounce_backs)
+            evictions.add_metric((p.pool,), p.evictions)
+        for limiter, count in sorted(report.cluster.blocked.items()):
+            blocked.add_metric((limiter,), count)
+        period = GaugeMetricFamily(
+            "rebalancer_efficiency_period_seconds", "The period the efficiency figures cover (efficiency.period)."
+        )
+        period.add_metric((), report.end - report.start)
+        yield from (ratio, nodes, unacted, reliefs, bounces, evictions, blocked, period)
+
+
 class Metrics:
     """Every metric of the service. Thread-safe: cycles and HTTP requests update it concurrently."""
 
@@ -215,6 +294,19 @@ class Metrics:
             "1 while this instance holds the leader Lease (only the leader evicts), else 0.",
             registry=registry,
         )
+        self.followups = Counter(
+            "rebalancer_followups",
+            "Follow-ups of reliefs (evictions from a hot node in one cycle) as they are decided: result=cooled, "
+            "landed-back, new-pods, others-grew, too-little-moved, unknown, node-gone.",
+            ("pool", "result"),
+            registry=registry,
+        )
+        self.bounce_backs = Counter(
+            "rebalancer_bounce_backs",
+            "Evictions of a pod created after its workload's previous eviction within efficiency.bounceBackMemory.",
+            ("pool",),
+            registry=registry,
+        )
         self.build_info = Gauge(
             "rebalancer_build_info",
             "Always 1; the version label names the running build.",
@@ -224,7 +316,9 @@ class Metrics:
         self.build_info.labels(version).set(1)
         self._lock = threading.Lock()
         self._node_state: dict[str, _NodeState] = {}
+        self._efficiency: EfficiencyReport | None = None
         registry.register(_NodeCollector(self._nodes_now))
+        registry.register(_EfficiencyCollector(self._efficiency_now))
         self._exposed = _WithoutCreated(self.registry)
 
     # -- cycles -------------------------------------------------------------------------------------
@@ -284,6 +378,22 @@ class Metrics:
     def _nodes_now(self) -> dict[str, _NodeState]:
         with self._lock:
             return self._node_state
+
+    def observe_followups(self, judged: Iterable[tuple[str, str]], bounced_pools: Iterable[str]) -> None:
+        """Follow-ups decided by a cycle, as (pool, result), and the pools of the bounce-backs it made."""
+        for pool, result in judged:
+            self.followups.labels(pool, result).inc()
+        for pool in bounced_pools:
+            self.bounce_backs.labels(pool).inc()
+
+    def observe_efficiency(self, report: EfficiencyReport) -> None:
+        """The rates after a cycle (replaces the previous ones)."""
+        with self._lock:
+            self._efficiency = report
+
+    def _efficiency_now(self) -> EfficiencyReport | None:
+        with self._lock:
+            return self._efficiency
 
     # -- service ------------------------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, TypeVar
 
@@ -15,6 +15,17 @@ class NodeClass(StrEnum):
     COLD = "cold"
     NORMAL = "normal"
     UNKNOWN = "unknown"
+
+
+class Unrelieved(StrEnum):
+    """Why a strategy planned no eviction on a node it classified hot (the efficiency metrics count these)."""
+
+    NO_COLD_NODE = "no-cold-node"  # the pool has no cold node to take the load
+    NUMBER_OF_NODES = "number-of-nodes"  # not more cold nodes than numberOfNodes
+    NO_EVICTABLE_POD = "no-evictable-pod"  # every pod protected, of unknown usage, or without usage
+    RECENTLY_MOVED = "recently-moved"  # the only candidates just moved here (bounce-back guard)
+    NO_ROOM = "no-room"  # candidates, but no cold node with room accepts any of them
+    DISRUPTION_BUDGET = "disruption-budget"  # candidates, but their disruption budgets allow none
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +106,7 @@ class StrategyResult:
     node_decisions: tuple[NodeDecision, ...]
     pod_decisions: tuple[PodDecision, ...]
     notes: tuple[str, ...] = ()
+    unrelieved: Mapping[str, Unrelieved] = field(default_factory=dict)  # hot node -> why nothing was planned
     cost_patches: tuple[PlannedCostPatch, ...] = ()  # deletion-cost steering: annotations, never evictions
 
 

@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from rebalancer.efficiency.settings import EfficiencySettings
 from rebalancer.errors import ConfigError
 from rebalancer.limits import LimitSettings
 from rebalancer.predict.settings import PredictorSettings
@@ -120,11 +121,21 @@ class StateSettings(Model):
     backoff_config_map: str = Field(
         default="rebalancer-backoff", min_length=1, description="ConfigMap of the per-pod backoff after 429s."
     )
+    efficiency_config_map: str = Field(
+        default="rebalancer-efficiency",
+        min_length=1,
+        description="ConfigMap of the efficiency records (hot nodes found, evictions and their follow-up).",
+    )
 
     @model_validator(mode="after")
     def _distinct(self) -> StateSettings:
+        problems = []
         if self.config_map == self.backoff_config_map:
-            raise FieldProblems([("backoffConfigMap", "must differ from configMap (both use the key state.json)")])
+            problems.append(("backoffConfigMap", "must differ from configMap (both use the key state.json)"))
+        if self.efficiency_config_map in (self.config_map, self.backoff_config_map):
+            problems.append(("efficiencyConfigMap", "must differ from configMap and backoffConfigMap"))
+        if problems:
+            raise FieldProblems(problems)
         return self
 
 
@@ -146,6 +157,10 @@ class Policy(Model):
     service: ServiceSettings = Field(default_factory=ServiceSettings, description="Settings of `rebalancer serve`.")
     predictor: PredictorSettings = Field(
         default_factory=PredictorSettings, description="The next-peak load predictor (`rebalancer predict`)."
+    )
+    efficiency: EfficiencySettings = Field(
+        default_factory=EfficiencySettings,
+        description="Eviction follow-up, bounce-back memory and the efficiency rates (`rebalancer report`).",
     )
 
 

@@ -32,6 +32,7 @@ from rebalancer.policy import Policy
 from rebalancer.prom import PrometheusUsageSource
 from rebalancer.protections import Protections
 from rebalancer.runner import AlertDecision, CycleResult, Service, Trigger
+from rebalancer.serve_efficiency import EfficiencyPublisher
 from rebalancer.service import NodeAlert, TokenFile, make_app, serve_http
 from rebalancer.settings import PrometheusSettings
 from rebalancer.steerer import SteeringReport, TokenBucket, steering_summary
@@ -191,8 +192,10 @@ class _Cycles:
         may_act: Callable[[], bool],
         identity: str,
         pauses: CollectorPauses | None = None,
+        efficiency: EfficiencyPublisher | None = None,
         on_steering: Callable[[SteeringReport], None] | None = None,
     ) -> None:
+        self._efficiency = efficiency
         self._on_steering = on_steering
         self._steering_buckets: dict[str, TokenBucket] = {}  # the patch rate holds across cycles
         self._identity = identity
@@ -231,8 +234,12 @@ class _Cycles:
                 self._history,
                 timeline,
                 prometheus=self._usage.get(policy.prometheus),
+                trigger=trigger.kind,
                 steering_buckets=self._steering_buckets,
             )
+        if self._efficiency is not None:
+            with timeline.step("rates"):
+                self._efficiency.after(policy, trigger.kind, outcome)
         facts = outcome.planned.facts
         if cache is None and facts is not None:
             self._facts = facts
@@ -250,6 +257,8 @@ class _Cycles:
 
     def close(self) -> None:
         self._usage.close()
+        if self._efficiency is not None:
+            self._efficiency.close()
 
 
 def serve(
@@ -274,7 +283,10 @@ def serve(
 
     pauses = CollectorPauses()
     gc.callbacks.append(pauses.callback)
-    cycles = _Cycles(api, dry_run, clock, known, cache, is_leader, identity, pauses, metrics.observe_steering)
+    cycles = _Cycles(
+        api, dry_run, clock, known, cache, is_leader, identity, pauses, EfficiencyPublisher(metrics),
+        metrics.observe_steering,
+    )  # fmt: skip
 
     service = Service(policy_path, cycles, metrics, is_leader, clock)
     policy = service.policy

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import msgspec
@@ -42,6 +42,7 @@ class ClusterSnapshot:
     unbound: tuple[Pod, ...] = ()  # non-terminal pods on no (known) node: Pending replicas count as unavailable
     predicted: PredictedLoad | None = None  # next-peak load, when a strategy classifies by prediction
     by_workload: Mapping[WorkloadRef, tuple[Pod, ...]] | None = None  # non-terminal pods, when the facts had them
+    moved: Mapping[PodKey, str] = field(default_factory=dict)  # pods the bounce-back guard keeps in place, and why
 
     def pods_on(self, node: str) -> tuple[Pod, ...]:
         return self.pods_by_node.get(node, ())

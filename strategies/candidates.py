@@ -93,6 +93,8 @@ def screen(
     for pod in snapshot.pods_on(node):
         usage = snapshot.usage_of(pod)
         why = protections.reason(pod)
+        if why is None:
+            why = snapshot.moved.get(pod.key)
         if why is None and usage is None:
             why = "usage unknown (missing is never read as zero)"
         if why is None and need_usage and usage == 0:

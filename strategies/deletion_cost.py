@@ -148,7 +148,7 @@ class DeletionCostSteering:
                  f"{len(kept)} to patch"]  # fmt: skip
         if over:
             notes.append(f"{len(over)} change(s) left for later cycles (maxPatchesPerCycle {s.max_patches_per_cycle})")
-        return StrategyResult(KIND, (), (), tuple(decisions), tuple(notes), tuple(kept))
+        return StrategyResult(KIND, (), (), tuple(decisions), tuple(notes), cost_patches=tuple(kept))
 
     def _skip(
         self, pod: Pod, view: ClusterSnapshot, protections: Protections, opted_out: dict[WorkloadRef, str]

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rebalancer.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult
+from rebalancer.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult, Unrelieved
 from rebalancer.predicted import ClassifyBy, usage_view
 from rebalancer.protections import Protections
 from rebalancer.settings import FieldProblems
@@ -101,32 +101,38 @@ class LowNodeUtilization:
         if snapshot.usage_failure:
             return StrategyResult(KIND, (), ordered, (), (f"no evictions: {snapshot.usage_failure}",))
         notes: list[str] = []
-        active_pools = self._active_pools(snapshot, decisions, notes)
+        inactive: dict[str, Unrelieved] = {}
+        active_pools = self._active_pools(snapshot, decisions, notes, inactive)
         caps = {
             name: cap_millis(d.allocatable_m, d.high_pct or 0.0)
             for name, d in decisions.items()
             if d.node_class is NodeClass.COLD and (d.pool in active_pools or not s.destinations_in_same_pool)
         }
         trackers = self._trackers(snapshot, caps)
-        hot = sorted(
-            (d for d in ordered if d.node_class is NodeClass.HOT and d.pool in active_pools),
-            key=lambda d: -(d.usage_pct or 0.0),
-        )
+        hot_everywhere = [d for d in ordered if d.node_class is NodeClass.HOT]
         if snapshot.focus is not None:
-            hot = [d for d in hot if d.node in snapshot.focus]
-            notes.append(f"focused on {', '.join(sorted(snapshot.focus))}: {len(hot)} of them hot")
+            hot_everywhere = [d for d in hot_everywhere if d.node in snapshot.focus]
+            notes.append(f"focused on {', '.join(sorted(snapshot.focus))}: {len(hot_everywhere)} of them hot")
+        unrelieved = {d.node: inactive[d.pool] for d in hot_everywhere if d.pool in inactive}
+        hot = sorted((d for d in hot_everywhere if d.pool in active_pools), key=lambda d: -(d.usage_pct or 0.0))
         ledger = BudgetLedger(snapshot.budgets)
         evictions: list[PlannedEviction] = []
         pod_decisions: list[PodDecision] = []
         for decision in hot:
             tracker = trackers[decision.pool if s.destinations_in_same_pool else ""]
-            chosen, records = self._relieve(decision, snapshot, protections, ledger, tracker)
+            chosen, records, why_none = self._relieve(decision, snapshot, protections, ledger, tracker)
             evictions.extend(chosen)
             pod_decisions.extend(records)
-        return StrategyResult(KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes))
+            if why_none is not None:
+                unrelieved[decision.node] = why_none
+        return StrategyResult(KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes), unrelieved)
 
     def _active_pools(
-        self, snapshot: ClusterSnapshot, decisions: dict[str, NodeDecision], notes: list[str]
+        self,
+        snapshot: ClusterSnapshot,
+        decisions: dict[str, NodeDecision],
+        notes: list[str],
+        inactive: dict[str, Unrelieved],
     ) -> set[str]:
         active = set()
         for pool in snapshot.pools():
@@ -140,10 +146,12 @@ class LowNodeUtilization:
                 notes.append(f"pool {pool}: no hot node")
             elif cold == 0 and self.settings.destinations_in_same_pool:
                 notes.append(f"pool {pool}: {hot} hot node(s) but no cold node to take their load")
+                inactive[pool] = Unrelieved.NO_COLD_NODE
             elif cold <= self.settings.number_of_nodes:
                 notes.append(
                     f"pool {pool}: {cold} cold node(s), not more than numberOfNodes {self.settings.number_of_nodes}"
                 )
+                inactive[pool] = Unrelieved.NO_COLD_NODE if cold == 0 else Unrelieved.NUMBER_OF_NODES
             elif cold == known:
                 notes.append(f"pool {pool}: every node is cold")
             else:
@@ -165,13 +173,16 @@ class LowNodeUtilization:
         protections: Protections,
         ledger: BudgetLedger,
         tracker: RoomTracker,
-    ) -> tuple[list[PlannedEviction], list[PodDecision]]:
+    ) -> tuple[list[PlannedEviction], list[PodDecision], Unrelieved | None]:
+        """The evictions chosen on one hot node, the decision record, and why none when none."""
         node = decision.node
         target_m = cap_millis(decision.allocatable_m, decision.high_pct or 0.0)
         excess = (decision.usage_m or 0) - target_m
         pool, records = screen(KIND, node, snapshot, protections, ledger)[:2]
         limit = self.settings.max_no_of_pods_to_evict_per_node
         chosen: list[PlannedEviction] = []
+        had_candidates = bool(pool)
+        no_room = False
         while excess > 0 and pool:
             if limit is not None and len(chosen) >= limit:
                 break
@@ -184,6 +195,7 @@ class LowNodeUtilization:
                     continue
                 placement = tracker.find(candidate.pod, candidate.usage_m, exclude=(node,))
                 if placement.node is None:
+                    no_room = True
                     records.append(_passed(candidate, node, placement.reason))
                     continue
                 picked = candidate
@@ -210,7 +222,15 @@ class LowNodeUtilization:
                 break
         stop = _stop_reason(excess, limit, len(chosen))
         records.extend(_passed(c, node, stop) for c in pool)
-        return chosen, records
+        return chosen, records, None if chosen else _why_none(snapshot, node, had_candidates, no_room)
+
+
+def _why_none(snapshot: ClusterSnapshot, node: str, had_candidates: bool, no_room: bool) -> Unrelieved:
+    if had_candidates:
+        return Unrelieved.NO_ROOM if no_room else Unrelieved.DISRUPTION_BUDGET
+    if any(pod.key in snapshot.moved for pod in snapshot.pods_on(node)):
+        return Unrelieved.RECENTLY_MOVED
+    return Unrelieved.NO_EVICTABLE_POD
 
 
 def _ordered(pool: list[Candidate], excess: int) -> list[Candidate]:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 import msgspec
 
 from rebalancer.errors import RebalancerError
+from rebalancer.versioned_json import decode_versioned
 
 SCHEMA = "rebalancer.io/limiter-state"
 VERSION = 1
@@ -105,20 +106,7 @@ class LimiterState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
     def from_json(cls, text: str | bytes, now: float) -> LimiterState:
         """Decode strictly; raise :class:`StateCorrupt` for anything else (foreign, older or newer schema,
         malformed JSON, wrong types, unknown fields, impossible values, times after ``now`` + 1 h)."""
-        try:
-            header = msgspec.json.decode(text, type=_Header)
-        except msgspec.ValidationError as exc:  # a subclass of DecodeError: first
-            raise StateCorrupt(f"not limiter state (need schema {SCHEMA!r} and version): {exc}") from exc
-        except msgspec.DecodeError as exc:
-            raise StateCorrupt(f"not JSON: {exc}") from exc
-        if header.schema != SCHEMA:
-            raise StateCorrupt(f"foreign schema {header.schema!r}, expected {SCHEMA!r}")
-        if header.version != VERSION:
-            raise StateCorrupt(f"schema version {header.version} is not supported (this build reads {VERSION})")
-        try:
-            doc = msgspec.json.decode(text, type=_Document)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise StateCorrupt(str(exc)) from exc
+        doc = decode_versioned(text, _Document, SCHEMA, VERSION, StateCorrupt, "limiter state")
         _check_values(doc, now)
         return cls(
             reservations=doc.reservations,
@@ -131,11 +119,6 @@ class LimiterState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
 
 def _reservation_order(r: Reservation) -> tuple[float, str, str, str]:
     return (r.at, r.namespace, r.pod, r.node)
-
-
-class _Header(msgspec.Struct, frozen=True):
-    schema: str
-    version: int
 
 
 class _Document(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):

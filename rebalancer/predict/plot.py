@@ -11,18 +11,11 @@ from pathlib import Path
 
 from rebalancer.errors import ConfigError
 from rebalancer.predict.backtest import BacktestReport
+from rebalancer.pyplot import load_pyplot
 
 
 def plot_backtest(report: BacktestReport, path: str | Path) -> Path:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise ConfigError(
-            str(path), [("", "the plot needs matplotlib, which is not installed: pip install 'rebalancer[backtest]'")]
-        ) from exc
+    plt = load_pyplot(path, "the plot")
     keys = list(report.points)
     cols = min(len(keys), 4) or 1
     rows = math.ceil(len(keys) / cols) or 1

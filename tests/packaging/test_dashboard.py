@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from rebalancer.efficiency import EfficiencyState, compute_rates
 from rebalancer.metrics import Metrics
 from tests.adapters.prom_fixture import run_promtool
 from tests.packaging.chart import CHART, Rendered, render
@@ -46,6 +47,7 @@ def exported_samples() -> set[str]:
     """Sample names a running service exposes, from the families of a real Metrics registry."""
     metrics = Metrics()
     metrics.watch_cache(list)  # the watch cache's collector, as serve registers it
+    metrics.observe_efficiency(compute_rates(EfficiencyState(), {}, {}, 0.0, 86_400.0))  # as after a cycle
     names: set[str] = set()
     for family in metrics.registry.collect():
         names.update(family.name + suffix for suffix in SAMPLE_SUFFIXES[family.type])

@@ -1,0 +1,60 @@
+"""Composition of `rebalancer report`: the efficiency records from the cluster, the nodes' pools, and the
+reference from Prometheus, for the whole period and per bucket."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from rebalancer.app import Clock, ClusterConnection, state_namespace
+from rebalancer.app_efficiency import RECORDS_KEY, EfficiencyRecorder, rates_over_period
+from rebalancer.efficiency import EfficiencyReport
+from rebalancer.efficiency.series import Bucket, bucket_bounds, buckets
+from rebalancer.errors import SourceError
+from rebalancer.kube import ConfigMapStateStore, KubeSource, connect
+from rebalancer.limits.settings import duration_seconds
+from rebalancer.policy import Policy
+from rebalancer.prom.reference import ReferenceSource
+from rebalancer.snapshot import PoolResolver
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportData:
+    report: EfficiencyReport
+    timeline: tuple[Bucket, ...]
+
+
+def efficiency_report(
+    policy: Policy,
+    connection: ClusterConnection,
+    period: str | None = None,
+    bucket: str = "1h",
+    clock: Clock = time.time,
+) -> ReportData:
+    """Raises a ``KubeUnavailable`` / ``KubeForbidden`` when the records or nodes cannot be read; a failing
+    reference leaves the discovery rate unknown (said in the report), never zero."""
+    now = clock()
+    settings = policy.efficiency if period is None else policy.efficiency.model_copy(update={"period": period})
+    api = connect(connection.kubeconfig, connection.context)
+    namespace = state_namespace(policy.state.namespace)
+    store = ConfigMapStateStore(api, namespace, policy.state.efficiency_config_map, RECORDS_KEY)
+    state, _ = EfficiencyRecorder(store, settings, policy.pools, write=False).load(now)
+    resolver = PoolResolver(policy.pools)
+    pool_of = {node.name: resolver.pool_of(node) for node in KubeSource(api, frozenset()).read_nodes()}
+    bounds = bucket_bounds(now - settings.period_seconds, now, float(duration_seconds(bucket)))
+    if settings.reference.query is None:
+        report = rates_over_period(state, settings, pool_of, now, None)
+        return ReportData(report, buckets(state, None, pool_of, bounds))
+    with ReferenceSource(policy.prometheus, settings.reference) as reference:
+        report = rates_over_period(state, settings, pool_of, now, reference.hot_minutes)
+        per_bucket: dict[tuple[float, float], dict[str, float]] = {}
+        if report.reference_problem is None:
+            for lo, hi in bounds:
+                try:
+                    per_bucket[(lo, hi)] = reference.hot_minutes(lo, hi)
+                except SourceError as exc:
+                    log.warning("reference unknown for %.0f..%.0f: %s", lo, hi, exc)
+    return ReportData(report, buckets(state, per_bucket, pool_of, bounds))

@@ -1,0 +1,129 @@
+"""`rebalancer report` as text and JSON (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict
+from datetime import UTC, datetime
+
+import msgspec
+
+from rebalancer.efficiency.rates import EfficiencyReport, PoolRates
+from rebalancer.efficiency.series import Bucket
+
+_COLUMNS = (
+    ("pool", 12),
+    ("hot(ref)", 8),
+    ("found", 6),
+    ("found&ref", 9),
+    ("discovery", 9),
+    ("acted", 6),
+    ("eviction", 8),
+    ("reliefs", 7),
+    ("judged", 6),
+    ("cooled", 6),
+    ("effective", 9),
+    ("pending", 7),
+    ("evictions", 9),
+    ("bounces", 7),
+)
+
+
+def _when(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _num(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def _row(p: PoolRates) -> tuple[str, ...]:
+    return (
+        "cluster" if p.pool == "*" else p.pool,
+        _num(p.reference),
+        str(p.found),
+        _num(p.found_and_reference),
+        _pct(p.discovery),
+        str(p.acted),
+        _pct(p.eviction),
+        str(p.reliefs),
+        str(p.judged),
+        str(p.cooled),
+        _pct(p.effective),
+        str(p.pending),
+        str(p.evictions),
+        str(p.bounce_backs),
+    )
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def report_table(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> str:
+    hours = (report.end - report.start) / 3600
+    lines = [f"Efficiency from {_when(report.start)} to {_when(report.end)} ({hours:g} h)", ""]
+    lines.append("  ".join(name.rjust(width) if i else name.ljust(width) for i, (name, width) in enumerate(_COLUMNS)))
+    for p in report.pools:
+        cells = _row(p)
+        lines.append(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w) for i, (c, (_, w)) in enumerate(zip(cells, _COLUMNS, strict=True))
+            )
+        )
+    c = report.cluster
+    lines.append("")
+    lines.append("discovery = found & hot by the reference / hot by the reference; eviction = acted / found;")
+    lines.append("effective = cooled / judged (pending, unknown usage and gone nodes are not judged).")
+    if report.reference_problem:
+        lines.append(f"reference: {report.reference_problem}")
+    sections = (
+        ("Found hot nodes not acted on", dict(c.unacted_nodes)),
+        ("Hot by the reference, never found", dict.fromkeys(c.missed_nodes, "")),
+    )
+    for title, nodes in sections:
+        if nodes:
+            lines.append(f"{title}:")
+            lines.extend(f"  {node}{': ' + why if why else ''}" for node, why in nodes.items())
+    for title, counts in (
+        ("Reliefs that did not cool", c.uncooled),
+        ("Reliefs not judged", c.unjudged),
+        ("Evictions blocked, by limiter", c.blocked),
+    ):
+        if counts:
+            lines.append(f"{title}: {_counts(counts)}")
+    rows = list(timeline)
+    if rows:
+        lines += [
+            "",
+            "Over time (cluster):",
+            "  bucket ending            hot(ref)  found  acted  evictions  discovery  eviction  effective",
+        ]
+        for b in rows:
+            p = b.report.cluster
+            lines.append(
+                f"  {_when(b.end):<22} {_num(p.reference):>9} {p.found:>6} {p.acted:>6} {p.evictions:>10} "
+                f"{_pct(p.discovery):>10} {_pct(p.eviction):>9} {_pct(p.effective):>10}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _pool_json(p: PoolRates) -> dict[str, object]:
+    data = asdict(p)
+    data.update(discovery=p.discovery, eviction=p.eviction, effective=p.effective)
+    return data
+
+
+def report_json(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> bytes:
+    doc = {
+        "start": report.start,
+        "end": report.end,
+        "referenceProblem": report.reference_problem,
+        "pools": [_pool_json(p) for p in report.pools],
+        "timeline": [{"start": b.start, "end": b.end, "cluster": _pool_json(b.report.cluster)} for b in timeline],
+    }
+    return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"

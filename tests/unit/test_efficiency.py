@@ -1,0 +1,271 @@
+"""Efficiency records, follow-up, bounce-back memory and rates: pure cases over plain builders."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from rebalancer.cycle import plan_cycle
+from rebalancer.efficiency import (
+    CLUSTER,
+    EfficiencySettings,
+    EfficiencyState,
+    RecordsCorrupt,
+    compute_rates,
+    judge_followups,
+    observe_cycle,
+    recently_moved,
+)
+from rebalancer.efficiency.records import (
+    COOLED,
+    LANDED_BACK,
+    NEW_PODS,
+    NODE_GONE,
+    OTHERS_GREW,
+    TOO_LITTLE_MOVED,
+    UNKNOWN,
+)
+from rebalancer.evictor import EvictionResult, EvictorReport, Outcome
+from rebalancer.model import ClusterFacts, Pod, UsageReport
+from rebalancer.plan import EvictionPlan, Unrelieved
+from rebalancer.snapshot import ClusterSnapshot
+from tests.builders import node, pod, policy, usage
+
+T0 = 1_700_000_000.0
+LNU = """
+kind: LowNodeUtilization
+thresholds: {cpu: 20}
+targetThresholds: {cpu: 70}
+"""
+SETTINGS = EfficiencySettings(follow_up_window="15m", bounce_back_memory="6h", period="24h")
+
+
+def plan_at(nodes, pods, report: UsageReport, at: float, moved=None) -> tuple[ClusterSnapshot, EvictionPlan]:
+    return plan_cycle(ClusterFacts(tuple(nodes), tuple(pods)), report, policy(LNU), at, moved=moved)
+
+
+def evict_all(plan: EvictionPlan) -> EvictorReport:
+    return EvictorReport(tuple(EvictionResult(e, Outcome.EVICTED, "evicted") for e in plan.evictions))
+
+
+def aged(p: Pod, created: float) -> Pod:
+    return msgspec.structs.replace(p, created=created)
+
+
+def scene():
+    """hot (90%) with a 2500m pod of web and three small pods; cold (10%); stuck (90%, only a bare pod)."""
+    nodes = [node("hot"), node("cold"), node("stuck")]
+    pods = [
+        pod("big", "hot", workload="web"),
+        pod("a", "hot", workload="api"),
+        pod("b", "hot", workload="api"),
+        pod("bare", "stuck", workload=None),
+    ]
+    report = usage({"hot": 9000, "cold": 1000, "stuck": 9000}, {"big": 2500, "a": 800, "b": 800, "bare": 8000})
+    return nodes, pods, report
+
+
+def observed(state=None, at=T0):
+    nodes, pods, report = scene()
+    snap, plan = plan_at(nodes, pods, report, at)
+    state = observe_cycle(state or EfficiencyState(), snap, plan, evict_all(plan), "schedule", SETTINGS)
+    return state, nodes, pods
+
+
+def test_observe_records_found_nodes_the_relief_and_why_others_were_not_acted_on():
+    state, _, _ = observed()
+    by_node = {s.node: s for s in state.sightings}
+    assert set(by_node) == {"hot", "stuck"}
+    assert by_node["hot"].acted and not by_node["hot"].reasons
+    assert not by_node["stuck"].acted
+    assert by_node["stuck"].reasons == {Unrelieved.NO_EVICTABLE_POD.value: 1}
+    (relief,) = state.reliefs
+    assert (relief.node, relief.target_pct, relief.usage_pct) == ("hot", 70.0, 90.0)
+    assert [e.name for e in relief.evicted] == ["big"] and relief.evicted[0].workload == "Deployment/default/web"
+    assert relief.deadline == T0 + 900 and relief.result is None
+    assert sorted(relief.remaining.values()) == [800, 800]  # the pods that stayed, by uid
+    assert state.cycles[0].found == {"default": 2} and state.cycles[0].evicted == {"default": 1}
+
+
+def test_limiter_and_dry_run_outcomes_become_the_reason():
+    nodes, pods, report = scene()
+    snap, plan = plan_at(nodes, pods, report, T0)
+    blocked = EvictorReport(
+        tuple(EvictionResult(e, Outcome.BLOCKED, "cap", "global.maxPerRun") for e in plan.evictions)
+    )
+    state = observe_cycle(EfficiencyState(), snap, plan, blocked, "schedule", SETTINGS)
+    hot = next(s for s in state.sightings if s.node == "hot")
+    assert hot.reasons == {"limiter:global.maxPerRun": 1} and not hot.acted and not state.reliefs
+    assert state.cycles[0].blocked == {"global.maxPerRun": 1}
+    dry = EvictorReport(tuple(EvictionResult(e, Outcome.DRY_RUN, "dry") for e in plan.evictions))
+    state = observe_cycle(EfficiencyState(), snap, plan, dry, "schedule", SETTINGS)
+    assert next(s for s in state.sightings if s.node == "hot").reasons == {"dry-run": 1}
+
+
+def test_no_cold_node_in_the_pool_is_the_reason():
+    nodes = [node("hot", pool="a"), node("normal", pool="a"), node("cold", pool="b")]
+    pods = [pod("x", "hot")]
+    snap, plan = plan_at(nodes, pods, usage({"hot": 9000, "normal": 5000, "cold": 100}, {"x": 3000}), T0)
+    assert plan.results[0].unrelieved == {"hot": Unrelieved.NO_COLD_NODE}
+    state = observe_cycle(EfficiencyState(), snap, plan, evict_all(plan), "schedule", SETTINGS)
+    assert state.sightings[0].reasons == {"no-cold-node": 1}
+
+
+def test_no_room_is_the_reason_when_candidates_fit_nowhere():
+    nodes = [node("hot"), node("cold")]
+    pods = [pod("x", "hot", cpu_request_m=20_000)]  # requests more than any node has
+    _, plan = plan_at(nodes, pods, usage({"hot": 9000, "cold": 100}, {"x": 3000}), T0)
+    assert plan.results[0].unrelieved == {"hot": Unrelieved.NO_ROOM}
+
+
+def test_a_hot_episode_continues_within_the_gap_and_a_new_one_starts_after():
+    state, _, _ = observed()
+    state, _, _ = observed(state, T0 + 300)
+    stuck = [s for s in state.sightings if s.node == "stuck"]
+    assert len(stuck) == 1 and stuck[0].cycles == 2 and stuck[0].reasons == {"no-evictable-pod": 2}
+    state, _, _ = observed(state, T0 + 300 + 901)
+    assert len([s for s in state.sightings if s.node == "stuck"]) == 2
+
+
+def follow_up(state, pods, node_usage: dict[str, int], pod_usage: dict[str, int], at: float, nodes=None):
+    nodes = nodes if nodes is not None else [node("hot"), node("cold"), node("stuck")]
+    snap, _ = plan_at(nodes, pods, usage(node_usage, pod_usage), at)
+    return judge_followups(state, snap).reliefs[0]
+
+
+def remaining_pods(pods):
+    return [p for p in pods if p.name != "big"]
+
+
+def test_cooled_as_soon_as_a_snapshot_in_the_window_shows_the_node_under_target():
+    state, _, pods = observed()
+    left = remaining_pods(pods)
+    relief = follow_up(state, left, {"hot": 6500, "cold": 3500, "stuck": 9000}, {"a": 800, "b": 800}, T0 + 300)
+    assert relief.result == COOLED and relief.usage_pct_after == 65.0 and relief.remaining is None
+
+
+def test_pending_until_the_window_closes_then_judged_with_a_reason():
+    state, _, pods = observed()
+    left = remaining_pods(pods)
+    hot_still = {"hot": 7500, "cold": 3500, "stuck": 9000}
+    assert follow_up(state, left, hot_still, {"a": 800, "b": 800}, T0 + 300).result is None
+    relief = follow_up(state, left, hot_still, {"a": 800, "b": 800}, T0 + 900)
+    assert relief.result == TOO_LITTLE_MOVED
+
+
+def test_landed_back_when_the_evicted_workload_returns_to_the_node():
+    state, _, pods = observed()
+    back = aged(pod("big-2", "hot", workload="web"), T0 + 30)
+    pods_now = [*remaining_pods(pods), back]
+    relief = follow_up(
+        state, pods_now, {"hot": 9000, "cold": 1000, "stuck": 9000}, {"a": 800, "b": 800, "big-2": 2400}, T0 + 900
+    )
+    assert relief.result == LANDED_BACK and "default/big-2" in relief.detail
+
+
+def test_new_pods_versus_others_grew():
+    state, _, pods = observed()
+    stranger = aged(pod("new", "hot", workload="batch"), T0 + 60)
+    relief = follow_up(
+        state, [*remaining_pods(pods), stranger], {"hot": 8000, "cold": 3500, "stuck": 9000},
+        {"a": 900, "b": 800, "new": 2000}, T0 + 901,
+    )  # fmt: skip
+    assert relief.result == NEW_PODS
+    relief = follow_up(
+        state, remaining_pods(pods), {"hot": 8000, "cold": 3500, "stuck": 9000}, {"a": 2500, "b": 2500}, T0 + 901
+    )
+    assert relief.result == OTHERS_GREW
+
+
+def test_unknown_usage_or_a_gone_node_is_never_judged_cooled_or_failed():
+    state, _, pods = observed()
+    left = remaining_pods(pods)
+    relief = follow_up(state, left, {"cold": 3500, "stuck": 9000}, {"a": 800, "b": 800}, T0 + 901)
+    assert relief.result == UNKNOWN
+    relief = follow_up(state, [], {"cold": 3500}, {}, T0 + 901, nodes=[node("cold")])
+    assert relief.result == NODE_GONE
+    # before the window closes a missing node is not judged yet
+    assert follow_up(state, [], {"cold": 3500}, {}, T0 + 60, nodes=[node("cold")]).result is None
+
+
+def test_rates_per_pool_with_reasons():
+    state, _, pods = observed()
+    left = remaining_pods(pods)
+    snap, _ = plan_at([node("hot"), node("cold"), node("stuck")], left,
+                      usage({"hot": 6000, "cold": 3500, "stuck": 9000}, {"a": 800, "b": 800}), T0 + 600)  # fmt: skip
+    state = judge_followups(state, snap)
+    reference = {"hot": 30.0, "stuck": 45.0, "other": 10.0}  # "other": hot by the reference, never found
+    report = compute_rates(
+        state, reference, {"hot": "default", "stuck": "default", "other": "default"}, T0 - 1, T0 + 3600
+    )
+    c = report.cluster
+    assert report.pools[0] is c and c.pool == CLUSTER
+    assert (c.reference, c.found, c.found_and_reference) == (3, 2, 2)
+    assert c.discovery == pytest.approx(2 / 3) and c.missed_nodes == ("other",)
+    assert (
+        c.eviction == 0.5 and c.unacted == {"no-evictable-pod": 1} and c.unacted_nodes == {"stuck": "no-evictable-pod"}
+    )
+    assert (c.judged, c.cooled, c.effective) == (1, 1, 1.0)
+    assert c.evictions == 1 and c.reference_minutes == 85.0
+    assert report.pool("default").effective == 1.0
+
+
+def test_rates_without_reference_or_outside_the_period_are_none_not_zero():
+    state, _, _ = observed()
+    report = compute_rates(state, None, {}, T0 - 1, T0 + 60, reference_problem="Prometheus down")
+    assert report.cluster.discovery is None and report.reference_problem == "Prometheus down"
+    assert report.cluster.effective is None  # pending only: nothing judged yet
+    assert report.cluster.pending == 1
+    empty = compute_rates(state, {}, {}, T0 + 10_000, T0 + 20_000)
+    assert empty.cluster.discovery is None and empty.cluster.eviction is None and empty.cluster.found == 0
+
+
+def test_guard_keeps_the_replacement_in_place_and_counts_a_bounce_when_off():
+    state, _, pods = observed()
+    replacement = aged(pod("big-2", "cold", workload="web"), T0 + 20)
+    old_replica = aged(pod("big-0", "cold", workload="web"), T0 - 3600)
+    facts = ClusterFacts((node("hot"), node("cold"), node("stuck")), (*remaining_pods(pods), replacement, old_replica))
+    moved = recently_moved(state, facts, T0 + 600, SETTINGS)
+    assert set(moved) == {("default", "big-2")} and "bounce-back guard" in moved[("default", "big-2")]
+    assert recently_moved(state, facts, T0 + 6 * 3600 + 1, SETTINGS) == {}  # memory over
+    off = EfficiencySettings(bounce_back_guard=False)
+    assert recently_moved(state, facts, T0 + 600, off) == {}
+
+    # cold is now the hot one; with the guard its only big pod stays, without it the move bounces
+    now_usage = usage({"hot": 5000, "cold": 9000, "stuck": 1000}, {"a": 800, "b": 800, "big-2": 2600, "big-0": 100})
+    nodes = [node("hot"), node("cold"), node("stuck")]
+    snap, plan = plan_at(nodes, facts.pods, now_usage, T0 + 600, moved=moved)
+    assert [e.name for e in plan.evictions] == ["big-0"]  # the old replica may go, the replacement stays
+    without_old = [p for p in facts.pods if p.name != "big-0"]
+    _, plan = plan_at(nodes, without_old, now_usage, T0 + 600, moved=moved)
+    assert plan.evictions == () and plan.results[0].unrelieved == {"cold": Unrelieved.RECENTLY_MOVED}
+    snap, plan = plan_at(nodes, facts.pods, now_usage, T0 + 600)
+    assert [e.name for e in plan.evictions] == ["big-2"]
+    after = observe_cycle(state, snap, plan, evict_all(plan), "schedule", SETTINGS)
+    (bounce,) = after.bounce_backs
+    assert (bounce.workload, bounce.node, bounce.previous_node) == ("Deployment/default/web", "cold", "hot")
+    assert compute_rates(after, None, {}, T0 - 1, T0 + 3600).cluster.bounce_backs == 1
+
+
+def test_records_round_trip_and_reject_corruption():
+    state, _, _ = observed()
+    text = state.to_json()
+    assert EfficiencyState.from_json(text, T0) == state
+    with pytest.raises(RecordsCorrupt, match="foreign schema"):
+        EfficiencyState.from_json(text.replace("efficiency-records", "other"), T0)
+    with pytest.raises(RecordsCorrupt, match="after now"):
+        EfficiencyState.from_json(text, T0 - 7200)
+    with pytest.raises(RecordsCorrupt, match="result"):
+        EfficiencyState.from_json(text.replace('"result":null', '"result":"great"'), T0)
+    with pytest.raises(RecordsCorrupt, match="not JSON"):
+        EfficiencyState.from_json("{", T0)
+
+
+def test_prune_drops_old_records_and_keeps_pending_follow_ups():
+    state, _, _ = observed()
+    kept = state.prune(T0 + 600, 3600, 100)
+    assert kept == state
+    gone = state.prune(T0 + 2 * 86400, 86400, 100)
+    assert gone.sightings == () and gone.reliefs == () and gone.cycles == ()
+    many = EfficiencyState(cycles=state.cycles * 50)
+    assert len(many.prune(T0 + 1, 3600, 10).cycles) == 10
