@@ -11,7 +11,8 @@ since 1.22, GA in 1.31). Of the active pods of the ReplicaSet, the one deleted f
 5. doubled up: on a node with more active pods of the same workload (all its ReplicaSets count);
 6. both ready: ready for less time; the times compare in buckets of floor(log2(nanoseconds since)),
    and equal buckets go by UID (the smaller first); a pod without a ready time goes first;
-7. more container restarts (the largest count of any of its containers);
+7. more container restarts (the largest count of any of its containers), then, when equal, more sidecar
+   restarts (the largest count of its init containers with ``restartPolicy: Always``, Kubernetes 1.28+);
 8. newer: creation times compare in the same logarithmic buckets, equal buckets by UID; a pod
    without a creation time goes first.
 
@@ -47,6 +48,7 @@ class RankedPod:
     max_restarts: int  # the largest restartCount of its containers
     created: float | None
     terminating: bool = False
+    max_sidecar_restarts: int = 0  # the largest restartCount of its sidecars (init containers restartPolicy Always)
 
     @property
     def active(self) -> bool:
@@ -66,6 +68,7 @@ class Rule(StrEnum):
     READY_TIME = "ready for less time first (log2 buckets)"
     READY_TIME_UID = "same ready-time bucket: smaller UID first"
     RESTARTS = "more container restarts first"
+    SIDECAR_RESTARTS = "same container restarts: more sidecar restarts first"
     CREATED = "newer first (log2 buckets)"
     CREATED_UID = "same creation-time bucket: smaller UID first"
     TIE = "equal on every rule: the controller's order is undefined (kept by name here)"
@@ -139,6 +142,8 @@ def compare(a: RankedPod, b: RankedPod, on_node: dict[str, int], now: float | No
             return order, Rule.READY_TIME_UID if by_uid else Rule.READY_TIME
     if a.max_restarts != b.max_restarts:
         return (-1 if a.max_restarts > b.max_restarts else 1), Rule.RESTARTS
+    if a.max_sidecar_restarts != b.max_sidecar_restarts:
+        return (-1 if a.max_sidecar_restarts > b.max_sidecar_restarts else 1), Rule.SIDECAR_RESTARTS
     order, by_uid = _by_time(a.created, b.created, a.uid, b.uid, now)
     if order or by_uid:
         return order, Rule.CREATED_UID if by_uid else Rule.CREATED
@@ -194,6 +199,8 @@ def _explain(rule: Rule, a: RankedPod, b: RankedPod, on_node: dict[str, int]) ->
         return f"{on_node.get(a.node_name, 0)} pods of the workload on {a.node_name} > {on_node.get(b.node_name, 0)}"
     if rule is Rule.RESTARTS:
         return f"{a.max_restarts} container restarts > {b.max_restarts}"
+    if rule is Rule.SIDECAR_RESTARTS:
+        return f"{a.max_sidecar_restarts} sidecar restarts > {b.max_sidecar_restarts}"
     return rule.value
 
 

@@ -48,6 +48,7 @@ class _Condition(msgspec.Struct, rename="camel", gc=False):
 
 
 class _ContainerStatus(msgspec.Struct, rename="camel", gc=False):
+    name: str = ""
     restart_count: int = 0
 
 
@@ -55,10 +56,17 @@ class _Status(msgspec.Struct, rename="camel", gc=False):
     phase: str = ""
     conditions: list[_Condition] = []
     container_statuses: list[_ContainerStatus] = []
+    init_container_statuses: list[_ContainerStatus] = []
+
+
+class _InitContainer(msgspec.Struct, rename="camel", gc=False):
+    name: str = ""
+    restart_policy: str | None = None
 
 
 class _Spec(msgspec.Struct, rename="camel", gc=False):
     node_name: str = ""
+    init_containers: list[_InitContainer] = []
 
 
 class _Pod(msgspec.Struct, gc=False):
@@ -191,4 +199,11 @@ def ranked_pod(pod: _Pod) -> RankedPod:
         max_restarts=max((c.restart_count for c in status.container_statuses), default=0),
         created=created,
         terminating=meta.deletion_timestamp is not None,
+        max_sidecar_restarts=_max_sidecar_restarts(pod),
     )
+
+
+def _max_sidecar_restarts(pod: _Pod) -> int:
+    """The largest restartCount of the pod's sidecars: init containers with restartPolicy Always."""
+    sidecars = {c.name for c in pod.spec.init_containers if c.restart_policy == "Always"}
+    return max((c.restart_count for c in pod.status.init_container_statuses if c.name in sidecars), default=0)

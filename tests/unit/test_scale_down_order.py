@@ -135,6 +135,22 @@ def test_more_restarts_go_first_and_the_count_is_the_largest_container_s() -> No
     assert decode_pod(json.dumps(other).encode()).max_restarts == 1  # a sum would make these equal
 
 
+def test_equal_restarts_go_by_sidecar_restarts_and_only_restartable_init_containers_count() -> None:
+    """compareMaxContainerRestarts (Kubernetes 1.28+): the regular containers' count first, then the sidecars'."""
+    assert first(pod("calm", max_sidecar_restarts=1), pod("flapping-sidecar", max_sidecar_restarts=4)) == (
+        "flapping-sidecar",
+        Rule.SIDECAR_RESTARTS,
+    )
+    assert first(pod("sidecar", max_sidecar_restarts=9), pod("main", max_restarts=1))[0] == "main"
+    inits = [b.container(name="proxy", restart_policy="Always"), b.container(name="migrate")]
+    raw = b.pod("p", init_containers=inits, init_restarts=[2, 7], restarts=[1])
+    decoded = decode_pod(json.dumps(raw).encode())
+    assert (decoded.max_restarts, decoded.max_sidecar_restarts) == (1, 2)  # the one-shot init container's 7 ignored
+    assert deletion_order([pod("a", max_sidecar_restarts=3), pod("b", max_sidecar_restarts=1)], None, NOW)[
+        0
+    ].reason == ("before b: 3 sidecar restarts > 1")
+
+
 def test_newer_goes_first_by_log2_bucket_then_uid() -> None:
     assert first(pod("old", created=NOW - 10_000), pod("new", created=NOW - 100)) == ("new", Rule.CREATED)
     same_bucket = (pod("new", created=NOW - 40, uid="uid-9"), pod("old", created=NOW - 50, uid="uid-1"))
@@ -162,11 +178,18 @@ def test_each_rule_outranks_the_next() -> None:
     alone_cheap = pod("alone", node_name="node-b", deletion_cost_text="1")
     related = [crowded_costly, alone_cheap, pod("sibling", node_name="node-a")]
     assert first(crowded_costly, alone_cheap, related=related) == ("alone", Rule.DELETION_COST)
+    crowded_old = pod("crowded", node_name="node-a", ready_since=NOW - 10_000)
+    alone_new = pod("alone", node_name="node-b", ready_since=NOW - 10)
+    related = [crowded_old, alone_new, pod("sibling", node_name="node-a")]
+    assert first(crowded_old, alone_new, related=related) == ("crowded", Rule.DOUBLED_UP)
     assert (
         first(pod("old-ready", ready_since=NOW - 10_000, max_restarts=9), pod("new-ready", ready_since=NOW - 10))[0]
         == "new-ready"
     )
     assert first(pod("young", created=NOW - 10), pod("restarts", max_restarts=1, created=NOW - 10_000))[0] == "restarts"
+    assert first(pod("young", created=NOW - 10), pod("sidecar", max_sidecar_restarts=1, created=NOW - 10_000))[0] == (
+        "sidecar"
+    )
 
 
 def test_terminating_and_finished_pods_are_not_candidates() -> None:
