@@ -102,6 +102,8 @@ class DeletionCostSteering:
     def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult:
         s = self.settings
         view = usage_view(snapshot, s.classify_by)
+        if view.usage_failure is not None:  # costs are left as they are rather than computed from other numbers
+            return StrategyResult(KIND, (), (), (), (f"no patches: {view.usage_failure}",))
         selector = s.label_selector.to_selector() if s.label_selector else None
         candidates = [p for p in _pods(snapshot) if _in_scope(p, s.namespaces, selector)]
         opted_out = _opted_out_workloads(candidates, protections)

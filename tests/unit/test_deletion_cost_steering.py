@@ -5,14 +5,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rebalancer.app_prediction import needs_prediction
 from rebalancer.errors import PatchError
 from rebalancer.evictor import DryRun, EvictorReport
 from rebalancer.model import DELETION_COST_ANNOTATION, INT32_MAX, Pod
 from rebalancer.plan import EvictionPlan
+from rebalancer.predicted import PredictedLoad
 from rebalancer.protections import DELETION_COST_OWNER_ANNOTATION, STEERING_OPT_OUT_ANNOTATION, Protections
 from rebalancer.render import plan_table, run_summary
 from rebalancer.settings import PoolSettings
@@ -117,6 +120,31 @@ def test_scope_unknown_usage_and_non_replica_set_pods() -> None:
     assert skipped["sys"] == "namespace kube-system in evictableNamespaces.exclude"
     assert skipped["blind"].startswith("usage of node res unknown (no usage data for this node)")
     assert "sts-0" not in skipped and "pending" not in skipped
+
+
+def test_predicted_load_steers_when_classify_by_asks_for_it_and_a_failed_prediction_patches_nothing() -> None:
+    snap = cluster(b.pod("a", "hot"), b.pod("b", "cool"), b.pod("c", "res"))
+    # at the next peak "cool" is the hot one (95%) and "hot" cools down (20%); "res" has no prediction
+    peak = PredictedLoad(
+        MappingProxyType({"hot": 2_000, "cool": 9_500}),
+        MappingProxyType({"res": "prediction unknown: no history for default/c"}),
+        MappingProxyType({}),
+    )
+    with_peak = dataclasses.replace(snap, predicted=peak)
+    assert costs(plan(with_peak)) == {"a": 100, "b": 800, "c": 100_500}  # current: the prediction is not read
+    predicted = plan(with_peak, STEER + "classifyBy: predicted")
+    assert costs(predicted) == {"a": 800, "b": 50}
+    skipped = {d.name: d.reason for d in predicted.results[0].pod_decisions if not d.chosen}
+    assert skipped == {"c": "usage of node res unknown (prediction unknown: no history for default/c): its cost is left "
+                       "as it is"}  # fmt: skip
+    assert costs(plan(with_peak, STEER + "classifyBy: max")) == {"a": 100, "b": 50}
+    for load, words in ((PredictedLoad.failed("predictor history: MetricsUnavailable: down"), "down"), (None, "no "
+                        "prediction was made")):  # fmt: skip
+        failed = plan(dataclasses.replace(snap, predicted=load), STEER + "classifyBy: predicted")
+        assert not failed.cost_patches
+        assert any(words in note for note in failed.results[0].notes), failed.results[0].notes
+    assert needs_prediction(b.policy(STEER + "classifyBy: max"))
+    assert not needs_prediction(b.policy(STEER))
 
 
 def test_a_focused_cycle_steers_only_the_alerted_nodes() -> None:
