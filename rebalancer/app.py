@@ -16,7 +16,9 @@ from rebalancer.cycle import plan_cycle
 from rebalancer.demo import load_demo, load_demo_history
 from rebalancer.errors import ConfigError, SourceError
 from rebalancer.evictor import DryRun, Evictor, EvictorReport
-from rebalancer.kube import ApiClient, ConfigMapStateStore, KubeActions, KubeSource, connect
+from rebalancer.explain import ScaleDownExplanation, explain
+from rebalancer.kube import ApiClient, ConfigMapStateStore, KubeActions, KubeSource, PodAnnotator, connect
+from rebalancer.kube.workload_pods import WORKLOAD_KINDS, WorkloadPodsReader
 from rebalancer.model import ClusterFacts, PodKey, UsageReport
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
@@ -25,6 +27,7 @@ from rebalancer.predicted import PredictedLoad
 from rebalancer.prom import PrometheusUsageSource
 from rebalancer.protections import Protections
 from rebalancer.snapshot import ClusterSnapshot
+from rebalancer.steerer import Steerer, SteeringReport, TokenBucket, steering_rules
 from rebalancer.timed import TimedActions, TimedStore
 from rebalancer.timeline import Timeline
 
@@ -117,6 +120,7 @@ class RunOutcome:
     efficiency: Recorded = field(
         default_factory=lambda: Recorded(None)
     )  # the records after this cycle (None: off, or not written)
+    steering: SteeringReport = field(default_factory=SteeringReport)  # pod-deletion-cost patches (steering)
 
 
 def run_once(
@@ -140,12 +144,14 @@ def run_cycle(
     timeline: Timeline | None = None,
     prometheus: PrometheusUsageSource | None = None,
     trigger: str = "schedule",
+    steering_buckets: dict[str, TokenBucket] | None = None,
 ) -> RunOutcome:
     """Snapshot, plan, limits, evict, persist, then the efficiency records, on an existing connection
     (CronJob and service alike).
 
-    ``may_act`` is asked before every eviction (the service passes "still the leader"). ``trigger``
-    (schedule, alert, once) is kept in the efficiency records."""
+    ``may_act`` is asked before every eviction and every pod-deletion-cost patch (the service passes "still
+    the leader"). ``trigger`` (schedule, alert, once) is kept in the efficiency records.
+    ``steering_buckets``: the steerer's token buckets, kept by the service between cycles."""
     timeline = timeline or Timeline()
     namespace = state_namespace(policy.state.namespace)
     recorder = EfficiencyRecorder(
@@ -174,9 +180,22 @@ def run_cycle(
     )
     with timeline.step("evictor"):
         report = evictor.apply(planned.plan, planned.snapshot)
+    steering = SteeringReport()
+    if planned.plan.cost_patches:
+        steerer = Steerer(
+            PodAnnotator(api),
+            KubeActions(api),
+            steering_rules(policy.strategies),
+            Protections.from_settings(policy.protections),
+            dry_run,
+            may_act=may_act,
+            buckets=steering_buckets,
+        )
+        with timeline.step("steerer"):
+            steering = steerer.apply(planned.plan, planned.snapshot)
     with timeline.step("efficiency"):
         recorded = _record(recorder, planned, report, trigger, policy, prometheus)
-    return RunOutcome(planned, report, recorded)
+    return RunOutcome(planned, report, recorded, steering)
 
 
 def _record(
@@ -221,6 +240,50 @@ def read_usage(read: Callable[[float], UsageReport], now: float) -> UsageReport:
     except SourceError as exc:
         log.warning("usage source failed: %s", exc)
         return UsageReport.failed(f"{type(exc).__name__}: {exc}")
+
+
+def explain_scale_down(
+    policy: Policy | None, connection: ClusterConnection, target: str, count: int, clock: Clock = time.time
+) -> ScaleDownExplanation:
+    """The pods a scale-down of ``target`` (``NAMESPACE/[KIND/]NAME``, KIND deployment by default, or replicaset)
+    by ``count`` deletes now, and after the policy's DeletionCostSteering (its plan of this moment)."""
+    namespace, kind, name = parse_workload(target)
+    api = connect(connection.kubeconfig, connection.context)
+    workload = WorkloadPodsReader(api).read(namespace, kind, name)
+    now = clock()
+    steering = [s for s in (policy.strategies if policy else ()) if s.kind == "DeletionCostSteering" and s.enabled]
+    costs: dict[str, int] | None = None
+    pools: dict[str, str] = {}
+    note = "" if policy is not None else "no --policy given"
+    if policy is not None and steering:
+        planned = plan_live(policy.model_copy(update={"strategies": tuple(steering)}), connection, lambda: now, api)
+        pools = dict(planned.snapshot.pool_of)
+        if planned.plan.blocked:
+            note = f"the plan is blocked: {planned.plan.blocked}"
+        else:
+            costs = {p.name: p.cost for p in planned.plan.cost_patches if p.namespace == namespace}
+            skipped = sum(
+                1 for r in planned.plan.results for d in r.pod_decisions if d.namespace == namespace and not d.chosen
+            )
+            note = f"{len(costs)} pod(s) of the namespace get a new cost" + (
+                f", {skipped} left as they are" if skipped else ""
+            )
+    elif policy is not None:
+        note = "the policy has no enabled DeletionCostSteering strategy"
+    return explain(f"{kind}/{namespace}/{name}", workload.replica_sets, workload.pods, count, now, costs, pools, note)
+
+
+def parse_workload(target: str) -> tuple[str, str, str]:
+    """``NAMESPACE/NAME`` (a Deployment) or ``NAMESPACE/KIND/NAME`` -> (namespace, Deployment|ReplicaSet, name)."""
+    parts = target.split("/")
+    if len(parts) == 2 and all(parts):
+        return parts[0], "Deployment", parts[1]
+    if len(parts) == 3 and all(parts) and parts[1].lower() in WORKLOAD_KINDS:
+        return parts[0], WORKLOAD_KINDS[parts[1].lower()], parts[2]
+    raise ConfigError(
+        "explain-scale-down",
+        [("WORKLOAD", f"{target!r}: expected NAMESPACE/NAME or NAMESPACE/KIND/NAME (KIND deployment or replicaset)")],
+    )
 
 
 def plan_demo(policy: Policy) -> PlanOutcome:

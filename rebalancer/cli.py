@@ -61,6 +61,18 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
     serve.add_argument("--context", help="kubeconfig context")
     serve.add_argument("--dry-run", nargs="?", const="client", default="off", choices=["off", "client", "server"])
+    explain = sub.add_parser(
+        "explain-scale-down",
+        help="the N pods the ReplicaSet controller would delete on a scale-down, now and after deletion-cost steering",
+    )
+    explain.add_argument("workload", metavar="NAMESPACE/WORKLOAD", help="NAMESPACE/NAME (a Deployment) or "
+                         "NAMESPACE/KIND/NAME (KIND deployment or replicaset)")  # fmt: skip
+    explain.add_argument("count", metavar="N", type=int, help="replicas removed by the scale-down")
+    explain.add_argument("--policy", metavar="FILE", help="policy YAML; with a DeletionCostSteering strategy the "
+                         "order after steering is shown too")  # fmt: skip
+    explain.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    explain.add_argument("--context", help="kubeconfig context")
+    explain.add_argument("--output", choices=["table", "json"], default="table")
     _predict_parser(sub)
     _report_parser(sub)
     return parser
@@ -156,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "serve":
             return _serve(args)
+        if args.command == "explain-scale-down":
+            return _explain_scale_down(args)
         if args.command == "report":
             return _report(args)
         if args.command == "predict":
@@ -205,6 +219,23 @@ def _plan(args: argparse.Namespace) -> int:
     if outcome.plan.blocked:
         print(f"rebalancer: plan blocked: {outcome.plan.blocked}", file=sys.stderr)
         return EXIT_SOURCE
+    return EXIT_OK
+
+
+def _explain_scale_down(args: argparse.Namespace) -> int:
+    from rebalancer import app
+    from rebalancer.explain import explanation_json, explanation_table
+
+    if args.count < 1:
+        print("rebalancer explain-scale-down: N must be at least 1", file=sys.stderr)
+        return EXIT_CONFIG
+    policy = load_policy(args.policy) if args.policy else None
+    connection = app.ClusterConnection(args.kubeconfig, args.context)
+    explanation = app.explain_scale_down(policy, connection, args.workload, args.count)
+    if args.output == "json":
+        sys.stdout.buffer.write(explanation_json(explanation))
+    else:
+        sys.stdout.write(explanation_table(explanation))
     return EXIT_OK
 
 
@@ -274,6 +305,7 @@ def _run(args: argparse.Namespace) -> int:
     from rebalancer import app
     from rebalancer.evictor import DryRun, Outcome
     from rebalancer.render import run_json, run_summary
+    from rebalancer.steerer import SteerOutcome
 
     if not args.once:
         print("rebalancer run: pass --once (one cycle, CronJob mode)", file=sys.stderr)
@@ -281,11 +313,14 @@ def _run(args: argparse.Namespace) -> int:
     connection = app.ClusterConnection(args.kubeconfig, args.context)
     outcome = app.run_once(load_policy(args.policy), connection, DryRun(args.dry_run))
     if args.output == "json":
-        sys.stdout.buffer.write(run_json(outcome.planned.plan, outcome.report, outcome.planned.source))
-    print(run_summary(outcome.planned.plan, outcome.report, DryRun(args.dry_run)), file=sys.stderr)
-    if outcome.planned.plan.blocked or outcome.report.aborted:
+        sys.stdout.buffer.write(
+            run_json(outcome.planned.plan, outcome.report, outcome.planned.source, outcome.steering)
+        )
+    print(run_summary(outcome.planned.plan, outcome.report, DryRun(args.dry_run), outcome.steering), file=sys.stderr)
+    if outcome.planned.plan.blocked or outcome.report.aborted or outcome.steering.aborted:
         return EXIT_SOURCE
-    return EXIT_FAILED if outcome.report.count(Outcome.FAILED) else EXIT_OK
+    failed = outcome.report.count(Outcome.FAILED) + outcome.steering.count(SteerOutcome.FAILED)
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -129,3 +129,13 @@ class MetricsMalformed(SourceError):
 
 class MetricsStale(SourceError):
     """Prometheus answered with data older than the configured maximum age."""
+
+
+class PatchError(RebalancerError):
+    """A pod's annotation patch was refused: ``status`` 404 (gone), 409 (modified since it was read), 400 /
+    415 / 422 (a request the server does not accept), with the server's ``reason``."""
+
+    def __init__(self, message: str, *, status: int | None = None, reason: str | None = None) -> None:
+        self.status = status
+        self.reason = reason
+        super().__init__(message)

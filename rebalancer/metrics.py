@@ -29,6 +29,7 @@ from rebalancer import __version__
 from rebalancer.efficiency import EfficiencyReport
 from rebalancer.evictor import EvictorReport, Outcome
 from rebalancer.plan import EvictionPlan, NodeClass
+from rebalancer.steerer import SteeringReport
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The classic text exposition format, which every Prometheus 2.x scrapes."""
@@ -229,6 +230,14 @@ class Metrics:
             ("result", "strategy", "namespace", "node", "pool"),
             registry=registry,
         )
+        self.deletion_cost_patches = Counter(
+            "rebalancer_deletion_cost_patches",
+            "Planned pod-deletion-cost patches (DeletionCostSteering) handled by the steerer, by outcome: "
+            "result=patched when the annotation was set, otherwise why not (unchanged, foreign, opted-out, gone, "
+            "replaced, conflict, capped, skipped, failed, dry-run, server-dry-run).",
+            ("result", "strategy", "namespace", "pool"),
+            registry=registry,
+        )
         self.cycle_duration = Histogram(
             "rebalancer_cycle_duration_seconds",
             "Wall time of one cycle (snapshot, plan, evictions), by what triggered it.",
@@ -344,6 +353,12 @@ class Metrics:
                     self.limiter_blocked.labels(result.limiter).inc()
         self._update_nodes(plan, partial)
 
+    def observe_steering(self, report: SteeringReport) -> None:
+        """Record what the steerer did with each planned pod-deletion-cost patch of a cycle."""
+        for result in report.results:
+            p = result.patch
+            self.deletion_cost_patches.labels(result.outcome.value, p.strategy, p.namespace, p.pool).inc()
+
     def cycle_failed(self, reason: str) -> None:
         """A cycle that produced no plan (a source failed, permission refused, unexpected error)."""
         self.cycle_failures.labels(_checked("reason", reason)).inc()
@@ -351,7 +366,7 @@ class Metrics:
     def _update_nodes(self, plan: EvictionPlan, partial: bool) -> None:
         """Keeps the nodes' classes and ratios; the series are made at scrape time (:class:`_NodeCollector`):
         setting 5,000 labelled gauges after every cycle took about 100 ms, on the alert path."""
-        decisions = plan.results[0].node_decisions if plan.results else ()
+        decisions = next((r.node_decisions for r in plan.results if r.node_decisions), ())  # steering has none
         fresh = {}
         for d in decisions:
             known = d.usage_pct is not None and d.node_class is not NodeClass.UNKNOWN

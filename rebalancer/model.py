@@ -10,6 +10,7 @@ builders, and never mutated: strategies receive them inside a :class:`ClusterSna
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import msgspec
@@ -20,6 +21,23 @@ SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+# strconv.ParseInt(value, 10, 32) after the ReplicaSet controller's first-character check: no "+", no leading 0
+_DELETION_COST_TEXT = re.compile(r"-[0-9]+|0|[1-9][0-9]*")
+
+
+def parse_deletion_cost(raw: str | None) -> tuple[int, bool]:
+    """The cost the ReplicaSet controller reads from a pod-deletion-cost value, and whether it is valid.
+
+    Absent: (0, True). Invalid (``+5``, ``007``, ``1.5``, ``1_000``, `` 5``, beyond int32): (0, False): the
+    controller counts it as 0 (and the API server refuses to store a new invalid value)."""
+    if raw is None:
+        return 0, True
+    if not _DELETION_COST_TEXT.fullmatch(raw):
+        return 0, False
+    value = int(raw)
+    return (value, True) if INT32_MIN <= value <= INT32_MAX else (0, False)
+
 
 PodKey = tuple[str, str]
 """(namespace, name): the key Prometheus and the Eviction API both use for a pod."""
@@ -105,14 +123,7 @@ class Pod(msgspec.Struct, frozen=True, gc=False):
     @property
     def deletion_cost(self) -> int:
         """The pod-deletion-cost annotation as the ReplicaSet controller reads it (invalid: 0)."""
-        raw = self.annotations.get(DELETION_COST_ANNOTATION)
-        if raw is None:
-            return 0
-        try:
-            value = int(raw, 10)
-        except ValueError:
-            return 0
-        return value if INT32_MIN <= value <= INT32_MAX else 0
+        return parse_deletion_cost(self.annotations.get(DELETION_COST_ANNOTATION))[0]
 
 
 class DisruptionBudget(msgspec.Struct, frozen=True, gc=False):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol, TypeVar
 
 from rebalancer.model import PodKey, WorkloadRef
 
@@ -75,6 +76,30 @@ class PlannedEviction:
 
 
 @dataclass(frozen=True, slots=True)
+class PlannedCostPatch:
+    """A pod-deletion-cost to set on a pod (deletion-cost steering): a merge patch of its annotations only.
+
+    ``current``: the annotation's value in the snapshot (None: unset); ``owned``: rebalancer set that value
+    (its ownership annotation records it), so changing it overwrites nobody's choice."""
+
+    strategy: str
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    pool: str
+    workload: WorkloadRef | None
+    current: str | None
+    owned: bool
+    cost: int
+    reason: str
+
+    @property
+    def key(self) -> PodKey:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
 class StrategyResult:
     strategy: str
     evictions: tuple[PlannedEviction, ...]
@@ -82,6 +107,7 @@ class StrategyResult:
     pod_decisions: tuple[PodDecision, ...]
     notes: tuple[str, ...] = ()
     unrelieved: Mapping[str, Unrelieved] = field(default_factory=dict)  # hot node -> why nothing was planned
+    cost_patches: tuple[PlannedCostPatch, ...] = ()  # deletion-cost steering: annotations, never evictions
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +120,28 @@ class EvictionPlan:
 
     @property
     def evictions(self) -> tuple[PlannedEviction, ...]:
-        if self.blocked:
-            return ()
-        seen: set[PodKey] = set()
-        out: list[PlannedEviction] = []
-        for result in self.results:
-            for eviction in result.evictions:
-                if eviction.key not in seen:
-                    seen.add(eviction.key)
-                    out.append(eviction)
-        return tuple(out)
+        return () if self.blocked else _first_per_pod(e for r in self.results for e in r.evictions)
+
+    @property
+    def cost_patches(self) -> tuple[PlannedCostPatch, ...]:
+        """Every planned pod-deletion-cost, the first strategy's where two name the same pod; none when blocked."""
+        return () if self.blocked else _first_per_pod(p for r in self.results for p in r.cost_patches)
+
+
+class _PerPod(Protocol):
+    @property
+    def key(self) -> PodKey: ...
+
+
+_P = TypeVar("_P", bound=_PerPod)
+
+
+def _first_per_pod(items: Iterable[_P]) -> tuple[_P, ...]:
+    """``items`` in order, without a second one for a pod already given."""
+    seen: set[PodKey] = set()
+    out: list[_P] = []
+    for item in items:
+        if item.key not in seen:
+            seen.add(item.key)
+            out.append(item)
+    return tuple(out)

@@ -5,7 +5,7 @@ Strategies call it when they choose pods; the evictor calls it again just before
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rebalancer.labels import LabelSelector
@@ -15,6 +15,8 @@ from rebalancer.settings import ProtectionSettings
 DESCHEDULER_EVICT_ANNOTATION = "descheduler.alpha.kubernetes.io/evict"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 LOCAL_STORAGE_KINDS = frozenset({"emptyDir", "hostPath"})
+DELETION_COST_OWNER_ANNOTATION = "rebalancer.io/pod-deletion-cost"  # the pod-deletion-cost rebalancer last set
+STEERING_OPT_OUT_ANNOTATION = "rebalancer.io/deletion-cost-steering"  # "false": never steer this workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +44,26 @@ class Protections:
                 DESCHEDULER_EVICT_ANNOTATION,
                 MIRROR_ANNOTATION,
                 DELETION_COST_ANNOTATION,
+                DELETION_COST_OWNER_ANNOTATION,
+                STEERING_OPT_OUT_ANNOTATION,
                 self.settings.opt_out_annotation,
             }
         )
+
+    def steering_reason(self, pod: Pod) -> str | None:
+        """Why deletion-cost steering must leave ``pod``'s annotations alone, or None when it may set them.
+
+        Steering evicts nothing, so only the rules about consent and scope apply: terminating pods, pods
+        opted out (the opt-out annotation, or rebalancer.io/deletion-cost-steering, set to "false"), and
+        pods outside evictableNamespaces, labelSelector or inside protectedLabelSelector."""
+        why = self.steering_opt_out(pod.annotations)
+        if why is not None:
+            return why
+        for rule in (_terminating, _namespace, _selectors):
+            why = rule(self, pod)
+            if why:
+                return why
+        return None
 
     def opted_in(self, pod: Pod) -> bool:
         if pod.annotations.get(self.settings.opt_out_annotation, "").lower() == "true":
@@ -64,6 +83,25 @@ class Protections:
             if why:
                 return why
         return None
+
+    def steering_opt_out(self, annotations: Mapping[str, str]) -> str | None:
+        """Why annotations (a pod's, as read or as the API server has it now) opt it out of steering, or None."""
+        if not annotations:  # most pods keep none of the annotations read
+            return None
+        for key in (STEERING_OPT_OUT_ANNOTATION, self.settings.opt_out_annotation):
+            value = annotations.get(key, "")
+            if value.lower() == "false":
+                return f"opted out by annotation {key}={value}"
+        return None
+
+
+def foreign_deletion_cost(annotations: Mapping[str, str]) -> str | None:
+    """The pod-deletion-cost someone other than rebalancer set (rebalancer's ownership annotation does not
+    record it), or None when there is none or rebalancer set it."""
+    current = annotations.get(DELETION_COST_ANNOTATION)
+    if current is None or annotations.get(DELETION_COST_OWNER_ANNOTATION) == current:
+        return None
+    return current
 
 
 def _terminating(_: Protections, pod: Pod) -> str | None:

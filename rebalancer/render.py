@@ -10,6 +10,7 @@ import msgspec
 from rebalancer.evictor import DryRun, EvictorReport, Outcome
 from rebalancer.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult
 from rebalancer.quantity import format_millis
+from rebalancer.steerer import SteeringReport, steering_summary
 
 _CLASS_ORDER = {NodeClass.HOT: 0, NodeClass.UNKNOWN: 1, NodeClass.NORMAL: 2, NodeClass.COLD: 3}
 
@@ -28,6 +29,7 @@ def plan_record(plan: EvictionPlan, source: str) -> dict[str, Any]:
                 "nodes": [msgspec.to_builtins(d) for d in r.node_decisions],
                 "pods": [msgspec.to_builtins(d) for d in r.pod_decisions],
                 "evictions": [msgspec.to_builtins(e) for e in r.evictions],
+                "costPatches": [msgspec.to_builtins(p) for p in r.cost_patches],
             }
             for r in plan.results
         ],
@@ -47,6 +49,8 @@ def plan_table(plan: EvictionPlan, source: str) -> str:
         lines += ["", *_strategy_section(result)]
     evictions = plan.evictions
     lines += ["", f"Planned evictions: {len(evictions)}" + (" (dry run: nothing is evicted)" if evictions else "")]
+    if plan.cost_patches:
+        lines.append(f"Planned pod-deletion-cost patches: {len(plan.cost_patches)} (dry run: nothing is patched)")
     return "\n".join(lines) + "\n"
 
 
@@ -54,8 +58,11 @@ def _strategy_section(result: StrategyResult) -> list[str]:
     nodes = sorted(result.node_decisions, key=lambda d: (_CLASS_ORDER[d.node_class], -(d.usage_pct or 0), d.node))
     counts = {c: sum(1 for d in nodes if d.node_class is c) for c in NodeClass}
     summary = ", ".join(f"{counts[c]} {c.value}" for c in NodeClass)
-    out = [f"== {result.strategy}: {len(nodes)} nodes ({summary})"]
-    out += text_table(["NODE", "POOL", "USAGE", "ALLOC", "USE%", "CLASS", "WHY"], [_node_row(d) for d in nodes])
+    if nodes:
+        out = [f"== {result.strategy}: {len(nodes)} nodes ({summary})"]
+        out += text_table(["NODE", "POOL", "USAGE", "ALLOC", "USE%", "CLASS", "WHY"], [_node_row(d) for d in nodes])
+    else:  # deletion-cost steering classifies no node
+        out = [f"== {result.strategy}"]
     if result.evictions:
         out += ["", f"-- {result.strategy}: {len(result.evictions)} planned eviction(s)"]
         rows = [
@@ -63,9 +70,17 @@ def _strategy_section(result: StrategyResult) -> list[str]:
             for e in result.evictions
         ]
         out += text_table(["POD", "FROM", "USAGE", "ROOM ON", "WORKLOAD"], rows)
+    if result.cost_patches:
+        out += ["", f"-- {result.strategy}: {len(result.cost_patches)} planned pod-deletion-cost patch(es)"]
+        rows = [
+            [f"{p.namespace}/{p.name}", p.node, p.pool, "-" if p.current is None else p.current, str(p.cost), p.reason]
+            for p in result.cost_patches
+        ]
+        out += text_table(["POD", "NODE", "POOL", "NOW", "COST", "WHY"], rows)
     passed = [d for d in result.pod_decisions if not d.chosen]
     if passed:
-        out += ["", f"-- {result.strategy}: pods passed over on the nodes it acted on"]
+        where = "on the nodes it acted on" if nodes else "(their pod-deletion-cost stays as it is)"
+        out += ["", f"-- {result.strategy}: pods passed over {where}"]
         out += text_table(["POD", "NODE", "WHY NOT"], [[f"{d.namespace}/{d.name}", d.node, d.reason] for d in passed])
     out += [f"note: {n}" for n in result.notes]
     return out
@@ -89,8 +104,11 @@ def text_table(header: list[str], rows: list[list[str]], right: frozenset[int] =
     return [fmt(header), *(fmt(r) for r in rows)]
 
 
-def run_record(plan: EvictionPlan, report: EvictorReport, source: str) -> dict[str, Any]:
-    """The plan's decision record plus what the evictor did with each planned eviction."""
+def run_record(
+    plan: EvictionPlan, report: EvictorReport, source: str, steering: SteeringReport | None = None
+) -> dict[str, Any]:
+    """The plan's decision record plus what the evictor did with each planned eviction (and the steerer with
+    each planned pod-deletion-cost)."""
     record = plan_record(plan, source)
     record["outcomes"] = [
         {
@@ -107,14 +125,33 @@ def run_record(plan: EvictionPlan, report: EvictorReport, source: str) -> dict[s
     ]
     record["problems"] = list(report.problems)
     record["aborted"] = report.aborted
+    if steering is not None:
+        record["steering"] = {
+            "outcomes": [
+                {
+                    "namespace": r.patch.namespace,
+                    "name": r.patch.name,
+                    "node": r.patch.node,
+                    "strategy": r.patch.strategy,
+                    "cost": r.patch.cost,
+                    "outcome": r.outcome.value,
+                    "detail": r.detail,
+                }
+                for r in steering.results
+            ],
+            "problems": list(steering.problems),
+            "aborted": steering.aborted,
+        }
     return record
 
 
-def run_json(plan: EvictionPlan, report: EvictorReport, source: str) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(run_record(plan, report, source)), indent=2) + b"\n"
+def run_json(plan: EvictionPlan, report: EvictorReport, source: str, steering: SteeringReport | None = None) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(run_record(plan, report, source, steering)), indent=2) + b"\n"
 
 
-def run_summary(plan: EvictionPlan, report: EvictorReport, dry_run: DryRun) -> str:
+def run_summary(
+    plan: EvictionPlan, report: EvictorReport, dry_run: DryRun, steering: SteeringReport | None = None
+) -> str:
     """One line for a CronJob's log."""
     hot = sum(1 for r in plan.results for d in r.node_decisions if d.node_class is NodeClass.HOT)
     counts = ", ".join(f"{report.count(o)} {o.value}" for o in Outcome if report.count(o))
@@ -128,5 +165,8 @@ def run_summary(plan: EvictionPlan, report: EvictorReport, dry_run: DryRun) -> s
         parts.append(f"plan blocked: {plan.blocked}")
     if report.aborted:
         parts.append(f"aborted: {report.aborted}")
+    if steering is not None and steering.results:
+        parts.append(f"pod-deletion-cost: {steering_summary(steering)}")
+        parts += [f"problem: {p}" for p in steering.problems]
     parts += [f"problem: {p}" for p in report.problems]
     return "; ".join(parts)

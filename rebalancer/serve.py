@@ -35,6 +35,7 @@ from rebalancer.runner import AlertDecision, CycleResult, Service, Trigger
 from rebalancer.serve_efficiency import EfficiencyPublisher
 from rebalancer.service import NodeAlert, TokenFile, make_app, serve_http
 from rebalancer.settings import PrometheusSettings
+from rebalancer.steerer import SteeringReport, TokenBucket, steering_summary
 from rebalancer.timeline import CollectorPauses, Timeline
 
 log = logging.getLogger(__name__)
@@ -198,8 +199,11 @@ class _Cycles:
         identity: str,
         pauses: CollectorPauses | None = None,
         efficiency: EfficiencyPublisher | None = None,
+        on_steering: Callable[[SteeringReport], None] | None = None,
     ) -> None:
         self._efficiency = efficiency
+        self._on_steering = on_steering
+        self._steering_buckets: dict[str, TokenBucket] = {}  # the patch rate holds across cycles
         self._identity = identity
         self._pauses = pauses
         self._cache = cache
@@ -237,6 +241,7 @@ class _Cycles:
                 timeline,
                 prometheus=self._usage.get(policy.prometheus),
                 trigger=trigger.kind,
+                steering_buckets=self._steering_buckets,
             )
         if self._efficiency is not None:
             with timeline.step("rates"):
@@ -248,6 +253,10 @@ class _Cycles:
                 self._facts_at = time.monotonic()
         if facts is not None:
             self._known.update(facts.nodes)
+        if outcome.steering.results:
+            log.info("%s cycle: pod-deletion-cost %s", trigger.kind, steering_summary(outcome.steering))
+            if self._on_steering is not None:
+                self._on_steering(outcome.steering)
         if self._pauses is not None:
             timeline.add("gc", self._pauses.seconds - paused)  # mostly deferred to the cycle's end by the pause
         return CycleResult(outcome.planned.plan, outcome.report, timeline)
@@ -280,7 +289,10 @@ def serve(
 
     pauses = CollectorPauses()
     gc.callbacks.append(pauses.callback)
-    cycles = _Cycles(api, dry_run, clock, known, cache, is_leader, identity, pauses, EfficiencyPublisher(metrics))
+    cycles = _Cycles(
+        api, dry_run, clock, known, cache, is_leader, identity, pauses, EfficiencyPublisher(metrics),
+        metrics.observe_steering,
+    )  # fmt: skip
 
     service = Service(policy_path, cycles, metrics, is_leader, clock)
     policy = service.policy

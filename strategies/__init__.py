@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from strategies.base import Strategy, StrategySettings
+from strategies.deletion_cost import DeletionCostSteering, DeletionCostSteeringSettings
 from strategies.high_node_utilization import HighNodeUtilization, HighNodeUtilizationSettings
 from strategies.low_node_utilization import LowNodeUtilization, LowNodeUtilizationSettings
 
@@ -26,15 +27,18 @@ class Registration:
 REGISTRY: dict[str, Registration] = {
     "LowNodeUtilization": Registration(LowNodeUtilizationSettings, LowNodeUtilization),
     "HighNodeUtilization": Registration(HighNodeUtilizationSettings, HighNodeUtilization),
+    "DeletionCostSteering": Registration(DeletionCostSteeringSettings, DeletionCostSteering),
 }
 
 AnyStrategySettings = Annotated[
-    LowNodeUtilizationSettings | HighNodeUtilizationSettings,
+    LowNodeUtilizationSettings | HighNodeUtilizationSettings | DeletionCostSteeringSettings,
     Field(discriminator="kind"),
 ]
 
 
-def build(settings: LowNodeUtilizationSettings | HighNodeUtilizationSettings) -> Strategy:
+def build(
+    settings: LowNodeUtilizationSettings | HighNodeUtilizationSettings | DeletionCostSteeringSettings,
+) -> Strategy:
     return REGISTRY[settings.kind].factory(settings)
 
 

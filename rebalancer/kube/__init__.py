@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rebalancer.kube.actions import KubeActions
+    from rebalancer.kube.annotate import PodAnnotator
     from rebalancer.kube.client import ApiClient, connect
     from rebalancer.kube.lease import LeaseClient
     from rebalancer.kube.source import KubeSource, ReadStats
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "KubeActions": "rebalancer.kube.actions",
+    "PodAnnotator": "rebalancer.kube.annotate",
     "ApiClient": "rebalancer.kube.client",
     "connect": "rebalancer.kube.client",
     "LeaseClient": "rebalancer.kube.lease",
@@ -27,7 +29,16 @@ _HOMES = {
     "ConfigMapStateStore": "rebalancer.kube.state_store",
 }
 
-__all__ = ["ApiClient", "ConfigMapStateStore", "KubeActions", "KubeSource", "LeaseClient", "ReadStats", "connect"]
+__all__ = [
+    "ApiClient",
+    "ConfigMapStateStore",
+    "KubeActions",
+    "KubeSource",
+    "LeaseClient",
+    "PodAnnotator",
+    "ReadStats",
+    "connect",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -248,6 +248,7 @@ def pod(
     phase: str = "Running",
     ready: bool = True,
     restarts: Sequence[int] | None = None,
+    init_restarts: Sequence[int] | None = None,
     priority: int | None = 0,
     priority_class: str | None = None,
     overhead: Mapping[str, str] | None = None,
@@ -326,10 +327,36 @@ def pod(
             for c, n in zip(containers, counts, strict=False)
         ],
     }
+    if init_containers:
+        init_counts = list(init_restarts) if init_restarts is not None else [0] * len(init_containers)
+        status["initContainerStatuses"] = [
+            _init_status(name, c, n, created) for c, n in zip(init_containers, init_counts, strict=True)
+        ]
     status["qosClass"] = qos_class([*containers, *init_containers]) if qos is _MISSING else qos
     if status["qosClass"] is None:
         del status["qosClass"]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+
+def _init_status(pod_name: str, c: dict[str, Any], restarts: int, created: str) -> dict[str, Any]:
+    """An init container's status once the pod runs: a sidecar (restartPolicy Always) still running, any other
+    one terminated with exit code 0."""
+    sidecar = c.get("restartPolicy") == "Always"
+    state = (
+        {"running": {"startedAt": created}}
+        if sidecar
+        else {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": created, "finishedAt": created}}
+    )
+    return {
+        "name": c["name"],
+        "state": state,
+        "ready": sidecar,
+        "restartCount": restarts,
+        "image": c["image"],
+        "imageID": f"{c['image']}@sha256:{_hash(c['image'], 64)}",
+        "containerID": f"containerd://{_hash(pod_name + c['name'], 64)}",
+        "started": sidecar,
+    }
 
 
 def _pod_condition(kind: str, state: bool) -> dict[str, Any]:

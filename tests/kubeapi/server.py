@@ -32,7 +32,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
 
-from tests.kubeapi import rbac, resources, selectors, status, watch, writes
+from tests.kubeapi import patch, rbac, resources, selectors, status, watch, writes
 from tests.kubeapi.disruption import DisruptionController
 from tests.kubeapi.eviction import EvictionSubresource
 from tests.kubeapi.resources import ResourceType
@@ -132,6 +132,7 @@ class TestApiServer:
         for rtype in resources.RESOURCES:
             self._add_resource_routes(rtype)
         self.route("POST", f"/api/v1/namespaces/{_NS}/pods/{_NAME}/eviction", self._evict)
+        self.route("PATCH", f"/api/v1/namespaces/{_NS}/pods/{_NAME}", self._patch_pod)
         self._http = _HTTPServer(self)
         self._thread = threading.Thread(target=self._http.serve_forever, args=(0.05,), name="kubeapi", daemon=True)
         self._thread.start()
@@ -318,6 +319,14 @@ class TestApiServer:
     def _remove(self, rtype: ResourceType, request: Request) -> Response:
         params = request.params
         return Response.of(200, writes.delete(self.store, rtype, params["namespace"], params["name"], request.query))
+
+    def _patch_pod(self, request: Request) -> Response:
+        params = request.params
+        obj = patch.patch_pod(
+            self.store, params["namespace"], params["name"], request.body, request.headers.get("content-type", ""),
+            request.query,
+        )  # fmt: skip
+        return Response.of(200, obj)
 
     def _evict(self, request: Request) -> Response:
         params = request.params

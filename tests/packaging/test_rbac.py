@@ -36,11 +36,15 @@ from tests.packaging.chart import NAMESPACE, ROOT, Doc, Rendered, render
 from tests.packaging.rbac import Grant, adapter_calls, allows, grants, permission
 from tests.service.scenario import END, HISTORY, build_cluster
 
+LNU = {"kind": "LowNodeUtilization", "thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 70}}
+STEERING = {"policy": {"strategies": [LNU, {"kind": "DeletionCostSteering", "poolCosts": {"default": 100}}]}}
 SERVE_VARIANTS = {
     "default": {},
     "no-watch-cache": {"policy": {"service": {"watchCache": {"enabled": False}}}},
     "no-leader-election": {"policy": {"service": {"leaderElection": {"enabled": False}}}},
+    "deletion-cost-steering": STEERING,  # patch pods granted, and used by the cycles
 }
+PATCH_PODS = ("", "pods", "patch")
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +100,12 @@ def run_rendered_cycle(rendered: Rendered, server: TestApiServer, kubeconfig: Pa
 
 def test_every_api_call_in_the_adapter_source_is_granted() -> None:
     calls = adapter_calls()
-    assert {c.method_name.split(".")[1] for c in calls} >= {"create_namespaced_pod_eviction", "list_node"}
-    granted = grants(render())  # the Deployment grants the most: watches, the Lease
+    assert {c.method_name.split(".")[1] for c in calls} >= {
+        "create_namespaced_pod_eviction",
+        "list_node",
+        "patch_namespaced_pod",
+    }
+    granted = grants(render(STEERING))  # the Deployment with steering grants the most: watches, the Lease, patch
     missing = [f"{c.where}: {c.method_name} needs {permission(c.request)}" for c in calls
                if not any(g.permission == permission(c.request) for g in granted)]  # fmt: skip
     assert missing == [], "add these to charts/rebalancer/templates/rbac.yaml"
@@ -105,9 +113,28 @@ def test_every_api_call_in_the_adapter_source_is_granted() -> None:
 
 def test_the_chart_grants_nothing_the_adapter_source_cannot_ask_for() -> None:
     from_source = {permission(c.request)[:2] for c in adapter_calls()}
-    for values in ({}, {"kind": "CronJob"}):
+    for values in ({}, {"kind": "CronJob"}, STEERING):
         granted = {g.permission[:2] for g in grants(render(values))}
         assert granted <= from_source
+
+
+def test_patch_pods_is_granted_only_with_an_enabled_steering_strategy() -> None:
+    disabled = {"policy": {"strategies": [LNU, {"kind": "DeletionCostSteering", "enabled": False}]}}
+    for values, expected in (({}, False), ({"kind": "CronJob"}, False), (disabled, False), (STEERING, True),
+                             ({**STEERING, "kind": "CronJob"}, True)):  # fmt: skip
+        assert any(g.permission == PATCH_PODS for g in grants(render(values))) == expected, values
+
+
+def test_cronjob_with_steering_grants_exactly_what_run_once_uses(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer
+) -> None:
+    rendered = render({**STEERING, "kind": "CronJob"})
+    granted = grants(rendered)
+    run_rendered_cycle(rendered, kube_server, kubeconfig, prometheus.url)
+    made = requests_made(kube_server)
+    assert any(permission(a) == PATCH_PODS for a in made), "the steering strategy patched nothing"
+    assert refused(granted, made) == []
+    assert unused(granted, made) == set()
 
 
 def test_cronjob_grants_exactly_what_run_once_uses(

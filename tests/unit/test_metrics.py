@@ -13,6 +13,7 @@ from rebalancer.evictor import EvictionResult, EvictorReport, Outcome
 from rebalancer.metrics import Metrics
 from rebalancer.model import ClusterFacts, UsageReport
 from rebalancer.plan import EvictionPlan
+from rebalancer.steerer import SteeringReport, SteerOutcome, SteerResult
 from tests.builders import node, pod, policy, usage
 
 LNU = """
@@ -184,3 +185,23 @@ def test_each_instance_has_its_own_registry():
     assert value(samples(first), "rebalancer_webhook_requests_total", code="202") == 1
     assert value(samples(second), "rebalancer_webhook_requests_total", code="202") is None
     assert prometheus_client.REGISTRY.get_sample_value("rebalancer_webhook_requests_total", {"code": "202"}) is None
+
+
+def test_steering_outcomes_are_counted_and_node_classes_survive_a_steering_first_policy():
+    steer_first = policy("kind: DeletionCostSteering\npoolCosts: {p: 10}")
+    both = steer_first.model_copy(update={"strategies": (*steer_first.strategies, policy(LNU).strategies[0])})
+    facts = ClusterFacts((node("n1", pool="p"), node("n2", pool="p")), (pod("a", "n1"), pod("b", "n2")))
+    _, plan = plan_cycle(facts, usage({"n1": 9_000, "n2": 1_000}), both, 1_700_000_000.0)
+    assert [r.strategy for r in plan.results] == ["DeletionCostSteering", "LowNodeUtilization"]
+    metrics = Metrics()
+    metrics.observe_cycle("schedule", 0.1, plan, None)
+    results = tuple(
+        SteerResult(p, o, "")
+        for p, o in zip(plan.cost_patches, (SteerOutcome.PATCHED, SteerOutcome.FOREIGN), strict=True)
+    )
+    metrics.observe_steering(SteeringReport(results))
+    found = samples(metrics)
+    labels = {"strategy": "DeletionCostSteering", "namespace": "default", "pool": "p"}
+    assert value(found, "rebalancer_deletion_cost_patches_total", result="patched", **labels) == 1
+    assert value(found, "rebalancer_deletion_cost_patches_total", result="foreign", **labels) == 1
+    assert found[("rebalancer_nodes", frozenset({("class", "hot"), ("pool", "p")}))] == 1

@@ -53,6 +53,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if dig "service" "leaderElection" "enabled" true .Values.policy }}true{{ end }}
 {{- end }}
 
+{{- /* "true" when an enabled strategy of the policy is DeletionCostSteering: it patches pods' annotations */}}
+{{- define "rebalancer.steering" -}}
+{{- range (.Values.policy.strategies | default list) }}
+{{- if and (eq (.kind | toString) "DeletionCostSteering") (ne (toString .enabled) "false") }}true{{ end }}
+{{- end }}
+{{- end }}
+
 {{- define "rebalancer.watchCache" -}}
 {{- if and (eq .Values.kind "Deployment") (dig "service" "watchCache" "enabled" true .Values.policy) }}true{{ end }}
 {{- end }}
