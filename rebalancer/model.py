@@ -86,6 +86,7 @@ class Node(msgspec.Struct, frozen=True, gc=False):
     unschedulable: bool = False
     ready: bool = True
     addresses: tuple[str, ...] = ()  # status.addresses (IPs, host names): how a scrape target names the node
+    annotations: Mapping[str, str] = msgspec.field(default_factory=dict)  # only those rebalancer reads (its guard mark)
 
 
 class Pod(msgspec.Struct, frozen=True, gc=False):

@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from rebalancer.efficiency.settings import EfficiencySettings
 from rebalancer.errors import ConfigError
+from rebalancer.guard.settings import LandingGuardSettings
 from rebalancer.limits import LimitSettings
 from rebalancer.predict.settings import PredictorSettings
 from rebalancer.settings import Duration, FieldProblems, Model, PoolSettings, PrometheusSettings, ProtectionSettings
@@ -161,6 +162,11 @@ class Policy(Model):
     efficiency: EfficiencySettings = Field(
         default_factory=EfficiencySettings,
         description="Eviction follow-up, bounce-back memory and the efficiency rates (`rebalancer report`).",
+    )
+    landing_guard: LandingGuardSettings = Field(
+        default_factory=LandingGuardSettings,
+        description="The soft landing guard: a taint on hot and just-relieved nodes so that replacements land "
+        "elsewhere (opt-in per pool; needs patch nodes).",
     )
 
 

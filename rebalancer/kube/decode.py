@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from rebalancer.errors import KubeUnavailable
+from rebalancer.guard.marks import GUARD_KEY
 from rebalancer.kube import wire
 from rebalancer.labels import LabelSelector, NodeSelectorTerm, Requirement
 from rebalancer.model import DisruptionBudget, Node, Pod, Taint, Toleration, WorkloadRef
@@ -107,6 +108,7 @@ def node(w: wire.Node) -> Node:
         unschedulable=w.spec.unschedulable,
         ready=condition_true(status.conditions, "Ready"),
         addresses=tuple(a.address for a in status.addresses if a.address),
+        annotations=_EMPTY if meta.annotations.landing_guard is None else {GUARD_KEY: meta.annotations.landing_guard},
     )
 
 

@@ -273,8 +273,18 @@ class NodeStatus(_Wire):
     addresses: list[NodeAddress] = []
 
 
+class NodeAnnotations(_Wire):
+    """The only node annotation rebalancer reads: its landing guard's mark (``rebalancer.guard.marks``)."""
+
+    landing_guard: str | None = msgspec.field(default=None, name="rebalancer.io/landing-guard")
+
+
+class NodeMeta(ObjectMeta):
+    annotations: NodeAnnotations = msgspec.field(default_factory=NodeAnnotations)
+
+
 class Node(_Wire):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    metadata: NodeMeta = msgspec.field(default_factory=NodeMeta)
     spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
     status: NodeStatus = msgspec.field(default_factory=NodeStatus)
 
