@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rebalancer.app_efficiency import RECORDS_KEY, EfficiencyRecorder, Recorded
+from rebalancer.app_guard import guard_after_cycle
 from rebalancer.app_prediction import HistoryCache, needs_prediction, predicted_load
 from rebalancer.cycle import plan_cycle
 from rebalancer.demo import load_demo, load_demo_history
 from rebalancer.errors import ConfigError, SourceError
 from rebalancer.evictor import DryRun, Evictor, EvictorReport
 from rebalancer.explain import ScaleDownExplanation, explain
+from rebalancer.guard.applier import GuardReport
 from rebalancer.kube import ApiClient, ConfigMapStateStore, KubeActions, KubeSource, PodAnnotator, connect
 from rebalancer.kube.workload_pods import WORKLOAD_KINDS, WorkloadPodsReader
 from rebalancer.model import ClusterFacts, PodKey, UsageReport
@@ -121,6 +123,7 @@ class RunOutcome:
         default_factory=lambda: Recorded(None)
     )  # the records after this cycle (None: off, or not written)
     steering: SteeringReport = field(default_factory=SteeringReport)  # pod-deletion-cost patches (steering)
+    guard: GuardReport = field(default_factory=GuardReport)  # landing-guard marks set, renewed, cleared
 
 
 def run_once(
@@ -174,7 +177,7 @@ def run_cycle(
         settings=policy.limits,
         protections=Protections.from_settings(policy.protections),
         dry_run=dry_run,
-        requester=requester or f"rebalancer/{socket.gethostname()}",
+        requester=requester or f"rebalancer/{socket.gethostname()}",  # the landing guard's owner too
         clock=clock,
         may_act=may_act,
     )
@@ -193,9 +196,12 @@ def run_cycle(
         )
         with timeline.step("steerer"):
             steering = steerer.apply(planned.plan, planned.snapshot)
+    requester = requester or f"rebalancer/{socket.gethostname()}"
+    with timeline.step("landing-guard"):
+        guard = guard_after_cycle(policy, api, planned.snapshot, planned.plan, report, dry_run, requester, may_act)
     with timeline.step("efficiency"):
         recorded = _record(recorder, planned, report, trigger, policy, prometheus)
-    return RunOutcome(planned, report, recorded, steering)
+    return RunOutcome(planned, report, recorded, steering, guard)
 
 
 def _record(

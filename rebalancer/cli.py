@@ -304,6 +304,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from rebalancer import app
     from rebalancer.evictor import DryRun, Outcome
+    from rebalancer.guard.applier import GuardOutcome
     from rebalancer.render import run_json, run_summary
     from rebalancer.steerer import SteerOutcome
 
@@ -314,12 +315,14 @@ def _run(args: argparse.Namespace) -> int:
     outcome = app.run_once(load_policy(args.policy), connection, DryRun(args.dry_run))
     if args.output == "json":
         sys.stdout.buffer.write(
-            run_json(outcome.planned.plan, outcome.report, outcome.planned.source, outcome.steering)
+            run_json(outcome.planned.plan, outcome.report, outcome.planned.source, outcome.steering, outcome.guard)
         )
-    print(run_summary(outcome.planned.plan, outcome.report, DryRun(args.dry_run), outcome.steering), file=sys.stderr)
+    summary = run_summary(outcome.planned.plan, outcome.report, DryRun(args.dry_run), outcome.steering, outcome.guard)
+    print(summary, file=sys.stderr)
     if outcome.planned.plan.blocked or outcome.report.aborted or outcome.steering.aborted:
         return EXIT_SOURCE
     failed = outcome.report.count(Outcome.FAILED) + outcome.steering.count(SteerOutcome.FAILED)
+    failed += sum(1 for r in outcome.guard.results if r.outcome is GuardOutcome.FAILED)
     return EXIT_FAILED if failed else EXIT_OK
 
 

@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 from rebalancer import __version__
 from rebalancer.efficiency import EfficiencyReport
 from rebalancer.evictor import EvictorReport, Outcome
+from rebalancer.guard.applier import GuardReport
 from rebalancer.plan import EvictionPlan, NodeClass
 from rebalancer.steerer import SteeringReport
 
@@ -238,6 +239,14 @@ class Metrics:
             ("result", "strategy", "namespace", "pool"),
             registry=registry,
         )
+        self.landing_guard_marks = Counter(
+            "rebalancer_landing_guard_marks",
+            "Landing-guard mark changes on nodes by pool, action (set, refresh, clear), reason (hot, relieved; "
+            "cooled, expired, guard-off, over-cap, taint-removed, released) and result (applied, dry-run, skipped, "
+            "gone, failed).",
+            ("pool", "action", "reason", "result"),
+            registry=registry,
+        )
         self.cycle_duration = Histogram(
             "rebalancer_cycle_duration_seconds",
             "Wall time of one cycle (snapshot, plan, evictions), by what triggered it.",
@@ -358,6 +367,12 @@ class Metrics:
         for result in report.results:
             p = result.patch
             self.deletion_cost_patches.labels(result.outcome.value, p.strategy, p.namespace, p.pool).inc()
+
+    def observe_guard(self, report: GuardReport) -> None:
+        """Record the landing guard's changes of a cycle, a sweep or the release at shutdown."""
+        for result in report.results:
+            c = result.change
+            self.landing_guard_marks.labels(c.pool, c.action.value, c.reason, result.outcome.value).inc()
 
     def cycle_failed(self, reason: str) -> None:
         """A cycle that produced no plan (a source failed, permission refused, unexpected error)."""

@@ -8,6 +8,8 @@ from typing import Any
 import msgspec
 
 from rebalancer.evictor import DryRun, EvictorReport, Outcome
+from rebalancer.guard.applier import GuardReport
+from rebalancer.guard.marks import rfc3339
 from rebalancer.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult
 from rebalancer.quantity import format_millis
 from rebalancer.steerer import SteeringReport, steering_summary
@@ -105,7 +107,11 @@ def text_table(header: list[str], rows: list[list[str]], right: frozenset[int] =
 
 
 def run_record(
-    plan: EvictionPlan, report: EvictorReport, source: str, steering: SteeringReport | None = None
+    plan: EvictionPlan,
+    report: EvictorReport,
+    source: str,
+    steering: SteeringReport | None = None,
+    guard: GuardReport | None = None,
 ) -> dict[str, Any]:
     """The plan's decision record plus what the evictor did with each planned eviction (and the steerer with
     each planned pod-deletion-cost)."""
@@ -125,6 +131,8 @@ def run_record(
     ]
     record["problems"] = list(report.problems)
     record["aborted"] = report.aborted
+    if guard is not None and (guard.results or guard.notes):
+        record["landingGuard"] = guard_record(guard)
     if steering is not None:
         record["steering"] = {
             "outcomes": [
@@ -145,12 +153,41 @@ def run_record(
     return record
 
 
-def run_json(plan: EvictionPlan, report: EvictorReport, source: str, steering: SteeringReport | None = None) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(run_record(plan, report, source, steering)), indent=2) + b"\n"
+def guard_record(guard: GuardReport) -> dict[str, Any]:
+    """The landing guard's changes (with what became of each) and the nodes it left alone on purpose."""
+    return {
+        "changes": [
+            {
+                "node": r.change.node,
+                "pool": r.change.pool,
+                "action": r.change.action.value,
+                "reason": r.change.reason,
+                "expires": rfc3339(r.change.mark.expires) if r.change.mark is not None else None,
+                "outcome": r.outcome.value,
+                "detail": r.detail,
+            }
+            for r in guard.results
+        ],
+        "notes": [{"node": n.node, "pool": n.pool, "why": n.why} for n in guard.notes],
+    }
+
+
+def run_json(
+    plan: EvictionPlan,
+    report: EvictorReport,
+    source: str,
+    steering: SteeringReport | None = None,
+    guard: GuardReport | None = None,
+) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(run_record(plan, report, source, steering, guard)), indent=2) + b"\n"
 
 
 def run_summary(
-    plan: EvictionPlan, report: EvictorReport, dry_run: DryRun, steering: SteeringReport | None = None
+    plan: EvictionPlan,
+    report: EvictorReport,
+    dry_run: DryRun,
+    steering: SteeringReport | None = None,
+    guard: GuardReport | None = None,
 ) -> str:
     """One line for a CronJob's log."""
     hot = sum(1 for r in plan.results for d in r.node_decisions if d.node_class is NodeClass.HOT)
@@ -168,5 +205,7 @@ def run_summary(
     if steering is not None and steering.results:
         parts.append(f"pod-deletion-cost: {steering_summary(steering)}")
         parts += [f"problem: {p}" for p in steering.problems]
+    if guard is not None and guard.results:
+        parts.append(f"landing guard: {guard.summary()}")
     parts += [f"problem: {p}" for p in report.problems]
     return "; ".join(parts)

@@ -31,6 +31,7 @@ from rebalancer.timeline import Timeline
 from strategies.base import Schedule
 
 log = logging.getLogger(__name__)
+HOUSEKEEPING_SECONDS = 60.0
 _DOW = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
@@ -121,7 +122,11 @@ class Service:
         metrics: ServiceMetrics,
         is_leader: Callable[[], bool],
         clock: Callable[[], float] = time.time,
+        housekeeping: Callable[[Policy], None] | None = None,
     ) -> None:
+        """``housekeeping``: run at start and every ``HOUSEKEEPING_SECONDS`` between cycles, while leading
+        (the landing guard's sweep of expired marks)."""
+        self._housekeeping = housekeeping
         self._path = policy_path
         self._run_cycle = run_cycle
         self._metrics = metrics
@@ -153,6 +158,11 @@ class Service:
         self._scheduler.add_job(
             self.reload, IntervalTrigger(seconds=self._policy.service.reload_interval_seconds), id="reload"
         )
+        if self._housekeeping is not None:
+            self._scheduler.add_job(
+                self.housekeep, IntervalTrigger(seconds=HOUSEKEEPING_SECONDS), id="housekeeping",
+                next_run_time=datetime.now(ZoneInfo(self._policy.service.time_zone)),
+            )  # fmt: skip
         self._scheduler.start()
         self._worker.start()
 
@@ -209,6 +219,18 @@ class Service:
         log.info("policy reloaded from %s", self._path)
         self._metrics.policy_reload(True)
         return True
+
+    def housekeep(self) -> None:
+        """The housekeeping callable, between cycles and only while leading; a failure is logged."""
+        if self._housekeeping is None:
+            return
+        with self._cycle_lock:
+            if self._stopping.is_set() or not self._is_leader():
+                return
+            try:
+                self._housekeeping(self._policy)
+            except RebalancerError as exc:
+                log.warning("housekeeping failed: %s: %s", type(exc).__name__, exc)
 
     # -- cycles -----------------------------------------------------------------------------------
 

@@ -17,9 +17,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rebalancer.app import Clock, ClusterConnection, run_cycle, state_namespace
+from rebalancer.app_guard import release_marks, sweep
 from rebalancer.app_prediction import HistoryCache
 from rebalancer.errors import RebalancerError
 from rebalancer.evictor import DryRun
+from rebalancer.guard.applier import GuardReport
 from rebalancer.kube import ApiClient, KubeSource, connect
 from rebalancer.kube.informer import WatchTiming
 from rebalancer.kube.lease import LeaseClient
@@ -200,7 +202,9 @@ class _Cycles:
         pauses: CollectorPauses | None = None,
         efficiency: EfficiencyPublisher | None = None,
         on_steering: Callable[[SteeringReport], None] | None = None,
+        on_guard: Callable[[GuardReport], None] | None = None,
     ) -> None:
+        self._on_guard = on_guard
         self._efficiency = efficiency
         self._on_steering = on_steering
         self._steering_buckets: dict[str, TokenBucket] = {}  # the patch rate holds across cycles
@@ -257,6 +261,10 @@ class _Cycles:
             log.info("%s cycle: pod-deletion-cost %s", trigger.kind, steering_summary(outcome.steering))
             if self._on_steering is not None:
                 self._on_steering(outcome.steering)
+        if outcome.guard.results:
+            log.info("%s cycle: landing guard %s", trigger.kind, outcome.guard.summary())
+            if self._on_guard is not None:
+                self._on_guard(outcome.guard)
         if self._pauses is not None:
             timeline.add("gc", self._pauses.seconds - paused)  # mostly deferred to the cycle's end by the pause
         return CycleResult(outcome.planned.plan, outcome.report, timeline)
@@ -265,6 +273,23 @@ class _Cycles:
         self._usage.close()
         if self._efficiency is not None:
             self._efficiency.close()
+
+
+def _release_marks(
+    policy: Policy, api: ApiClient, owner: str, dry_run: DryRun, leading: bool, metrics: Metrics
+) -> None:
+    """Graceful shutdown: the landing guard's marks this instance wrote go (a follower wrote none it still
+    owns, or a new leader took them over: it only acts while leading)."""
+    if not leading:
+        return
+    try:
+        report = release_marks(policy, api, owner, dry_run)
+    except RebalancerError as exc:
+        log.warning("landing guard: releasing the marks failed (they go at their expiry): %s", exc)
+        return
+    metrics.observe_guard(report)
+    if report.results:
+        log.info("landing guard at shutdown: %s", report.summary())
 
 
 def serve(
@@ -291,10 +316,16 @@ def serve(
     gc.callbacks.append(pauses.callback)
     cycles = _Cycles(
         api, dry_run, clock, known, cache, is_leader, identity, pauses, EfficiencyPublisher(metrics),
-        metrics.observe_steering,
+        metrics.observe_steering, metrics.observe_guard,
     )  # fmt: skip
+    owner = f"rebalancer/{identity}"  # the evictions' requester and the landing guard's marks' owner
 
-    service = Service(policy_path, cycles, metrics, is_leader, clock)
+    def sweep_marks(policy: Policy) -> None:
+        if not policy.landing_guard.enabled:
+            return  # marks an earlier policy left are cleared by the cycles (guard-off), no listing for them here
+        metrics.observe_guard(sweep(policy, api, known.nodes(), owner, clock(), is_leader, dry_run))
+
+    service = Service(policy_path, cycles, metrics, is_leader, clock, housekeeping=sweep_marks)
     policy = service.policy
     cache.ensure(policy)  # listing starts now, on followers too: a new leader has the cluster at hand
     settings = policy.service
@@ -344,6 +375,7 @@ def serve(
         log.info("stopping: no new requests, finishing the cycle in flight, releasing the lease")
         http.stop()
         service.stop()
+        _release_marks(service.policy, api, owner, dry_run, is_leader(), metrics)
         cycles.close()
         cache.stop()
         gc.callbacks.remove(pauses.callback)

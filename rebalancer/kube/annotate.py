@@ -20,10 +20,7 @@ from dataclasses import dataclass
 import kubernetes.client
 import msgspec
 
-from rebalancer.errors import KubeForbidden, KubeUnavailable, PatchError
-from rebalancer.kube.calls import decode, describe, http_error, is_rbac_refusal, send
-
-MERGE_PATCH = "application/merge-patch+json"
+from rebalancer.kube.calls import MERGE_PATCH, decode, http_error, patch_refused, send
 
 
 class _Meta(msgspec.Struct, rename="camel", gc=False):
@@ -92,13 +89,4 @@ class PodAnnotator:
         if reply.ok:
             meta = decode(action, _POD_META, reply.body).metadata
             return LivePod(meta.uid, meta.resource_version, dict(meta.annotations))
-        if reply.code == 403 and is_rbac_refusal(reply):
-            raise KubeForbidden.rbac("patch", "pods", namespace, detail=reply.status().message)
-        status = reply.status()
-        if reply.code in (400, 404, 409, 415, 422):
-            causes = status.details.causes if status.details is not None else []
-            text = describe(action, reply) + (
-                f" ({'; '.join(c.message for c in causes if c.message)})" if causes else ""
-            )
-            raise PatchError(text, status=reply.code, reason=status.reason or None)
-        raise KubeUnavailable(describe(action, reply), status=reply.code, reason=status.reason or None)
+        raise patch_refused(action, reply, "pods", namespace)

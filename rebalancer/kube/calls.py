@@ -17,9 +17,11 @@ from typing import Any
 import msgspec
 from kubernetes.client.exceptions import ApiException
 
-from rebalancer.errors import KubeForbidden, KubeUnavailable
+from rebalancer.errors import KubeForbidden, KubeUnavailable, PatchError, RebalancerError
 from rebalancer.kube import wire
 from rebalancer.kube.lister import CLIENT_ERRORS, client_error
+
+MERGE_PATCH = "application/merge-patch+json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +108,16 @@ def decode(action: str, decoder: msgspec.json.Decoder[Any], body: bytes) -> Any:
         return decoder.decode(body)
     except msgspec.DecodeError as exc:
         raise KubeUnavailable(f"{action}: malformed response: {exc}", reason="Malformed") from exc
+
+
+def patch_refused(action: str, reply: Reply, resource: str, namespace: str | None) -> RebalancerError:
+    """The error of a refused merge patch: RBAC -> KubeForbidden naming ``patch <resource>``; 400, 404, 409,
+    415, 422 -> PatchError with the status and the server's causes; anything else -> KubeUnavailable."""
+    if reply.code == 403 and is_rbac_refusal(reply):
+        return KubeForbidden.rbac("patch", resource, namespace, detail=reply.status().message)
+    status = reply.status()
+    if reply.code in (400, 404, 409, 415, 422):
+        causes = status.details.causes if status.details is not None else []
+        text = describe(action, reply) + (f" ({'; '.join(c.message for c in causes if c.message)})" if causes else "")
+        return PatchError(text, status=reply.code, reason=status.reason or None)
+    return KubeUnavailable(describe(action, reply), status=reply.code, reason=status.reason or None)

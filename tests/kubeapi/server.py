@@ -133,6 +133,7 @@ class TestApiServer:
             self._add_resource_routes(rtype)
         self.route("POST", f"/api/v1/namespaces/{_NS}/pods/{_NAME}/eviction", self._evict)
         self.route("PATCH", f"/api/v1/namespaces/{_NS}/pods/{_NAME}", self._patch_pod)
+        self.route("PATCH", f"/api/v1/nodes/{_NAME}", self._patch_node)
         self._http = _HTTPServer(self)
         self._thread = threading.Thread(target=self._http.serve_forever, args=(0.05,), name="kubeapi", daemon=True)
         self._thread.start()
@@ -326,6 +327,12 @@ class TestApiServer:
             self.store, params["namespace"], params["name"], request.body, request.headers.get("content-type", ""),
             request.query,
         )  # fmt: skip
+        return Response.of(200, obj)
+
+    def _patch_node(self, request: Request) -> Response:
+        obj = patch.patch_node(
+            self.store, request.params["name"], request.body, request.headers.get("content-type", ""), request.query
+        )
         return Response.of(200, obj)
 
     def _evict(self, request: Request) -> Response:

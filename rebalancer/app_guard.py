@@ -1,0 +1,86 @@
+"""Composition of the landing guard: the pure rules (``rebalancer.guard``) on the cluster's nodes, made
+through the node adapter. Called by run --once and serve after each cycle, by serve's periodic sweep
+(expired marks go even when no cycle runs) and at its graceful shutdown (own marks released)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from rebalancer.evictor import DryRun, EvictorReport, Outcome
+from rebalancer.guard.applier import GuardApplier, GuardReport
+from rebalancer.guard.decide import GuardDecision, GuardedNode, decide, guarded_nodes, release
+from rebalancer.guard.marks import GUARD_KEY, Foreign, read_mark
+from rebalancer.kube import ApiClient, KubeSource
+from rebalancer.kube.node_guard import NodeMarker
+from rebalancer.model import Node
+from rebalancer.plan import EvictionPlan, NodeClass
+from rebalancer.policy import Policy
+from rebalancer.snapshot import ClusterSnapshot, PoolResolver
+
+RELIEVING = frozenset({Outcome.EVICTED, Outcome.DRY_RUN, Outcome.SERVER_DRY_RUN})  # a dry run marks what it would
+
+
+def relieved_nodes(report: EvictorReport) -> frozenset[str]:
+    """The nodes pods were evicted from this cycle (in a dry run: would have been)."""
+    return frozenset(r.eviction.node for r in report.results if r.outcome in RELIEVING)
+
+
+def carries_mark(nodes: Iterable[Node]) -> bool:
+    """Some node carries the project's mark (or its annotation): the guard has something to clear."""
+    return any(
+        GUARD_KEY in n.annotations and not isinstance(read_mark(n.taints, n.annotations[GUARD_KEY]), Foreign)
+        for n in nodes
+    )
+
+
+def guard_after_cycle(
+    policy: Policy,
+    api: ApiClient,
+    snapshot: ClusterSnapshot,
+    plan: EvictionPlan,
+    report: EvictorReport,
+    dry_run: DryRun,
+    owner: str,
+    may_act: Callable[[], bool],
+) -> GuardReport:
+    """Mark, renew and clear after a cycle. With no pool guarded, only marks left from an earlier policy are
+    cleared (guard-off), and nothing is read or written when there are none."""
+    if not policy.landing_guard.enabled and not carries_mark(snapshot.nodes.values()):
+        return GuardReport()
+    nodes = guarded_nodes(snapshot, plan, relieved_nodes(report))
+    return _apply(api, decide(nodes, policy.landing_guard, owner, snapshot.taken_at), dry_run, may_act)
+
+
+def sweep(
+    policy: Policy,
+    api: ApiClient,
+    nodes: Sequence[Node],
+    owner: str,
+    now: float,
+    may_act: Callable[[], bool],
+    dry_run: DryRun = DryRun.OFF,
+) -> GuardReport:
+    """Without a cycle, on ``nodes`` as recently read: every class unknown, so only expired marks, marks of
+    pools without a guard and annotations without their taint are cleared (at start: what a crashed
+    instance left). Each change re-reads its node before writing."""
+    if not policy.landing_guard.enabled and not carries_mark(nodes):
+        return GuardReport()
+    return _apply(api, decide(_unknown(policy, nodes), policy.landing_guard, owner, now), dry_run, may_act)
+
+
+def release_marks(policy: Policy, api: ApiClient, owner: str, dry_run: DryRun = DryRun.OFF) -> GuardReport:
+    """Graceful shutdown: every mark ``owner`` wrote is removed (marks another instance renewed since stay)."""
+    nodes = KubeSource(api, frozenset()).read_nodes()
+    return _apply(api, release(_unknown(policy, nodes), owner), dry_run, lambda: True)
+
+
+def _unknown(policy: Policy, nodes: Iterable[Node]) -> list[GuardedNode]:
+    pools = PoolResolver(policy.pools)
+    return [
+        GuardedNode(n.name, pools.pool_of(n), NodeClass.UNKNOWN, False, n.taints, n.annotations.get(GUARD_KEY))
+        for n in nodes
+    ]
+
+
+def _apply(api: ApiClient, decision: GuardDecision, dry_run: DryRun, may_act: Callable[[], bool]) -> GuardReport:
+    return GuardApplier(NodeMarker(api), dry_run=dry_run is not DryRun.OFF, may_act=may_act).apply(decision)

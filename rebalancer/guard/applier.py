@@ -1,0 +1,117 @@
+"""Makes the landing guard's changes on the nodes, through an injected node reader/writer (no client here).
+
+Each change is made on the node as read just before the write (``apply_change``), with the read's
+resourceVersion as a precondition (the adapter's patch): a conflict re-reads and redoes it, a node that
+no longer carries the mark the change was decided on is left alone. Dry runs record what would be done
+and write nothing. ``may_act`` (the service: still the leader) is asked before each write.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol, TypeVar
+
+from rebalancer.errors import PatchError, RebalancerError
+from rebalancer.guard.decide import Change, GuardDecision, Note, apply_change
+from rebalancer.guard.marks import NodeEdit
+from rebalancer.model import Taint
+
+log = logging.getLogger(__name__)
+MAX_ATTEMPTS = 4  # a node's resourceVersion moves with its status updates: a conflict is retried on a fresh read
+
+
+class GuardOutcome(StrEnum):
+    APPLIED = "applied"
+    DRY_RUN = "dry-run"
+    SKIPPED = "skipped"  # the node changed since (the decision no longer applies), or not the leader any more
+    GONE = "gone"  # the node no longer exists
+    FAILED = "failed"  # refused (RBAC, validation), or the API server did not answer
+
+
+@dataclass(frozen=True, slots=True)
+class GuardResult:
+    change: Change
+    outcome: GuardOutcome
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GuardReport:
+    results: tuple[GuardResult, ...] = ()
+    notes: tuple[Note, ...] = ()
+
+    def applied(self) -> tuple[Change, ...]:
+        return tuple(r.change for r in self.results if r.outcome is GuardOutcome.APPLIED)
+
+    def summary(self) -> str:
+        """``set n1 (hot), clear n2 (cooled): applied`` per outcome, for logs and run --once."""
+        by_outcome: dict[str, list[str]] = {}
+        for r in self.results:
+            c = r.change
+            by_outcome.setdefault(r.outcome.value, []).append(f"{c.action.value} {c.node} ({c.reason})")
+        return "; ".join(f"{', '.join(items)}: {outcome}" for outcome, items in by_outcome.items()) or "no change"
+
+
+class LiveMarks(Protocol):
+    @property
+    def taints(self) -> tuple[Taint, ...]: ...
+
+    @property
+    def annotation(self) -> str | None: ...
+
+
+_N = TypeVar("_N", bound=LiveMarks)
+
+
+class NodeMarks(Protocol[_N]):
+    def read(self, name: str) -> _N | None: ...
+
+    def write(self, node: _N, edit: NodeEdit) -> _N | None: ...
+
+
+class GuardApplier:
+    def __init__(self, marks: NodeMarks[_N], *, dry_run: bool, may_act: Callable[[], bool] = lambda: True) -> None:
+        self._read: Callable[[str], LiveMarks | None] = marks.read
+        self._write: Callable[[LiveMarks, NodeEdit], LiveMarks | None] = marks.write  # type: ignore[assignment]
+        self._dry_run = dry_run
+        self._may_act = may_act
+
+    def apply(self, decision: GuardDecision) -> GuardReport:
+        results = []
+        for change in decision.changes:
+            if self._dry_run:
+                results.append(GuardResult(change, GuardOutcome.DRY_RUN))
+                continue
+            if not self._may_act():
+                results.append(GuardResult(change, GuardOutcome.SKIPPED, "not the leader any more"))
+                continue
+            results.append(self._one(change))
+        for r in results:
+            level = logging.WARNING if r.outcome is GuardOutcome.FAILED else logging.INFO
+            log.log(level, "landing guard: %s %s (%s) in pool %s: %s%s", r.change.action.value, r.change.node,
+                    r.change.reason, r.change.pool, r.outcome.value, f": {r.detail}" if r.detail else "")  # fmt: skip
+        return GuardReport(tuple(results), decision.notes)
+
+    def _one(self, change: Change) -> GuardResult:
+        detail = ""
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                node = self._read(change.node)
+                if node is None:
+                    return GuardResult(change, GuardOutcome.GONE)
+                edit = apply_change(change, node.taints, node.annotation)
+                if edit is None:
+                    return GuardResult(change, GuardOutcome.SKIPPED, "the node's mark changed since it was read")
+                if self._write(node, edit) is None:
+                    return GuardResult(change, GuardOutcome.GONE)
+                return GuardResult(change, GuardOutcome.APPLIED)
+            except PatchError as exc:
+                if exc.status != 409:
+                    return GuardResult(change, GuardOutcome.FAILED, str(exc))
+                detail = str(exc)  # modified since read: read again
+            except RebalancerError as exc:
+                return GuardResult(change, GuardOutcome.FAILED, f"{type(exc).__name__}: {exc}")
+        return GuardResult(change, GuardOutcome.FAILED, f"still conflicting after {MAX_ATTEMPTS} attempts: {detail}")

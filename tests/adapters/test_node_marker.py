@@ -1,0 +1,119 @@
+"""NodeMarker and GuardApplier with the real ``kubernetes`` client against the test API server's node PATCH:
+the mark written beside foreign taints (kept byte for byte), resourceVersion conflicts retried on a fresh
+read, validation, RBAC, a node gone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rebalancer.errors import KubeForbidden, PatchError
+from rebalancer.guard.applier import GuardApplier, GuardOutcome
+from rebalancer.guard.decide import Action, Change, GuardDecision
+from rebalancer.guard.marks import GUARD_KEY, Mark, MarkReason, NodeEdit, read_mark
+from rebalancer.kube import KubeSource, connect
+from rebalancer.kube.node_guard import NodeMarker
+from rebalancer.model import Taint
+from tests.kubeapi import TestApiServer
+from tests.kubeapi import builders as b
+
+NOW = 1_790_000_000.0
+NO_EXECUTE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-11-24T10:00:00Z"}
+DEDICATED = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+MARK = Mark("rebalancer/a", "PreferNoSchedule", MarkReason.HOT, NOW + 900)
+
+
+def stored(server: TestApiServer, name: str = "n1") -> dict[str, Any]:
+    return server.store.get("nodes", name) or {}
+
+
+def test_the_mark_is_written_beside_foreign_taints_and_read_back(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    kube_server.add(b.node("n1", taints=[NO_EXECUTE, DEDICATED]))
+    before = stored(kube_server)
+    marker = NodeMarker(connect(str(kubeconfig)))
+    live = marker.read("n1")
+    assert live is not None and live.annotation is None
+    assert live.taints == (Taint(NO_EXECUTE["key"], "", "NoExecute"), Taint("dedicated", "gpu", "NoSchedule"))
+
+    after = marker.write(live, NodeEdit((*live.taints, MARK.taint()), MARK.annotation()))
+
+    node = stored(kube_server)
+    assert node["spec"]["taints"] == [
+        NO_EXECUTE,
+        DEDICATED,
+        {"key": GUARD_KEY, "value": "hot", "effect": "PreferNoSchedule"},
+    ]
+    assert node["metadata"]["annotations"] == {**before["metadata"]["annotations"], GUARD_KEY: MARK.annotation()}
+    assert node["status"] == before["status"] and node["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after is not None and after.resource_version == node["metadata"]["resourceVersion"]
+    [request] = [r for r in kube_server.requests if r.method == "PATCH"]
+    assert request.path == "/api/v1/nodes/n1" and request.headers["content-type"] == "application/merge-patch+json"
+    assert json.loads(request.body)["metadata"]["resourceVersion"] == live.resource_version
+    # the listing decodes the mark, as the cycles see it
+    [listed] = KubeSource(connect(str(kubeconfig)), frozenset()).read_nodes()
+    assert read_mark(listed.taints, listed.annotations.get(GUARD_KEY)) == MARK
+
+    cleared = marker.write(after, NodeEdit(live.taints, None))
+    assert cleared is not None and cleared.annotation is None
+    assert stored(kube_server)["spec"]["taints"] == [NO_EXECUTE, DEDICATED]
+    assert stored(kube_server)["metadata"]["annotations"] == before["metadata"]["annotations"]
+
+
+def test_conflict_invalid_forbidden_and_gone(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    kube_server.add(b.node("n1"))
+    marker = NodeMarker(connect(str(kubeconfig)))
+    live = marker.read("n1")
+    assert live is not None
+    marker.write(live, NodeEdit((Taint("other", "", "NoSchedule"),), None))  # someone else's write in between
+    with pytest.raises(PatchError) as conflict:
+        marker.write(live, NodeEdit((MARK.taint(),), MARK.annotation()))
+    assert conflict.value.status == 409
+    fresh = marker.read("n1")
+    assert fresh is not None
+    twice = (MARK.taint(), Taint(GUARD_KEY, "relieved", "PreferNoSchedule"))
+    with pytest.raises(PatchError, match="unique by key and effect") as invalid:
+        marker.write(fresh, NodeEdit(twice, MARK.annotation()))
+    assert invalid.value.status == 422
+    with pytest.raises(PatchError, match="supported values") as effect:
+        marker.write(fresh, NodeEdit((Taint(GUARD_KEY, "hot", "Sometimes"),), None))
+    assert effect.value.status == 422
+    kube_server.forbid("patch", "nodes")
+    with pytest.raises(KubeForbidden, match="patch nodes"):
+        marker.write(fresh, NodeEdit((MARK.taint(),), MARK.annotation()))
+    kube_server.allow_all()
+    kube_server.delete("nodes", "n1")
+    assert marker.read("n1") is None
+    assert marker.write(fresh, NodeEdit((), None)) is None
+
+
+def test_the_applier_redoes_a_conflicting_change_on_the_fresh_node(
+    kube_server: TestApiServer, kubeconfig: Path
+) -> None:
+    kube_server.add(b.node("n1", taints=[DEDICATED]))
+    racing = {"done": False}
+
+    def someone_taints_first(request: Any) -> None:  # a taint added between our read and our patch
+        if request.method == "PATCH" and not racing["done"]:
+            racing["done"] = True
+            node = stored(kube_server)
+            node["spec"]["taints"].append({"key": "late", "effect": "NoSchedule"})
+            kube_server.store.update(node)
+
+    kube_server.on_request(someone_taints_first)
+    change = Change("n1", "p", Action.SET, "hot", MARK, None)
+    report = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=False).apply(GuardDecision((change,)))
+    assert [r.outcome for r in report.results] == [GuardOutcome.APPLIED]
+    assert [t["key"] for t in stored(kube_server)["spec"]["taints"]] == ["dedicated", "late", GUARD_KEY]
+    assert len([r for r in kube_server.requests if r.method == "PATCH"]) == 2
+
+    # a change decided on a mark the node no longer carries is not made; a dry run writes nothing
+    stale = Change("n1", "p", Action.CLEAR, "cooled", None, Mark("rebalancer/b", "NoSchedule", MarkReason.HOT, NOW))
+    skipped = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=False).apply(GuardDecision((stale,)))
+    assert [r.outcome for r in skipped.results] == [GuardOutcome.SKIPPED]
+    clear = Change("n1", "p", Action.CLEAR, "cooled", None, MARK)
+    dry = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=True).apply(GuardDecision((clear,)))
+    assert [r.outcome for r in dry.results] == [GuardOutcome.DRY_RUN]
+    assert stored(kube_server)["metadata"]["annotations"][GUARD_KEY] == MARK.annotation()
