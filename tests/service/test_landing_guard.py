@@ -1,0 +1,252 @@
+"""The landing guard end to end, against the test API server and a real Prometheus (the history of
+test_efficiency: at T1 hot-1 and hot-3 are hot and relieved, hot-2 hot with nothing evictable; at END hot-1
+has cooled and hot-3 is hot again). serve's cycle object driven at chosen times; then serve itself, with
+its start-up sweep and its graceful shutdown."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from rebalancer.evictor import DryRun
+from rebalancer.guard.marks import GUARD_KEY, Foreign, Mark, MarkReason, read_mark
+from rebalancer.kube import KubeSource, connect
+from rebalancer.metrics import Metrics
+from rebalancer.model import Taint
+from rebalancer.policy import load_policy
+from rebalancer.runner import Trigger
+from rebalancer.serve import _ClusterCache, _Cycles, _KnownNodes, serve
+from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus, free_port
+from tests.fake_clock import FakeClock
+from tests.kubeapi import TestApiServer
+from tests.kubeapi import builders as b
+from tests.service.test_efficiency import END, T1, build_cluster, history, write_policy
+
+GUARD = (
+    "landingGuard: {pools: [{pool: general, maxMarkedFraction: 1.0}, "
+    "{pool: batch, effect: NoSchedule, maxMarkedFraction: 0.5}]}\n"
+)
+DEDICATED = {"key": "dedicated", "value": "batch", "effect": "NoSchedule"}
+BY_HAND = {"key": GUARD_KEY, "value": "manual", "effect": "PreferNoSchedule"}  # the key, without the annotation
+
+
+@pytest.fixture(scope="module")
+def prometheus(start_prometheus: StartPrometheus) -> PrometheusServer:
+    return start_prometheus(history())
+
+
+def set_node(server: TestApiServer, name: str, taints: list[dict[str, str]], mark: Mark | None = None) -> None:
+    node = server.store.get("nodes", name) or {}
+    node["spec"]["taints"] = [*taints, *([json.loads(json.dumps(_taint(mark.taint())))] if mark else [])]
+    if mark is not None:
+        node["metadata"].setdefault("annotations", {})[GUARD_KEY] = mark.annotation()
+    server.store.update(node)
+
+
+def _taint(t: Taint) -> dict[str, str]:
+    return {"key": t.key, "value": t.value, "effect": t.effect}
+
+
+def build(server: TestApiServer) -> None:
+    """test_efficiency's cluster, hot-2 with a foreign taint, and three nodes Prometheus knows nothing of."""
+    build_cluster(server)
+    set_node(server, "hot-2", [DEDICATED])
+    server.add(b.node("spare-1", labels={"pool": "other"}), b.node("spare-2", labels={"pool": "other"}))
+    server.add(b.node("spare-3", labels={"pool": "general"}))
+    set_node(server, "spare-1", [BY_HAND])  # foreign: never touched
+    set_node(server, "spare-2", [], Mark("rebalancer/crashed", "NoSchedule", MarkReason.HOT, T1 + 600))  # no guard
+    set_node(server, "spare-3", [], Mark("rebalancer/crashed", "PreferNoSchedule", MarkReason.RELIEVED, T1 + 100))
+
+
+def marks(server: TestApiServer) -> dict[str, Mark | Foreign | str]:
+    out: dict[str, Mark | Foreign | str] = {}
+    for node in server.objects("nodes"):
+        taints = tuple(Taint(t["key"], t.get("value", ""), t["effect"]) for t in node["spec"].get("taints", []))
+        state = read_mark(taints, (node["metadata"].get("annotations") or {}).get(GUARD_KEY))
+        if state is not None:
+            out[node["metadata"]["name"]] = state if isinstance(state, Mark | Foreign) else "orphan"
+    return out
+
+
+def node_patches(server: TestApiServer) -> int:
+    return sum(1 for r in server.requests if r.method == "PATCH" and r.path.startswith("/api/v1/nodes/"))
+
+
+class Cycles:
+    def __init__(self, kubeconfig: Path, policy: Path, dry_run: DryRun = DryRun.OFF) -> None:
+        self.clock = FakeClock(T1)
+        self.policy = load_policy(policy)
+        self.metrics = Metrics()
+        api = connect(kubeconfig=str(kubeconfig))
+        self.cache = _ClusterCache(api)
+        known = _KnownNodes(KubeSource(api, frozenset()), self.cache, self.clock)
+        self.cycles = _Cycles(api, dry_run, self.clock, known, self.cache, lambda: True, "test", None, None, None,
+                              self.metrics.observe_guard)  # fmt: skip
+
+    def run(self, at: float, policy: Path | None = None) -> Any:
+        self.clock.now = at
+        return self.cycles(load_policy(policy) if policy else self.policy, Trigger("schedule", (0,)))
+
+    def counted(self) -> dict[tuple[str, str, str, str], float]:
+        body, _ = self.metrics.exposition()
+        return {
+            (s.labels["pool"], s.labels["action"], s.labels["reason"], s.labels["result"]): s.value
+            for family in text_string_to_metric_families(body.decode())
+            for s in family.samples
+            if s.name == "rebalancer_landing_guard_marks_total"
+        }
+
+    def close(self) -> None:
+        self.cycles.close()
+        self.cache.stop()
+
+
+@pytest.fixture
+def cycles(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> Iterator[Cycles]:
+    build(kube_server)
+    one = Cycles(kubeconfig, write_policy(tmp_path / "policy.yaml", prometheus.url, GUARD))
+    yield one
+    one.close()
+
+
+def test_marks_set_kept_renewed_expired_and_cooled(
+    cycles: Cycles, kube_server: TestApiServer, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    before = {n["metadata"]["name"]: n for n in kube_server.objects("nodes")}
+    cycles.run(T1)
+    after = marks(kube_server)
+    me = "rebalancer/test"
+    assert after["hot-1"] == Mark(me, "PreferNoSchedule", MarkReason.RELIEVED, T1 + 900)  # hot and relieved
+    assert after["hot-3"] == Mark(me, "PreferNoSchedule", MarkReason.RELIEVED, T1 + 900)
+    assert after["hot-2"] == Mark(me, "NoSchedule", MarkReason.HOT, T1 + 900)  # nothing evictable: hot
+    assert isinstance(after["spare-1"], Foreign)  # the key set by hand: never touched
+    assert "spare-2" not in after  # a pool without a guard keeps no mark
+    assert after["spare-3"] == Mark("rebalancer/crashed", "PreferNoSchedule", MarkReason.RELIEVED, T1 + 100)
+    assert set(after) == {"hot-1", "hot-2", "hot-3", "spare-1", "spare-3"}  # cold-1, cold-2 stay free
+    hot2 = kube_server.store.get("nodes", "hot-2") or {}
+    assert hot2["spec"]["taints"] == [DEDICATED, {"key": GUARD_KEY, "value": "hot", "effect": "NoSchedule"}]
+    assert kube_server.store.get("nodes", "spare-1") == before["spare-1"]
+    assert cycles.counted() == {
+        ("general", "set", "relieved", "applied"): 2.0,
+        ("batch", "set", "hot", "applied"): 1.0,
+        ("other", "clear", "guard-off", "applied"): 1.0,
+    }
+
+    patches = node_patches(kube_server)
+    cycles.run(T1 + 60)  # nothing new to write: relieved marks hold, hot-2's mark is fresh
+    assert node_patches(kube_server) - patches <= 2  # hot-1/hot-3 may be relieved again (their hold restarts)
+    assert marks(kube_server)["hot-2"] == after["hot-2"]
+
+    cycles.run(END)  # hot-1 has cooled, its hold is over; hot-3 is hot again; spare-3's hold expired
+    at_end = marks(kube_server)
+    assert "hot-1" not in at_end and "spare-3" not in at_end
+    hot3 = at_end["hot-3"]
+    assert isinstance(hot3, Mark) and hot3.expires >= END + 600
+    assert at_end["hot-2"] == Mark(me, "NoSchedule", MarkReason.HOT, END + 900)  # expired, still hot: renewed
+    assert (kube_server.store.get("nodes", "hot-1") or {})["spec"].get("taints", []) == []
+
+    cooler = write_policy(tmp_path / "cooler.yaml", prometheus.url, GUARD).read_text()
+    (tmp_path / "cooler.yaml").write_text(cooler.replace("targetThresholds: {cpu: 70}", "targetThresholds: {cpu: 95}"))
+    cycles.run(END + 60, tmp_path / "cooler.yaml")  # nothing above 95%: the hot mark goes at once
+    final = marks(kube_server)
+    assert "hot-2" not in final
+    assert (kube_server.store.get("nodes", "hot-2") or {})["spec"]["taints"] == [DEDICATED]
+    counted = cycles.counted()
+    assert counted[("batch", "clear", "cooled", "applied")] == 1.0
+    assert counted[("general", "clear", "expired", "applied")] == 2.0  # hot-1 and spare-3
+
+
+def test_a_dry_run_patches_no_node(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build(kube_server)
+    before = marks(kube_server)
+    dry = Cycles(kubeconfig, write_policy(tmp_path / "policy.yaml", prometheus.url, GUARD), DryRun.CLIENT)
+    try:
+        dry.run(T1)
+    finally:
+        dry.close()
+    assert node_patches(kube_server) == 0 and marks(kube_server) == before
+    assert dry.counted()[("batch", "set", "hot", "dry-run")] == 1.0
+
+
+def run_serve(policy: Path, kubeconfig: Path, clock: Callable[[], float], done: Callable[[], bool]) -> None:
+    """``rebalancer serve`` in this (main) thread until ``done`` holds (checked from another thread), then
+    its graceful shutdown, as on SIGTERM."""
+    from rebalancer.app import ClusterConnection
+
+    stop = threading.Event()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stop.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        assert serve(policy, ClusterConnection(str(kubeconfig)), DryRun.OFF, clock, stop) == 0
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def serve_policy(tmp_path: Path, prometheus: PrometheusServer, run_on_start: bool) -> Path:
+    path = write_policy(tmp_path / "serve.yaml", prometheus.url, GUARD)
+    text = path.read_text().replace(
+        "service: {watchCache: {enabled: false}}",
+        f"service: {{host: 127.0.0.1, port: {free_port()}, runOnStart: {str(run_on_start).lower()}, "
+        "watchCache: {enabled: false}, leaderElection: {enabled: false}}",
+    )
+    path.write_text(text)
+    return path
+
+
+def test_serve_sweeps_what_a_crashed_instance_left_at_start(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build(kube_server)
+    crashed = "rebalancer/crashed"
+    set_node(kube_server, "hot-1", [], Mark(crashed, "PreferNoSchedule", MarkReason.RELIEVED, T1 - 60))  # expired
+    set_node(kube_server, "cold-1", [], Mark(crashed, "PreferNoSchedule", MarkReason.RELIEVED, T1 + 300))  # holds
+    policy = serve_policy(tmp_path, prometheus, run_on_start=False)  # no cycle: only the start-up sweep acts
+
+    run_serve(policy, kubeconfig, lambda: T1, lambda: "hot-1" not in marks(kube_server))
+
+    left = marks(kube_server)
+    assert "hot-1" not in left and "spare-2" not in left  # expired; pool without a guard
+    assert left["cold-1"] == Mark(crashed, "PreferNoSchedule", MarkReason.RELIEVED, T1 + 300)  # its hold honoured,
+    assert left["spare-3"] == Mark(crashed, "PreferNoSchedule", MarkReason.RELIEVED, T1 + 100)  # and not released
+    assert isinstance(left["spare-1"], Foreign)
+
+
+def test_serve_marks_hot_nodes_and_releases_its_marks_at_shutdown(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build(kube_server)
+    policy = serve_policy(tmp_path, prometheus, run_on_start=True)
+    seen: dict[str, Any] = {}
+
+    def marked() -> bool:
+        seen.update(marks(kube_server))
+        return {"hot-1", "hot-2", "hot-3"} <= set(seen)
+
+    run_serve(policy, kubeconfig, lambda: T1, marked)
+
+    assert all(isinstance(seen[n], Mark) and seen[n].owner.startswith("rebalancer/") for n in ("hot-1", "hot-3"))
+    left = marks(kube_server)
+    assert not {"hot-1", "hot-2", "hot-3"} & set(left)  # released at shutdown
+    assert left["spare-3"].owner == "rebalancer/crashed"  # type: ignore[union-attr]  # another owner's: kept
+    assert isinstance(left["spare-1"], Foreign)
+    assert (kube_server.store.get("nodes", "hot-2") or {})["spec"]["taints"] == [DEDICATED]
