@@ -38,13 +38,16 @@ from tests.service.scenario import END, HISTORY, build_cluster
 
 LNU = {"kind": "LowNodeUtilization", "thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 70}}
 STEERING = {"policy": {"strategies": [LNU, {"kind": "DeletionCostSteering", "poolCosts": {"default": 100}}]}}
+GUARD = {"policy": {"strategies": [LNU], "landingGuard": {"pools": [{"pool": "default"}]}}}
 SERVE_VARIANTS = {
     "default": {},
     "no-watch-cache": {"policy": {"service": {"watchCache": {"enabled": False}}}},
     "no-leader-election": {"policy": {"service": {"leaderElection": {"enabled": False}}}},
     "deletion-cost-steering": STEERING,  # patch pods granted, and used by the cycles
+    "landing-guard": GUARD,  # get and patch nodes: the start-up sweep clears the cycles' marks (expired by now)
 }
 PATCH_PODS = ("", "pods", "patch")
+NODE_WRITES = {("", "nodes", "get"), ("", "nodes", "patch")}
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +107,11 @@ def test_every_api_call_in_the_adapter_source_is_granted() -> None:
         "create_namespaced_pod_eviction",
         "list_node",
         "patch_namespaced_pod",
+        "patch_node",
+        "read_node",
     }
-    granted = grants(render(STEERING))  # the Deployment with steering grants the most: watches, the Lease, patch
+    most = {"policy": {**STEERING["policy"], "landingGuard": GUARD["policy"]["landingGuard"]}}
+    granted = grants(render(most))  # the Deployment with steering and the guard grants the most
     missing = [f"{c.where}: {c.method_name} needs {permission(c.request)}" for c in calls
                if not any(g.permission == permission(c.request) for g in granted)]  # fmt: skip
     assert missing == [], "add these to charts/rebalancer/templates/rbac.yaml"
@@ -113,7 +119,7 @@ def test_every_api_call_in_the_adapter_source_is_granted() -> None:
 
 def test_the_chart_grants_nothing_the_adapter_source_cannot_ask_for() -> None:
     from_source = {permission(c.request)[:2] for c in adapter_calls()}
-    for values in ({}, {"kind": "CronJob"}, STEERING):
+    for values in ({}, {"kind": "CronJob"}, STEERING, GUARD):
         granted = {g.permission[:2] for g in grants(render(values))}
         assert granted <= from_source
 
@@ -123,6 +129,26 @@ def test_patch_pods_is_granted_only_with_an_enabled_steering_strategy() -> None:
     for values, expected in (({}, False), ({"kind": "CronJob"}, False), (disabled, False), (STEERING, True),
                              ({**STEERING, "kind": "CronJob"}, True)):  # fmt: skip
         assert any(g.permission == PATCH_PODS for g in grants(render(values))) == expected, values
+
+
+def test_get_and_patch_nodes_are_granted_only_with_a_landing_guard() -> None:
+    no_pools = {"policy": {"strategies": [LNU], "landingGuard": {"pools": []}}}
+    for values, expected in (({}, False), (STEERING, False), (no_pools, False), (GUARD, True),
+                             ({**GUARD, "kind": "CronJob"}, True)):  # fmt: skip
+        node_grants = {g.permission for g in grants(render(values)) if g.resource == "nodes"}
+        assert (node_grants >= NODE_WRITES) == expected and (node_grants & NODE_WRITES in (set(), NODE_WRITES)), values
+
+
+def test_cronjob_with_the_landing_guard_grants_exactly_what_run_once_uses(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer
+) -> None:
+    rendered = render({**GUARD, "kind": "CronJob"})
+    granted = grants(rendered)
+    run_rendered_cycle(rendered, kube_server, kubeconfig, prometheus.url)
+    made = requests_made(kube_server)
+    assert {permission(a) for a in made} >= NODE_WRITES, "the landing guard marked no node"
+    assert refused(granted, made) == []
+    assert unused(granted, made) == set()
 
 
 def test_cronjob_with_steering_grants_exactly_what_run_once_uses(

@@ -60,6 +60,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{- define "rebalancer.landingGuard" -}}
+{{- if (dig "landingGuard" "pools" list .Values.policy) }}true{{ end }}
+{{- end }}
+
 {{- define "rebalancer.watchCache" -}}
 {{- if and (eq .Values.kind "Deployment") (dig "service" "watchCache" "enabled" true .Values.policy) }}true{{ end }}
 {{- end }}
