@@ -36,10 +36,11 @@ class PoolGuardSettings(Model):
     )
     max_marked_fraction: float = Field(
         default=0.5,
-        gt=0,
+        ge=0,
         le=1,
         description="At most this fraction of the pool's nodes (rounded down) carries the taint at once, and "
-        "never every node: a pool fully tainted NoSchedule would leave its replicas nowhere to go.",
+        "never every node: a pool fully tainted NoSchedule would leave its replicas nowhere to go. 0: no node "
+        "is marked and every mark is cleared (how to turn the guard off while the chart still grants patch nodes).",
     )
 
     @property

@@ -200,6 +200,8 @@ def test_the_cap_marks_relieved_then_hottest_and_never_the_whole_pool() -> None:
     everything = decide(nodes, guard(fraction=1.0), ME, NOW)
     assert len(everything.changes) == 3, "never all four nodes of the pool"
     assert pool_cap(guard(fraction=1.0).pools[0], 1) == 0
+    off = decide([marked("a", HOT, MarkReason.HOT, NOW + 800), plain("b", HOT), *FILLER], guard(fraction=0), ME, NOW)
+    assert [(c.node, c.reason) for c in off.changes] == [("a", "over-cap")], "fraction 0: every mark goes"
 
 
 def test_marks_over_the_cap_are_cleared_and_foreign_taints_of_the_key_count() -> None:
@@ -291,7 +293,7 @@ def _after(node: GuardedNode, decision: GuardDecision) -> GuardedNode:
 
 
 @settings(max_examples=300, deadline=None)
-@given(cluster_nodes(), st.floats(0.05, 1.0))
+@given(cluster_nodes(), st.floats(0.0, 1.0))
 def test_foreign_taints_are_never_changed_and_the_cap_holds(nodes: list[GuardedNode], fraction: float) -> None:
     policy = guard(fraction=fraction)
     decision = decide(nodes, policy, ME, NOW)
