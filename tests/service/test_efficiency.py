@@ -144,7 +144,7 @@ def write_policy(path: Path, prometheus_url: str, extra: str = "") -> Path:
 class Serve:
     """serve's cycle object and metrics, driven by hand at chosen times (no scheduler, no HTTP)."""
 
-    def __init__(self, kubeconfig: Path, policy: Path) -> None:
+    def __init__(self, kubeconfig: Path, policy: Path, dry_run: DryRun = DryRun.OFF) -> None:
         self.clock = FakeClock(T1)
         self.policy = load_policy(policy)
         self.metrics = Metrics()
@@ -152,7 +152,8 @@ class Serve:
         self.cache = _ClusterCache(api)
         known = _KnownNodes(KubeSource(api, frozenset()), self.cache, self.clock)
         publisher = EfficiencyPublisher(self.metrics)
-        self.cycles = _Cycles(api, DryRun.OFF, self.clock, known, self.cache, lambda: True, "test", None, publisher)
+        self.cycles = _Cycles(api, dry_run, self.clock, known, self.cache, lambda: True, "test", None, publisher,
+                              None, self.metrics.observe_guard)  # fmt: skip
 
     def cycle(self, at: float) -> CycleResult:
         self.clock.now = at

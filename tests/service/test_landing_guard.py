@@ -14,21 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from rebalancer.evictor import DryRun
 from rebalancer.guard.marks import GUARD_KEY, Foreign, Mark, MarkReason, read_mark
-from rebalancer.kube import KubeSource, connect
-from rebalancer.metrics import Metrics
 from rebalancer.model import Taint
 from rebalancer.policy import load_policy
 from rebalancer.runner import Trigger
-from rebalancer.serve import _ClusterCache, _Cycles, _KnownNodes, serve
+from rebalancer.serve import serve
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus, free_port
-from tests.fake_clock import FakeClock
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
-from tests.service.test_efficiency import END, T1, build_cluster, history, write_policy
+from tests.service.test_efficiency import END, T1, Serve, build_cluster, history, write_policy
 
 GUARD = (
     "landingGuard: {pools: [{pool: general, maxMarkedFraction: 1.0}, "
@@ -80,33 +76,19 @@ def node_patches(server: TestApiServer) -> int:
     return sum(1 for r in server.requests if r.method == "PATCH" and r.path.startswith("/api/v1/nodes/"))
 
 
-class Cycles:
-    def __init__(self, kubeconfig: Path, policy: Path, dry_run: DryRun = DryRun.OFF) -> None:
-        self.clock = FakeClock(T1)
-        self.policy = load_policy(policy)
-        self.metrics = Metrics()
-        api = connect(kubeconfig=str(kubeconfig))
-        self.cache = _ClusterCache(api)
-        known = _KnownNodes(KubeSource(api, frozenset()), self.cache, self.clock)
-        self.cycles = _Cycles(api, dry_run, self.clock, known, self.cache, lambda: True, "test", None, None, None,
-                              self.metrics.observe_guard)  # fmt: skip
+class Cycles(Serve):
+    """serve's cycle object (test_efficiency's harness), run at chosen times, optionally on another policy."""
 
     def run(self, at: float, policy: Path | None = None) -> Any:
         self.clock.now = at
         return self.cycles(load_policy(policy) if policy else self.policy, Trigger("schedule", (0,)))
 
-    def counted(self) -> dict[tuple[str, str, str, str], float]:
-        body, _ = self.metrics.exposition()
+    def counted(self) -> dict[tuple[str, ...], float]:
         return {
-            (s.labels["pool"], s.labels["action"], s.labels["reason"], s.labels["result"]): s.value
-            for family in text_string_to_metric_families(body.decode())
-            for s in family.samples
-            if s.name == "rebalancer_landing_guard_marks_total"
+            tuple(dict(labels)[k] for k in ("pool", "action", "reason", "result")): value
+            for (name, labels), value in self.samples().items()
+            if name == "rebalancer_landing_guard_marks_total"
         }
-
-    def close(self) -> None:
-        self.cycles.close()
-        self.cache.stop()
 
 
 @pytest.fixture
