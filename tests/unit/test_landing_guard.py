@@ -321,3 +321,17 @@ def test_every_mark_is_gone_after_its_expiry_once_nothing_renews_it(nodes: list[
     later = NOW + 4000  # beyond every expiry drawn or set (at most NOW + 2000, or NOW + 900)
     final = [_after(n, decide(cooled, policy, ME, later)) for n in cooled]
     assert not any(isinstance(n.state, Mark | Orphan) for n in final)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cluster_nodes(), st.floats(0.0, 1.0))
+def test_deciding_again_on_what_was_written_writes_nothing(nodes: list[GuardedNode], fraction: float) -> None:
+    """No flapping: the same cycle's facts over the marks just written ask for no further change."""
+    policy = guard(fraction=fraction)
+    decision = decide(nodes, policy, ME, NOW)
+    after = []
+    for node in nodes:
+        written = _after(node, decision)
+        after.append(GuardedNode(node.name, node.pool, node.node_class, node.relieved, written.taints,
+                                 written.annotation, node.usage_pct))  # fmt: skip
+    assert decide(after, policy, ME, NOW).changes == ()
