@@ -10,7 +10,7 @@ from rebalancer.evictor import DryRun, EvictorReport, Outcome
 from rebalancer.guard.applier import GuardApplier, GuardReport
 from rebalancer.guard.decide import GuardDecision, GuardedNode, decide, guarded_nodes, release
 from rebalancer.guard.marks import GUARD_KEY, Foreign, read_mark
-from rebalancer.kube import ApiClient, KubeSource
+from rebalancer.kube import ApiClient, KubeActions, KubeSource
 from rebalancer.kube.node_guard import NodeMarker
 from rebalancer.model import Node
 from rebalancer.plan import EvictionPlan, NodeClass
@@ -83,4 +83,5 @@ def _unknown(policy: Policy, nodes: Iterable[Node]) -> list[GuardedNode]:
 
 
 def _apply(api: ApiClient, decision: GuardDecision, dry_run: DryRun, may_act: Callable[[], bool]) -> GuardReport:
-    return GuardApplier(NodeMarker(api), dry_run=dry_run is not DryRun.OFF, may_act=may_act).apply(decision)
+    applier = GuardApplier(NodeMarker(api), dry_run=dry_run is not DryRun.OFF, may_act=may_act, events=KubeActions(api))
+    return applier.apply(decision)

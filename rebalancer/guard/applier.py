@@ -15,8 +15,8 @@ from enum import StrEnum
 from typing import Protocol, TypeVar
 
 from rebalancer.errors import PatchError, RebalancerError
-from rebalancer.guard.decide import Change, GuardDecision, Note, apply_change
-from rebalancer.guard.marks import NodeEdit
+from rebalancer.guard.decide import Action, Change, GuardDecision, Note, apply_change
+from rebalancer.guard.marks import GUARD_KEY, MarkReason, NodeEdit, rfc3339
 from rebalancer.model import Taint
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,9 @@ class GuardReport:
 
 class LiveMarks(Protocol):
     @property
+    def uid(self) -> str: ...
+
+    @property
     def taints(self) -> tuple[Taint, ...]: ...
 
     @property
@@ -72,8 +75,32 @@ class NodeMarks(Protocol[_N]):
     def write(self, node: _N, edit: NodeEdit) -> _N | None: ...
 
 
+class NodeEvents(Protocol):
+    def record_node_event(self, node: str, uid: str, *, reason: str, message: str, action: str) -> bool: ...
+
+
+EVENT_REASONS = {Action.SET: "LandingGuardMarked", Action.CLEAR: "LandingGuardCleared"}  # a renewal: no Event
+
+
+def event_message(change: Change) -> str:
+    if change.mark is None:
+        return f"rebalancer removed its {GUARD_KEY} taint ({change.reason})"
+    mark = change.mark
+    why = "pods were evicted from it" if mark.reason is MarkReason.RELIEVED else "it is hot"
+    return (f"rebalancer set the taint {GUARD_KEY}={mark.reason.value}:{mark.effect} until {rfc3339(mark.expires)}: "
+            f"{why}; replacements should land elsewhere")  # fmt: skip
+
+
 class GuardApplier:
-    def __init__(self, marks: NodeMarks[_N], *, dry_run: bool, may_act: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self,
+        marks: NodeMarks[_N],
+        *,
+        dry_run: bool,
+        may_act: Callable[[], bool] = lambda: True,
+        events: NodeEvents | None = None,
+    ) -> None:
+        self._events = events
         self._read: Callable[[str], LiveMarks | None] = marks.read
         self._write: Callable[[LiveMarks, NodeEdit], LiveMarks | None] = marks.write  # type: ignore[assignment]
         self._dry_run = dry_run
@@ -95,6 +122,16 @@ class GuardApplier:
                     r.change.reason, r.change.pool, r.outcome.value, f": {r.detail}" if r.detail else "")  # fmt: skip
         return GuardReport(tuple(results), decision.notes)
 
+    def _event(self, change: Change, uid: str) -> str:
+        """An Event on the node for a mark set or cleared; the detail says when it could not be recorded."""
+        reason = EVENT_REASONS.get(change.action)
+        if self._events is None or reason is None:
+            return ""
+        if self._events.record_node_event(change.node, uid, reason=reason, message=event_message(change),
+                                          action=change.action.value.capitalize()):  # fmt: skip
+            return ""
+        return "no Event recorded"
+
     def _one(self, change: Change) -> GuardResult:
         detail = ""
         for _ in range(MAX_ATTEMPTS):
@@ -107,7 +144,7 @@ class GuardApplier:
                     return GuardResult(change, GuardOutcome.SKIPPED, "the node's mark changed since it was read")
                 if self._write(node, edit) is None:
                     return GuardResult(change, GuardOutcome.GONE)
-                return GuardResult(change, GuardOutcome.APPLIED)
+                return GuardResult(change, GuardOutcome.APPLIED, self._event(change, node.uid))
             except PatchError as exc:
                 if exc.status != 409:
                     return GuardResult(change, GuardOutcome.FAILED, str(exc))

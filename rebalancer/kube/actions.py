@@ -153,29 +153,57 @@ class KubeActions:
         Never raises for a failed Event (an Event is a courtesy, never a reason to fail an eviction):
         returns False and leaves the cause in ``last_event_error`` for the caller to log.
         """
+        involved = kubernetes.client.V1ObjectReference(
+            api_version="v1", kind="Pod", namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
+            resource_version=resource_version or None,
+        )  # fmt: skip
+        return self._record(f"pod {pod}", pod.namespace, pod.name, involved, reason, message, action, type_)
+
+    def record_node_event(self, node: str, uid: str, *, reason: str, message: str, action: str) -> bool:
+        """An Event on a node (cluster-scoped: the Event lives in ``default``, as the kubelet's do); never
+        raises, as :meth:`record_event`."""
+        involved = kubernetes.client.V1ObjectReference(api_version="v1", kind="Node", name=node, uid=uid or None)
+        return self._record(f"node {node}", "default", node, involved, reason, message, action, "Normal")
+
+    def _record(
+        self,
+        what: str,
+        namespace: str,
+        name: str,
+        involved: kubernetes.client.V1ObjectReference,
+        reason: str,
+        message: str,
+        action: str,
+        type_: str,
+    ) -> bool:
         try:
             reply = send(
-                f"record event on pod {pod}",
+                f"record event on {what}",
                 self._host,
                 self._timeout,
                 self._core.create_namespaced_event,
-                pod.namespace,
-                self._event(pod, reason, message, action, type_, resource_version),
+                namespace,
+                self._event(namespace, name, involved, reason, message, action, type_),
             )
         except (RebalancerError, ValueError, TypeError) as exc:  # ValueError: the client's argument validation
             self.last_event_error = str(exc)
             return False
         if not reply.ok:
-            error = http_error(
-                f"record event on pod {pod}", reply, verb="create", resource="events", namespace=pod.namespace
-            )
+            error = http_error(f"record event on {what}", reply, verb="create", resource="events", namespace=namespace)
             self.last_event_error = str(error)
             return False
         self.last_event_error = None
         return True
 
     def _event(
-        self, pod: Pod, reason: str, message: str, action: str, type_: str, resource_version: str
+        self,
+        namespace: str,
+        name: str,
+        involved: kubernetes.client.V1ObjectReference,
+        reason: str,
+        message: str,
+        action: str,
+        type_: str,
     ) -> kubernetes.client.CoreV1Event:
         now = self._clock()
         nanos = max(int(now * 1e9), self._last_nanos + 1)  # unique names even from a coarse or fake clock
@@ -184,15 +212,8 @@ class KubeActions:
         if at.microsecond == 0:  # isoformat() would drop the fraction, and a MicroTime without one is a 400
             at = at.replace(microsecond=1)
         return kubernetes.client.CoreV1Event(
-            metadata=kubernetes.client.V1ObjectMeta(name=f"{pod.name[:236]}.{nanos:x}", namespace=pod.namespace),
-            involved_object=kubernetes.client.V1ObjectReference(
-                api_version="v1",
-                kind="Pod",
-                namespace=pod.namespace,
-                name=pod.name,
-                uid=pod.uid or None,
-                resource_version=resource_version or None,
-            ),
+            metadata=kubernetes.client.V1ObjectMeta(name=f"{name[:236]}.{nanos:x}", namespace=namespace),
+            involved_object=involved,
             reason=reason[:EVENT_FIELD_LIMIT],
             message=message.encode()[:EVENT_NOTE_LIMIT].decode("utf-8", "ignore"),
             type=type_,

@@ -31,6 +31,7 @@ from rebalancer.model import Taint
 
 
 class _Meta(msgspec.Struct, rename="camel", gc=False):
+    uid: str = ""
     resource_version: str = ""
     annotations: dict[str, str] = {}
 
@@ -52,6 +53,7 @@ class LiveNode:
     """A node's taints and guard annotation as the API server has them now."""
 
     name: str
+    uid: str
     resource_version: str
     raw_taints: tuple[dict[str, Any], ...]
     annotation: str | None
@@ -115,5 +117,9 @@ class NodeMarker:
 
 def _live(name: str, node: _Node) -> LiveNode:
     return LiveNode(
-        name, node.metadata.resource_version, tuple(node.spec.taints), node.metadata.annotations.get(GUARD_KEY)
+        name,
+        node.metadata.uid,
+        node.metadata.resource_version,
+        tuple(node.spec.taints),
+        node.metadata.annotations.get(GUARD_KEY),
     )

@@ -35,7 +35,7 @@ def test_the_mark_is_written_beside_foreign_taints_and_read_back(kube_server: Te
     before = stored(kube_server)
     marker = NodeMarker(connect(str(kubeconfig)))
     live = marker.read("n1")
-    assert live is not None and live.annotation is None
+    assert live is not None and live.annotation is None and live.uid == before["metadata"]["uid"]
     assert live.taints == (Taint(NO_EXECUTE["key"], "", "NoExecute"), Taint("dedicated", "gpu", "NoSchedule"))
 
     after = marker.write(live, NodeEdit((*live.taints, MARK.taint()), MARK.annotation()))

@@ -118,6 +118,15 @@ def test_marks_set_kept_renewed_expired_and_cooled(
     hot2 = kube_server.store.get("nodes", "hot-2") or {}
     assert hot2["spec"]["taints"] == [DEDICATED, {"key": GUARD_KEY, "value": "hot", "effect": "NoSchedule"}]
     assert kube_server.store.get("nodes", "spare-1") == before["spare-1"]
+    events = {(e["involvedObject"]["name"], e["reason"]) for e in kube_server.objects("events", "default")}
+    assert events == {("hot-1", "LandingGuardMarked"), ("hot-2", "LandingGuardMarked"),
+                      ("hot-3", "LandingGuardMarked"), ("spare-2", "LandingGuardCleared")}  # fmt: skip
+    [hot2_event] = [e for e in kube_server.objects("events", "default") if e["involvedObject"]["name"] == "hot-2"]
+    assert (
+        hot2_event["involvedObject"]["kind"] == "Node"
+        and hot2_event["involvedObject"]["uid"] == hot2["metadata"]["uid"]
+    )
+    assert "rebalancer.io/landing-guard=hot:NoSchedule until" in hot2_event["message"]
     assert cycles.counted() == {
         ("general", "set", "relieved", "applied"): 2.0,
         ("batch", "set", "hot", "applied"): 1.0,
