@@ -193,12 +193,12 @@ def run_serve(policy: Path, kubeconfig: Path, clock: Callable[[], float], done: 
             signal.signal(sig, handler)
 
 
-def serve_policy(tmp_path: Path, prometheus: PrometheusServer, run_on_start: bool) -> Path:
+def serve_policy(tmp_path: Path, prometheus: PrometheusServer, run_on_start: bool, watch_cache: bool = False) -> Path:
     path = write_policy(tmp_path / "serve.yaml", prometheus.url, GUARD)
     text = path.read_text().replace(
         "service: {watchCache: {enabled: false}}",
         f"service: {{host: 127.0.0.1, port: {free_port()}, runOnStart: {str(run_on_start).lower()}, "
-        "watchCache: {enabled: false}, leaderElection: {enabled: false}}",
+        f"watchCache: {{enabled: {str(watch_cache).lower()}}}, leaderElection: {{enabled: false}}}}",
     )
     path.write_text(text)
     return path
@@ -222,11 +222,12 @@ def test_serve_sweeps_what_a_crashed_instance_left_at_start(
     assert isinstance(left["spare-1"], Foreign)
 
 
+@pytest.mark.parametrize("watch_cache", [False, True], ids=["listing", "watch-cache"])
 def test_serve_marks_hot_nodes_and_releases_its_marks_at_shutdown(
-    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+    watch_cache: bool, kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
     build(kube_server)
-    policy = serve_policy(tmp_path, prometheus, run_on_start=True)
+    policy = serve_policy(tmp_path, prometheus, run_on_start=True, watch_cache=watch_cache)
     seen: dict[str, Any] = {}
 
     def marked() -> bool:
