@@ -7,7 +7,8 @@ Inputs are plain values so that serve, run --once and the simulator call the sam
   cap), its taints and the value of its ``rebalancer.io/landing-guard`` annotation. ``guarded_nodes``
   builds them from a snapshot, a plan and the relieved nodes.
 - ``decide(nodes, settings, owner, now)`` -> ``GuardDecision``: the ``Change`` to make per node (set,
-  refresh, clear, each with a reason) and a ``Note`` for each node left alone on purpose.
+  refresh, clear, each with a reason; the clears first, so that making them in order never puts more
+  marks on a pool than its cap) and a ``Note`` for each node left alone on purpose.
 - ``release(nodes, owner)``: the changes that clear the marks ``owner`` wrote (graceful shutdown).
 - ``apply_change(change, taints, annotation)``: the node's taints and annotation after the change, made
   on the node as read just before the patch; None when that node no longer carries the mark the change
@@ -27,8 +28,8 @@ Rules, per node of a pool with a guard (``landingGuard.pools``):
   how long a mark can outlive a crashed instance.
 - at most ``maxMarkedFraction`` of the pool's nodes (rounded down), and never all of them, carry the
   key at once (taints of the key the project did not set count too): relieved nodes first, then the
-  hottest; new marks beyond the cap are not set (``capped`` note), and existing marks beyond it (the
-  fraction was lowered, the pool shrank) are cleared (``over-cap``).
+  marks already there (no swapping), then the hottest; new marks beyond the cap are not set (``capped``
+  note), and existing marks beyond it (the fraction was lowered, the pool shrank) are cleared (``over-cap``).
 - a pool without a guard (never had one, or the policy dropped it) keeps no mark (``guard-off``).
 - any instance renews and clears the project's marks, whoever wrote them (only the leader acts):
   after a crash, failover or a CronJob's next run, the hold of a relieved node is honoured and the
@@ -173,6 +174,7 @@ def decide(nodes: Iterable[GuardedNode], settings: LandingGuardSettings, owner: 
             changes.extend(_clear(n, ClearReason.GUARD_OFF) for n in members if isinstance(n.state, Mark | Orphan))
             continue
         _decide_pool(members, guard, owner, now, changes, notes)
+    changes.sort(key=lambda c: c.action is not Action.CLEAR)  # clears first: no moment above the cap
     return GuardDecision(tuple(changes), tuple(notes))
 
 
@@ -242,7 +244,9 @@ def _decide_pool(
         node, previous = want.node, want.previous
         if index >= room:
             if previous is None or want.orphan:
-                notes.append(Note(node.name, node.pool, f"capped: {room} of {len(members)} node(s) may be marked"))
+                notes.append(
+                    Note(node.name, node.pool, f"capped: {max(room, 0)} of {len(members)} node(s) may be marked")
+                )
                 if want.orphan:
                     changes.append(_clear(node, ClearReason.TAINT_REMOVED))
             else:
@@ -296,10 +300,12 @@ def _kept_or_cleared(
     return mark
 
 
-def _priority(want: _Want) -> tuple[int, float, str]:
-    """Relieved before hot, then the hottest, then by name (stable)."""
+def _priority(want: _Want) -> tuple[int, int, float, str]:
+    """Relieved before hot; then marks already there (no swap of two nodes' marks, two writes, each time
+    their usage ranks change); then the hottest; then by name."""
     relieved = 0 if want.mark.reason is MarkReason.RELIEVED else 1
-    return (relieved, -(want.node.usage_pct or 0.0), want.node.name)
+    new = 1 if want.previous is None or want.orphan else 0
+    return (relieved, new, -(want.node.usage_pct or 0.0), want.node.name)
 
 
 def _clear(node: GuardedNode, reason: ClearReason) -> Change:

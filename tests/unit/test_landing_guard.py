@@ -204,6 +204,19 @@ def test_the_cap_marks_relieved_then_hottest_and_never_the_whole_pool() -> None:
     assert [(c.node, c.reason) for c in off.changes] == [("a", "over-cap")], "fraction 0: every mark goes"
 
 
+def test_a_hotter_node_does_not_take_an_existing_mark_over_the_cap() -> None:
+    existing = marked("a", HOT, MarkReason.HOT, NOW + 800)
+    nodes = [GuardedNode("a", "p", HOT, False, existing.taints, existing.annotation, 80.0), plain("b", HOT, usage=95)]
+    decision = decide([*nodes, plain("c", NORMAL)], guard(fraction=0.34), ME, NOW)  # cap: 1 of 3
+    assert decision.changes == ()
+    assert [(n.node, n.why) for n in decision.notes] == [("b", "capped: 1 of 3 node(s) may be marked")]
+    relieved = decide([*nodes[:1], plain("b", HOT, relieved=True), plain("c", NORMAL)], guard(fraction=0.34), ME, NOW)
+    assert [(c.node, c.action, c.reason) for c in relieved.changes] == [
+        ("a", Action.CLEAR, "over-cap"),
+        ("b", Action.SET, "relieved"),
+    ], "a relieved node comes first"
+
+
 def test_marks_over_the_cap_are_cleared_and_foreign_taints_of_the_key_count() -> None:
     nodes = [
         marked("a", NORMAL, MarkReason.RELIEVED, NOW + 60),
@@ -307,6 +320,13 @@ def test_foreign_taints_are_never_changed_and_the_cap_holds(nodes: list[GuardedN
     foreign = sum(1 for n in in_p if isinstance(n.state, Foreign))
     assert own <= max(0, pool_cap(policy.pools[0], len(in_p)) - foreign) or own == 0
     assert all(not isinstance(n.state, Mark | Orphan) for n in after if n.pool == "q"), "pool q has no guard"
+    # made one by one in the order given (the clears first), no moment has more marks than before or the cap
+    room = max(0, pool_cap(policy.pools[0], len(in_p)) - foreign)
+    current = {n.name: n for n in nodes}
+    ceiling = max(room, sum(1 for n in nodes if n.pool == "p" and isinstance(n.state, Mark)))
+    for change in decision.changes:
+        current[change.node] = _after(current[change.node], GuardDecision((change,)))
+        assert sum(1 for n in current.values() if n.pool == "p" and isinstance(n.state, Mark)) <= ceiling
 
 
 @settings(max_examples=200, deadline=None)
