@@ -108,6 +108,7 @@ class GuardApplier:
 
     def apply(self, decision: GuardDecision) -> GuardReport:
         results = []
+        uncleared: set[str] = set()  # pools where a clear failed: a new mark there could pass the cap
         for change in decision.changes:
             if self._dry_run:
                 results.append(GuardResult(change, GuardOutcome.DRY_RUN))
@@ -115,7 +116,13 @@ class GuardApplier:
             if not self._may_act():
                 results.append(GuardResult(change, GuardOutcome.SKIPPED, "not the leader any more"))
                 continue
-            results.append(self._one(change))
+            if change.action is Action.SET and change.pool in uncleared:
+                results.append(GuardResult(change, GuardOutcome.SKIPPED, "a clear in the pool failed: the cap"))
+                continue
+            result = self._one(change)
+            if change.action is Action.CLEAR and result.outcome is GuardOutcome.FAILED:
+                uncleared.add(change.pool)
+            results.append(result)
         for r in results:
             level = logging.WARNING if r.outcome is GuardOutcome.FAILED else logging.INFO
             log.log(level, "landing guard: %s %s (%s) in pool %s: %s%s", r.change.action.value, r.change.node,

@@ -117,3 +117,19 @@ def test_the_applier_redoes_a_conflicting_change_on_the_fresh_node(
     dry = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=True).apply(GuardDecision((clear,)))
     assert [r.outcome for r in dry.results] == [GuardOutcome.DRY_RUN]
     assert stored(kube_server)["metadata"]["annotations"][GUARD_KEY] == MARK.annotation()
+
+
+def test_no_new_mark_in_a_pool_whose_clear_failed(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    old = Mark("rebalancer/a", "PreferNoSchedule", MarkReason.HOT, NOW + 60)
+    kube_server.add(b.node("n1"), b.node("n2"))
+    node = stored(kube_server)
+    node["spec"]["taints"] = [{"key": GUARD_KEY, "value": "hot", "effect": "PreferNoSchedule"}]
+    node["metadata"]["annotations"][GUARD_KEY] = old.annotation()
+    kube_server.store.update(node)
+    kube_server.on_request(lambda r: kube_server.forbid("patch", "nodes") if r.path == "/api/v1/nodes/n1" else None)
+    decision = GuardDecision((Change("n1", "p", Action.CLEAR, "over-cap", None, old),
+                              Change("n2", "p", Action.SET, "hot", MARK, None)))  # fmt: skip
+    report = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=False).apply(decision)
+    assert [r.outcome for r in report.results] == [GuardOutcome.FAILED, GuardOutcome.SKIPPED]
+    assert "patch nodes" in report.results[0].detail
+    assert GUARD_KEY not in (stored(kube_server, "n2")["metadata"].get("annotations") or {})
