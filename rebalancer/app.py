@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rebalancer.app_efficiency import RECORDS_KEY, EfficiencyRecorder, Recorded
-from rebalancer.app_guard import guard_after_cycle
+from rebalancer.app_guard import guard_after_cycle, preview
 from rebalancer.app_prediction import HistoryCache, needs_prediction, predicted_load
 from rebalancer.cycle import plan_cycle
 from rebalancer.demo import load_demo, load_demo_history
@@ -99,6 +99,11 @@ def plan_live(
             guarded = moved(facts, now)
     snapshot, plan = plan_cycle(facts, usage, policy, now, focus, predicted, timeline, guarded)
     return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}", facts)
+
+
+def guard_preview(policy: Policy, planned: PlanOutcome) -> GuardReport | None:
+    """The landing guard's marks if the plan's evictions happened (`rebalancer plan`; None: no guard, no mark)."""
+    return preview(policy, planned.snapshot, planned.plan)
 
 
 def read_facts(kube: KubeSource, focus: frozenset[str] | None, known: ClusterFacts | None) -> ClusterFacts:

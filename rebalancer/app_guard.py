@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from rebalancer.evictor import DryRun, EvictorReport, Outcome
-from rebalancer.guard.applier import GuardApplier, GuardReport
+from rebalancer.guard.applier import GuardApplier, GuardOutcome, GuardReport, GuardResult
 from rebalancer.guard.decide import GuardDecision, GuardedNode, decide, guarded_nodes, release
 from rebalancer.guard.marks import GUARD_KEY, Foreign, read_mark
 from rebalancer.kube import ApiClient, KubeActions, KubeSource
@@ -49,6 +49,19 @@ def guard_after_cycle(
         return GuardReport()
     nodes = guarded_nodes(snapshot, plan, relieved_nodes(report))
     return _apply(api, decide(nodes, policy.landing_guard, owner, snapshot.taken_at), dry_run, may_act)
+
+
+PLAN_OWNER = "rebalancer/plan"
+
+
+def preview(policy: Policy, snapshot: ClusterSnapshot, plan: EvictionPlan) -> GuardReport | None:
+    """What the guard would do if the planned evictions happened (`rebalancer plan`): nothing is written.
+    None when no pool has a guard and no node carries a mark."""
+    if not policy.landing_guard.enabled and not carries_mark(snapshot.nodes.values()):
+        return None
+    relieved = frozenset(e.node for e in plan.evictions)
+    decision = decide(guarded_nodes(snapshot, plan, relieved), policy.landing_guard, PLAN_OWNER, snapshot.taken_at)
+    return GuardReport(tuple(GuardResult(c, GuardOutcome.DRY_RUN) for c in decision.changes), decision.notes)
 
 
 def sweep(

@@ -205,17 +205,20 @@ def _plan(args: argparse.Namespace) -> int:
     from rebalancer.render import plan_json, plan_table
 
     if args.demo:
-        outcome = app.plan_demo(load_policy(args.policy or demo_policy_path()))
+        policy = load_policy(args.policy or demo_policy_path())
+        outcome = app.plan_demo(policy)
     else:
         if not args.policy:
             print("rebalancer plan: --policy FILE is required (or --demo)", file=sys.stderr)
             return EXIT_CONFIG
         connection = app.ClusterConnection(args.kubeconfig, args.context)
-        outcome = app.plan_live(load_policy(args.policy), connection)
+        policy = load_policy(args.policy)
+        outcome = app.plan_live(policy, connection)
+    guard = app.guard_preview(policy, outcome)
     if args.output == "json":
-        sys.stdout.buffer.write(plan_json(outcome.plan, outcome.source))
+        sys.stdout.buffer.write(plan_json(outcome.plan, outcome.source, guard))
     else:
-        sys.stdout.write(plan_table(outcome.plan, outcome.source))
+        sys.stdout.write(plan_table(outcome.plan, outcome.source, guard))
     if outcome.plan.blocked:
         print(f"rebalancer: plan blocked: {outcome.plan.blocked}", file=sys.stderr)
         return EXIT_SOURCE

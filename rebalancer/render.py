@@ -9,6 +9,7 @@ import msgspec
 
 from rebalancer.evictor import DryRun, EvictorReport, Outcome
 from rebalancer.guard.applier import GuardReport
+from rebalancer.guard.decide import Action
 from rebalancer.guard.marks import rfc3339
 from rebalancer.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult
 from rebalancer.quantity import format_millis
@@ -38,11 +39,14 @@ def plan_record(plan: EvictionPlan, source: str) -> dict[str, Any]:
     }
 
 
-def plan_json(plan: EvictionPlan, source: str) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(plan_record(plan, source)), indent=2) + b"\n"
+def plan_json(plan: EvictionPlan, source: str, guard: GuardReport | None = None) -> bytes:
+    record = plan_record(plan, source)
+    if guard is not None:
+        record["landingGuard"] = guard_record(guard)
+    return msgspec.json.format(msgspec.json.encode(record), indent=2) + b"\n"
 
 
-def plan_table(plan: EvictionPlan, source: str) -> str:
+def plan_table(plan: EvictionPlan, source: str, guard: GuardReport | None = None) -> str:
     when = datetime.fromtimestamp(plan.taken_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     lines = [f"Plan at {when} from {source}"]
     if plan.blocked:
@@ -53,7 +57,24 @@ def plan_table(plan: EvictionPlan, source: str) -> str:
     lines += ["", f"Planned evictions: {len(evictions)}" + (" (dry run: nothing is evicted)" if evictions else "")]
     if plan.cost_patches:
         lines.append(f"Planned pod-deletion-cost patches: {len(plan.cost_patches)} (dry run: nothing is patched)")
+    if guard is not None:
+        lines += ["", *_guard_section(guard)]
     return "\n".join(lines) + "\n"
+
+
+def _guard_section(guard: GuardReport) -> list[str]:
+    """The landing guard's marks set and cleared if the planned evictions happen (renewals left out)."""
+    shown = [r.change for r in guard.results if r.change.action is not Action.REFRESH]
+    out = [f"== landing guard: {len(shown)} mark(s) to set or clear (dry run: no node is patched)"]
+    rows = [
+        [c.node, c.pool, c.action.value, c.reason, rfc3339(c.mark.expires) if c.mark else "-",
+         c.mark.effect if c.mark else "-"]
+        for c in shown
+    ]  # fmt: skip
+    rows += [[n.node, n.pool, "-", n.why, "-", "-"] for n in guard.notes]
+    if rows:
+        out += text_table(["NODE", "POOL", "ACTION", "WHY", "UNTIL", "EFFECT"], rows)
+    return out
 
 
 def _strategy_section(result: StrategyResult) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -39,3 +40,26 @@ def test_demo_table_through_the_console_entry_point() -> None:
 def test_plan_without_policy_or_demo_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan"]) == 2
     assert "--policy FILE is required" in capsys.readouterr().err
+
+
+def test_demo_plan_shows_the_landing_guard_marks_of_its_evictions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "guard.yaml"
+    policy.write_text(
+        "pools: {label: node-pool}\n"
+        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 70}}\n"
+        "landingGuard: {pools: [{pool: general, maxMarkedFraction: 0.5}]}\n"
+    )
+    assert main(["plan", "--demo", "--policy", str(policy), "--output", "json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    relieved = {e["node"] for e in record["evictions"]}
+    hot = {n["node"] for n in record["strategies"][0]["nodes"] if n["node_class"] == "hot" and n["pool"] == "general"}
+    changes = record["landingGuard"]["changes"]
+    assert relieved and {c["node"] for c in changes} == relieved | hot
+    assert all(c["action"] == "set" and c["outcome"] == "dry-run" for c in changes)
+    assert {c["reason"] for c in changes if c["node"] in relieved} == {"relieved"}
+    assert main(["plan", "--demo", "--policy", str(policy)]) == 0
+    assert "== landing guard: " in capsys.readouterr().out
+    assert main(["plan", "--demo", "--output", "json"]) == 0
+    assert "landingGuard" not in json.loads(capsys.readouterr().out)  # no guard, no mark: nothing shown
