@@ -96,5 +96,5 @@ def _unknown(policy: Policy, nodes: Iterable[Node]) -> list[GuardedNode]:
 
 
 def _apply(api: ApiClient, decision: GuardDecision, dry_run: DryRun, may_act: Callable[[], bool]) -> GuardReport:
-    applier = GuardApplier(NodeMarker(api), dry_run=dry_run is not DryRun.OFF, may_act=may_act, events=KubeActions(api))
+    applier = GuardApplier(NodeMarker(api), dry_run=dry_run, may_act=may_act, events=KubeActions(api))
     return applier.apply(decision)

@@ -2,8 +2,9 @@
 
 Each change is made on the node as read just before the write (``apply_change``), with the read's
 resourceVersion as a precondition (the adapter's patch): a conflict re-reads and redoes it, a node that
-no longer carries the mark the change was decided on is left alone. Dry runs record what would be done
-and write nothing. ``may_act`` (the service: still the leader) is asked before each write.
+no longer carries the mark the change was decided on is left alone. A client dry run records what would
+be done and calls nothing; a server dry run sends each patch with dryRun=All (the API server validates
+it, stores nothing). ``may_act`` (the service: still the leader) is asked before each write.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from enum import StrEnum
 from typing import Protocol, TypeVar
 
 from rebalancer.errors import PatchError, RebalancerError
+from rebalancer.evictor import DryRun
 from rebalancer.guard.decide import Action, Change, GuardDecision, Note, apply_change
 from rebalancer.guard.marks import GUARD_KEY, MarkReason, NodeEdit, rfc3339
 from rebalancer.model import Taint
@@ -25,7 +27,8 @@ MAX_ATTEMPTS = 4  # a node's resourceVersion moves with its status updates: a co
 
 class GuardOutcome(StrEnum):
     APPLIED = "applied"
-    DRY_RUN = "dry-run"
+    DRY_RUN = "dry-run"  # --dry-run client: no call that changes anything
+    SERVER_DRY_RUN = "server-dry-run"  # --dry-run server: the patch sent with dryRun=All, the server checked it
     SKIPPED = "skipped"  # the node changed since (the decision no longer applies), or not the leader any more
     GONE = "gone"  # the node no longer exists
     FAILED = "failed"  # refused (RBAC, validation), or the API server did not answer
@@ -72,7 +75,7 @@ _N = TypeVar("_N", bound=LiveMarks)
 class NodeMarks(Protocol[_N]):
     def read(self, name: str) -> _N | None: ...
 
-    def write(self, node: _N, edit: NodeEdit) -> _N | None: ...
+    def write(self, node: _N, edit: NodeEdit, *, dry_run: bool = False) -> _N | None: ...
 
 
 class NodeEvents(Protocol):
@@ -96,13 +99,13 @@ class GuardApplier:
         self,
         marks: NodeMarks[_N],
         *,
-        dry_run: bool,
+        dry_run: DryRun,
         may_act: Callable[[], bool] = lambda: True,
         events: NodeEvents | None = None,
     ) -> None:
         self._events = events
         self._read: Callable[[str], LiveMarks | None] = marks.read
-        self._write: Callable[[LiveMarks, NodeEdit], LiveMarks | None] = marks.write  # type: ignore[assignment]
+        self._write: Callable[..., LiveMarks | None] = marks.write
         self._dry_run = dry_run
         self._may_act = may_act
 
@@ -110,7 +113,7 @@ class GuardApplier:
         results = []
         uncleared: set[str] = set()  # pools where a clear failed: a new mark there could pass the cap
         for change in decision.changes:
-            if self._dry_run:
+            if self._dry_run is DryRun.CLIENT:
                 results.append(GuardResult(change, GuardOutcome.DRY_RUN))
                 continue
             if not self._may_act():
@@ -149,8 +152,11 @@ class GuardApplier:
                 edit = apply_change(change, node.taints, node.annotation)
                 if edit is None:
                     return GuardResult(change, GuardOutcome.SKIPPED, "the node's mark changed since it was read")
-                if self._write(node, edit) is None:
+                server_dry_run = self._dry_run is DryRun.SERVER
+                if self._write(node, edit, dry_run=server_dry_run) is None:
                     return GuardResult(change, GuardOutcome.GONE)
+                if server_dry_run:
+                    return GuardResult(change, GuardOutcome.SERVER_DRY_RUN)
                 return GuardResult(change, GuardOutcome.APPLIED, self._event(change, node.uid))
             except PatchError as exc:
                 if exc.status != 409:

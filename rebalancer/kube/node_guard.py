@@ -101,12 +101,13 @@ class NodeMarker:
             raise http_error(action, reply, verb="get", resource="nodes", namespace=None)
         return _live(name, decode(action, _NODE, reply.body))
 
-    def write(self, node: LiveNode, edit: NodeEdit) -> LiveNode | None:
-        """Patch ``node`` (as read) into ``edit``; the node as stored, None when it is gone."""
-        action = f"patch node {node.name}"
+    def write(self, node: LiveNode, edit: NodeEdit, *, dry_run: bool = False) -> LiveNode | None:
+        """Patch ``node`` (as read) into ``edit``; the node as stored (``dry_run``: as it would be, nothing
+        stored), None when it is gone."""
+        action = f"patch node {node.name}" + (" (server dry run)" if dry_run else "")
         reply = send(
             action, self._host, self._timeout, self._core.patch_node, node.name, node.body(edit),
-            _content_type=MERGE_PATCH,
+            dry_run="All" if dry_run else None, _content_type=MERGE_PATCH,
         )  # fmt: skip
         if reply.ok:
             return _live(node.name, decode(action, _NODE, reply.body))

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from rebalancer.errors import KubeForbidden, PatchError
+from rebalancer.evictor import DryRun
 from rebalancer.guard.applier import GuardApplier, GuardOutcome
 from rebalancer.guard.decide import Action, Change, GuardDecision
 from rebalancer.guard.marks import GUARD_KEY, Mark, MarkReason, NodeEdit, read_mark
@@ -104,18 +105,23 @@ def test_the_applier_redoes_a_conflicting_change_on_the_fresh_node(
 
     kube_server.on_request(someone_taints_first)
     change = Change("n1", "p", Action.SET, "hot", MARK, None)
-    report = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=False).apply(GuardDecision((change,)))
+    report = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=DryRun.OFF).apply(GuardDecision((change,)))
     assert [r.outcome for r in report.results] == [GuardOutcome.APPLIED]
     assert [t["key"] for t in stored(kube_server)["spec"]["taints"]] == ["dedicated", "late", GUARD_KEY]
     assert len([r for r in kube_server.requests if r.method == "PATCH"]) == 2
 
     # a change decided on a mark the node no longer carries is not made; a dry run writes nothing
     stale = Change("n1", "p", Action.CLEAR, "cooled", None, Mark("rebalancer/b", "NoSchedule", MarkReason.HOT, NOW))
-    skipped = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=False).apply(GuardDecision((stale,)))
+    skipped = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=DryRun.OFF).apply(GuardDecision((stale,)))
     assert [r.outcome for r in skipped.results] == [GuardOutcome.SKIPPED]
     clear = Change("n1", "p", Action.CLEAR, "cooled", None, MARK)
-    dry = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=True).apply(GuardDecision((clear,)))
-    assert [r.outcome for r in dry.results] == [GuardOutcome.DRY_RUN]
+    requests = len(kube_server.requests)
+    dry = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=DryRun.CLIENT).apply(GuardDecision((clear,)))
+    assert [r.outcome for r in dry.results] == [GuardOutcome.DRY_RUN] and len(kube_server.requests) == requests
+    server = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=DryRun.SERVER).apply(GuardDecision((clear,)))
+    assert [r.outcome for r in server.results] == [GuardOutcome.SERVER_DRY_RUN]
+    [checked] = [r for r in kube_server.requests[requests:] if r.method == "PATCH"]
+    assert checked.query.get("dryRun") == "All"
     assert stored(kube_server)["metadata"]["annotations"][GUARD_KEY] == MARK.annotation()
 
 
@@ -129,7 +135,7 @@ def test_no_new_mark_in_a_pool_whose_clear_failed(kube_server: TestApiServer, ku
     kube_server.on_request(lambda r: kube_server.forbid("patch", "nodes") if r.path == "/api/v1/nodes/n1" else None)
     decision = GuardDecision((Change("n1", "p", Action.CLEAR, "over-cap", None, old),
                               Change("n2", "p", Action.SET, "hot", MARK, None)))  # fmt: skip
-    report = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=False).apply(decision)
+    report = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=DryRun.OFF).apply(decision)
     assert [r.outcome for r in report.results] == [GuardOutcome.FAILED, GuardOutcome.SKIPPED]
     assert "patch nodes" in report.results[0].detail
     assert GUARD_KEY not in (stored(kube_server, "n2")["metadata"].get("annotations") or {})
