@@ -157,25 +157,18 @@ class KubeActions:
             api_version="v1", kind="Pod", namespace=pod.namespace, name=pod.name, uid=pod.uid or None,
             resource_version=resource_version or None,
         )  # fmt: skip
-        return self._record(f"pod {pod}", pod.namespace, pod.name, involved, reason, message, action, type_)
+        return self._record(f"pod {pod}", pod.namespace, involved, (reason, message, action, type_))
 
     def record_node_event(self, node: str, uid: str, *, reason: str, message: str, action: str) -> bool:
         """An Event on a node (cluster-scoped: the Event lives in ``default``, as the kubelet's do); never
         raises, as :meth:`record_event`."""
         involved = kubernetes.client.V1ObjectReference(api_version="v1", kind="Node", name=node, uid=uid or None)
-        return self._record(f"node {node}", "default", node, involved, reason, message, action, "Normal")
+        return self._record(f"node {node}", "default", involved, (reason, message, action, "Normal"))
 
     def _record(
-        self,
-        what: str,
-        namespace: str,
-        name: str,
-        involved: kubernetes.client.V1ObjectReference,
-        reason: str,
-        message: str,
-        action: str,
-        type_: str,
+        self, what: str, namespace: str, involved: kubernetes.client.V1ObjectReference, text: tuple[str, str, str, str]
     ) -> bool:
+        """Create the Event (``text``: reason, message, action, type) in ``namespace``; False when it failed."""
         try:
             reply = send(
                 f"record event on {what}",
@@ -183,7 +176,7 @@ class KubeActions:
                 self._timeout,
                 self._core.create_namespaced_event,
                 namespace,
-                self._event(namespace, name, involved, reason, message, action, type_),
+                self._event(namespace, involved, *text),
             )
         except (RebalancerError, ValueError, TypeError) as exc:  # ValueError: the client's argument validation
             self.last_event_error = str(exc)
@@ -198,13 +191,13 @@ class KubeActions:
     def _event(
         self,
         namespace: str,
-        name: str,
         involved: kubernetes.client.V1ObjectReference,
         reason: str,
         message: str,
         action: str,
         type_: str,
     ) -> kubernetes.client.CoreV1Event:
+        name = str(involved.name)
         now = self._clock()
         nanos = max(int(now * 1e9), self._last_nanos + 1)  # unique names even from a coarse or fake clock
         self._last_nanos = nanos
