@@ -145,3 +145,34 @@ def test_start_runs_each_strategy_once_and_stop_waits_for_the_cycle_in_flight(tm
     stopper.join(10)
     assert not stopper.is_alive()
     assert metrics.cycles == ["schedule"]
+
+
+def test_housekeeping_runs_at_start_only_while_leading_and_a_failure_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rebalancer.errors import KubeUnavailable
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(GOOD.replace("interval: 1h", "interval: 1d"))
+    leading = {"now": False}
+    swept: list[Policy] = []
+    started = threading.Event()
+
+    def sweep(policy: Policy) -> None:
+        swept.append(policy)
+        started.set()
+        raise KubeUnavailable("the API server did not answer")
+
+    svc = Service(path, Cycles(), RecordingMetrics(), lambda: leading["now"], housekeeping=sweep)
+    svc.housekeep()
+    assert swept == []  # a follower keeps no house
+    leading["now"] = True
+    svc.start()
+    try:
+        assert started.wait(5), "the housekeeping runs once at start"
+    finally:
+        svc.stop()
+    assert swept[0] is svc.policy
+    assert "housekeeping failed: KubeUnavailable: the API server did not answer" in caplog.text
+    svc.housekeep()
+    assert len(swept) == 1  # stopped: no more
