@@ -46,9 +46,6 @@ class GuardReport:
     results: tuple[GuardResult, ...] = ()
     notes: tuple[Note, ...] = ()
 
-    def applied(self) -> tuple[Change, ...]:
-        return tuple(r.change for r in self.results if r.outcome is GuardOutcome.APPLIED)
-
     def summary(self) -> str:
         """``set n1 (hot), clear n2 (cooled): applied`` per outcome, for logs and run --once."""
         by_outcome: dict[str, list[str]] = {}

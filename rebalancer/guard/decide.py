@@ -42,7 +42,7 @@ Rules, per node of a pool with a guard (``landingGuard.pools``):
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -314,12 +314,3 @@ def _clear(node: GuardedNode, reason: ClearReason) -> Change:
     previous = state.mark if isinstance(state, Orphan) else state
     assert isinstance(previous, Mark)
     return Change(node.name, node.pool, Action.CLEAR, reason.value, None, previous, orphan)
-
-
-def counts(changes: Iterable[Change]) -> Mapping[tuple[str, str, str], int]:
-    """(pool, action, reason) -> number of changes: what the metrics count."""
-    out: dict[tuple[str, str, str], int] = {}
-    for c in changes:
-        key = (c.pool, c.action.value, c.reason)
-        out[key] = out.get(key, 0) + 1
-    return out
