@@ -280,8 +280,8 @@ def _release_marks(
 ) -> None:
     """Graceful shutdown: the landing guard's marks this instance wrote go (a follower wrote none it still
     owns, or a new leader took them over: it only acts while leading)."""
-    if not leading:
-        return
+    if not leading or not policy.landing_guard.enabled:
+        return  # with the guard off, the cycles clear any mark left (guard-off): no listing at every stop
     try:
         report = release_marks(policy, api, owner, dry_run)
     except RebalancerError as exc:
