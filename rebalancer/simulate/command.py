@@ -1,0 +1,135 @@
+"""`rebalancer simulate`: build the cluster, run every policy, print the comparison (exit 0; 2 on invalid
+input, naming the option). The table or JSON goes to stdout, progress and timings to stderr."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from rebalancer.errors import ConfigError
+from rebalancer.limits.settings import duration_seconds
+from rebalancer.policy import Policy, load_policy
+from rebalancer.settings import DURATION_PATTERN
+from rebalancer.simulate.cluster import SimConfig, build_cluster
+from rebalancer.simulate.engine import simulate
+from rebalancer.simulate.plot import write_plot
+from rebalancer.simulate.render import comparison_json, comparison_table
+from rebalancer.simulate.shapes import Shapes, bitbrains_shapes, synthetic_shapes
+from rebalancer.simulate.variants import VARIANTS, variant_named
+from rebalancer.traces import TraceError
+
+EXIT_OK = 0
+DEFAULT_POLICY = Path(__file__).with_name("policy.yaml")
+SPARE_SYNTHETIC_DAYS = 7  # synthetic shapes span a week more than needed: workloads start on different days
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("simulate", help="closed-loop simulation: rebalancing policies compared side by side")
+    p.add_argument("--traces", metavar="DIR", help="Bitbrains trace directory (default: synthetic diurnal shapes)")
+    p.add_argument("--policy", metavar="FILE", help=f"base policy (default: {DEFAULT_POLICY.name} in the package)")
+    p.add_argument("--variant", action="append", choices=[v.name for v in VARIANTS], help="only these (repeatable)")
+    defaults = SimConfig()
+    p.add_argument("--nodes", type=int, default=defaults.nodes)
+    p.add_argument("--pods-per-node", type=int, default=defaults.pods_per_node)
+    p.add_argument("--days", type=int, default=defaults.days, help="measured days, after predictor.days of history")
+    p.add_argument("--step", default="5m", help="simulation step, 1m to 5m")
+    p.add_argument("--interval", default="10m", help="a rebalancer cycle every this long")
+    p.add_argument("--utilization", type=float, default=defaults.utilization, help="mean CPU usage / allocatable")
+    p.add_argument("--hot-threshold", type=float, metavar="PCT",
+                   help="hot above this %% of allocatable (default: the policy's first targetThresholds cpu)")  # fmt: skip
+    p.add_argument("--replacement-delay", default="0", help="from an eviction to its replacement's binding")
+    p.add_argument("--no-budgets", action="store_true", help="no PodDisruptionBudgets")
+    p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--output", choices=["table", "json"], default="table")
+    p.add_argument("--plot", metavar="FILE", help="FILE.html (self-contained) or FILE.png (needs matplotlib)")
+
+
+def _seconds(option: str, text: str) -> int:
+    if text == "0":
+        return 0
+    if not re.match(DURATION_PATTERN, text):
+        raise ConfigError("command line", [(option, f"{text!r} is not a duration such as 0, 30s, 5m, 1h")])
+    return duration_seconds(text)
+
+
+def config_from(args: argparse.Namespace, policy: Policy) -> SimConfig:
+    config = replace(
+        SimConfig(),
+        nodes=args.nodes,
+        pods_per_node=args.pods_per_node,
+        days=args.days,
+        history_days=policy.predictor.days,
+        step_seconds=_seconds("--step", args.step),
+        interval_seconds=_seconds("--interval", args.interval),
+        utilization=args.utilization,
+        replacement_delay_seconds=_seconds("--replacement-delay", args.replacement_delay),
+        budgets=not args.no_budgets,
+        seed=args.seed,
+    )
+    if problems := config.problems():
+        raise ConfigError("command line", problems)
+    return config
+
+
+def hot_threshold(args: argparse.Namespace, policy: Policy) -> float:
+    if args.hot_threshold is not None:
+        return float(args.hot_threshold)
+    for strategy in policy.strategies:
+        target = getattr(strategy, "target_thresholds", None)
+        if (
+            target is not None
+            and getattr(target, "cpu", None) is not None
+            and not getattr(strategy, "use_deviation_thresholds", False)
+        ):
+            return float(target.cpu)
+    return 70.0
+
+
+def load_shapes(args: argparse.Namespace, config: SimConfig) -> Shapes:
+    if not args.traces:
+        days = config.history_days + config.days + SPARE_SYNTHETIC_DAYS
+        return synthetic_shapes(150, days, config.step_seconds, config.seed)
+    try:
+        return bitbrains_shapes(args.traces, config.step_seconds)
+    except TraceError as exc:
+        raise ConfigError("--traces", [("", str(exc))]) from exc
+
+
+def simulate_command(args: argparse.Namespace) -> int:
+    began = time.perf_counter()
+    policy = load_policy(args.policy or DEFAULT_POLICY)
+    config = config_from(args, policy)
+    threshold = hot_threshold(args, policy)
+    shapes = load_shapes(args, config)
+    try:
+        cluster = build_cluster(config, shapes)
+    except ValueError as exc:
+        raise ConfigError("command line", [("--days", str(exc))]) from exc
+    variants = [variant_named(n) for n in args.variant] if args.variant else list(VARIANTS)
+
+    def progress(name: str) -> None:
+        print(f"rebalancer simulate: {name} done at {time.perf_counter() - began:.1f} s", file=sys.stderr)
+
+    results = simulate(cluster, policy, threshold, variants, progress)
+    start = cluster.time_of(cluster.measured_from)
+    header = (
+        f"Simulation: {cluster.description}\n"
+        f"{config.days} day(s) measured after {config.history_days} of history, step {config.step_seconds} s, "
+        f"a cycle every {config.interval_seconds} s; hot = real CPU above {threshold:g}% of allocatable; "
+        f"policy {args.policy or 'simulate/policy.yaml'}; seed {config.seed}"
+    )
+    text = comparison_table(results, header)
+    if args.output == "json":
+        meta = {"cluster": cluster.description, "days": config.days, "historyDays": config.history_days,
+                "stepSeconds": config.step_seconds, "intervalSeconds": config.interval_seconds,
+                "hotThresholdPct": threshold, "seed": config.seed, "start": start}  # fmt: skip
+        sys.stdout.buffer.write(comparison_json(results, meta))
+    else:
+        sys.stdout.write(text)
+    if args.plot:
+        print(f"plot written to {write_plot(args.plot, results, start, text)}", file=sys.stderr)
+    return EXIT_OK
