@@ -37,7 +37,7 @@ class SimConfig:
     max_replicas: int = 6
     days: int = 3  # measured days, after history_days of history (the predictor's window)
     history_days: int = 8
-    step_seconds: int = 300
+    step_seconds: int = 60
     interval_seconds: int = 600  # one rebalancer cycle every this long
     utilization: float = 0.5  # mean real CPU usage / allocatable over the history days
     request_factor: float = 1.0  # a pod's CPU request = its workload's mean usage over the history x this

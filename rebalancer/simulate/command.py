@@ -36,7 +36,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--nodes", type=int, default=defaults.nodes)
     p.add_argument("--pods-per-node", type=int, default=defaults.pods_per_node)
     p.add_argument("--days", type=int, default=defaults.days, help="measured days, after predictor.days of history")
-    p.add_argument("--step", default="5m", help="simulation step, 1m to 5m")
+    p.add_argument(
+        "--step", default="1m", help="simulation step, 1m to 5m (Bitbrains samples are 5m apart: interpolated)"
+    )
     p.add_argument("--interval", default="10m", help="a rebalancer cycle every this long")
     p.add_argument("--utilization", type=float, default=defaults.utilization, help="mean CPU usage / allocatable")
     p.add_argument("--hot-threshold", type=float, metavar="PCT",

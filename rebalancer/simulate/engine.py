@@ -97,7 +97,7 @@ class _Run:
             reference += hot * (config.step_seconds / 60)
             if self.variant.usage is not None and i % every == 0:
                 self._cycle(step)
-            self.world.bind_due(self.now)
+            self.world.bind_due(self.now, self.variant.ideal_placement)
         end = cluster.time_of(first + steps)
         minutes = {name: float(m) for name, m in zip(self.world.node_names, reference, strict=True) if m > 0}
         rates = compute_rates(self.records, minutes, {}, cluster.time_of(first), end).cluster
@@ -118,6 +118,9 @@ class _Run:
         report = self.evictor.apply(plan, snapshot)
         self.per_cycle.append(report.count(Outcome.EVICTED))
         for result in report.results:
+            if result.outcome is Outcome.EVICTED:
+                e = result.eviction
+                self.world.plan_destination(f"{e.namespace}/{e.name}", e.room_on)
             if result.outcome is Outcome.BLOCKED and result.limiter:
                 self.blocked[result.limiter] = self.blocked.get(result.limiter, 0) + 1
         seen = build_snapshot(facts, truth, policy.pools, self.now)

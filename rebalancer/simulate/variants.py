@@ -12,6 +12,8 @@ they differ only in what "usage" the snapshot carries and in ``classifyBy``:
 * ``current``: rebalancer as shipped: P95 over ``prometheus.window`` per node and per pod.
 * ``predictive``: the same with ``classifyBy: max`` (the higher of the current window and the predictor's
   next daily peak, from the simulation's own history of the pods).
+* ``current-ideal``: ``current`` with every replacement bound on the node the plan counted room on (when
+  its filters allow): not something the default scheduler does, the upper bound of landing control.
 
 To compare a new mechanism (a landing guard, placement prediction), add a :class:`Variant` with the
 ``overrides`` its policy needs (any policy field, in the YAML's spelling) to :data:`VARIANTS`, or pass a
@@ -39,6 +41,7 @@ class Variant:
     description: str
     usage: UsageMode | None  # None: the policy never runs
     classify_by: ClassifyBy = "current"
+    ideal_placement: bool = False  # replacements bound on the node the plan chose (an upper bound, not real)
     overrides: Mapping[str, Any] = field(default_factory=dict)  # merged into the policy (YAML spelling)
 
 
@@ -48,6 +51,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("instant-lnu", "LowNodeUtilization on one instant node value (descheduler Prometheus mode)", "instant"),
     Variant("current", "rebalancer: P95 window per node and pod", "window"),
     Variant("predictive", "rebalancer: classifyBy max (window and predicted peak)", "window", "max"),
+    Variant("current-ideal", "rebalancer current, replacements land where planned", "window", ideal_placement=True),
 )
 
 

@@ -49,6 +49,7 @@ class _Pending:
     slot: int
     due: float
     move: int  # index in World.moves
+    planned: str | None = None  # the node the plan counted the room on (bound there when placement is ideal)
 
 
 class World:
@@ -117,15 +118,24 @@ class World:
         self.moves.append(Move(now, slot, str(pod), source))
         self._pending.append(_Pending(slot, now + self.cluster.config.replacement_delay_seconds, len(self.moves) - 1))
 
-    def bind_due(self, now: float) -> None:
-        """The scheduler model places every replacement that is due, in eviction order."""
+    def plan_destination(self, pod: str, node: str) -> None:
+        """The node the plan chose for the replacement of ``pod`` ("namespace/name", evicted and pending)."""
+        for pending in self._pending:
+            if self.moves[pending.move].pod == pod:
+                pending.planned = node
+
+    def bind_due(self, now: float, ideal: bool = False) -> None:
+        """The scheduler model places every replacement that is due, in eviction order. ``ideal``: on the
+        node the plan counted room on instead, when the scheduler's filters allow it there (an upper bound
+        for landing control, not something the default scheduler does)."""
         waiting = []
         for pending in self._pending:
             if pending.due > now:
                 waiting.append(pending)
                 continue
             pod = self.pods[pending.slot]
-            node = self.model.place(pod).node
+            node = self._ideal(pod, pending.planned) if ideal else None
+            node = node or self.model.place(pod).node
             if node is None:
                 waiting.append(pending)  # stays Pending; tried again next step
                 continue
@@ -137,6 +147,12 @@ class World:
             move = self.moves[pending.move]
             self.moves[pending.move] = Move(move.at, move.slot, move.pod, move.source, node, now)
         self._pending = waiting
+
+    def _ideal(self, pod: Pod, planned: str | None) -> str | None:
+        if planned is None:
+            return None
+        others = [n for n in self.node_names if n != planned]
+        return self.model.place(pod, exclude=others).node
 
     @property
     def pending(self) -> int:

@@ -47,7 +47,9 @@ def policy(per_cycle: int = 4) -> Policy:
 
 
 def tiny(seed: int = 1, nodes: int = 4, **changes: object) -> Cluster:
-    config = replace(SimConfig(nodes=nodes, pods_per_node=6, days=1, history_days=2, seed=seed), **changes)  # type: ignore[arg-type]
+    config = replace(
+        SimConfig(nodes=nodes, pods_per_node=6, days=1, history_days=2, step_seconds=300, seed=seed), **changes
+    )  # type: ignore[arg-type]
     return build_cluster(config, synthetic_shapes(20, 5, config.step_seconds, seed))
 
 
