@@ -24,7 +24,8 @@ uniformly like the scheduler, reproducibly.
 
 Cost: node data is kept in numpy arrays built once; a query is a handful of vectorized operations
 over the nodes (the planner asks once per candidate pod on 5,000-node clusters). ``remove``/``add``
-keep the model current as pods leave or are bound (planning moves, or a simulation's evictions).
+keep the model current as pods leave or are bound (planning moves, or a simulation's evictions);
+``replace_node`` as a node changes (a landing guard's PreferNoSchedule taint, a cordon).
 """
 
 from __future__ import annotations
@@ -80,9 +81,12 @@ class SchedulerModel:
         size = len(nodes)
         self._req_cpu, self._req_mem, self._pods = (np.zeros(size, np.int64) for _ in range(3))
         self._nz_cpu, self._nz_mem = np.zeros(size, np.int64), np.zeros(size, np.int64)
-        zones = sorted({n.labels[ZONE_LABEL] for n in nodes if ZONE_LABEL in n.labels})
-        self._zone = np.array([zones.index(n.labels[ZONE_LABEL]) if ZONE_LABEL in n.labels else -1 for n in nodes])
-        self._zones = len(zones)
+        self._zone_names = sorted({n.labels[ZONE_LABEL] for n in nodes if ZONE_LABEL in n.labels})
+        self._zone = np.array(
+            [self._zone_names.index(n.labels[ZONE_LABEL]) if ZONE_LABEL in n.labels else -1 for n in nodes],
+            dtype=np.int64,
+        )
+        self._zones = len(self._zone_names)
         self._workload: dict[WorkloadRef, dict[int, int]] = {}  # workload -> node index -> non-terminating pods
         self._where: dict[PodKey, int] = {}
         self._masks: dict[tuple[object, ...], tuple[Bools, Bools, str]] = {}
@@ -102,6 +106,23 @@ class SchedulerModel:
         i = self._where.pop(pod.key, None)
         if i is not None:
             self._shift(pod, i, -1)
+
+    def replace_node(self, node: Node) -> None:
+        """A node changed (taints, cordon, labels, allocatable): later queries see it. Its pods stay."""
+        i = self._index[node.name]
+        nodes = list(self._nodes)
+        nodes[i] = node
+        self._nodes = tuple(nodes)
+        self._alloc_cpu[i], self._alloc_mem[i], self._alloc_pods[i] = (
+            node.allocatable_cpu_m, node.allocatable_memory, node.allocatable_pods,
+        )  # fmt: skip
+        zone = node.labels.get(ZONE_LABEL)
+        if zone is not None and zone not in self._zone_names:
+            self._zone_names.append(zone)
+        self._zones = len(self._zone_names)
+        self._zone[i] = -1 if zone is None else self._zone_names.index(zone)
+        self._masks.clear()
+        self._prefer.clear()
 
     def node_of(self, pod: Pod) -> str | None:
         i = self._where.get(pod.key)

@@ -131,14 +131,16 @@ def build_cluster(config: SimConfig, shapes: Shapes) -> Cluster:
     shape_of = rng.integers(0, shapes.values.shape[0], len(sizes))
     offset_of = rng.integers(0, spare_days + 1, len(sizes)) * config.steps_per_day
     peak_of = np.clip(rng.lognormal(0.0, 0.7, len(sizes)), 0.2, 6.0)
-    rows: list[npt.NDArray[np.float64]] = []
+    usage: npt.NDArray[np.float32] = np.empty((total, steps), dtype=np.float32)
+    slot = 0
     for w, size in enumerate(sizes):
         series = shapes.values[shape_of[w], offset_of[w] : offset_of[w] + steps] * peak_of[w]
-        rows.extend(series * rng.uniform(0.8, 1.2) for _ in range(size))
-    raw = np.stack(rows)
-    history = config.history_days * config.steps_per_day
-    scale = config.utilization * config.nodes * config.node_cpu_m / max(float(raw[:, :history].mean() * total), 1e-9)
-    usage: npt.NDArray[np.float32] = (raw * scale).astype(np.float32)
+        for _ in range(size):
+            usage[slot] = series * rng.uniform(0.8, 1.2)
+            slot += 1
+    history = config.history_days * config.steps_per_day or steps  # the level is set on the history days
+    mean = float(usage[:, :history].mean(dtype=np.float64))
+    usage *= np.float32(config.utilization * config.nodes * config.node_cpu_m / max(mean * total, 1e-9))
     workloads, slot_workload, first = [], [], 0
     for w, size in enumerate(sizes):
         slots = tuple(range(first, first + size))

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from rebalancer.errors import EvictionConflict, EvictionRejected, PodGone, StateConflict
 from rebalancer.labels import LabelSelector
-from rebalancer.model import ClusterFacts, DisruptionBudget, Pod, PodKey, UsageReport
+from rebalancer.model import ClusterFacts, DisruptionBudget, Node, Pod, PodKey, UsageReport
 from rebalancer.scheduler_model import SchedulerModel
 from rebalancer.settings import PoolSettings
 from rebalancer.simulate.cluster import Cluster, make_pod
@@ -57,6 +57,7 @@ class World:
         self.cluster = cluster
         self.node_names = tuple(n.name for n in cluster.nodes)
         self._node_index = {name: i for i, name in enumerate(self.node_names)}
+        self.nodes = list(cluster.nodes)
         self.pods: list[Pod] = list(cluster.initial)
         self._slot_of: dict[PodKey, int] = {p.key: i for i, p in enumerate(self.pods)}
         self.node_of_slot: npt.NDArray[np.int64] = np.array(
@@ -76,7 +77,12 @@ class World:
         return None if slot is None else self.pods[slot]
 
     def facts(self) -> ClusterFacts:
-        return ClusterFacts(self.cluster.nodes, tuple(self.pods), self.budgets() if self.cluster.config.budgets else ())
+        return ClusterFacts(tuple(self.nodes), tuple(self.pods), self.budgets() if self.cluster.config.budgets else ())
+
+    def set_node(self, node: Node) -> None:
+        """A node changed (a taint, a cordon): the next facts and the scheduler model see it."""
+        self.nodes[self._node_index[node.name]] = node
+        self.model.replace_node(node)
 
     def unavailable(self, workload: int) -> int:
         return sum(1 for s in self.cluster.workloads[workload].slots if not self.pods[s].ready)

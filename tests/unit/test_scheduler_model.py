@@ -259,3 +259,18 @@ def test_every_chosen_node_passes_the_filters() -> None:
     m = model(nodes, filler("b", 1))
     for probe in (pod("p", None, cpu_request_m=600), pod("q", None, node_selector={"disk": "ssd"})):
         assert m.place(probe).node == "c"
+
+
+def test_replace_node_takes_a_new_taint_into_account() -> None:
+    nodes = [node("a"), node("b"), node("c")]
+    m = model(nodes, [_moved, *filler("a", 2), *filler("b", 3), *filler("c", 3)])
+    assert m.place(_moved, vacate=True).node == "a"
+    m.replace_node(node("a", taints=[PREFER]))  # the landing guard marks the relieved node
+    assert m.place(_moved, vacate=True).node == "b"
+    m.replace_node(node("a"))
+    assert m.place(_moved, vacate=True).node == "a"
+    m.replace_node(node("c", labels={"topology.kubernetes.io/zone": "z9"}))
+    assert m.scores(_moved, vacate=True) == model(
+        [node("a"), node("b"), node("c", labels={"topology.kubernetes.io/zone": "z9"})],
+        [_moved, *filler("a", 2), *filler("b", 3), *filler("c", 3)],
+    ).scores(_moved, vacate=True)

@@ -16,12 +16,13 @@ from hypothesis import strategies as st
 
 from rebalancer.cli import main
 from rebalancer.errors import EvictionRejected, StateConflict
-from rebalancer.model import ClusterFacts, Node, UsageReport, WorkloadRef
+from rebalancer.model import ClusterFacts, Node, Taint, UsageReport, WorkloadRef
 from rebalancer.policy import Policy, parse_policy
 from rebalancer.scheduler_model import SchedulerModel
 from rebalancer.settings import PoolSettings
 from rebalancer.simulate.cluster import GI, NAMESPACE, Cluster, SimConfig, Workload, build_cluster, make_pod
 from rebalancer.simulate.engine import simulate
+from rebalancer.simulate.readings import NodeSamples, daily_table, node_usage, pod_history, usage_report
 from rebalancer.simulate.shapes import synthetic_shapes
 from rebalancer.simulate.variants import VARIANTS, Variant
 from rebalancer.simulate.world import MemoryStore, SimActions, World
@@ -195,3 +196,47 @@ def test_cli_compares_the_policies_on_the_shared_sample(tmp_path: Path, capsys: 
 def test_cli_names_a_bad_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--step", "7m"]) == 2
     assert "--step" in capsys.readouterr().err
+
+
+def test_a_node_taint_steers_the_replacement_away() -> None:
+    world = World(_equal_cluster())
+    world.set_node(
+        Node("n0", {"kubernetes.io/hostname": "n0"}, 4000, 16 * GI, 110, (Taint("guard", "", "PreferNoSchedule"),))
+    )
+    assert world.facts().nodes[0].taints
+    world.evict(world.pods[0], 10.0)
+    world.bind_due(10.0)
+    assert world.moves[-1].destination == "n1" and not world.moves[-1].landed_back
+
+
+def test_usage_reports_of_each_mode() -> None:
+    cluster = _equal_cluster()
+    world = World(cluster)
+    samples = NodeSamples(2, 3)
+    for step in range(3):
+        samples.add(node_usage(world, step))
+    requests = usage_report("requests", world, 2, samples, 0.95)
+    assert requests.node_cpu_m == {"n0": 2000, "n1": 2000}
+    assert set(requests.pod_cpu_m.values()) == {1000}
+    instant = usage_report("instant", world, 2, samples, 0.95)
+    assert instant.node_cpu_m["n0"] == 2 * 500 + cluster.config.system_cpu_m
+    assert instant.pod_cpu_m[world.pods[0].key] == (2 * 500 + cluster.config.system_cpu_m) // 2  # by requests
+    window = usage_report("window", world, 2, samples, 0.95)
+    assert window.pod_cpu_m[world.pods[0].key] == 500 and window.node_cpu_m["n1"] == 1000 + cluster.config.system_cpu_m
+
+
+def test_pod_history_misses_the_days_before_a_pod_existed() -> None:
+    cluster = _equal_cluster()
+    per_day = cluster.config.steps_per_day
+    usage = np.tile(np.arange(per_day, dtype=np.float32), (4, 3))  # three days, the same ramp each day
+    cluster = replace(cluster, usage=usage)
+    world = World(cluster)
+    world.evict(world.pods[0], cluster.start + (per_day + per_day // 2) * cluster.config.step_seconds)  # mid day 1
+    world.bind_due(cluster.time_of(per_day + per_day // 2))
+    table = daily_table(cluster, 0.95)
+    history = pod_history(world, table, today=3, days=3, quantile=0.95)
+    replacement = history.values[history.index(world.pods[0].key)]
+    assert np.isnan(replacement[0])
+    assert replacement[1] == pytest.approx(np.quantile(np.arange(per_day // 2, per_day), 0.95))
+    assert replacement[2] == pytest.approx(table[0, 2])
+    assert np.allclose(history.values[history.index(world.pods[1].key)], table[1, :3])
