@@ -87,6 +87,9 @@ class _Run:
         steps = cluster.usage.shape[1] - first
         hot_series = np.zeros(steps, dtype=np.int64)
         reference = np.zeros(len(cluster.nodes))
+        run = np.zeros(len(cluster.nodes), dtype=np.int64)  # steps each node has been hot in a row
+        lag_steps = (self.samples.window * config.step_seconds + config.interval_seconds) // config.step_seconds
+        early = 0  # hot steps within the detection lag of their episode's start
         for i in range(steps):
             step = first + i
             self.now = cluster.time_of(step)
@@ -95,14 +98,18 @@ class _Run:
             hot = usage > capacity
             hot_series[i] = int(hot.sum())
             reference += hot * (config.step_seconds / 60)
+            run = np.where(hot, run + 1, 0)
+            early += int((hot & (run <= lag_steps)).sum())
             if self.variant.usage is not None and i % every == 0:
                 self._cycle(step)
             self.world.bind_due(self.now, self.variant.ideal_placement)
         end = cluster.time_of(first + steps)
         minutes = {name: float(m) for name, m in zip(self.world.node_names, reference, strict=True) if m > 0}
         rates = compute_rates(self.records, minutes, {}, cluster.time_of(first), end).cluster
-        return VariantResult.of(self.variant, self.world, hot_series, config.step_seconds, rates, self.per_cycle,
-                                self.blocked, self.records if self.variant.usage else None)  # fmt: skip
+        result = VariantResult.of(self.variant, self.world, hot_series, config.step_seconds, rates, self.per_cycle,
+                                  self.blocked, self.records if self.variant.usage else None)  # fmt: skip
+        return replace(result, early_minutes=early * config.step_seconds / 60,
+                       lag_minutes=lag_steps * config.step_seconds / 60)  # fmt: skip
 
     def _cycle(self, step: int) -> None:
         assert self.variant.usage is not None

@@ -12,6 +12,7 @@ from rebalancer.simulate.result import VariantResult
 HEADERS = (
     "policy",
     "hot-node-min",
+    "early",
     "vs none",
     "evictions",
     "ev/cooled",
@@ -37,6 +38,7 @@ def _row(result: VariantResult, none: VariantResult | None) -> list[str]:
     return [
         result.name,
         f"{result.hot_node_minutes:.0f}",
+        f"{result.early_minutes:.0f}",
         versus,
         str(result.evictions),
         "-" if per_cooled is None else f"{per_cooled:.2f}",
@@ -60,6 +62,10 @@ def comparison_table(results: Sequence[VariantResult], header: str) -> str:
             )
         )
     lines.append("")
+    if results:
+        lines.append(f"early: hot-node-minutes within the first {results[0].lag_minutes:g} minutes of their node's hot episode "
+                     "(the usage window plus one cycle: before a reactive cycle can see them)")  # fmt: skip
+        lines.append("")
     lines.extend(_why_not_cooled(results))
     lines.extend(goal_lines(results))
     return "\n".join(lines) + "\n"

@@ -31,6 +31,8 @@ class VariantResult:
     moves: tuple[Move, ...] = ()
     blocked: Mapping[str, int] = field(default_factory=dict)  # limiter -> evictions it blocked
     pods: int = 0  # slots filled at the end (bound or Pending): never fewer than at the start
+    early_minutes: float = 0.0  # hot-node-minutes within the first lag_minutes of their hot episode
+    lag_minutes: float = 0.0  # the usage window plus a cycle interval: how late a reactive cycle finds a hot node
 
     @classmethod
     def of(
@@ -81,6 +83,8 @@ class VariantResult:
             "name": self.name,
             "description": self.description,
             "hotNodeMinutes": self.hot_node_minutes,
+            "hotNodeMinutesEarly": self.early_minutes,
+            "detectionLagMinutes": self.lag_minutes,
             "evictions": self.evictions,
             "landedBack": self.landed_back,
             "landedBackShare": self.landed_back_share,
