@@ -31,7 +31,7 @@ from rebalancer.simulate.readings import NodeSamples, daily_table, node_usage, p
 from rebalancer.simulate.result import VariantResult
 from rebalancer.simulate.variants import VARIANTS, Variant, variant_policy
 from rebalancer.simulate.world import MemoryStore, SimActions, World
-from rebalancer.snapshot import build_snapshot
+from rebalancer.snapshot import PoolResolver, build_snapshot
 
 Progress = Callable[[str], None]
 
@@ -105,7 +105,9 @@ class _Run:
             self.world.bind_due(self.now, self.variant.ideal_placement)
         end = cluster.time_of(first + steps)
         minutes = {name: float(m) for name, m in zip(self.world.node_names, reference, strict=True) if m > 0}
-        rates = compute_rates(self.records, minutes, {}, cluster.time_of(first), end).cluster
+        pools = PoolResolver(self.policy.pools)
+        pool_of = {node.name: pools.pool_of(node) for node in self.world.nodes}
+        rates = compute_rates(self.records, minutes, pool_of, cluster.time_of(first), end).cluster
         result = VariantResult.of(self.variant, self.world, hot_series, config.step_seconds, rates, self.per_cycle,
                                   self.blocked, self.records if self.variant.usage else None)  # fmt: skip
         return replace(result, early_minutes=early * config.step_seconds / 60,
