@@ -1,5 +1,5 @@
 """`rebalancer simulate --plot FILE`: hot nodes, evictions and landed-back evictions per hour, one line
-per policy. ``.html``: self-contained (the table and inline SVG charts drawn by the efficiency report's
+per policy (every chart lists every policy, so a colour means one policy throughout). ``.html``: self-contained (the table and inline SVG charts drawn by the efficiency report's
 chart code); ``.png``: matplotlib (optional)."""
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ def charts(results: Sequence[VariantResult], start: float) -> tuple[tuple[Chart,
 
     return (
         Chart("Hot nodes (mean per hour)", tuple((r.name, hourly(r, "hot")) for r in results)),
-        Chart("Evictions per hour", tuple((r.name, hourly(r, "evictions")) for r in results if r.rates)),
-        Chart("Landed back per hour", tuple((r.name, hourly(r, "back")) for r in results if r.rates)),
+        Chart("Evictions per hour", tuple((r.name, hourly(r, "evictions")) for r in results)),
+        Chart("Landed back per hour", tuple((r.name, hourly(r, "back")) for r in results)),
     ), starts
 
 
