@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--output", choices=["table", "json"], default="table")
     _predict_parser(sub)
     _report_parser(sub)
-    from rebalancer.simulate.command import add_parser as add_simulate_parser
+    from rebalancer.simulate.options import add_parser as add_simulate_parser
 
     add_simulate_parser(sub)
     return parser

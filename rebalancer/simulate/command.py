@@ -8,14 +8,15 @@ import re
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 from rebalancer.errors import ConfigError
 from rebalancer.limits.settings import duration_seconds
 from rebalancer.policy import Policy, load_policy
 from rebalancer.settings import DURATION_PATTERN
-from rebalancer.simulate.cluster import SimConfig, build_cluster
+from rebalancer.simulate.cluster import build_cluster
+from rebalancer.simulate.config import SimConfig
 from rebalancer.simulate.engine import simulate
+from rebalancer.simulate.options import DEFAULT_POLICY
 from rebalancer.simulate.plot import write_plot
 from rebalancer.simulate.render import comparison_json, comparison_table
 from rebalancer.simulate.shapes import Shapes, bitbrains_shapes, synthetic_shapes
@@ -23,31 +24,7 @@ from rebalancer.simulate.variants import VARIANTS, variant_named
 from rebalancer.traces import TraceError
 
 EXIT_OK = 0
-DEFAULT_POLICY = Path(__file__).with_name("policy.yaml")
 SPARE_SYNTHETIC_DAYS = 7  # synthetic shapes span a week more than needed: workloads start on different days
-
-
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("simulate", help="closed-loop simulation: rebalancing policies compared side by side")
-    p.add_argument("--traces", metavar="DIR", help="Bitbrains trace directory (default: synthetic diurnal shapes)")
-    p.add_argument("--policy", metavar="FILE", help=f"base policy (default: {DEFAULT_POLICY.name} in the package)")
-    p.add_argument("--variant", action="append", choices=[v.name for v in VARIANTS], help="only these (repeatable)")
-    defaults = SimConfig()
-    p.add_argument("--nodes", type=int, default=defaults.nodes)
-    p.add_argument("--pods-per-node", type=int, default=defaults.pods_per_node)
-    p.add_argument("--days", type=int, default=defaults.days, help="measured days, after predictor.days of history")
-    p.add_argument(
-        "--step", default="1m", help="simulation step, 1m to 5m (Bitbrains samples are 5m apart: interpolated)"
-    )
-    p.add_argument("--interval", default="10m", help="a rebalancer cycle every this long")
-    p.add_argument("--utilization", type=float, default=defaults.utilization, help="mean CPU usage / allocatable")
-    p.add_argument("--hot-threshold", type=float, metavar="PCT",
-                   help="hot above this %% of allocatable (default: the policy's first targetThresholds cpu)")  # fmt: skip
-    p.add_argument("--replacement-delay", default="0", help="from an eviction to its replacement's binding")
-    p.add_argument("--no-budgets", action="store_true", help="no PodDisruptionBudgets")
-    p.add_argument("--seed", type=int, default=defaults.seed)
-    p.add_argument("--output", choices=["table", "json"], default="table")
-    p.add_argument("--plot", metavar="FILE", help="FILE.html (self-contained) or FILE.png (needs matplotlib)")
 
 
 def _seconds(option: str, text: str) -> int:

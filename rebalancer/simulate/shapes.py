@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from rebalancer.simulate.config import DAY
 from rebalancer.traces import TraceError, load_bitbrains
 
-DAY = 86_400
 SYNTHETIC_START = 1_704_067_200.0  # 2024-01-01 00:00 UTC, a Monday
 Floats = npt.NDArray[np.float64]
 

@@ -20,7 +20,8 @@ from rebalancer.model import ClusterFacts, Node, Taint, UsageReport, WorkloadRef
 from rebalancer.policy import Policy, parse_policy
 from rebalancer.scheduler_model import SchedulerModel
 from rebalancer.settings import PoolSettings
-from rebalancer.simulate.cluster import GI, NAMESPACE, Cluster, SimConfig, Workload, build_cluster, make_pod
+from rebalancer.simulate.cluster import NAMESPACE, Cluster, Workload, build_cluster, make_pod
+from rebalancer.simulate.config import GI, SimConfig
 from rebalancer.simulate.engine import simulate
 from rebalancer.simulate.readings import NodeSamples, daily_table, node_usage, pod_history, usage_report
 from rebalancer.simulate.shapes import synthetic_shapes
