@@ -62,20 +62,20 @@ def bitbrains_shapes(directory: str | Path, step_seconds: int) -> Shapes:
 
 
 def synthetic_shapes(count: int, days: int, step_seconds: int, seed: int) -> Shapes:
-    """Diurnal shapes: a base level, a daily wave peaking at a random hour, weekly dips, noise, and for a
-    third of them on/off bursts (hours of high usage on some days), the pattern real VMs show."""
+    """Diurnal shapes: a base level, a daily wave peaking at a random hour, weekly dips, noise, and for
+    half of them on/off bursts (hours of high usage on some days), the pattern real VMs show."""
     rng = np.random.default_rng(seed)
     steps = days * DAY // step_seconds
     hours = np.arange(steps) * step_seconds / 3600.0
     rows = np.empty((count, steps))
     for i in range(count):
-        base = rng.uniform(0.2, 0.6)
-        amplitude = rng.uniform(0.1, 0.5)
-        peak_hour = rng.uniform(9, 20)
+        base = rng.uniform(0.1, 0.5)
+        amplitude = rng.uniform(0.05, 0.4)
+        peak_hour = rng.uniform(0, 24)  # services of several time zones and batch jobs: peaks spread over the day
         wave = base + amplitude * np.cos(2 * np.pi * (hours - peak_hour) / 24.0)
         weekend = (np.floor(hours / 24) % 7) >= 5
         wave = np.where(weekend, wave * rng.uniform(0.5, 1.0), wave)
-        if rng.random() < 1 / 3:
+        if rng.random() < 1 / 2:
             for day in range(days):
                 if rng.random() < 0.4:
                     begin = int((day * 24 + rng.uniform(6, 18)) * 3600 // step_seconds)
