@@ -13,13 +13,15 @@ from rebalancer.errors import ConfigError
 from rebalancer.limits.settings import duration_seconds
 from rebalancer.policy import Policy, load_policy
 from rebalancer.settings import DURATION_PATTERN
-from rebalancer.simulate.cluster import build_cluster
+from rebalancer.simulate.cluster import Cluster, build_cluster
 from rebalancer.simulate.config import SimConfig
 from rebalancer.simulate.engine import simulate
 from rebalancer.simulate.options import DEFAULT_POLICY
 from rebalancer.simulate.plot import write_plot
 from rebalancer.simulate.render import comparison_json, comparison_table
+from rebalancer.simulate.result import VariantResult
 from rebalancer.simulate.shapes import Shapes, bitbrains_shapes, synthetic_shapes
+from rebalancer.simulate.summary import figures, summary_table
 from rebalancer.simulate.variants import VARIANTS, variant_named
 from rebalancer.traces import TraceError
 
@@ -82,31 +84,46 @@ def simulate_command(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     policy = load_policy(args.policy or DEFAULT_POLICY)
     config = config_from(args, policy)
+    if args.repeat < 1:
+        raise ConfigError("command line", [("--repeat", "must be at least 1")])
     threshold = hot_threshold(args, policy)
-    shapes = load_shapes(args, config)
-    try:
-        cluster = build_cluster(config, shapes)
-    except ValueError as exc:
-        raise ConfigError("command line", [("--days", str(exc))]) from exc
     variants = [variant_named(n) for n in args.variant] if args.variant else list(VARIANTS)
+    seeds = [config.seed + i for i in range(args.repeat)]
+    traces = load_shapes(args, config) if args.traces else None  # the same files for every seed
+    runs: list[tuple[Cluster | None, tuple[VariantResult, ...]]] = []  # only the first cluster is kept
+    for seed in seeds:
+        seeded = replace(config, seed=seed)
+        try:
+            cluster = build_cluster(seeded, traces or load_shapes(args, seeded))
+        except ValueError as exc:
+            raise ConfigError("command line", [("--days", str(exc))]) from exc
 
-    def progress(name: str) -> None:
-        print(f"rebalancer simulate: {name} done at {time.perf_counter() - began:.1f} s", file=sys.stderr)
+        def progress(name: str, seed: int = seed) -> None:
+            print(
+                f"rebalancer simulate: seed {seed} {name} done at {time.perf_counter() - began:.1f} s", file=sys.stderr
+            )
 
-    results = simulate(cluster, policy, threshold, variants, progress)
+        runs.append((None if runs else cluster, simulate(cluster, policy, threshold, variants, progress)))
+    first, results = runs[0]
+    assert first is not None
+    cluster = first
     start = cluster.time_of(cluster.measured_from)
     header = (
         f"Simulation: {cluster.description}\n"
         f"{config.days} day(s) measured after {config.history_days} of history, step {config.step_seconds} s, "
         f"a cycle every {config.interval_seconds} s; hot = real CPU above {threshold:g}% of allocatable; "
-        f"policy {args.policy or 'simulate/policy.yaml'}; seed {config.seed}"
+        f"policy {args.policy or 'simulate/policy.yaml'}"
     )
-    text = comparison_table(results, header)
+    text = comparison_table(results, f"{header}; seed {config.seed}")
+    if len(runs) > 1:
+        text += "\n" + summary_table([r for _, r in runs], seeds, "All seeds:")
     if args.output == "json":
         meta = {"cluster": cluster.description, "days": config.days, "historyDays": config.history_days,
                 "stepSeconds": config.step_seconds, "intervalSeconds": config.interval_seconds,
                 "hotThresholdPct": threshold, "seed": config.seed, "start": start}  # fmt: skip
-        sys.stdout.buffer.write(comparison_json(results, meta))
+        extra = {"seeds": [{"seed": seed, "policies": [r.record() for r in run]} for seed, (_, run) in zip(seeds, runs, strict=True)],
+                 "summary": figures([r for _, r in runs])}  # fmt: skip
+        sys.stdout.buffer.write(comparison_json(results, meta, extra if len(runs) > 1 else {}))
     else:
         sys.stdout.write(text)
     if args.plot:

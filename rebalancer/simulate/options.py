@@ -30,5 +30,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--replacement-delay", default="0", help="from an eviction to its replacement's binding")
     p.add_argument("--no-budgets", action="store_true", help="no PodDisruptionBudgets")
     p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run seeds SEED .. SEED+N-1 and add a mean [min, max] summary (one run can be noise)")  # fmt: skip
     p.add_argument("--output", choices=["table", "json"], default="table")
     p.add_argument("--plot", metavar="FILE", help="FILE.html (self-contained) or FILE.png (needs matplotlib)")

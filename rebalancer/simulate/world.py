@@ -13,6 +13,7 @@ Kubernetes API the production evictor talks to (pure).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -66,6 +67,7 @@ class World:
         facts = ClusterFacts(cluster.nodes, tuple(self.pods))
         self.model = SchedulerModel(build_snapshot(facts, UsageReport(), PoolSettings(), cluster.start))
         self._pending: list[_Pending] = []
+        self._ties = random.Random(cluster.config.seed)  # the scheduler picks at random among equal scores
         self._generation = [0] * len(self.pods)
         self.moves: list[Move] = []
 
@@ -141,7 +143,7 @@ class World:
                 continue
             pod = self.pods[pending.slot]
             node = self._ideal(pod, pending.planned) if ideal else None
-            node = node or self.model.place(pod).node
+            node = node or self.model.place(pod, rng=self._ties).node
             if node is None:
                 waiting.append(pending)  # stays Pending; tried again next step
                 continue

@@ -24,7 +24,9 @@ from rebalancer.simulate.cluster import NAMESPACE, Cluster, Workload, build_clus
 from rebalancer.simulate.config import GI, SimConfig
 from rebalancer.simulate.engine import simulate
 from rebalancer.simulate.readings import NodeSamples, daily_table, node_usage, pod_history, usage_report
+from rebalancer.simulate.result import VariantResult
 from rebalancer.simulate.shapes import synthetic_shapes
+from rebalancer.simulate.summary import figures, summary_table
 from rebalancer.simulate.variants import VARIANTS, Variant
 from rebalancer.simulate.world import MemoryStore, SimActions, World
 from rebalancer.snapshot import build_snapshot
@@ -177,7 +179,7 @@ def test_cli_compares_the_policies_on_the_shared_sample(tmp_path: Path, capsys: 
         shutil.copy(TRACE_DIR / f"{number}.csv.gz", traces)
     plot = tmp_path / "sim.html"
     argv = ["simulate", "--traces", str(traces), "--nodes", "6", "--pods-per-node", "10", "--days", "1",
-            "--output", "json", "--plot", str(plot)]  # fmt: skip
+            "--repeat", "2", "--output", "json", "--plot", str(plot)]  # fmt: skip
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
     rows = {p["name"]: p for p in data["policies"]}
@@ -192,6 +194,20 @@ def test_cli_compares_the_policies_on_the_shared_sample(tmp_path: Path, capsys: 
             for rate in ("discovery", "eviction", "effective"):
                 assert row["rates"][rate] is None or 0 <= row["rates"][rate] <= 1
     assert "<svg" in plot.read_text()
+    assert [s["seed"] for s in data["seeds"]] == [1, 2]
+    assert data["seeds"][0]["policies"] == data["policies"]
+    summary = {f["name"]: f for f in data["summary"]}
+    for name, row in summary.items():
+        evictions = [next(p for p in s["policies"] if p["name"] == name)["evictions"] for s in data["seeds"]]
+        assert row["evictions"] == [sum(evictions) / 2, min(evictions), max(evictions)]
+
+
+def test_summary_of_identical_seeds_has_no_spread(results: tuple[VariantResult, ...]) -> None:
+    rows = {f["name"]: f for f in figures([results, results])}
+    current = next(r for r in results if r.name == "current")
+    assert rows["current"]["evictions"] == (current.evictions,) * 3
+    assert rows["none"]["versusNone"] is None and rows["none"]["effective"] is None
+    assert "mean [min, max] over seeds 1, 2" in summary_table([results, results], [1, 2], "x")
 
 
 def test_cli_names_a_bad_option(capsys: pytest.CaptureFixture[str]) -> None:
