@@ -23,6 +23,7 @@ from rebalancer.efficiency import (
     observe_cycle,
     recently_moved,
 )
+from rebalancer.efficiency.landings import observe_landings
 from rebalancer.efficiency.ledger import overdue
 from rebalancer.efficiency.records import BounceBack, Relief
 from rebalancer.errors import RebalancerError, SourceError, StateConflict
@@ -122,6 +123,8 @@ class EfficiencyRecorder:
             state = before
             state = self._judge_late(state, now, facts, usage_at, late)
             state = judge_followups(state, snapshot)
+            if facts is not None:
+                state = observe_landings(state, facts, now, self._settings.follow_up_seconds)
             state = observe_cycle(state, snapshot, plan, report, trigger, self._settings)
             state = self._bounded(state.prune(now, self._settings.horizon_seconds, self._settings.max_records), now)
             if not self._write:

@@ -156,8 +156,10 @@ class _EfficiencyCollector(Collector):
             "rebalancer_efficiency_ratio",
             'Efficiency over efficiency.period, per pool (pool="*": the cluster): rate=discovery (hot nodes '
             "found / hot by the reference), eviction (found hot nodes with an eviction / found), effective "
-            "(reliefs whose node fell below target within the follow-up window / reliefs judged). No series while "
-            "a rate has nothing to measure.",
+            "(reliefs whose node fell below target within the follow-up window / reliefs judged), landed_back "
+            "(replacements seen scheduled back onto the node their pod was evicted from / replacements seen), "
+            "landing_hit (predicted landings seen on the predicted node / predicted landings seen). No series "
+            "while a rate has nothing to measure.",
             labels=("pool", "rate"),
         )
         nodes = GaugeMetricFamily(
@@ -184,6 +186,13 @@ class _EfficiencyCollector(Collector):
             "(it had just moved).",
             labels=("pool",),
         )
+        landings = GaugeMetricFamily(
+            "rebalancer_efficiency_landings",
+            "Replacements of evicted pods seen scheduled over efficiency.period: kind=seen, landed_back (on the "
+            "node the pod was evicted from), predicted (seen, with a landing prediction), hit (on the predicted "
+            "node).",
+            labels=("pool", "kind"),
+        )
         evictions = GaugeMetricFamily(
             "rebalancer_efficiency_evictions", "Pods evicted from hot nodes over efficiency.period.", labels=("pool",)
         )
@@ -193,7 +202,9 @@ class _EfficiencyCollector(Collector):
             labels=("limiter",),
         )
         for p in report.pools:
-            for rate, value in (("discovery", p.discovery), ("eviction", p.eviction), ("effective", p.effective)):
+            rates = {"discovery": p.discovery, "eviction": p.eviction, "effective": p.effective}
+            rates |= {"landed_back": p.landed_back_rate, "landing_hit": p.landing_hit_rate}
+            for rate, value in rates.items():
                 if value is not None:
                     ratio.add_metric((p.pool, rate), value)
             kinds = {"found": p.found, "acted": p.acted, "reference": p.reference, "missed": len(p.missed_nodes)}
@@ -208,13 +219,16 @@ class _EfficiencyCollector(Collector):
                 reliefs.add_metric((p.pool, result), count)
             bounces.add_metric((p.pool,), p.bounce_backs)
             evictions.add_metric((p.pool,), p.evictions)
+            seen = {"seen": p.landed, "landed_back": p.landed_back, "predicted": p.predicted_landed}
+            for kind, count in (seen | {"hit": p.landing_hits}).items():
+                landings.add_metric((p.pool, kind), count)
         for limiter, count in sorted(report.cluster.blocked.items()):
             blocked.add_metric((limiter,), count)
         period = GaugeMetricFamily(
             "rebalancer_efficiency_period_seconds", "The period the efficiency figures cover (efficiency.period)."
         )
         period.add_metric((), report.end - report.start)
-        yield from (ratio, nodes, unacted, reliefs, bounces, evictions, blocked, period)
+        yield from (ratio, nodes, unacted, reliefs, bounces, landings, evictions, blocked, period)
 
 
 class Metrics:

@@ -183,6 +183,7 @@ def _relief(
                 None if r.eviction.workload is None else str(r.eviction.workload),
                 r.eviction.usage_m,
                 pods[r.eviction.uid].created if r.eviction.uid in pods else 0.0,
+                predicted=r.eviction.landing,
             )
             for r in results
         ),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -51,10 +51,10 @@ def recently_moved(
     evictions = last_evictions(state, now, memory)
     if not evictions:
         return {}
-    wanted = {_ref(key): eviction for key, eviction in evictions.items()}
+    wanted = {workload_ref(key): eviction for key, eviction in evictions.items()}
     moved: dict[PodKey, str] = {}
-    for pod in _pods_of(facts, wanted):
-        eviction = wanted[pod.workload]  # type: ignore[index]  # _pods_of yields pods with a wanted workload
+    for pod in pods_of(facts, wanted):
+        eviction = wanted[pod.workload]  # type: ignore[index]  # pods_of yields pods with a wanted workload
         if is_replacement(pod.created, eviction):
             moved[pod.key] = (
                 f"bounce-back guard: {pod.workload} had a pod evicted from {eviction.node} at {_iso(eviction.at)} "
@@ -64,12 +64,14 @@ def recently_moved(
     return moved
 
 
-def _ref(key: str) -> WorkloadRef:
+def workload_ref(key: str) -> WorkloadRef:
+    """The workload a record names ("Kind/namespace/name")."""
     kind, namespace, name = key.split("/", 2)
     return WorkloadRef(kind, namespace, name)
 
 
-def _pods_of(facts: ClusterFacts, wanted: Mapping[WorkloadRef, LastEviction]) -> Iterable[Pod]:
+def pods_of(facts: ClusterFacts, wanted: Collection[WorkloadRef]) -> Iterable[Pod]:
+    """The pods of the ``wanted`` workloads (from the watch cache's groups when the facts have them)."""
     if facts.by_workload is not None:  # serve's watch cache: no scan of every pod
         for workload in wanted:
             yield from facts.by_workload.get(workload, ())

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from rebalancer.efficiency.records import COOLED, UNJUDGED, EfficiencyState
+from rebalancer.efficiency.records import COOLED, UNJUDGED, EfficiencyState, Relief
 
 CLUSTER = "*"  # the pool key of the cluster-wide figures
 
@@ -43,6 +43,10 @@ class PoolRates:
     reference_minutes: float | None = None
     unacted_nodes: Mapping[str, str] = field(default_factory=dict)  # node -> reason
     missed_nodes: tuple[str, ...] = ()  # hot by the reference, never found
+    landed: int = 0  # evictions whose replacement was seen scheduled
+    landed_back: int = 0  # ... onto the node it was evicted from
+    predicted_landed: int = 0  # evictions with a landing prediction whose replacement was seen
+    landing_hits: int = 0  # ... on the predicted node
 
     @property
     def discovery(self) -> float | None:
@@ -57,6 +61,16 @@ class PoolRates:
     @property
     def effective(self) -> float | None:
         return self.cooled / self.judged if self.judged else None
+
+    @property
+    def landed_back_rate(self) -> float | None:
+        """Of the replacements seen, those scheduled back onto the node they were evicted from."""
+        return self.landed_back / self.landed if self.landed else None
+
+    @property
+    def landing_hit_rate(self) -> float | None:
+        """Of the predicted landings seen, those on the predicted node."""
+        return self.landing_hits / self.predicted_landed if self.predicted_landed else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +151,7 @@ def compute_rates(
             else sum(reference_minutes[n] for n in ref),
             unacted_nodes={n: why for n, why in sorted(unacted.items()) if n in found},
             missed_nodes=() if ref is None else tuple(sorted(ref - found)),
+            **_landings(mine_reliefs),
         )
 
     return EfficiencyReport(start, end, (rates(None), *(rates(p) for p in pools)), reference_problem)
@@ -147,3 +162,14 @@ def _top(counts: Counter[str]) -> str:
     if not counts:
         return "not-planned"
     return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
+def _landings(reliefs: list[Relief]) -> dict[str, int]:
+    seen = [(relief.node, pod) for relief in reliefs for pod in relief.evicted if pod.landed is not None]
+    predicted = [pod for _, pod in seen if pod.predicted is not None]
+    return {
+        "landed": len(seen),
+        "landed_back": sum(1 for node, pod in seen if pod.landed == node),
+        "predicted_landed": len(predicted),
+        "landing_hits": sum(1 for pod in predicted if pod.landed == pod.predicted),
+    }

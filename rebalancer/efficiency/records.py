@@ -59,6 +59,9 @@ class EvictedPod(_Struct, frozen=True):
     workload: str | None  # "Kind/namespace/name"
     usage_m: int
     created: float = 0.0  # the pod's creation time (bounce-backs: was it itself a replacement?)
+    predicted: str | None = None  # where placement prediction expected the replacement (None: no prediction)
+    landed: str | None = None  # where the replacement was seen scheduled (None: not seen yet, or never)
+    replacement: str | None = None  # the pod taken for the replacement ("namespace/name"), claimed once
 
 
 class Relief(_Struct, frozen=True):

@@ -26,6 +26,9 @@ _COLUMNS = (
     ("pending", 7),
     ("evictions", 9),
     ("bounces", 7),
+    ("landed", 6),
+    ("back", 5),
+    ("hit", 5),
 )
 
 
@@ -57,6 +60,9 @@ def _row(p: PoolRates) -> tuple[str, ...]:
         str(p.pending),
         str(p.evictions),
         str(p.bounce_backs),
+        str(p.landed),
+        _pct(p.landed_back_rate),
+        _pct(p.landing_hit_rate),
     )
 
 
@@ -78,7 +84,9 @@ def report_table(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> s
     c = report.cluster
     lines.append("")
     lines.append("discovery = found & hot by the reference / hot by the reference; eviction = acted / found;")
-    lines.append("effective = cooled / judged (pending, unknown usage and gone nodes are not judged).")
+    lines.append("effective = cooled / judged (pending, unknown usage and gone nodes are not judged);")
+    lines.append("landed = replacements seen scheduled; back = of those, on the node they were evicted from;")
+    lines.append("hit = predicted landings seen on the predicted node.")
     if report.reference_problem:
         lines.append(f"reference: {report.reference_problem}")
     sections = (
@@ -115,6 +123,7 @@ def report_table(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> s
 def _pool_json(p: PoolRates) -> dict[str, object]:
     data = asdict(p)
     data.update(discovery=p.discovery, eviction=p.eviction, effective=p.effective)
+    data.update(landedBackRate=p.landed_back_rate, landingHitRate=p.landing_hit_rate)
     return data
 
 

@@ -228,6 +228,12 @@ def test_rates_and_reasons_on_metrics_after_two_cycles(serve: Serve, kube_server
     assert sample(m, "rebalancer_followups_total", pool="general", result="landed-back") == 1.0
     assert sample(m, "rebalancer_efficiency_evictions", pool="general") == 2.0
     assert sample(m, "rebalancer_efficiency_bounce_backs", pool="general") == 0.0
+    # cart-9 was seen as cart-0's replacement, back on hot-3 (api-0's replacement never came: not counted)
+    landings = "rebalancer_efficiency_landings"
+    assert sample(m, landings, pool="general", kind="seen") == 1.0
+    assert sample(m, landings, pool="general", kind="landed_back") == 1.0
+    assert sample(m, ratio, pool="general", rate="landed_back") == 1.0
+    assert sample(m, ratio, pool="general", rate="landing_hit") is None  # no prediction: no hit rate, never 0
 
 
 def test_records_survive_in_the_configmap_with_each_result_explained(serve: Serve, kube_server: TestApiServer) -> None:
@@ -242,6 +248,10 @@ def test_records_survive_in_the_configmap_with_each_result_explained(serve: Serv
     assert results["hot-1"].usage_pct_after is not None and results["hot-1"].usage_pct_after < 70
     assert results["hot-3"].result == "landed-back"
     assert results["hot-3"].detail is not None and "shop/cart-9" in results["hot-3"].detail
+    (cart_0,) = results["hot-3"].evicted
+    assert (cart_0.landed, cart_0.replacement) == ("hot-3", "shop/cart-9")
+    (api_0,) = results["hot-1"].evicted
+    assert (api_0.landed, api_0.replacement) == (None, None)  # no pod of api came after it
     # judged late by the second cycle, on the usage at the window's close (not on the usage at END)
     assert results["hot-1"].judged_at == results["hot-3"].judged_at == T1 + 15 * 60
 
@@ -301,5 +311,7 @@ def test_report_reads_the_records_back_with_reasons_and_plots(
     assert "hot-2: no-evictable-pod" in table
     assert "cold-2" in table
     assert "landed-back 1" in table
+    general = next(line for line in table.splitlines() if line.startswith("general "))
+    assert general.split()[-3:] == ["1", "100%", "-"]  # landed, back, hit (no prediction was made)
     html = plot.read_text()
     assert html.count("<svg") >= 3 and "landed-back" in html
