@@ -1,7 +1,7 @@
 """The closed loop (pure): every step the pods' usage moves on; every ``interval`` a rebalancer cycle runs
 the production code path on the simulated cluster: ``plan_cycle`` -> ``Evictor.apply`` (production
 limiters, limiter state kept in an in-memory ConfigMap) -> efficiency records (``judge_followups``,
-``observe_cycle``); the replacements of evicted pods are bound by the scheduler model.
+``observe_landings``, ``observe_cycle``); the replacements of evicted pods are bound by the scheduler model.
 
 All variants start from the same cluster, the same traces and the same seed.
 """
@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from rebalancer.cycle import plan_cycle
+from rebalancer.efficiency.landings import observe_landings
 from rebalancer.efficiency.ledger import judge_followups, observe_cycle
 from rebalancer.efficiency.moves import recently_moved
 from rebalancer.efficiency.rates import compute_rates
@@ -134,6 +135,7 @@ class _Run:
                 self.blocked[result.limiter] = self.blocked.get(result.limiter, 0) + 1
         seen = build_snapshot(facts, truth, policy.pools, self.now)
         self.records = judge_followups(self.records, seen)
+        self.records = observe_landings(self.records, facts, self.now, policy.efficiency.follow_up_seconds)
         self.records = observe_cycle(self.records, replace(seen, moved=snapshot.moved), plan, report, "simulate",
                                      policy.efficiency)  # fmt: skip
 

@@ -107,6 +107,9 @@ class VariantResult:
                 "uncooled": dict(r.uncooled),
                 "unacted": dict(r.unacted),
                 "bounceBacks": r.bounce_backs,
+                "replacementsSeen": r.landed,
+                "landedBackRate": r.landed_back_rate,  # the production inference, beside the simulation's own count
+                "landingHitRate": r.landing_hit_rate,  # of the evictions with a predicted landing
             },
             "blockedByLimiter": dict(self.blocked),
             "pods": self.pods,
