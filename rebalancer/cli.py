@@ -75,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--output", choices=["table", "json"], default="table")
     _predict_parser(sub)
     _report_parser(sub)
+    from rebalancer.simulate.options import add_parser as add_simulate_parser
+
+    add_simulate_parser(sub)
     return parser
 
 
@@ -172,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _explain_scale_down(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "simulate":
+            from rebalancer.simulate.command import simulate_command
+
+            return simulate_command(args)
         if args.command == "predict":
             from rebalancer.predict.command import predict_command
 

@@ -79,7 +79,7 @@ def _label(at: float) -> str:
 
 
 def _html(timeline: Sequence[Bucket], text: str) -> str:
-    svgs = "\n".join(_svg(chart, [_label(b.end) for b in timeline]) for chart in charts(timeline))
+    svgs = "\n".join(svg_chart(chart, [_label(b.end) for b in timeline]) for chart in charts(timeline))
     return (
         "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>rebalancer efficiency</title>"
         "<style>body{font-family:sans-serif}pre{font-size:12px}svg{margin:8px}</style></head><body>\n"
@@ -87,7 +87,7 @@ def _html(timeline: Sequence[Bucket], text: str) -> str:
     )
 
 
-def _svg(chart: Chart, labels: Sequence[str], width: int = 560, height: int = 260) -> str:
+def svg_chart(chart: Chart, labels: Sequence[str], width: int = 560, height: int = 260) -> str:
     left, right, top, bottom = 50, 150, 30, 40
     plot_w, plot_h = width - left - right, height - top - bottom
     values = [v for _, vs in chart.series for v in vs if v is not None]

@@ -1,0 +1,295 @@
+"""Where the default kube-scheduler would place a pod (pure): filters, then weighted plugin scores.
+
+Filters: :func:`rebalancer.scheduling.placement_blocker` (cordon, NotReady, NoSchedule/NoExecute
+taints, nodeSelector, required node affinity) and NodeResourcesFit on requests (CPU and memory
+checked only when the pod requests them, as the scheduler does; pod count always).
+
+Scores (each 0-100 like the scheduler's, times the default plugin weight):
+
+- NodeResourcesFit LeastAllocated, weight 1: per resource ``(alloc - requested) * 100 // alloc`` in
+  integers, CPU and memory averaged; pods requesting nothing count as 100m / 200Mi ("non-zero" requests).
+- NodeResourcesBalancedAllocation, weight 1: ``(1 - |cpu fraction - memory fraction| / 2) * 100``.
+- TaintToleration, weight 3: the number of PreferNoSchedule taints the pod does not tolerate,
+  normalized in reverse (the node with most such taints scores 0, a node with none 100).
+- PodTopologySpread, weight 2, the default system constraints (hostname maxSkew 3 and
+  ``topology.kubernetes.io/zone`` maxSkew 5, ScheduleAnyway) over the pod's workload: fewer pods of
+  the same workload on the node (and in its zone) scores higher. Bare pods have no such constraint.
+
+Not modelled: ImageLocality, preferred node and inter-pod affinity, volume plugins, pods' own
+topologySpreadConstraints, and percentageOfNodesToScore (every feasible node is scored, as with 100%).
+
+Ties: the scheduler picks uniformly at random among the best nodes. Without an ``rng`` the model
+takes the first of them by node name (deterministic); with a seeded ``random.Random`` it picks
+uniformly like the scheduler, reproducibly.
+
+Cost: node data is kept in numpy arrays built once; a query is a handful of vectorized operations
+over the nodes (the planner asks once per candidate pod on 5,000-node clusters). ``remove``/``add``
+keep the model current as pods leave or are bound (planning moves, or a simulation's evictions);
+``replace_node`` as a node changes (a landing guard's PreferNoSchedule taint, a cordon).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from rebalancer.model import Node, Pod, PodKey, WorkloadRef
+from rebalancer.scheduling import placement_blocker
+from rebalancer.snapshot import ClusterSnapshot
+
+MAX_NODE_SCORE = 100
+WEIGHT_FIT, WEIGHT_BALANCED, WEIGHT_TAINT, WEIGHT_SPREAD = 1, 1, 3, 2
+DEFAULT_CPU_M, DEFAULT_MEMORY = 100, 200 * 2**20  # the scheduler's non-zero request defaults
+HOSTNAME_SKEW, ZONE_SKEW = 3, 5
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+Ints = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """The node the scheduler would choose (None: unschedulable, and why), its score and the ties."""
+
+    node: str | None
+    score: int
+    tied: tuple[str, ...]
+    reason: str
+
+
+def nonzero(pod: Pod) -> tuple[int, int]:
+    """The requests the scheduler scores with: nothing requested counts as 100m CPU / 200Mi memory."""
+    return (pod.cpu_request_m or DEFAULT_CPU_M, pod.memory_request or DEFAULT_MEMORY)
+
+
+class SchedulerModel:
+    """The default scheduler's choice for a pod over a cluster, kept current with ``remove``/``add``."""
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.names: tuple[str, ...] = tuple(sorted(snapshot.nodes))
+        self._index = {name: i for i, name in enumerate(self.names)}
+        nodes = [snapshot.nodes[n] for n in self.names]
+        self._nodes: tuple[Node, ...] = tuple(nodes)
+        self._alloc_cpu = np.array([n.allocatable_cpu_m for n in nodes], dtype=np.int64)
+        self._alloc_mem = np.array([n.allocatable_memory for n in nodes], dtype=np.int64)
+        self._alloc_pods = np.array([n.allocatable_pods for n in nodes], dtype=np.int64)
+        size = len(nodes)
+        self._req_cpu, self._req_mem, self._pods = (np.zeros(size, np.int64) for _ in range(3))
+        self._nz_cpu, self._nz_mem = np.zeros(size, np.int64), np.zeros(size, np.int64)
+        self._zone_names = sorted({n.labels[ZONE_LABEL] for n in nodes if ZONE_LABEL in n.labels})
+        self._zone = np.array(
+            [self._zone_names.index(n.labels[ZONE_LABEL]) if ZONE_LABEL in n.labels else -1 for n in nodes],
+            dtype=np.int64,
+        )
+        self._zones = len(self._zone_names)
+        self._workload: dict[WorkloadRef, dict[int, int]] = {}  # workload -> node index -> non-terminating pods
+        self._where: dict[PodKey, int] = {}
+        self._masks: dict[tuple[object, ...], tuple[Bools, Bools, str]] = {}
+        self._prefer: dict[tuple[object, ...], Ints] = {}
+        for name in self.names:
+            for pod in snapshot.pods_on(name):
+                self.add(pod, name)
+
+    def add(self, pod: Pod, node: str) -> None:
+        """``pod`` is bound to ``node`` from now on."""
+        i = self._index[node]
+        self._shift(pod, i, 1)
+        self._where[pod.key] = i
+
+    def remove(self, pod: Pod) -> None:
+        """``pod`` left its node (evicted, deleted or moved by a plan); unknown pods are ignored."""
+        i = self._where.pop(pod.key, None)
+        if i is not None:
+            self._shift(pod, i, -1)
+
+    def replace_node(self, node: Node) -> None:
+        """A node changed (taints, cordon, labels, allocatable): later queries see it. Its pods stay."""
+        i = self._index[node.name]
+        nodes = list(self._nodes)
+        nodes[i] = node
+        self._nodes = tuple(nodes)
+        self._alloc_cpu[i], self._alloc_mem[i], self._alloc_pods[i] = (
+            node.allocatable_cpu_m, node.allocatable_memory, node.allocatable_pods,
+        )  # fmt: skip
+        zone = node.labels.get(ZONE_LABEL)
+        if zone is not None and zone not in self._zone_names:
+            self._zone_names.append(zone)
+        self._zones = len(self._zone_names)
+        self._zone[i] = -1 if zone is None else self._zone_names.index(zone)
+        self._masks.clear()
+        self._prefer.clear()
+
+    def node_of(self, pod: Pod) -> str | None:
+        i = self._where.get(pod.key)
+        return None if i is None else self.names[i]
+
+    def place(
+        self, pod: Pod, *, vacate: bool = False, exclude: Collection[str] = (), rng: random.Random | None = None
+    ) -> Scheduled:
+        """Where a pod like ``pod`` would be scheduled now. ``vacate``: as if ``pod`` itself had left its
+        node first (where an evicted pod's replacement lands). ``exclude``: nodes not to consider."""
+        where = self._where.get(pod.key) if vacate else None
+        feasible, why = self._feasible(pod, where, exclude)
+        if not feasible.any():
+            return Scheduled(None, 0, (), why)
+        total = self._scores(pod, where, feasible)
+        best = int(total[feasible].max())
+        tied = tuple(self.names[i] for i in np.flatnonzero(feasible & (total == best)))
+        chosen = tied[0] if rng is None or len(tied) == 1 else rng.choice(tied)
+        return Scheduled(chosen, best, tied, f"highest score {best} of {int(feasible.sum())} feasible node(s)")
+
+    def scores(self, pod: Pod, *, vacate: bool = False) -> dict[str, int]:
+        """Every feasible node's total weighted score (for explanations and tests)."""
+        where = self._where.get(pod.key) if vacate else None
+        feasible, _ = self._feasible(pod, where, ())
+        total = self._scores(pod, where, feasible)
+        return {self.names[i]: int(total[i]) for i in np.flatnonzero(feasible)}
+
+    def _shift(self, pod: Pod, i: int, sign: int) -> None:
+        cpu, memory = nonzero(pod)
+        self._req_cpu[i] += sign * pod.cpu_request_m
+        self._req_mem[i] += sign * pod.memory_request
+        self._nz_cpu[i] += sign * cpu
+        self._nz_mem[i] += sign * memory
+        self._pods[i] += sign
+        if pod.workload is not None and not pod.terminating:
+            counts = self._workload.setdefault(pod.workload, {})
+            counts[i] = counts.get(i, 0) + sign
+
+    def _requested(self, values: Ints, pod_value: int, where: int | None) -> Ints:
+        """Node sums with the pod added everywhere (and taken off its own node when vacating)."""
+        out = values + pod_value
+        if where is not None:
+            out[where] -= pod_value
+        return out
+
+    def _feasible(self, pod: Pod, where: int | None, exclude: Collection[str]) -> tuple[Bools, str]:
+        allowed, _, blocked_why = self._constraint_masks(pod)
+        cpu = self._requested(self._req_cpu, pod.cpu_request_m, where)
+        mem = self._requested(self._req_mem, pod.memory_request, where)
+        count = self._requested(self._pods, 1, where)
+        fits_cpu = (cpu <= self._alloc_cpu) if pod.cpu_request_m > 0 else np.ones(len(self.names), np.bool_)
+        fits_mem = (mem <= self._alloc_mem) if pod.memory_request > 0 else np.ones(len(self.names), np.bool_)
+        fits_pods = count <= self._alloc_pods
+        feasible = allowed & fits_cpu & fits_mem & fits_pods
+        for name in exclude:
+            if name in self._index:
+                feasible[self._index[name]] = False
+        if feasible.any():
+            return feasible, ""
+        reasons = [blocked_why] if blocked_why else []
+        for label, mask in (
+            ("Insufficient cpu", fits_cpu),
+            ("Insufficient memory", fits_mem),
+            ("Too many pods", fits_pods),
+        ):
+            short = int((allowed & ~mask).sum())
+            if short:
+                reasons.append(f"{short} {label}")
+        if exclude:
+            reasons.append("the rest excluded")
+        return feasible, f"0/{len(self.names)} nodes are available: " + ", ".join(reasons or ["no nodes"])
+
+    def _constraint_masks(self, pod: Pod) -> tuple[Bools, Bools, str]:
+        """Nodes the pod's constraints allow, nodes its selector/affinity match (the spread counts over
+        those, taints ignored as the default nodeTaintsPolicy says), and a summary of the blockers."""
+        key = (pod.tolerations, tuple(sorted(pod.node_selector.items())), pod.required_affinity)
+        found = self._masks.get(key)
+        if found is None:
+            reasons: dict[str, int] = {}
+            allowed, affine = np.zeros(len(self.names), np.bool_), np.zeros(len(self.names), np.bool_)
+            for i, node in enumerate(self._nodes):
+                why = placement_blocker(pod, node)
+                allowed[i] = why is None
+                affine[i] = why is None or not (why.startswith("nodeSelector") or why.startswith("required"))
+                if why is not None:
+                    reasons[why] = reasons.get(why, 0) + 1
+            summary = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
+            found = self._masks[key] = (allowed, affine, summary)
+        return found
+
+    def _scores(self, pod: Pod, where: int | None, feasible: Bools) -> Ints:
+        cpu, memory = nonzero(pod)
+        nz_cpu = self._requested(self._nz_cpu, cpu, where)
+        nz_mem = self._requested(self._nz_mem, memory, where)
+        fit = (_least(nz_cpu, self._alloc_cpu) + _least(nz_mem, self._alloc_mem)) // 2
+        balanced = self._balanced(pod, where)
+        taint = _reverse_normalized(self._untolerated(pod), feasible)
+        spread = self._spread(pod, where, feasible)
+        total: Ints = WEIGHT_FIT * fit + WEIGHT_BALANCED * balanced + WEIGHT_TAINT * taint + WEIGHT_SPREAD * spread
+        return total
+
+    def _balanced(self, pod: Pod, where: int | None) -> Ints:
+        cpu = self._requested(self._req_cpu, pod.cpu_request_m, where)
+        mem = self._requested(self._req_mem, pod.memory_request, where)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f_cpu = np.minimum(np.where(self._alloc_cpu > 0, cpu / self._alloc_cpu, 0.0), 1.0)
+            f_mem = np.minimum(np.where(self._alloc_mem > 0, mem / self._alloc_mem, 0.0), 1.0)
+        score: Ints = ((1.0 - np.abs(f_cpu - f_mem) / 2) * MAX_NODE_SCORE).astype(np.int64)
+        return score
+
+    def _untolerated(self, pod: Pod) -> Ints:
+        key = pod.tolerations
+        found = self._prefer.get(key)
+        if found is None:
+            tolerations = [t for t in pod.tolerations if t.effect in ("", "PreferNoSchedule")]
+            found = self._prefer[key] = np.array(
+                [
+                    sum(
+                        1
+                        for t in n.taints
+                        if t.effect == "PreferNoSchedule" and not any(x.tolerates(t) for x in tolerations)
+                    )
+                    for n in self._nodes
+                ],
+                dtype=np.int64,
+            )
+        return found
+
+    def _spread(self, pod: Pod, where: int | None, feasible: Bools) -> Ints:
+        size = len(self.names)
+        if pod.workload is None:
+            return np.zeros(size, np.int64)
+        on_node = np.zeros(size, np.int64)
+        for i, n in self._workload.get(pod.workload, {}).items():
+            on_node[i] = n
+        if where is not None and not pod.terminating:
+            on_node[where] -= 1
+        raw = on_node * math.log(int(feasible.sum()) + 2) + (HOSTNAME_SKEW - 1)
+        if self._zones:
+            _, affine, _ = self._constraint_masks(pod)
+            zone = self._zone
+            counted = (zone >= 0) & affine
+            per_zone = np.bincount(zone[counted], weights=on_node[counted], minlength=self._zones)
+            domains = len(set(zone[feasible & (zone >= 0)].tolist()))
+            zone_raw = per_zone[np.maximum(zone, 0)] * math.log(domains + 2) + (ZONE_SKEW - 1)
+            raw = raw + np.where(zone >= 0, zone_raw, 0.0)
+        score: Ints = np.floor(raw + 0.5).astype(np.int64)  # Go's math.Round: half away from zero (raw >= 0 here)
+        if not feasible.any():
+            return score
+        low, high = int(score[feasible].min()), int(score[feasible].max())
+        if high == 0:
+            return np.full(size, MAX_NODE_SCORE, np.int64)
+        normalized: Ints = (MAX_NODE_SCORE * (high + low - score)) // high
+        return normalized
+
+
+def _least(requested: Ints, allocatable: Ints) -> Ints:
+    safe = np.maximum(allocatable, 1)
+    score: Ints = np.where(
+        (allocatable <= 0) | (requested > allocatable), 0, ((allocatable - requested) * MAX_NODE_SCORE) // safe
+    )
+    return score
+
+
+def _reverse_normalized(raw: Ints, feasible: Bools) -> Ints:
+    high = int(raw[feasible].max()) if feasible.any() else 0
+    if high == 0:
+        return np.full(len(raw), MAX_NODE_SCORE, np.int64)
+    score: Ints = MAX_NODE_SCORE - (MAX_NODE_SCORE * raw) // high
+    return score

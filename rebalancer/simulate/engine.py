@@ -1,0 +1,150 @@
+"""The closed loop (pure): every step the pods' usage moves on; every ``interval`` a rebalancer cycle runs
+the production code path on the simulated cluster: ``plan_cycle`` -> ``Evictor.apply`` (production
+limiters, limiter state kept in an in-memory ConfigMap) -> efficiency records (``judge_followups``,
+``observe_landings``, ``observe_cycle``); the replacements of evicted pods are bound by the scheduler model.
+
+All variants start from the same cluster, the same traces and the same seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from rebalancer.cycle import plan_cycle
+from rebalancer.efficiency.landings import observe_landings
+from rebalancer.efficiency.ledger import judge_followups, observe_cycle
+from rebalancer.efficiency.moves import recently_moved
+from rebalancer.efficiency.rates import compute_rates
+from rebalancer.efficiency.records import EfficiencyState
+from rebalancer.evictor import DryRun, Evictor, Outcome
+from rebalancer.limits.settings import duration_seconds
+from rebalancer.model import ClusterFacts, PodKey
+from rebalancer.policy import Policy
+from rebalancer.predict.history import DailyPeaks
+from rebalancer.predict.predictor import predict
+from rebalancer.predicted import PredictedLoad
+from rebalancer.protections import Protections
+from rebalancer.simulate.cluster import Cluster
+from rebalancer.simulate.readings import NodeSamples, daily_table, node_usage, pod_history, usage_report
+from rebalancer.simulate.result import VariantResult
+from rebalancer.simulate.variants import VARIANTS, Variant, variant_policy
+from rebalancer.simulate.world import MemoryStore, SimActions, World
+from rebalancer.snapshot import PoolResolver, build_snapshot
+
+Progress = Callable[[str], None]
+
+
+def simulate(
+    cluster: Cluster,
+    base: Policy,
+    hot_pct: float,
+    variants: Sequence[Variant] = VARIANTS,
+    progress: Progress | None = None,
+) -> tuple[VariantResult, ...]:
+    """Run every variant on ``cluster``; ``hot_pct``: a node whose real usage is above this share of its
+    allocatable CPU at a step is hot for that step (hot-node-minutes, and the rates' reference)."""
+    table = (
+        daily_table(cluster, base.predictor.quantile) if base.predictor.days <= cluster.config.history_days else None
+    )
+    results = []
+    for variant in variants:
+        results.append(_Run(cluster, variant_policy(base, variant), variant, hot_pct, table).run())
+        if progress is not None:
+            progress(variant.name)
+    return tuple(results)
+
+
+class _Run:
+    def __init__(
+        self, cluster: Cluster, policy: Policy, variant: Variant, hot_pct: float, table: np.ndarray | None
+    ) -> None:
+        self.cluster, self.policy, self.variant, self.hot_pct, self.table = cluster, policy, variant, hot_pct, table
+        config = cluster.config
+        self.world = World(cluster)
+        window = max(1, duration_seconds(policy.prometheus.window) // config.step_seconds)
+        self.samples = NodeSamples(len(cluster.nodes), window)
+        self.now = cluster.time_of(cluster.measured_from)
+        self.actions = SimActions(self.world, self.now)
+        self.evictor = Evictor(
+            self.actions, MemoryStore(), MemoryStore(), policy.limits, Protections.from_settings(policy.protections),
+            DryRun.OFF, "rebalancer-simulate", clock=lambda: self.now,
+        )  # fmt: skip
+        self.records = EfficiencyState()
+        self.predictive = any(getattr(s, "classify_by", "current") != "current" for s in policy.strategies)
+        self.history: tuple[int, DailyPeaks[PodKey]] | None = None
+        self.per_cycle: list[int] = []
+        self.blocked: dict[str, int] = {}
+
+    def run(self) -> VariantResult:
+        cluster, config = self.cluster, self.cluster.config
+        first = cluster.measured_from
+        for step in range(max(0, first - self.samples.window), first):  # the window before the start
+            self.samples.add(node_usage(self.world, step))
+        capacity = np.array([n.allocatable_cpu_m for n in cluster.nodes], dtype=np.float64) * self.hot_pct / 100
+        every = config.interval_seconds // config.step_seconds
+        steps = cluster.usage.shape[1] - first
+        hot_series = np.zeros(steps, dtype=np.int64)
+        reference = np.zeros(len(cluster.nodes))
+        run = np.zeros(len(cluster.nodes), dtype=np.int64)  # steps each node has been hot in a row
+        lag_steps = (self.samples.window * config.step_seconds + config.interval_seconds) // config.step_seconds
+        early = 0  # hot steps within the detection lag of their episode's start
+        for i in range(steps):
+            step = first + i
+            self.now = cluster.time_of(step)
+            usage = node_usage(self.world, step)
+            self.samples.add(usage)
+            hot = usage > capacity
+            hot_series[i] = int(hot.sum())
+            reference += hot * (config.step_seconds / 60)
+            run = np.where(hot, run + 1, 0)
+            early += int((hot & (run <= lag_steps)).sum())
+            if self.variant.usage is not None and i % every == 0:
+                self._cycle(step)
+            self.world.bind_due(self.now, self.variant.ideal_placement)
+        end = cluster.time_of(first + steps)
+        minutes = {name: float(m) for name, m in zip(self.world.node_names, reference, strict=True) if m > 0}
+        pools = PoolResolver(self.policy.pools)
+        pool_of = {node.name: pools.pool_of(node) for node in self.world.nodes}
+        rates = compute_rates(self.records, minutes, pool_of, cluster.time_of(first), end).cluster
+        result = VariantResult.of(self.variant, self.world, hot_series, config.step_seconds, rates, self.per_cycle,
+                                  self.blocked, self.records if self.variant.usage else None)  # fmt: skip
+        return replace(result, early_minutes=early * config.step_seconds / 60,
+                       lag_minutes=lag_steps * config.step_seconds / 60)  # fmt: skip
+
+    def _cycle(self, step: int) -> None:
+        assert self.variant.usage is not None
+        world, policy = self.world, self.policy
+        facts = world.facts()
+        quantile = policy.prometheus.quantile
+        usage = usage_report(self.variant.usage, world, step, self.samples, quantile)
+        truth = usage if self.variant.usage == "window" else usage_report("window", world, step, self.samples, quantile)
+        predicted = self._predicted(facts, step) if self.predictive else None
+        moved = recently_moved(self.records, facts, self.now, policy.efficiency)
+        snapshot, plan = plan_cycle(facts, usage, policy, self.now, None, predicted, None, moved)
+        self.actions.now = self.now
+        report = self.evictor.apply(plan, snapshot)
+        self.per_cycle.append(report.count(Outcome.EVICTED))
+        for result in report.results:
+            if result.outcome is Outcome.EVICTED:
+                e = result.eviction
+                self.world.plan_destination(f"{e.namespace}/{e.name}", e.room_on)
+            if result.outcome is Outcome.BLOCKED and result.limiter:
+                self.blocked[result.limiter] = self.blocked.get(result.limiter, 0) + 1
+        seen = build_snapshot(facts, truth, policy.pools, self.now)
+        self.records = judge_followups(self.records, seen)
+        self.records = observe_landings(self.records, facts, self.now, policy.efficiency.follow_up_seconds)
+        self.records = observe_cycle(self.records, replace(seen, moved=snapshot.moved), plan, report, "simulate",
+                                     policy.efficiency)  # fmt: skip
+
+    def _predicted(self, facts: ClusterFacts, step: int) -> PredictedLoad:
+        settings = self.policy.predictor
+        if self.table is None:
+            return PredictedLoad.failed(f"the simulation has fewer history days than predictor.days {settings.days}")
+        today = step // self.cluster.config.steps_per_day
+        if self.history is None or self.history[0] != today:  # read once a day, as serve mode does
+            self.history = (today, pod_history(self.world, self.table, today, settings.days, settings.quantile))
+        prediction = predict(facts, self.history[1], settings)
+        return PredictedLoad.from_prediction(prediction, f"simulated history, {settings.aggregation}")

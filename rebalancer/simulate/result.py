@@ -1,0 +1,116 @@
+"""What one variant reached (pure): the figures of the comparison table, JSON and plots."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from rebalancer.efficiency.rates import PoolRates
+from rebalancer.efficiency.records import EfficiencyState
+from rebalancer.simulate.variants import Variant
+from rebalancer.simulate.world import Move, World
+
+
+@dataclass(frozen=True, slots=True)
+class VariantResult:
+    name: str
+    description: str
+    hot_node_minutes: float  # sum over steps of (nodes above the hot threshold) x step minutes
+    evictions: int
+    landed_back: int  # replacements bound to the node their pod was evicted from
+    unbound: int  # replacements still Pending at the end
+    cycles: int
+    max_per_cycle: int
+    rates: PoolRates | None  # the production efficiency rates over the measured days (None: never ran)
+    hot_series: tuple[int, ...]  # hot nodes at each step
+    step_seconds: int
+    moves: tuple[Move, ...] = ()
+    blocked: Mapping[str, int] = field(default_factory=dict)  # limiter -> evictions it blocked
+    pods: int = 0  # slots filled at the end (bound or Pending): never fewer than at the start
+    early_minutes: float = 0.0  # hot-node-minutes within the first lag_minutes of their hot episode
+    lag_minutes: float = 0.0  # the usage window plus a cycle interval: how late a reactive cycle finds a hot node
+
+    @classmethod
+    def of(
+        cls,
+        variant: Variant,
+        world: World,
+        hot_series: npt.NDArray[np.int64],
+        step_seconds: int,
+        rates: PoolRates,
+        per_cycle: Sequence[int],
+        blocked: Mapping[str, int],
+        records: EfficiencyState | None,
+    ) -> VariantResult:
+        return cls(
+            name=variant.name,
+            description=variant.description,
+            hot_node_minutes=float(hot_series.sum()) * step_seconds / 60,
+            evictions=len(world.moves),
+            landed_back=sum(1 for m in world.moves if m.landed_back),
+            unbound=world.pending,
+            cycles=len(per_cycle),
+            max_per_cycle=max(per_cycle, default=0),
+            rates=rates if records is not None else None,
+            hot_series=tuple(int(v) for v in hot_series),
+            step_seconds=step_seconds,
+            moves=tuple(world.moves),
+            blocked=dict(sorted(blocked.items())),
+            pods=len(world.pods),
+        )
+
+    @property
+    def cooled(self) -> int | None:
+        return None if self.rates is None else self.rates.cooled
+
+    @property
+    def evictions_per_cooled(self) -> float | None:
+        if self.rates is None or not self.rates.cooled:
+            return None
+        return self.evictions / self.rates.cooled
+
+    @property
+    def landed_back_share(self) -> float | None:
+        return self.landed_back / self.evictions if self.evictions else None
+
+    def record(self) -> dict[str, Any]:
+        r = self.rates
+        return {
+            "name": self.name,
+            "description": self.description,
+            "hotNodeMinutes": self.hot_node_minutes,
+            "hotNodeMinutesEarly": self.early_minutes,
+            "detectionLagMinutes": self.lag_minutes,
+            "evictions": self.evictions,
+            "landedBack": self.landed_back,
+            "landedBackShare": self.landed_back_share,
+            "unbound": self.unbound,
+            "cycles": self.cycles,
+            "maxEvictionsPerCycle": self.max_per_cycle,
+            "cooled": self.cooled,
+            "evictionsPerCooledNode": self.evictions_per_cooled,
+            "rates": None
+            if r is None
+            else {
+                "discovery": r.discovery,
+                "eviction": r.eviction,
+                "effective": r.effective,
+                "hotByReference": r.reference,
+                "found": r.found,
+                "acted": r.acted,
+                "reliefs": r.reliefs,
+                "judged": r.judged,
+                "uncooled": dict(r.uncooled),
+                "unacted": dict(r.unacted),
+                "bounceBacks": r.bounce_backs,
+                "replacementsSeen": r.landed,
+                "landedBackRate": r.landed_back_rate,  # the production inference, beside the simulation's own count
+                "landingHitRate": r.landing_hit_rate,  # of the evictions with a predicted landing
+            },
+            "blockedByLimiter": dict(self.blocked),
+            "pods": self.pods,
+        }

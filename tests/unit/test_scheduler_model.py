@@ -1,0 +1,276 @@
+"""The default-scheduler model on hand-built clusters whose answer is known."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rebalancer.model import Node, Pod, Taint, Toleration
+from rebalancer.scheduler_model import SchedulerModel
+from tests.builders import GI, node, pod, snapshot, usage
+
+
+def model(nodes: Sequence[Node], pods: Sequence[Pod]) -> SchedulerModel:
+    return SchedulerModel(snapshot(nodes, pods, usage({n.name: 0 for n in nodes})))
+
+
+def filler(node_name: str, count: int, cpu_m: int = 1000, prefix: str = "") -> list[Pod]:
+    """``count`` pods of their own workloads (no spreading effect on other workloads)."""
+    return [
+        pod(f"{prefix}{node_name}-f{i}", node_name, workload=f"{prefix}{node_name}-f{i}", cpu_request_m=cpu_m)
+        for i in range(count)
+    ]
+
+
+PREFER = Taint("dedicated", "batch", "PreferNoSchedule")
+HARD = Taint("dedicated", "gpu", "NoSchedule")
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    nodes: list[Node]
+    pods: list[Pod]
+    new: Pod
+    expected: str | None
+    vacate: bool = False
+    exclude: tuple[str, ...] = ()
+    reason_has: str = ""
+
+
+_moved = pod("web-1", "a", workload="web", cpu_request_m=1000)
+CASES = [
+    Case(
+        "equal requests: the relieved node wins by least-allocated (the replacement lands back)",
+        [node("a"), node("b"), node("c")],
+        [_moved, *filler("a", 2), *filler("b", 3), *filler("c", 3)],
+        _moved,
+        "a",
+        vacate=True,
+    ),
+    Case(
+        "without vacating, the least requested node wins",
+        [node("a"), node("b"), node("c")],
+        [*filler("a", 3), *filler("b", 2), *filler("c", 3)],
+        pod("new", None, workload="new", cpu_request_m=500),
+        "b",
+    ),
+    Case(
+        "all equal: first by name",
+        [node("c"), node("b"), node("a")],
+        [],
+        pod("new", None, cpu_request_m=500),
+        "a",
+    ),
+    Case(
+        "NoSchedule taint not tolerated filters the emptiest node",
+        [node("a", taints=[HARD]), node("b"), node("c")],
+        [*filler("b", 2), *filler("c", 3)],
+        pod("new", None, workload="new"),
+        "b",
+    ),
+    Case(
+        "NoSchedule taint tolerated: the emptiest node wins again",
+        [node("a", taints=[HARD]), node("b"), node("c")],
+        [*filler("b", 2), *filler("c", 3)],
+        pod("new", None, workload="new", tolerations=[Toleration("dedicated", "Equal", "gpu", "NoSchedule")]),
+        "a",
+    ),
+    Case(
+        "nodeSelector filters",
+        [node("a"), node("b", labels={"disk": "ssd"}), node("c", labels={"disk": "ssd"})],
+        [*filler("b", 3), *filler("c", 2)],
+        pod("new", None, workload="new", node_selector={"disk": "ssd"}),
+        "c",
+    ),
+    Case(
+        "cordoned and NotReady nodes filtered",
+        [node("a", unschedulable=True), node("b", ready=False), node("c")],
+        filler("c", 5),
+        pod("new", None, workload="new"),
+        "c",
+    ),
+    Case(
+        "PreferNoSchedule moves the choice off the emptiest node",
+        [node("a", taints=[PREFER]), node("b"), node("c")],
+        [*filler("a", 1), *filler("b", 3), *filler("c", 4)],
+        pod("new", None, workload="new"),
+        "b",
+    ),
+    Case(
+        "PreferNoSchedule tolerated: no effect",
+        [node("a", taints=[PREFER]), node("b"), node("c")],
+        [*filler("a", 1), *filler("b", 3), *filler("c", 4)],
+        pod("new", None, workload="new", tolerations=[Toleration("dedicated", "Exists", "", "")]),
+        "a",
+    ),
+    Case(
+        "PreferNoSchedule on the relieved node keeps the replacement away (the landing guard)",
+        [node("a", taints=[PREFER]), node("b"), node("c")],
+        [_moved, *filler("a", 2), *filler("b", 3), *filler("c", 3)],
+        _moved,
+        "b",
+        vacate=True,
+    ),
+    Case(
+        "spreading: equal requests, the node without the workload's pods wins",
+        [node("a"), node("b")],
+        [
+            pod("web-1", "a", workload="web", cpu_request_m=1000),
+            pod("web-2", "a", workload="web", cpu_request_m=1000),
+            *filler("b", 2),
+        ],
+        pod("web-3", None, workload="web", cpu_request_m=1000),
+        "b",
+    ),
+    Case(
+        "spreading in zones: the zone without the workload's pods wins",
+        [
+            node("a", labels={"topology.kubernetes.io/zone": "z1"}),
+            node("b", labels={"topology.kubernetes.io/zone": "z1"}),
+            node("c", labels={"topology.kubernetes.io/zone": "z2"}),
+        ],
+        [
+            *[pod(f"web-{i}", "a", workload="web", cpu_request_m=10) for i in range(4)],
+            *filler("b", 1, cpu_m=40),
+            *filler("c", 1, cpu_m=40),
+        ],
+        pod("web-9", None, workload="web", cpu_request_m=10),
+        "c",
+    ),
+    Case(
+        "CPU requests must fit",
+        [node("a", cpu_m=2000), node("b", cpu_m=10_000)],
+        [*filler("b", 8)],
+        pod("new", None, workload="new", cpu_request_m=2500),
+        None,
+        reason_has="2 Insufficient cpu",
+    ),
+    Case(
+        "memory requests must fit",
+        [node("a", memory=GI), node("b")],
+        filler("b", 9),
+        pod("new", None, workload="new", memory_request=2 * GI),
+        "b",
+    ),
+    Case(
+        "pod capacity must fit",
+        [node("a", max_pods=2), node("b")],
+        [*filler("a", 2, cpu_m=10), *filler("b", 5)],
+        pod("new", None, workload="new"),
+        "b",
+    ),
+    Case(
+        "a pod requesting no CPU fits on a node whose CPU is fully requested",
+        [node("a", cpu_m=1000)],
+        filler("a", 1),
+        pod("new", None, workload="new", cpu_request_m=0),
+        "a",
+    ),
+    Case(
+        "excluded nodes are not considered",
+        [node("a"), node("b"), node("c")],
+        [_moved, *filler("a", 2), *filler("b", 3), *filler("c", 4)],
+        _moved,
+        "b",
+        vacate=True,
+        exclude=("a",),
+    ),
+    Case(
+        "nothing fits: the reason names the filters",
+        [node("a", taints=[HARD]), node("b", unschedulable=True)],
+        [],
+        pod("new", None, workload="new"),
+        None,
+        reason_has="0/2 nodes are available",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_placement(case: Case) -> None:
+    scheduled = model(case.nodes, case.pods).place(case.new, vacate=case.vacate, exclude=case.exclude)
+    assert scheduled.node == case.expected, scheduled
+    assert case.reason_has in scheduled.reason
+
+
+def test_score_of_one_pod_on_an_empty_node_matches_the_scheduler_arithmetic() -> None:
+    # fit: cpu (10000-1000)*100//10000 = 90, memory 63*100//64 = 98 -> 94; balanced: |0.1 - 1/64|/2 -> 95;
+    # taint: no PreferNoSchedule anywhere -> 100 x 3; spread: one node, min = max -> 100 x 2
+    scores = model([node("a")], []).scores(pod("new", None, cpu_request_m=1000, memory_request=GI))
+    assert scores == {"a": 94 + 95 + 300 + 200}
+
+
+def test_without_vacating_the_pod_still_counts_on_its_node() -> None:
+    nodes = [node("a"), node("b"), node("c")]
+    m = model(nodes, [_moved, *filler("a", 2), *filler("b", 3), *filler("c", 3)])
+    assert m.place(_moved).node == "b"  # a holds 3 pods + web-1's spread count; b and c tie on 3 -> b by name
+    assert m.place(_moved, vacate=True).node == "a"
+
+
+def test_seeded_rng_picks_among_ties_reproducibly() -> None:
+    m = model([node(n) for n in "abcdef"], [])
+    new = pod("new", None)
+    assert m.place(new).tied == tuple("abcdef")
+    picks = [m.place(new, rng=random.Random(seed)).node for seed in range(40)]
+    assert len(set(picks)) > 1
+    assert picks == [m.place(new, rng=random.Random(seed)).node for seed in range(40)]
+
+
+def test_remove_and_add_keep_the_model_current() -> None:
+    nodes = [node("a"), node("b")]
+    m = model(nodes, [_moved, *filler("b", 1)])
+    assert m.node_of(_moved) == "a"
+    m.remove(_moved)
+    assert m.node_of(_moved) is None
+    m.add(_moved, "b")
+    assert m.scores(pod("new", None)) == model(
+        nodes, [pod("web-1", "b", workload="web", cpu_request_m=1000), *filler("b", 1)]
+    ).scores(pod("new", None))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    placements=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(0, 3000)), min_size=1, max_size=12),
+    removed=st.sets(st.integers(0, 11)),
+)
+def test_updates_equal_a_fresh_model(placements: list[tuple[int, int, int]], removed: set[int]) -> None:
+    """Removing pods from a model gives the same scores as a model built without them."""
+    nodes = [node(n, labels={"topology.kubernetes.io/zone": f"z{i % 2}"}) for i, n in enumerate("abcd")]
+    pods = [pod(f"p{i}", "abcd"[n], workload=f"w{w}", cpu_request_m=cpu) for i, (n, w, cpu) in enumerate(placements)]
+    m = model(nodes, pods)
+    for i in removed:
+        if i < len(pods):
+            m.remove(pods[i])
+    kept = [p for i, p in enumerate(pods) if i not in removed]
+    fresh = model(nodes, kept)
+    for probe in (pod("x", None, workload="w0", cpu_request_m=700), pod("y", None, workload=None)):
+        assert m.scores(probe) == fresh.scores(probe)
+        assert m.place(probe) == fresh.place(probe)
+
+
+def test_every_chosen_node_passes_the_filters() -> None:
+    nodes = [node("a", taints=[HARD]), node("b", cpu_m=1500), node("c", labels={"disk": "ssd"})]
+    m = model(nodes, filler("b", 1))
+    for probe in (pod("p", None, cpu_request_m=600), pod("q", None, node_selector={"disk": "ssd"})):
+        assert m.place(probe).node == "c"
+
+
+def test_replace_node_takes_a_new_taint_into_account() -> None:
+    nodes = [node("a"), node("b"), node("c")]
+    m = model(nodes, [_moved, *filler("a", 2), *filler("b", 3), *filler("c", 3)])
+    assert m.place(_moved, vacate=True).node == "a"
+    m.replace_node(node("a", taints=[PREFER]))  # the landing guard marks the relieved node
+    assert m.place(_moved, vacate=True).node == "b"
+    m.replace_node(node("a"))
+    assert m.place(_moved, vacate=True).node == "a"
+    m.replace_node(node("c", labels={"topology.kubernetes.io/zone": "z9"}))
+    assert m.scores(_moved, vacate=True) == model(
+        [node("a"), node("b"), node("c", labels={"topology.kubernetes.io/zone": "z9"})],
+        [_moved, *filler("a", 2), *filler("b", 3), *filler("c", 3)],
+    ).scores(_moved, vacate=True)

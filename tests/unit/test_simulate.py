@@ -1,0 +1,263 @@
+"""The simulation engine: pods are never lost, replacements go where the scheduler model says, limiter caps
+hold inside the loop, landed-back evictions are detected; and the CLI on a subset of the shared sample."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rebalancer.cli import main
+from rebalancer.errors import EvictionRejected, StateConflict
+from rebalancer.model import ClusterFacts, Node, Taint, UsageReport, WorkloadRef
+from rebalancer.policy import Policy, parse_policy
+from rebalancer.scheduler_model import SchedulerModel
+from rebalancer.settings import PoolSettings
+from rebalancer.simulate.cluster import NAMESPACE, Cluster, Workload, build_cluster, make_pod
+from rebalancer.simulate.config import GI, SimConfig
+from rebalancer.simulate.engine import simulate
+from rebalancer.simulate.readings import NodeSamples, daily_table, node_usage, pod_history, usage_report
+from rebalancer.simulate.result import VariantResult
+from rebalancer.simulate.shapes import synthetic_shapes
+from rebalancer.simulate.summary import figures, summary_table
+from rebalancer.simulate.variants import VARIANTS, Variant
+from rebalancer.simulate.world import MemoryStore, SimActions, World
+from rebalancer.snapshot import build_snapshot
+from tests.shared_data import TRACE_DIR
+
+POLICY = """
+strategies:
+  - kind: LowNodeUtilization
+    thresholds: {cpu: 45}
+    targetThresholds: {cpu: 70}
+    maxNoOfPodsToEvictPerNode: 3
+limits:
+  global: {maxPerCycle: %(per_cycle)d}
+  node: {cooldown: 10m}
+  workload: {maxPerCycle: 1}
+predictor: {days: 2, minHistoryDays: 1}
+"""
+
+
+def policy(per_cycle: int = 4) -> Policy:
+    return parse_policy(POLICY % {"per_cycle": per_cycle}, "test")
+
+
+def tiny(seed: int = 1, nodes: int = 4, **changes: object) -> Cluster:
+    config = replace(
+        SimConfig(nodes=nodes, pods_per_node=6, days=1, history_days=2, step_seconds=300, seed=seed), **changes
+    )  # type: ignore[arg-type]
+    return build_cluster(config, synthetic_shapes(20, 5, config.step_seconds, seed))
+
+
+@pytest.fixture(scope="module")
+def results() -> tuple[object, ...]:
+    return simulate(tiny(2, nodes=6, utilization=0.5), policy(), 70.0)
+
+
+def test_every_variant_keeps_every_pod(results: tuple[object, ...]) -> None:
+    cluster = tiny(2, nodes=6, utilization=0.5)
+    for result in results:
+        assert result.pods == len(cluster.initial)  # type: ignore[attr-defined]
+        assert result.unbound == 0  # type: ignore[attr-defined]
+
+
+def test_none_never_evicts_and_has_no_rates(results: tuple[object, ...]) -> None:
+    none = next(r for r in results if r.name == "none")  # type: ignore[attr-defined]
+    assert none.evictions == 0 and none.rates is None and none.cycles == 0
+
+
+def test_rebalancing_variants_act_and_are_measured(results: tuple[object, ...]) -> None:
+    by_name = {r.name: r for r in results}  # type: ignore[attr-defined]
+    assert set(by_name) == {v.name for v in VARIANTS}
+    current = by_name["current"]
+    assert current.evictions > 0  # this tiny cluster has hot and cold nodes: there is something to do
+    assert current.rates is not None and current.rates.found > 0
+    assert all(r.hot_node_minutes >= 0 for r in results)  # type: ignore[attr-defined]
+    cycles = 24 * 3600 // 600
+    assert current.cycles == cycles
+    for result in results:  # the production landing records agree with the simulation's own count
+        if result.rates is not None:  # (the last cycle's replacements are bound after its records were written)
+            assert result.evictions - result.max_per_cycle <= result.rates.landed <= result.evictions
+            assert result.landed_back - result.max_per_cycle <= result.rates.landed_back <= result.landed_back
+
+
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(1, 1000), per_cycle=st.integers(1, 3))
+def test_limiter_caps_hold_in_the_loop(seed: int, per_cycle: int) -> None:
+    cluster = tiny(seed, nodes=6, utilization=0.5)
+    for result in simulate(cluster, policy(per_cycle), 70.0, [v for v in VARIANTS if v.usage == "window"]):
+        assert result.max_per_cycle <= per_cycle
+        assert result.evictions <= per_cycle * result.cycles
+        assert result.pods == len(cluster.initial)
+        at = [m.at for m in result.moves]
+        assert all(at.count(t) <= per_cycle for t in set(at))
+
+
+def test_replacement_goes_where_the_scheduler_model_says() -> None:
+    cluster = tiny(3)
+    world = World(cluster)
+    victim = world.pods[5]
+    world.evict(victim, cluster.start + 60)
+    pending = world.pods[5]
+    assert pending.node_name is None and pending.workload == victim.workload and pending.name != victim.name
+    others = [p for p in world.pods if p.node_name]
+    fresh = SchedulerModel(build_snapshot(ClusterFacts(cluster.nodes, tuple(others)), UsageReport(), PoolSettings(), 0))
+    expected = fresh.place(pending).node
+    world.bind_due(cluster.start + 60)
+    assert world.pods[5].node_name == expected
+    assert world.moves[-1].destination == expected and world.moves[-1].source == victim.node_name
+
+
+def _equal_cluster() -> Cluster:
+    """Two nodes, four identical one-pod Deployments, two a node: requests equal everywhere."""
+    config = SimConfig(nodes=2, pods_per_node=2, days=1, history_days=0, budgets=False)
+    nodes = tuple(Node(f"n{i}", {"kubernetes.io/hostname": f"n{i}"}, 4000, 16 * GI, 110) for i in range(2))
+    workloads = tuple(Workload(WorkloadRef("Deployment", NAMESPACE, f"w{i}"), 1, 1000, GI, (i,)) for i in range(4))
+    initial = tuple(make_pod(w, f"{w.ref.name}-0", f"n{i % 2}", 0.0) for i, w in enumerate(workloads))
+    usage = np.full((4, config.steps_per_day), 500, dtype=np.float32)
+    return Cluster(config, 0.0, nodes, workloads, (0, 1, 2, 3), usage, initial, "equal")
+
+
+def test_landed_back_is_detected() -> None:
+    world = World(_equal_cluster())
+    world.evict(world.pods[0], 10.0)  # n0 now has the fewest requests: the replacement comes back
+    world.bind_due(10.0)
+    move = world.moves[-1]
+    assert move.source == "n0" and move.destination == "n0" and move.landed_back
+
+
+def test_replacement_waits_for_its_delay() -> None:
+    cluster = _equal_cluster()
+    world = World(replace(cluster, config=replace(cluster.config, replacement_delay_seconds=120)))
+    world.evict(world.pods[1], 10.0)
+    world.bind_due(100.0)
+    assert world.pending == 1 and world.pods[1].phase == "Pending"
+    world.bind_due(130.0)
+    assert world.pending == 0 and world.pods[1].node_name is not None
+
+
+def test_eviction_respects_the_disruption_budget() -> None:
+    cluster = tiny(5, max_replicas=6)
+    world = World(cluster)
+    workload = next(w for w in cluster.workloads if w.replicas >= 2)
+    first, second = (world.pods[s] for s in workload.slots[:2])
+    actions = SimActions(world, cluster.start)
+    actions.evict(first.namespace, first.name, first.uid, dry_run=False, annotations=MappingProxyType({}))
+    with pytest.raises(EvictionRejected):
+        actions.evict(second.namespace, second.name, second.uid, dry_run=False, annotations=MappingProxyType({}))
+    world.bind_due(cluster.start)
+    actions.evict(second.namespace, second.name, second.uid, dry_run=False, annotations=MappingProxyType({}))
+
+
+def test_memory_store_has_resource_version_semantics() -> None:
+    store = MemoryStore()
+    assert store.load() == (None, None)
+    version = store.save("a", None)
+    with pytest.raises(StateConflict):
+        store.save("b", None)
+    store.save("b", version)
+    assert store.load()[0] == "b"
+
+
+def test_a_variant_list_can_grow() -> None:
+    cluster = tiny(2, utilization=0.6)
+    extra = Variant(
+        "current-no-guard", "no bounce-back guard", "window", overrides={"efficiency": {"bounceBackGuard": False}}
+    )
+    (result,) = simulate(cluster, policy(), 70.0, [extra])
+    assert result.name == "current-no-guard" and result.cycles > 0
+
+
+def test_cli_compares_the_policies_on_the_shared_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for number in range(1, 31):
+        shutil.copy(TRACE_DIR / f"{number}.csv.gz", traces)
+    plot = tmp_path / "sim.html"
+    argv = ["simulate", "--traces", str(traces), "--nodes", "6", "--pods-per-node", "10", "--days", "1",
+            "--repeat", "2", "--output", "json", "--plot", str(plot)]  # fmt: skip
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {p["name"]: p for p in data["policies"]}
+    assert list(rows) == [v.name for v in VARIANTS]
+    assert rows["none"]["evictions"] == 0 and rows["none"]["rates"] is None
+    cycles = 24 * 3600 // data["simulation"]["intervalSeconds"]
+    for row in rows.values():
+        assert row["pods"] == 60
+        assert 0 <= row["landedBack"] <= row["evictions"] <= 10 * cycles  # the default policy's global maxPerCycle
+        if row["rates"] is not None:
+            assert row["cycles"] == cycles
+            for rate in ("discovery", "eviction", "effective"):
+                assert row["rates"][rate] is None or 0 <= row["rates"][rate] <= 1
+    assert "<svg" in plot.read_text()
+    assert [s["seed"] for s in data["seeds"]] == [1, 2]
+    assert data["seeds"][0]["policies"] == data["policies"]
+    summary = {f["name"]: f for f in data["summary"]}
+    for name, row in summary.items():
+        evictions = [next(p for p in s["policies"] if p["name"] == name)["evictions"] for s in data["seeds"]]
+        assert row["evictions"] == [sum(evictions) / 2, min(evictions), max(evictions)]
+
+
+def test_summary_of_identical_seeds_has_no_spread(results: tuple[VariantResult, ...]) -> None:
+    rows = {f["name"]: f for f in figures([results, results])}
+    current = next(r for r in results if r.name == "current")
+    assert rows["current"]["evictions"] == (current.evictions,) * 3
+    assert rows["none"]["versusNone"] is None and rows["none"]["effective"] is None
+    assert "mean [min, max] over seeds 1, 2" in summary_table([results, results], [1, 2], "x")
+
+
+def test_cli_names_a_bad_option(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--step", "7m"]) == 2
+    assert "--step" in capsys.readouterr().err
+
+
+def test_a_node_taint_steers_the_replacement_away() -> None:
+    world = World(_equal_cluster())
+    world.set_node(
+        Node("n0", {"kubernetes.io/hostname": "n0"}, 4000, 16 * GI, 110, (Taint("guard", "", "PreferNoSchedule"),))
+    )
+    assert world.facts().nodes[0].taints
+    world.evict(world.pods[0], 10.0)
+    world.bind_due(10.0)
+    assert world.moves[-1].destination == "n1" and not world.moves[-1].landed_back
+
+
+def test_usage_reports_of_each_mode() -> None:
+    cluster = _equal_cluster()
+    world = World(cluster)
+    samples = NodeSamples(2, 3)
+    for step in range(3):
+        samples.add(node_usage(world, step))
+    requests = usage_report("requests", world, 2, samples, 0.95)
+    assert requests.node_cpu_m == {"n0": 2000, "n1": 2000}
+    assert set(requests.pod_cpu_m.values()) == {1000}
+    instant = usage_report("instant", world, 2, samples, 0.95)
+    assert instant.node_cpu_m["n0"] == 2 * 500 + cluster.config.system_cpu_m
+    assert instant.pod_cpu_m[world.pods[0].key] == (2 * 500 + cluster.config.system_cpu_m) // 2  # by requests
+    window = usage_report("window", world, 2, samples, 0.95)
+    assert window.pod_cpu_m[world.pods[0].key] == 500 and window.node_cpu_m["n1"] == 1000 + cluster.config.system_cpu_m
+
+
+def test_pod_history_misses_the_days_before_a_pod_existed() -> None:
+    cluster = _equal_cluster()
+    per_day = cluster.config.steps_per_day
+    usage = np.tile(np.arange(per_day, dtype=np.float32), (4, 3))  # three days, the same ramp each day
+    cluster = replace(cluster, usage=usage)
+    world = World(cluster)
+    world.evict(world.pods[0], cluster.start + (per_day + per_day // 2) * cluster.config.step_seconds)  # mid day 1
+    world.bind_due(cluster.time_of(per_day + per_day // 2))
+    table = daily_table(cluster, 0.95)
+    history = pod_history(world, table, today=3, days=3, quantile=0.95)
+    replacement = history.values[history.index(world.pods[0].key)]
+    assert np.isnan(replacement[0])
+    assert replacement[1] == pytest.approx(np.quantile(np.arange(per_day // 2, per_day), 0.95))
+    assert replacement[2] == pytest.approx(table[0, 2])
+    assert np.allclose(history.values[history.index(world.pods[1].key)], table[1, :3])
