@@ -69,6 +69,7 @@ class PlannedEviction:
     usage_m: int
     reason: str
     room_on: str  # the concrete node whose real room made the move acceptable
+    landing: str | None = None  # where the default scheduler is predicted to put the replacement (None: not predicted)
 
     @property
     def key(self) -> PodKey:
