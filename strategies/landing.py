@@ -17,7 +17,7 @@ acceptable; the recorded landing is the model's deterministic choice among them 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from rebalancer.model import Pod
@@ -85,8 +85,7 @@ class LandingPredictor:
         node, score, tied, why = self._place(pod, source)
         if node is None:
             return Landing(None, None, f"its replacement would not be scheduled ({why})", LandingVerdict.UNSCHEDULABLE)
-        ordered = (node, *(t for t in tied if t != node))
-        for candidate in ordered:
+        for candidate in _chosen_first(node, tied):
             refusal = self._refusal(candidate, source, usage_m)
             if refusal is not None:
                 kind, text = refusal
@@ -151,3 +150,8 @@ class LandingPredictor:
         if room < usage_m:
             return LandingVerdict.NO_ROOM, f"on {node}, which has {room}m of real-usage room, not {usage_m}m"
         return None
+
+
+def _chosen_first(node: str, tied: tuple[str, ...]) -> Iterator[str]:
+    yield node
+    yield from (t for t in tied if t != node)

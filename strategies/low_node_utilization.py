@@ -1,5 +1,15 @@
 """LowNodeUtilization on real CPU usage: cool hot nodes with the fewest evictions onto cold nodes
-that really have room."""
+that really have room.
+
+Where a move goes. With ``predictPlacement`` (the default) a candidate's destination is the node the
+default scheduler is predicted to give its replacement (:mod:`strategies.landing`: the scheduler model,
+with the pod vacated and the moves already planned this cycle applied). The pod is chosen only if that
+node, and every node tied with it, is a cold node of the pool (``destinationsInSamePool``) with the
+real-usage room; the move's usage is committed there, so ``room_on`` and ``landing`` name the same node,
+and a later strategy of the cycle sees the load where it will really be. Without prediction, ``room_on``
+is any cold node with room (a :class:`~strategies.placement.RoomTracker` search) and ``landing`` is None:
+the room is bookkept, but nothing says the scheduler will use it.
+"""
 
 from __future__ import annotations
 
@@ -248,9 +258,10 @@ class LowNodeUtilization:
 
 @dataclass(slots=True)
 class _Destinations:
-    """Where a pod moved off a hot node goes. With a predictor: the node its replacement is predicted to
-    land on, if that is a cold node with room (``room_on`` and ``landing`` are that node). Without: any
-    cold node with room (``room_on``; nothing says the scheduler will pick it)."""
+    """Where a pod moved off a hot node goes. Without a predictor: any cold node with room (``room_on``;
+    nothing says the scheduler will pick it). With one: the node its replacement is predicted to land on,
+    if that is a cold node with room (``room_on`` and ``landing`` are that node); the scheduler model is
+    only asked when the room search found some cold node with room (a query costs more than a search)."""
 
     tracker: RoomTracker
     predictor: LandingPredictor | None
@@ -258,8 +269,8 @@ class _Destinations:
     landed_wrong: bool = False  # some candidate's replacement was predicted to land back or off the cold nodes
 
     def find(self, candidate: Candidate, node: str) -> tuple[str | None, str]:
-        if self.predictor is None:
-            placement = self.tracker.find(candidate.pod, candidate.usage_m, exclude=(node,))
+        placement = self.tracker.find(candidate.pod, candidate.usage_m, exclude=(node,))
+        if self.predictor is None or placement.node is None:  # no cold node has room: no prediction needed
             self.no_room |= placement.node is None
             return placement.node, placement.reason
         landing: Landing = self.predictor.land(candidate.pod, node, candidate.usage_m)
@@ -268,9 +279,8 @@ class _Destinations:
         return landing.node, landing.reason
 
     def commit(self, candidate: Candidate, node: str, room_on: str) -> None:
-        if self.predictor is None:
-            self.tracker.commit(room_on, candidate.pod, candidate.usage_m)
-        else:
+        self.tracker.commit(room_on, candidate.pod, candidate.usage_m)
+        if self.predictor is not None:
             self.predictor.commit(candidate.pod, node, room_on, candidate.usage_m)
 
 

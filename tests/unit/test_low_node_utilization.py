@@ -147,11 +147,9 @@ def test_room_is_not_a_pooled_total():
 def test_requests_must_fit_allocatable_on_the_destination():
     pods = [pod("a", "hot", cpu_request_m=3000), pod("filler", "cold", cpu_request_m=8000)]
     report = usage({"hot": 9000, "cold": 500}, {"a": 3000, "filler": 100})
-    plan = run([node("hot"), node("cold")], pods, report, policy(NO_PREDICTION))
+    plan = run([node("hot"), node("cold")], pods, report)
     assert evicted(plan) == []
     assert "CPU requests" in why(plan, "a")
-    # with prediction: cold is full by requests, so the scheduler would put the replacement back on hot
-    assert why(run([node("hot"), node("cold")], pods, report), "a").startswith("predicted to land back on hot")
 
 
 def test_taints_and_node_selectors_limit_destinations():
@@ -163,12 +161,6 @@ def test_taints_and_node_selectors_limit_destinations():
     ]
     report = usage({"hot": 9500, "tainted": 0, "labelled": 0}, {"needs-ssd": 1500, "tolerates": 1500})
     plan = run(nodes, pods, report)
-    assert [(e.name, e.room_on) for e in plan.evictions] == [("needs-ssd", "labelled")]
-    # with prediction (default) the replacement cannot be scheduled at all: no node has zone=x
-    assert why(plan, "tolerates") == (
-        "its replacement would not be scheduled (0/3 nodes are available: 3 nodeSelector zone=x does not match)"
-    )
-    plan = run(nodes, pods, report, policy(NO_PREDICTION))
     assert [(e.name, e.room_on) for e in plan.evictions] == [("needs-ssd", "labelled")]
     assert why(plan, "tolerates") == "no destination accepts it (2 node(s): nodeSelector zone=x does not match)"
 
