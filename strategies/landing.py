@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from rebalancer.model import Pod
 from rebalancer.plan import NodeDecision
@@ -29,7 +30,7 @@ from strategies.placement import signature
 MAX_SCORE = 100 * (WEIGHT_FIT + WEIGHT_BALANCED + WEIGHT_TAINT + WEIGHT_SPREAD)
 
 
-class LandingVerdict:
+class LandingVerdict(StrEnum):
     """Why a predicted landing is refused (the counts say why a node got no eviction)."""
 
     BACK = "back"  # on the pod's own node
@@ -43,17 +44,8 @@ class Landing:
     """The predicted landing node (None: refused), why, and the refusal kind (None: accepted)."""
 
     node: str | None
-    predicted: str | None  # the model's choice, accepted or not (None: unschedulable)
     reason: str
-    refused: str | None = None
-
-
-@dataclass(slots=True)
-class _Move:
-    pod: Pod
-    source: str
-    landing: str
-    usage_m: int
+    refused: LandingVerdict | None = None
 
 
 class LandingPredictor:
@@ -77,14 +69,13 @@ class LandingPredictor:
         self._same_pool = same_pool
         self._model = SchedulerModel(snapshot)
         self._cache: dict[tuple[object, ...], tuple[str | None, int, tuple[str, ...], str]] = {}
-        self._journal: list[_Move] = []
 
     def land(self, pod: Pod, source: str, usage_m: int) -> Landing:
         """Where ``pod``'s replacement is predicted to land if it is evicted from ``source`` now, and
         whether that node takes ``usage_m`` of real usage as a destination."""
         node, score, tied, why = self._place(pod, source)
         if node is None:
-            return Landing(None, None, f"its replacement would not be scheduled ({why})", LandingVerdict.UNSCHEDULABLE)
+            return Landing(None, f"its replacement would not be scheduled ({why})", LandingVerdict.UNSCHEDULABLE)
         for candidate in _chosen_first(node, tied):
             refusal = self._refusal(candidate, source, usage_m)
             if refusal is not None:
@@ -93,36 +84,18 @@ class LandingPredictor:
                 if len(tied) > 1:
                     scored += f", tied with {len(tied) - 1} other node(s): the scheduler picks one at random"
                 verb = "predicted to land" if candidate == node else "may land"
-                return Landing(None, node, f"{verb} {text} ({scored})", kind)
+                return Landing(None, f"{verb} {text} ({scored})", kind)
         room = self._room[node]
         ties = f", tied with {len(tied) - 1} other destination(s)" if len(tied) > 1 else ""
         reason = f"predicted to land on {node} (scheduler score {score}/{MAX_SCORE}{ties}), {room}m of real-usage room"
-        return Landing(node, node, reason)
+        return Landing(node, reason)
 
-    def commit(self, pod: Pod, source: str, landing: str, usage_m: int) -> None:
+    def commit(self, pod: Pod, landing: str, usage_m: int) -> None:
         """The move is planned: the replacement is bound to ``landing`` and uses its room."""
         self._model.remove(pod)
         self._model.add(pod, landing)
         self._room[landing] -= usage_m
-        self._journal.append(_Move(pod, source, landing, usage_m))
         self._cache.clear()
-
-    def checkpoint(self) -> int:
-        return len(self._journal)
-
-    def rollback(self, checkpoint: int) -> None:
-        """Undo the moves committed since ``checkpoint`` (a node that could not be emptied after all)."""
-        if len(self._journal) > checkpoint:
-            self._cache.clear()
-        while len(self._journal) > checkpoint:
-            move = self._journal.pop()
-            self._model.remove(move.pod)
-            self._model.add(move.pod, move.source)
-            self._room[move.landing] += move.usage_m
-
-    def forget(self, node: str) -> None:
-        """``node`` is no destination any more (it is being emptied)."""
-        self._room.pop(node, None)
 
     def _place(self, pod: Pod, source: str) -> tuple[str | None, int, tuple[str, ...], str]:
         """The model's answer, cached until the model changes: pods of one workload on one node with the
@@ -136,7 +109,7 @@ class LandingPredictor:
                 self._cache[key] = found
         return found
 
-    def _refusal(self, node: str, source: str, usage_m: int) -> tuple[str, str] | None:
+    def _refusal(self, node: str, source: str, usage_m: int) -> tuple[LandingVerdict, str] | None:
         if node == source:
             return LandingVerdict.BACK, f"back on {node}"
         pool_of = self._snapshot.pool_of

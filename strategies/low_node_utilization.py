@@ -230,7 +230,7 @@ class LowNodeUtilization:
                     records.append(_passed(candidate, node, why))
                     continue
                 picked = candidate
-                destinations.commit(candidate, node, room_on)
+                destinations.commit(candidate, room_on)
                 ledger.take(candidate.pod)
                 reason = _why_chosen(candidate, excess, why)
                 landing = room_on if destinations.predictor is not None else None
@@ -278,10 +278,10 @@ class _Destinations:
         self.landed_wrong |= landing.refused in (LandingVerdict.BACK, LandingVerdict.ELSEWHERE)
         return landing.node, landing.reason
 
-    def commit(self, candidate: Candidate, node: str, room_on: str) -> None:
+    def commit(self, candidate: Candidate, room_on: str) -> None:
         self.tracker.commit(room_on, candidate.pod, candidate.usage_m)
         if self.predictor is not None:
-            self.predictor.commit(candidate.pod, node, room_on, candidate.usage_m)
+            self.predictor.commit(candidate.pod, room_on, candidate.usage_m)
 
 
 def _why_none(snapshot: ClusterSnapshot, node: str, had_candidates: bool, destinations: _Destinations) -> Unrelieved:
