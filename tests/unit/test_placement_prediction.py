@@ -32,7 +32,7 @@ PREFER = Taint("dedicated", "batch", "PreferNoSchedule")
 
 
 def filler(node_name: str, count: int) -> list[Pod]:
-    """``count`` pods of their own workloads, without measurable usage (never candidates)."""
+    """``count`` pods of their own workloads, their usage unknown (never candidates)."""
     return [pod(f"{node_name}-f{i}", node_name, workload=f"{node_name}-f{i}", cpu_request_m=1000) for i in range(count)]
 
 
