@@ -144,15 +144,22 @@ def usage_reads(prometheus: Any, runs: int) -> dict[str, Any]:
 
 
 def plans(source: Any, prometheus: Any, policy: Any, runs: int) -> dict[str, Any]:
+    """The plan alone, as configured (placement prediction on) and with prediction off."""
     from rebalancer.cycle import plan_cycle
 
     facts, usage = source.read_facts(), prometheus.read(time.time())
-    seconds = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        plan_cycle(facts, usage, policy, time.time())
-        seconds.append(time.perf_counter() - started)
-    return {"plan_s": seconds}
+    unpredicted = policy.model_copy(
+        update={"strategies": tuple(s.model_copy(update={"predict_placement": False}) for s in policy.strategies)}
+    )
+    out: dict[str, Any] = {}
+    for key, variant in (("plan", policy), ("plan_unpredicted", unpredicted)):
+        seconds = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            plan = plan_cycle(facts, usage, variant, time.time())[1]
+            seconds.append(time.perf_counter() - started)
+        out[f"{key}_s"], out[f"{key}_planned"] = seconds, len(plan.evictions)
+    return out
 
 
 def cycles(api: Any, policy: Any, runs: int) -> dict[str, Any]:
@@ -242,7 +249,11 @@ def report_size(pods: int, nodes: int, f: dict[str, Any], base: dict[str, Any], 
         f"test API server CPU {median(f['server_cpu_s']):.2f} s); first read in a fresh process "
         f"{f['first_snapshot_s']:.2f} s"
     )
-    print(f"  usage read alone: {usage:.2f} s; plan alone (snapshot + strategies): {plan:.2f} s")
+    print(
+        f"  usage read alone: {usage:.2f} s; plan alone (snapshot + strategies): {plan:.2f} s "
+        f"({f['plan_planned']} evictions); without placement prediction {median(f['plan_unpredicted_s']):.2f} s "
+        f"({f['plan_unpredicted_planned']} evictions)"
+    )
     print(
         f"  listing memory: {f['retained_mb']:.0f} MB retained (the result), {f['transient_mb']:.0f} MB more "
         "at the peak of the first read (pages in flight)"

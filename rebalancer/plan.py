@@ -26,6 +26,9 @@ class Unrelieved(StrEnum):
     RECENTLY_MOVED = "recently-moved"  # the only candidates just moved here (bounce-back guard)
     NO_ROOM = "no-room"  # candidates, but no cold node with room accepts any of them
     DISRUPTION_BUDGET = "disruption-budget"  # candidates, but their disruption budgets allow none
+    PREDICTED_LANDING = (
+        "predicted-landing"  # candidates, but their replacements would land back (or not on a cold node)
+    )
 
 
 @dataclass(frozen=True, slots=True)

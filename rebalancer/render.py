@@ -89,10 +89,17 @@ def _strategy_section(result: StrategyResult) -> list[str]:
     if result.evictions:
         out += ["", f"-- {result.strategy}: {len(result.evictions)} planned eviction(s)"]
         rows = [
-            [f"{e.namespace}/{e.name}", e.node, format_millis(e.usage_m), e.room_on, str(e.workload or "-")]
+            [
+                f"{e.namespace}/{e.name}",
+                e.node,
+                format_millis(e.usage_m),
+                e.room_on,
+                e.landing or "-",  # "-": not predicted (predictPlacement off)
+                str(e.workload or "-"),
+            ]
             for e in result.evictions
         ]
-        out += text_table(["POD", "FROM", "USAGE", "ROOM ON", "WORKLOAD"], rows)
+        out += text_table(["POD", "FROM", "USAGE", "ROOM ON", "PREDICTED LANDING", "WORKLOAD"], rows)
     if result.cost_patches:
         out += ["", f"-- {result.strategy}: {len(result.cost_patches)} planned pod-deletion-cost patch(es)"]
         rows = [

@@ -1,5 +1,11 @@
 """HighNodeUtilization on real CPU usage: empty nodes that are nearly idle onto nodes with real room,
-so that a cluster autoscaler can remove them."""
+so that a cluster autoscaler can remove them.
+
+No placement prediction here (unlike LowNodeUtilization): the node being emptied is not cordoned, and
+under the default scheduler's least-allocated scoring (the only scoring the scheduler model knows) the
+replacements would go back to it or to other underutilized nodes. This strategy assumes a scheduler
+profile that packs (MostAllocated / RequestedToCapacityRatio), as the descheduler's does.
+"""
 
 from __future__ import annotations
 

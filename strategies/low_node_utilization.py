@@ -1,5 +1,15 @@
 """LowNodeUtilization on real CPU usage: cool hot nodes with the fewest evictions onto cold nodes
-that really have room."""
+that really have room.
+
+Where a move goes. With ``predictPlacement`` (the default) a candidate's destination is the node the
+default scheduler is predicted to give its replacement (:mod:`strategies.landing`: the scheduler model,
+with the pod vacated and the moves already planned this cycle applied). The pod is chosen only if that
+node, and every node tied with it, is a cold node of the pool (``destinationsInSamePool``) with the
+real-usage room; the move's usage is committed there, so ``room_on`` and ``landing`` name the same node,
+and a later strategy of the cycle sees the load where it will really be. Without prediction, ``room_on``
+is any cold node with room (a :class:`~strategies.placement.RoomTracker` search) and ``landing`` is None:
+the room is bookkept, but nothing says the scheduler will use it.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +26,7 @@ from rebalancer.settings import FieldProblems
 from rebalancer.snapshot import ClusterSnapshot
 from strategies.base import StrategySettings
 from strategies.candidates import BudgetLedger, Candidate, screen
+from strategies.landing import Landing, LandingPredictor, LandingVerdict
 from strategies.placement import RoomTracker
 from strategies.thresholds import Band, PoolThresholds, cap_millis, classify_nodes, pool_bands
 
@@ -48,6 +59,16 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         description="What usage means for classes, pod choice and room: current (the usage window read now), "
         "predicted (the predictor's next daily peak, see predictor:), or max (the higher of the two). "
         "Run a predicted strategy on a cron schedule ahead of the daily peak to relieve nodes before it.",
+    )
+    predict_placement: bool = Field(
+        default=True,
+        description="Predict the node the default scheduler gives each evicted pod's replacement (filters: "
+        "requests, taints and tolerations, nodeSelector, required node affinity; scores: least allocated, "
+        "balanced allocation, PreferNoSchedule taints, spreading of the workload's pods), with the moves already "
+        "planned applied, and evict a pod only when that node is a cold node with the real-usage room: a pod "
+        "whose replacement would land back on its hot node (the relieved node is the least requested one when "
+        "requests are balanced) is passed over, and the move's usage is counted on the predicted node. "
+        "false: any cold node with room is enough, wherever the scheduler really puts the replacement.",
     )
 
     @model_validator(mode="after")
@@ -116,11 +137,13 @@ class LowNodeUtilization:
         unrelieved = {d.node: inactive[d.pool] for d in hot_everywhere if d.pool in inactive}
         hot = sorted((d for d in hot_everywhere if d.pool in active_pools), key=lambda d: -(d.usage_pct or 0.0))
         ledger = BudgetLedger(snapshot.budgets)
+        predictor = self._predictor(snapshot, decisions, caps) if hot and s.predict_placement else None
         evictions: list[PlannedEviction] = []
         pod_decisions: list[PodDecision] = []
         for decision in hot:
             tracker = trackers[decision.pool if s.destinations_in_same_pool else ""]
-            chosen, records, why_none = self._relieve(decision, snapshot, protections, ledger, tracker)
+            destinations = _Destinations(tracker, predictor)
+            chosen, records, why_none = self._relieve(decision, snapshot, protections, ledger, destinations)
             evictions.extend(chosen)
             pod_decisions.extend(records)
             if why_none is not None:
@@ -158,6 +181,16 @@ class LowNodeUtilization:
                 active.add(pool)
         return active
 
+    def _predictor(
+        self, snapshot: ClusterSnapshot, decisions: dict[str, NodeDecision], caps: dict[str, int]
+    ) -> LandingPredictor:
+        room = {}
+        for name, cap in caps.items():
+            usage_m = snapshot.load[name].usage_m
+            if usage_m is not None:  # unknown usage: never a destination
+                room[name] = cap - usage_m
+        return LandingPredictor(snapshot, decisions, room, same_pool=self.settings.destinations_in_same_pool)
+
     def _trackers(self, snapshot: ClusterSnapshot, caps: dict[str, int]) -> dict[str, RoomTracker]:
         if not self.settings.destinations_in_same_pool:
             return {"": RoomTracker(snapshot, caps)}
@@ -172,7 +205,7 @@ class LowNodeUtilization:
         snapshot: ClusterSnapshot,
         protections: Protections,
         ledger: BudgetLedger,
-        tracker: RoomTracker,
+        destinations: _Destinations,
     ) -> tuple[list[PlannedEviction], list[PodDecision], Unrelieved | None]:
         """The evictions chosen on one hot node, the decision record, and why none when none."""
         node = decision.node
@@ -182,7 +215,6 @@ class LowNodeUtilization:
         limit = self.settings.max_no_of_pods_to_evict_per_node
         chosen: list[PlannedEviction] = []
         had_candidates = bool(pool)
-        no_room = False
         while excess > 0 and pool:
             if limit is not None and len(chosen) >= limit:
                 break
@@ -193,18 +225,17 @@ class LowNodeUtilization:
                 if blocked is not None:
                     records.append(_passed(candidate, node, blocked))
                     continue
-                placement = tracker.find(candidate.pod, candidate.usage_m, exclude=(node,))
-                if placement.node is None:
-                    no_room = True
-                    records.append(_passed(candidate, node, placement.reason))
+                room_on, why = destinations.find(candidate, node)
+                if room_on is None:
+                    records.append(_passed(candidate, node, why))
                     continue
                 picked = candidate
-                tracker.commit(placement.node, candidate.pod, candidate.usage_m)
+                destinations.commit(candidate, room_on)
                 ledger.take(candidate.pod)
-                reason = _why_chosen(candidate, excess, placement.reason)
-                chosen.append(
-                    _eviction(candidate, decision, reason, placement.node, _USAGE_WORDS[self.settings.classify_by])
-                )
+                reason = _why_chosen(candidate, excess, why)
+                landing = room_on if destinations.predictor is not None else None
+                usage_word = _USAGE_WORDS[self.settings.classify_by]
+                chosen.append(_eviction(candidate, decision, reason, room_on, landing, usage_word))
                 records.append(
                     PodDecision(
                         KIND,
@@ -222,12 +253,42 @@ class LowNodeUtilization:
                 break
         stop = _stop_reason(excess, limit, len(chosen))
         records.extend(_passed(c, node, stop) for c in pool)
-        return chosen, records, None if chosen else _why_none(snapshot, node, had_candidates, no_room)
+        return chosen, records, None if chosen else _why_none(snapshot, node, had_candidates, destinations)
 
 
-def _why_none(snapshot: ClusterSnapshot, node: str, had_candidates: bool, no_room: bool) -> Unrelieved:
+@dataclass(slots=True)
+class _Destinations:
+    """Where a pod moved off a hot node goes. Without a predictor: any cold node with room (``room_on``;
+    nothing says the scheduler will pick it). With one: the node its replacement is predicted to land on,
+    if that is a cold node with room (``room_on`` and ``landing`` are that node); the scheduler model is
+    only asked when the room search found some cold node with room (a query costs more than a search)."""
+
+    tracker: RoomTracker
+    predictor: LandingPredictor | None
+    no_room: bool = False  # some candidate found no cold node with room
+    landed_wrong: bool = False  # some candidate's replacement was predicted to land back or off the cold nodes
+
+    def find(self, candidate: Candidate, node: str) -> tuple[str | None, str]:
+        placement = self.tracker.find(candidate.pod, candidate.usage_m, exclude=(node,))
+        if self.predictor is None or placement.node is None:  # no cold node has room: no prediction needed
+            self.no_room |= placement.node is None
+            return placement.node, placement.reason
+        landing: Landing = self.predictor.land(candidate.pod, node, candidate.usage_m)
+        self.no_room |= landing.refused in (LandingVerdict.NO_ROOM, LandingVerdict.UNSCHEDULABLE)
+        self.landed_wrong |= landing.refused in (LandingVerdict.BACK, LandingVerdict.ELSEWHERE)
+        return landing.node, landing.reason
+
+    def commit(self, candidate: Candidate, room_on: str) -> None:
+        self.tracker.commit(room_on, candidate.pod, candidate.usage_m)
+        if self.predictor is not None:
+            self.predictor.commit(candidate.pod, room_on, candidate.usage_m)
+
+
+def _why_none(snapshot: ClusterSnapshot, node: str, had_candidates: bool, destinations: _Destinations) -> Unrelieved:
     if had_candidates:
-        return Unrelieved.NO_ROOM if no_room else Unrelieved.DISRUPTION_BUDGET
+        if destinations.landed_wrong:
+            return Unrelieved.PREDICTED_LANDING
+        return Unrelieved.NO_ROOM if destinations.no_room else Unrelieved.DISRUPTION_BUDGET
     if any(pod.key in snapshot.moved for pod in snapshot.pods_on(node)):
         return Unrelieved.RECENTLY_MOVED
     return Unrelieved.NO_EVICTABLE_POD
@@ -262,7 +323,7 @@ def _passed(candidate: Candidate, node: str, reason: str) -> PodDecision:
 
 
 def _eviction(
-    candidate: Candidate, decision: NodeDecision, reason: str, room_on: str, usage_word: str
+    candidate: Candidate, decision: NodeDecision, reason: str, room_on: str, landing: str | None, usage_word: str
 ) -> PlannedEviction:
     pod = candidate.pod
     return PlannedEviction(
@@ -276,4 +337,5 @@ def _eviction(
         usage_m=candidate.usage_m,
         reason=f"node {decision.node} hot ({usage_word} {decision.usage_pct:.1f}% > {decision.high_pct:.1f}%): {reason}",
         room_on=room_on,
+        landing=landing,
     )

@@ -71,9 +71,16 @@ def test_cycle_bench_prints_its_figures_for_each_size() -> None:
     assert sizes == [("300", "10", "300"), ("1200", "40", "1200")]
     cycles = re.findall(rf"full cycle: {SECONDS} .*peak RSS (\d+) MB .*; (\d+) hot nodes, (\d+) evictions planned", out)
     assert len(cycles) == 2
-    assert all(float(s) > 0 and int(rss) > 0 and int(hot) > 0 and int(planned) > 0 for s, rss, hot, planned in cycles)
+    # planned may be 0: with placement prediction, most replacements on this synthetic cluster (each node's pods
+    # request alike, a quarter of the nodes hot) are predicted to land back or tie with hot and normal nodes
+    assert all(float(s) > 0 and int(rss) > 0 and int(hot) > 0 and int(planned) >= 0 for s, rss, hot, planned in cycles)
     assert len(re.findall(rf"snapshot alone: {SECONDS} \((\d+) of (\d+) pod pages in page workers", out)) == 2
-    assert len(re.findall(rf"usage read alone: {SECONDS}; plan alone \(snapshot \+ strategies\): {SECONDS}", out)) == 2
+    plans = re.findall(
+        rf"usage read alone: {SECONDS}; plan alone \(snapshot \+ strategies\): {SECONDS} \((\d+) evictions\); "
+        rf"without placement prediction {SECONDS} \((\d+) evictions\)",
+        out,
+    )
+    assert len(plans) == 2 and all(int(unpredicted) > 0 for *_, unpredicted in plans)
     assert len(re.findall(r"listing memory: -?\d+ MB retained \(the result\), -?\d+ MB more", out)) == 2
     assert len(re.findall(r"ratio (\d+)x the full cycle, (\d+)x the snapshot", out)) == 2
     assert (

@@ -134,7 +134,10 @@ def write_policy(path: Path, prometheus_url: str, extra: str = "") -> Path:
         f"prometheus: {{url: '{prometheus_url}', maxDataAgeSeconds: 600}}\n"
         "pools: {label: pool}\n"
         "protections: {evictableNamespaces: {exclude: [kube-system, monitoring]}}\n"
-        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 70}}\n"
+        # predictPlacement off: the story places cart-9 back on hot-3 by hand; by the scheduler model both
+        # replacements would tie between cold-1 and cold-2 (pool batch), so prediction would evict neither
+        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 70},"
+        " predictPlacement: false}\n"
         "state: {namespace: rebalancer}\n"
         "service: {watchCache: {enabled: false}}\n" + extra
     )

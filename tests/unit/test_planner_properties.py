@@ -95,6 +95,8 @@ def policies(draw: st.DrawFn) -> Policy:
             extra += "destinationsInSamePool: false\n"
         if draw(st.integers(0, 3)) == 0:
             extra += "useDeviationThresholds: true\n"
+        if draw(st.booleans()):
+            extra += "predictPlacement: false\n"
     yaml = f"kind: {kind}\nthresholds: {{cpu: {low}}}\ntargetThresholds: {{cpu: {high}}}\n{extra}"
     protections = ""
     if draw(st.booleans()):
@@ -131,6 +133,8 @@ def test_plans_are_safe(cluster: tuple[ClusterFacts, UsageReport], pol: Policy) 
         assert p.node_name == eviction.node
         source, dest = decisions[eviction.node], decisions[eviction.room_on]
         assert eviction.room_on != eviction.node
+        if eviction.landing is not None:  # predicted: room is counted where the replacement lands
+            assert eviction.landing == eviction.room_on
         assert source.node_class is NodeClass.COLD if strategy.kind == "HighNodeUtilization" else NodeClass.HOT
         assert dest.usage_m is not None and dest.node_class is not NodeClass.UNKNOWN
         dest_node = snapshot.nodes[eviction.room_on]

@@ -46,8 +46,9 @@ def test_plan_demo_with_a_predictive_strategy_classifies_by_the_demo_prediction(
     policy = tmp_path / "p.yaml"
     policy.write_text(
         "pools: {label: node-pool}\nstrategies:\n"
-        "- {kind: LowNodeUtilization, thresholds: {cpu: 50}, targetThresholds: {cpu: 70}, classifyBy: predicted}\n"
-    )
+        "- {kind: LowNodeUtilization, thresholds: {cpu: 50}, targetThresholds: {cpu: 70}, classifyBy: predicted,"
+        " predictPlacement: false}\n"
+    )  # with prediction on, every candidate's replacement is predicted to land back or on a node not cold
     assert main(["plan", "--demo", "--policy", str(policy), "--output", "json"]) == 0
     record = json.loads(capsys.readouterr().out)
     nodes = record["strategies"][0]["nodes"]

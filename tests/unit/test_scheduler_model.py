@@ -244,14 +244,22 @@ def test_updates_equal_a_fresh_model(placements: list[tuple[int, int, int]], rem
     nodes = [node(n, labels={"topology.kubernetes.io/zone": f"z{i % 2}"}) for i, n in enumerate("abcd")]
     pods = [pod(f"p{i}", "abcd"[n], workload=f"w{w}", cpu_request_m=cpu) for i, (n, w, cpu) in enumerate(placements)]
     m = model(nodes, pods)
+    probes = (pod("x", None, workload="w0", cpu_request_m=700), pod("y", None, workload=None))
+    for probe in probes:  # answers the model may have cached before the updates
+        m.place(probe)
+    m.place(pods[0], vacate=True)
     for i in removed:
         if i < len(pods):
             m.remove(pods[i])
     kept = [p for i, p in enumerate(pods) if i not in removed]
     fresh = model(nodes, kept)
-    for probe in (pod("x", None, workload="w0", cpu_request_m=700), pod("y", None, workload=None)):
+    for probe in probes:
         assert m.scores(probe) == fresh.scores(probe)
         assert m.place(probe) == fresh.place(probe)
+    for moved in kept[:2]:  # the cached path of place agrees with the uncached scores
+        scheduled = m.place(moved, vacate=True)
+        assert scheduled == fresh.place(moved, vacate=True)
+        assert scheduled.score == max(m.scores(moved, vacate=True).values(), default=0)
 
 
 def test_every_chosen_node_passes_the_filters() -> None:
