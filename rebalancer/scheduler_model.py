@@ -143,6 +143,7 @@ class SchedulerModel:
         self._zone[i] = -1 if zone is None else self._zone_names.index(zone)
         self._masks.clear()
         self._prefer.clear()
+        self._statics.clear()  # the static scores depend on taints and allocatable
 
     def node_of(self, pod: Pod) -> str | None:
         i = self._where.get(pod.key)
