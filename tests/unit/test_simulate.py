@@ -77,7 +77,7 @@ def test_none_never_evicts_and_has_no_rates(results: tuple[object, ...]) -> None
 def test_rebalancing_variants_act_and_are_measured(results: tuple[object, ...]) -> None:
     by_name = {r.name: r for r in results}  # type: ignore[attr-defined]
     assert set(by_name) == {v.name for v in VARIANTS}
-    current = by_name["current"]
+    current = by_name["current-unguarded"]
     assert current.evictions > 0  # this tiny cluster has hot and cold nodes: there is something to do
     assert current.rates is not None and current.rates.found > 0
     assert all(r.hot_node_minutes >= 0 for r in results)  # type: ignore[attr-defined]
@@ -208,8 +208,8 @@ def test_cli_compares_the_policies_on_the_shared_sample(tmp_path: Path, capsys: 
 
 def test_summary_of_identical_seeds_has_no_spread(results: tuple[VariantResult, ...]) -> None:
     rows = {f["name"]: f for f in figures([results, results])}
-    current = next(r for r in results if r.name == "current")
-    assert rows["current"]["evictions"] == (current.evictions,) * 3
+    current = next(r for r in results if r.name == "current-unguarded")
+    assert rows["current-unguarded"]["evictions"] == (current.evictions,) * 3
     assert rows["none"]["versusNone"] is None and rows["none"]["effective"] is None
     assert "mean [min, max] over seeds 1, 2" in summary_table([results, results], [1, 2], "x")
 
