@@ -58,11 +58,20 @@ def before_after(runs: Runs) -> dict[str, Any] | None:
                 ),
             }
         )
-    after = rows[-1]
-    effective, landed_back = after["effective"], after["landedBackShare"]
-    met = effective is not None and landed_back is not None
-    met = met and effective[0] >= GOAL_EFFECTIVE and landed_back[0] < GOAL_LANDED_BACK
-    return {"before": BEFORE, "after": AFTER, "rows": rows, "goalMet": met}
+    for row in rows:
+        row["goalMet"] = _met(row) if row["name"] != BEFORE else None
+    return {"before": BEFORE, "after": AFTER, "rows": rows}
+
+
+def _met(row: dict[str, Any]) -> bool:
+    """Issue #10's goal, on the means over the seeds: effective at least 85 %, fewer than 5 % landed back."""
+    effective, landed_back = row["effective"], row["landedBackShare"]
+    return (
+        effective is not None
+        and landed_back is not None
+        and effective[0] >= GOAL_EFFECTIVE
+        and landed_back[0] < GOAL_LANDED_BACK
+    )
 
 
 def before_after_table(runs: Runs) -> str:
@@ -87,12 +96,14 @@ def before_after_table(runs: Runs) -> str:
             ]
         )
     lines.extend(aligned(table))
-    after = data["rows"][-1]
     lines += [
         "",
         "on marked: replacements bound on a node carrying the guard's taint (PreferNoSchedule: no other node fit)",
-        f"{AFTER}: effective {cell(after['effective'], percent=True)}, landed back "
-        f"{cell(after['landedBackShare'], percent=True)} (goal: effective at least {GOAL_EFFECTIVE:.0%}, fewer "
-        f"than {GOAL_LANDED_BACK:.0%} landed back, on average: {'met' if data['goalMet'] else 'not met'})",
+        f"issue #10's goal, on the means: effective at least {GOAL_EFFECTIVE:.0%} and fewer than "
+        f"{GOAL_LANDED_BACK:.0%} landed back (against {BEFORE}: effective "
+        f"{cell(data['rows'][0]['effective'], percent=True)}, landed back "
+        f"{cell(data['rows'][0]['landedBackShare'], percent=True)})",
     ]
+    for row in data["rows"][1:]:
+        lines.append(f"  {row['name']}: {'met' if row['goalMet'] else 'not met'}")
     return "\n".join(lines) + "\n"

@@ -330,11 +330,14 @@ def test_before_after_rows_and_text(results: tuple[VariantResult, ...]) -> None:
         assert (row["marksSet"] is None) == (result.guard is None)
         share = result.landed_back_share
         assert row["landedBackShare"] == (None if share is None else (share,) * 3)
-    effective, landed_back = data["rows"][-1]["effective"], data["rows"][-1]["landedBackShare"]
-    assert data["goalMet"] == (effective is not None and landed_back is not None and effective[0] >= 0.85
-                               and landed_back[0] < 0.05)  # fmt: skip
+    assert data["rows"][0]["goalMet"] is None  # the before is what the others are judged against
+    for row in data["rows"][1:]:
+        effective, landed_back = row["effective"], row["landedBackShare"]
+        assert row["goalMet"] == (effective is not None and landed_back is not None and effective[0] >= 0.85
+                                  and landed_back[0] < 0.05)  # fmt: skip
     text = before_after_table([results])
     assert text.startswith("Before/after (issue #10)")
     assert all(name in text for name in BEFORE_AFTER_ROWS) and "hot vs requests-lnu" in text
+    assert f"  {AFTER}: {'met' if data['rows'][-1]['goalMet'] else 'not met'}" in text
     assert before_after([[r for r in results if r.name != AFTER]]) is None
     assert before_after_table([[r for r in results if r.name != AFTER]]) == ""
