@@ -1,7 +1,9 @@
 """The closed loop (pure): every step the pods' usage moves on; every ``interval`` a rebalancer cycle runs
 the production code path on the simulated cluster: ``plan_cycle`` -> ``Evictor.apply`` (production
 limiters, limiter state kept in an in-memory ConfigMap) -> efficiency records (``judge_followups``,
-``observe_landings``, ``observe_cycle``); the replacements of evicted pods are bound by the scheduler model.
+``observe_landings``, ``observe_cycle``); with a landing guard, its production rules mark and clear nodes
+after each evictor and sweep expired marks at every other step (``landing_guard.SimGuard``); the
+replacements of evicted pods are bound by the scheduler model, which reads the guard's taints.
 
 All variants start from the same cluster, the same traces and the same seed.
 """
