@@ -6,23 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from rebalancer.evictor import DryRun, EvictorReport, Outcome
+from rebalancer.evictor import DryRun, EvictorReport
 from rebalancer.guard.applier import GuardApplier, GuardOutcome, GuardReport, GuardResult
-from rebalancer.guard.decide import GuardDecision, GuardedNode, decide, guarded_nodes, release
+from rebalancer.guard.decide import GuardDecision, decide, guarded_nodes, release
+from rebalancer.guard.inputs import relieved_nodes, unknown_nodes
 from rebalancer.guard.marks import GUARD_KEY, Foreign, read_mark
 from rebalancer.kube import ApiClient, KubeActions, KubeSource
 from rebalancer.kube.node_guard import NodeMarker
 from rebalancer.model import Node
-from rebalancer.plan import EvictionPlan, NodeClass
+from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
-from rebalancer.snapshot import ClusterSnapshot, PoolResolver
-
-RELIEVING = frozenset({Outcome.EVICTED, Outcome.DRY_RUN, Outcome.SERVER_DRY_RUN})  # a dry run marks what it would
-
-
-def relieved_nodes(report: EvictorReport) -> frozenset[str]:
-    """The nodes pods were evicted from this cycle (in a dry run: would have been)."""
-    return frozenset(r.eviction.node for r in report.results if r.outcome in RELIEVING)
+from rebalancer.snapshot import ClusterSnapshot
 
 
 def carries_mark(nodes: Iterable[Node]) -> bool:
@@ -78,21 +72,13 @@ def sweep(
     instance left). Each change re-reads its node before writing."""
     if not policy.landing_guard.enabled and not carries_mark(nodes):
         return GuardReport()
-    return _apply(api, decide(_unknown(policy, nodes), policy.landing_guard, owner, now), dry_run, may_act)
+    return _apply(api, decide(unknown_nodes(policy.pools, nodes), policy.landing_guard, owner, now), dry_run, may_act)
 
 
 def release_marks(policy: Policy, api: ApiClient, owner: str, dry_run: DryRun = DryRun.OFF) -> GuardReport:
     """Graceful shutdown: every mark ``owner`` wrote is removed (marks another instance renewed since stay)."""
     nodes = KubeSource(api, frozenset()).read_nodes()
-    return _apply(api, release(_unknown(policy, nodes), owner), dry_run, lambda: True)
-
-
-def _unknown(policy: Policy, nodes: Iterable[Node]) -> list[GuardedNode]:
-    pools = PoolResolver(policy.pools)
-    return [
-        GuardedNode(n.name, pools.pool_of(n), NodeClass.UNKNOWN, False, n.taints, n.annotations.get(GUARD_KEY))
-        for n in nodes
-    ]
+    return _apply(api, release(unknown_nodes(policy.pools, nodes), owner), dry_run, lambda: True)
 
 
 def _apply(api: ApiClient, decision: GuardDecision, dry_run: DryRun, may_act: Callable[[], bool]) -> GuardReport:

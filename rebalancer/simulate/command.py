@@ -8,11 +8,13 @@ import re
 import sys
 import time
 from dataclasses import replace
+from typing import Any
 
 from rebalancer.errors import ConfigError
 from rebalancer.limits.settings import duration_seconds
 from rebalancer.policy import Policy, load_policy
 from rebalancer.settings import DURATION_PATTERN
+from rebalancer.simulate.before_after import before_after, before_after_table
 from rebalancer.simulate.cluster import Cluster, build_cluster
 from rebalancer.simulate.config import SimConfig
 from rebalancer.simulate.engine import simulate
@@ -117,13 +119,17 @@ def simulate_command(args: argparse.Namespace) -> int:
     text = comparison_table(results, f"{header}; seed {config.seed}")
     if len(runs) > 1:
         text += "\n" + summary_table([r for _, r in runs], seeds, "All seeds:")
+    if table := before_after_table([r for _, r in runs]):
+        text += "\n" + table
     if args.output == "json":
         meta = {"cluster": cluster.description, "days": config.days, "historyDays": config.history_days,
                 "stepSeconds": config.step_seconds, "intervalSeconds": config.interval_seconds,
                 "hotThresholdPct": threshold, "seed": config.seed, "start": start}  # fmt: skip
-        extra = {"seeds": [{"seed": seed, "policies": [r.record() for r in run]} for seed, (_, run) in zip(seeds, runs, strict=True)],
+        extra: dict[str, Any] = {"seeds": [{"seed": seed, "policies": [r.record() for r in run]} for seed, (_, run) in zip(seeds, runs, strict=True)],
                  "summary": figures([r for _, r in runs])}  # fmt: skip
-        sys.stdout.buffer.write(comparison_json(results, meta, extra if len(runs) > 1 else {}))
+        extra = extra if len(runs) > 1 else {}
+        extra["beforeAfter"] = before_after([r for _, r in runs])
+        sys.stdout.buffer.write(comparison_json(results, meta, extra))
     else:
         sys.stdout.write(text)
     if args.plot:

@@ -1,7 +1,9 @@
 """The closed loop (pure): every step the pods' usage moves on; every ``interval`` a rebalancer cycle runs
 the production code path on the simulated cluster: ``plan_cycle`` -> ``Evictor.apply`` (production
 limiters, limiter state kept in an in-memory ConfigMap) -> efficiency records (``judge_followups``,
-``observe_landings``, ``observe_cycle``); the replacements of evicted pods are bound by the scheduler model.
+``observe_landings``, ``observe_cycle``); with a landing guard, its production rules mark and clear nodes
+after each evictor and sweep expired marks at every other step (``landing_guard.SimGuard``); the
+replacements of evicted pods are bound by the scheduler model, which reads the guard's taints.
 
 All variants start from the same cluster, the same traces and the same seed.
 """
@@ -28,8 +30,9 @@ from rebalancer.predict.predictor import predict
 from rebalancer.predicted import PredictedLoad
 from rebalancer.protections import Protections
 from rebalancer.simulate.cluster import Cluster
+from rebalancer.simulate.landing_guard import SimGuard
 from rebalancer.simulate.readings import NodeSamples, daily_table, node_usage, pod_history, usage_report
-from rebalancer.simulate.result import VariantResult
+from rebalancer.simulate.result import GuardFigures, VariantResult
 from rebalancer.simulate.variants import VARIANTS, Variant, variant_policy
 from rebalancer.simulate.world import MemoryStore, SimActions, World
 from rebalancer.snapshot import PoolResolver, build_snapshot
@@ -49,9 +52,11 @@ def simulate(
     table = (
         daily_table(cluster, base.predictor.quantile) if base.predictor.days <= cluster.config.history_days else None
     )
+    resolver = PoolResolver(base.pools)
+    pools = sorted({resolver.pool_of(node) for node in cluster.nodes})
     results = []
     for variant in variants:
-        results.append(_Run(cluster, variant_policy(base, variant), variant, hot_pct, table).run())
+        results.append(_Run(cluster, variant_policy(base, variant, pools), variant, hot_pct, table).run())
         if progress is not None:
             progress(variant.name)
     return tuple(results)
@@ -77,6 +82,7 @@ class _Run:
         self.history: tuple[int, DailyPeaks[PodKey]] | None = None
         self.per_cycle: list[int] = []
         self.blocked: dict[str, int] = {}
+        self.guard = SimGuard(self.world, policy) if policy.landing_guard.enabled else None
 
     def run(self) -> VariantResult:
         cluster, config = self.cluster, self.cluster.config
@@ -103,6 +109,8 @@ class _Run:
             early += int((hot & (run <= lag_steps)).sum())
             if self.variant.usage is not None and i % every == 0:
                 self._cycle(step)
+            elif self.guard is not None:
+                self.guard.sweep(self.now)  # serve's housekeeping, every minute (a step is 1 to 5)
             self.world.bind_due(self.now, self.variant.ideal_placement)
         end = cluster.time_of(first + steps)
         minutes = {name: float(m) for name, m in zip(self.world.node_names, reference, strict=True) if m > 0}
@@ -111,8 +119,11 @@ class _Run:
         rates = compute_rates(self.records, minutes, pool_of, cluster.time_of(first), end).cluster
         result = VariantResult.of(self.variant, self.world, hot_series, config.step_seconds, rates, self.per_cycle,
                                   self.blocked, self.records if self.variant.usage else None)  # fmt: skip
-        return replace(result, early_minutes=early * config.step_seconds / 60,
-                       lag_minutes=lag_steps * config.step_seconds / 60)  # fmt: skip
+        result = replace(result, early_minutes=early * config.step_seconds / 60,
+                         lag_minutes=lag_steps * config.step_seconds / 60)  # fmt: skip
+        if self.guard is None:
+            return result
+        return replace(result, guard=GuardFigures.of(self.guard, self.now))  # the last step: its sweep ran
 
     def _cycle(self, step: int) -> None:
         assert self.variant.usage is not None
@@ -126,6 +137,8 @@ class _Run:
         snapshot, plan = plan_cycle(facts, usage, policy, self.now, None, predicted, None, moved)
         self.actions.now = self.now
         report = self.evictor.apply(plan, snapshot)
+        if self.guard is not None:
+            self.guard.after_cycle(snapshot, plan, report)
         self.per_cycle.append(report.count(Outcome.EVICTED))
         for result in report.results:
             if result.outcome is Outcome.EVICTED:

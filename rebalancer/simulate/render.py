@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from rebalancer.simulate.result import VariantResult
+from rebalancer.simulate.summary import aligned
 
 HEADERS = (
     "policy",
@@ -55,15 +56,7 @@ def _row(result: VariantResult, none: VariantResult | None) -> list[str]:
 def comparison_table(results: Sequence[VariantResult], header: str) -> str:
     none = next((r for r in results if r.name == "none"), None)
     rows = [list(HEADERS), *(_row(r, none) for r in results)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
-    lines = [header, ""]
-    for row in rows:
-        lines.append(
-            "  ".join(
-                cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
-    lines.append("")
+    lines = [header, "", *aligned(rows), ""]
     if results:
         lines.append(f"early: hot-node-minutes within the first {results[0].lag_minutes:g} minutes of their node's hot episode "
                      "(the usage window plus one cycle: before a reactive cycle can see them)")  # fmt: skip

@@ -11,8 +11,30 @@ import numpy.typing as npt
 
 from rebalancer.efficiency.rates import PoolRates
 from rebalancer.efficiency.records import EfficiencyState
+from rebalancer.simulate.landing_guard import SimGuard
 from rebalancer.simulate.variants import Variant
 from rebalancer.simulate.world import Move, World
+
+
+@dataclass(frozen=True, slots=True)
+class GuardFigures:
+    """What the landing guard did in one run."""
+
+    changes: Mapping[str, int]  # "action reason" (set hot, refresh relieved, clear expired, ...) -> count
+    marked_at_end: int  # nodes still carrying a mark when the run ended
+    outliving: int  # of those, marks expired at the last step (never: the sweep clears a mark at its expiry)
+
+    @classmethod
+    def of(cls, guard: SimGuard, last: float) -> GuardFigures:
+        marks = guard.marked()
+        return cls(
+            {f"{action} {reason}": n for (action, reason), n in sorted(guard.changes.items())},
+            len(marks),
+            sum(1 for m in marks.values() if m.expires <= last),
+        )
+
+    def count(self, action: str) -> int:
+        return sum(n for key, n in self.changes.items() if key.split(" ")[0] == action)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +55,7 @@ class VariantResult:
     pods: int = 0  # slots filled at the end (bound or Pending): never fewer than at the start
     early_minutes: float = 0.0  # hot-node-minutes within the first lag_minutes of their hot episode
     lag_minutes: float = 0.0  # the usage window plus a cycle interval: how late a reactive cycle finds a hot node
+    guard: GuardFigures | None = None  # None: no landing guard in this variant
 
     @classmethod
     def of(
@@ -74,6 +97,11 @@ class VariantResult:
         return self.evictions / self.rates.cooled
 
     @property
+    def landed_on_marked(self) -> int:
+        """Replacements bound on a node that carried the guard's taint at that moment."""
+        return sum(1 for m in self.moves if m.marked is not None)
+
+    @property
     def landed_back_share(self) -> float | None:
         return self.landed_back / self.evictions if self.evictions else None
 
@@ -110,6 +138,16 @@ class VariantResult:
                 "replacementsSeen": r.landed,
                 "landedBackRate": r.landed_back_rate,  # the production inference, beside the simulation's own count
                 "landingHitRate": r.landing_hit_rate,  # of the evictions with a predicted landing
+            },
+            "landingGuard": None
+            if self.guard is None
+            else {
+                "marksSet": self.guard.count("set"),
+                "marksRefreshed": self.guard.count("refresh"),
+                "marksCleared": self.guard.count("clear"),
+                "changes": dict(self.guard.changes),
+                "markedAtEnd": self.guard.marked_at_end,
+                "landedOnMarkedNode": self.landed_on_marked,
             },
             "blockedByLimiter": dict(self.blocked),
             "pods": self.pods,

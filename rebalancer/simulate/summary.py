@@ -12,13 +12,15 @@ from rebalancer.simulate.result import VariantResult
 Runs = Sequence[Sequence[VariantResult]]  # one tuple of results per seed, policies in the same order
 
 
-def _figure(
-    results: Sequence[VariantResult], get: Callable[[VariantResult], float | None]
-) -> tuple[float, float, float] | None:
-    return _spread([get(r) for r in results])
+Spread = tuple[float, float, float]  # mean, min, max
 
 
-def _spread(values: Sequence[float | None]) -> tuple[float, float, float] | None:
+def figure(results: Sequence[VariantResult], get: Callable[[VariantResult], float | None]) -> Spread | None:
+    return spread([get(r) for r in results])
+
+
+def spread(values: Sequence[float | None]) -> Spread | None:
+    """(mean, min, max) of the known values; None when none is known."""
     known = [v for v in values if v is not None]
     return (mean(known), min(known), max(known)) if known else None
 
@@ -39,23 +41,24 @@ def figures(runs: Runs) -> list[dict[str, Any]]:
         out.append(
             {
                 "name": first.name,
-                "hotNodeMinutes": _figure(per_seed, lambda r: r.hot_node_minutes),
-                "versusNone": _spread(versus),
-                "evictions": _figure(per_seed, lambda r: float(r.evictions)),
-                "landedBackShare": _figure(per_seed, lambda r: r.landed_back_share),
-                "effective": _figure(per_seed, lambda r: None if r.rates is None else r.rates.effective),
+                "hotNodeMinutes": figure(per_seed, lambda r: r.hot_node_minutes),
+                "versusNone": spread(versus),
+                "evictions": figure(per_seed, lambda r: float(r.evictions)),
+                "landedBackShare": figure(per_seed, lambda r: r.landed_back_share),
+                "effective": figure(per_seed, lambda r: None if r.rates is None else r.rates.effective),
             }
         )
     return out
 
 
-def _cell(value: tuple[float, float, float] | None, percent: bool = False, signed: bool = False) -> str:
+def cell(value: Spread | None, percent: bool = False, signed: bool = False, digits: int = 0) -> str:
     if value is None:
         return "-"
     scale = 100 if percent else 1
     sign = "+" if signed else ""
     low, high = value[1] * scale, value[2] * scale
-    return f"{value[0] * scale:{sign}.0f}{'%' if percent else ''} [{low:{sign}.0f}, {high:{sign}.0f}]"
+    f = f"{sign}.{digits}f"
+    return f"{value[0] * scale:{f}}{'%' if percent else ''} [{low:{f}}, {high:{f}}]"
 
 
 def summary_table(runs: Runs, seeds: Sequence[int], header: str) -> str:
@@ -65,17 +68,21 @@ def summary_table(runs: Runs, seeds: Sequence[int], header: str) -> str:
         rows.append(
             [
                 f["name"],
-                _cell(f["hotNodeMinutes"]),
-                _cell(f["versusNone"], percent=True, signed=True),
-                _cell(f["evictions"]),
-                _cell(f["landedBackShare"], percent=True),
-                _cell(f["effective"], percent=True),
+                cell(f["hotNodeMinutes"]),
+                cell(f["versusNone"], percent=True, signed=True),
+                cell(f["evictions"]),
+                cell(f["landedBackShare"], percent=True),
+                cell(f["effective"], percent=True),
             ]
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
-    lines = [header, f"mean [min, max] over seeds {', '.join(map(str, seeds))}", ""]
-    for row in rows:
-        lines.append(
-            "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-        )
+    lines = [header, f"mean [min, max] over seeds {', '.join(map(str, seeds))}", "", *aligned(rows)]
     return "\n".join(lines) + "\n"
+
+
+def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows as text columns: the first left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        for row in rows
+    ]

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rebalancer.errors import EvictionConflict, EvictionRejected, PodGone, StateConflict
+from rebalancer.guard.marks import GUARD_KEY
 from rebalancer.labels import LabelSelector
 from rebalancer.model import ClusterFacts, DisruptionBudget, Node, Pod, PodKey, UsageReport
 from rebalancer.scheduler_model import SchedulerModel
@@ -39,6 +40,7 @@ class Move:
     source: str
     destination: str | None = None
     bound_at: float | None = None
+    marked: str | None = None  # the effect of the landing guard's taint on the destination when bound (None: none)
 
     @property
     def landed_back(self) -> bool:
@@ -80,6 +82,9 @@ class World:
 
     def facts(self) -> ClusterFacts:
         return ClusterFacts(tuple(self.nodes), tuple(self.pods), self.budgets() if self.cluster.config.budgets else ())
+
+    def node(self, name: str) -> Node:
+        return self.nodes[self._node_index[name]]
 
     def set_node(self, node: Node) -> None:
         """A node changed (a taint, a cordon): the next facts and the scheduler model see it."""
@@ -153,7 +158,8 @@ class World:
             self.model.add(bound, node)
             self.node_of_slot[pending.slot] = self._node_index[node]
             move = self.moves[pending.move]
-            self.moves[pending.move] = Move(move.at, move.slot, move.pod, move.source, node, now)
+            marked = next((t.effect for t in self.node(node).taints if t.key == GUARD_KEY), None)
+            self.moves[pending.move] = Move(move.at, move.slot, move.pod, move.source, node, now, marked)
         self._pending = waiting
 
     def _ideal(self, pod: Pod, planned: str | None) -> str | None:

@@ -11,23 +11,29 @@ from types import MappingProxyType
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rebalancer.cli import main
+from rebalancer.cycle import plan_cycle
 from rebalancer.errors import EvictionRejected, StateConflict
+from rebalancer.evictor import EvictorReport
+from rebalancer.guard.marks import GUARD_KEY, Mark, read_mark
 from rebalancer.model import ClusterFacts, Node, Taint, UsageReport, WorkloadRef
 from rebalancer.policy import Policy, parse_policy
 from rebalancer.scheduler_model import SchedulerModel
 from rebalancer.settings import PoolSettings
+from rebalancer.simulate.before_after import ROWS as BEFORE_AFTER_ROWS
+from rebalancer.simulate.before_after import before_after, before_after_table
 from rebalancer.simulate.cluster import NAMESPACE, Cluster, Workload, build_cluster, make_pod
 from rebalancer.simulate.config import GI, SimConfig
 from rebalancer.simulate.engine import simulate
+from rebalancer.simulate.landing_guard import OWNER, SimGuard
 from rebalancer.simulate.readings import NodeSamples, daily_table, node_usage, pod_history, usage_report
 from rebalancer.simulate.result import VariantResult
 from rebalancer.simulate.shapes import synthetic_shapes
 from rebalancer.simulate.summary import figures, summary_table
-from rebalancer.simulate.variants import VARIANTS, Variant
+from rebalancer.simulate.variants import AFTER, BEFORE, VARIANTS, Variant
 from rebalancer.simulate.world import MemoryStore, SimActions, World
 from rebalancer.snapshot import build_snapshot
 from tests.shared_data import TRACE_DIR
@@ -77,7 +83,7 @@ def test_none_never_evicts_and_has_no_rates(results: tuple[object, ...]) -> None
 def test_rebalancing_variants_act_and_are_measured(results: tuple[object, ...]) -> None:
     by_name = {r.name: r for r in results}  # type: ignore[attr-defined]
     assert set(by_name) == {v.name for v in VARIANTS}
-    current = by_name["current"]
+    current = by_name["current-unguarded"]
     assert current.evictions > 0  # this tiny cluster has hot and cold nodes: there is something to do
     assert current.rates is not None and current.rates.found > 0
     assert all(r.hot_node_minutes >= 0 for r in results)  # type: ignore[attr-defined]
@@ -200,6 +206,7 @@ def test_cli_compares_the_policies_on_the_shared_sample(tmp_path: Path, capsys: 
     assert "<svg" in plot.read_text()
     assert [s["seed"] for s in data["seeds"]] == [1, 2]
     assert data["seeds"][0]["policies"] == data["policies"]
+    assert [r["name"] for r in data["beforeAfter"]["rows"]] == list(BEFORE_AFTER_ROWS)
     summary = {f["name"]: f for f in data["summary"]}
     for name, row in summary.items():
         evictions = [next(p for p in s["policies"] if p["name"] == name)["evictions"] for s in data["seeds"]]
@@ -208,8 +215,8 @@ def test_cli_compares_the_policies_on_the_shared_sample(tmp_path: Path, capsys: 
 
 def test_summary_of_identical_seeds_has_no_spread(results: tuple[VariantResult, ...]) -> None:
     rows = {f["name"]: f for f in figures([results, results])}
-    current = next(r for r in results if r.name == "current")
-    assert rows["current"]["evictions"] == (current.evictions,) * 3
+    current = next(r for r in results if r.name == "current-unguarded")
+    assert rows["current-unguarded"]["evictions"] == (current.evictions,) * 3
     assert rows["none"]["versusNone"] is None and rows["none"]["effective"] is None
     assert "mean [min, max] over seeds 1, 2" in summary_table([results, results], [1, 2], "x")
 
@@ -261,3 +268,81 @@ def test_pod_history_misses_the_days_before_a_pod_existed() -> None:
     assert replacement[1] == pytest.approx(np.quantile(np.arange(per_day // 2, per_day), 0.95))
     assert replacement[2] == pytest.approx(table[0, 2])
     assert np.allclose(history.values[history.index(world.pods[1].key)], table[1, :3])
+
+
+GUARDED = [v for v in VARIANTS if v.guard]
+
+
+def test_the_guard_marks_a_hot_node_as_its_own_steers_replacements_and_the_sweep_clears_it_at_expiry() -> None:
+    world = World(_equal_cluster())
+    guarded = parse_policy(POLICY % {"per_cycle": 4} + "landingGuard: {pools: [{pool: default}]}\n", "test")
+    pods = {p.key: 500 for p in world.pods}
+    usage = UsageReport(node_cpu_m={"n0": 3500, "n1": 1000}, pod_cpu_m=pods)  # n0 hot (87 %), n1 cold
+    now = 1_000_000.0
+    snapshot, plan = plan_cycle(world.facts(), usage, guarded, now)
+    guard = SimGuard(world, guarded)
+    guard.after_cycle(snapshot, plan, EvictorReport())
+    mark = read_mark(world.node("n0").taints, world.node("n0").annotations.get(GUARD_KEY))
+    assert isinstance(mark, Mark) and mark.owner == OWNER and mark.effect == "PreferNoSchedule"
+    assert read_mark(world.node("n1").taints, world.node("n1").annotations.get(GUARD_KEY)) is None
+    world.evict(world.pods[0], now)  # n0 has the fewest requests now, but carries the mark
+    world.bind_due(now)
+    assert world.moves[-1].destination == "n1"
+    ttl = guarded.landing_guard.pools[0].ttl_seconds
+    guard.sweep(now + ttl - 60)
+    assert guard.marked() == {"n0": mark}
+    guard.sweep(now + ttl)
+    assert guard.marked() == {} and GUARD_KEY not in world.node("n0").annotations
+    assert not any(t.key == GUARD_KEY for t in world.node("n0").taints)
+    assert dict(guard.changes) == {("set", "hot"): 1, ("clear", "expired"): 1}
+
+
+def test_guard_variants_set_and_clear_marks_and_leave_none_past_its_expiry(results: tuple[VariantResult, ...]) -> None:
+    for result in results:
+        if result.name not in {v.name for v in GUARDED}:
+            assert result.guard is None and result.landed_on_marked == 0
+            continue
+        assert result.guard is not None and result.evictions > 0
+        assert result.guard.count("set") > 0 and result.guard.count("clear") > 0
+        assert result.guard.outliving == 0
+        assert result.guard.marked_at_end <= result.guard.count("set") - result.guard.count("clear")
+
+
+@settings(max_examples=3, deadline=None)
+@given(seed=st.integers(1, 1000))
+@example(seed=2)  # a cluster where the guard marks nodes while replacements are bound: not vacuous
+def test_with_a_no_schedule_guard_no_replacement_lands_on_a_marked_node(seed: int) -> None:
+    hard = parse_policy(
+        POLICY % {"per_cycle": 4} + "landingGuard: {pools: [{pool: default, effect: NoSchedule}]}\n", "test"
+    )
+    cluster = tiny(seed, nodes=6, utilization=0.5)
+    for result in simulate(cluster, hard, 70.0, GUARDED):
+        assert result.guard is not None and result.guard.outliving == 0
+        assert [m for m in result.moves if m.marked == "NoSchedule"] == []
+        if seed == 2:
+            assert result.guard.count("set") > 0 and result.evictions > 0
+        assert result.unbound == 0 and result.pods == len(cluster.initial)
+
+
+def test_before_after_rows_and_text(results: tuple[VariantResult, ...]) -> None:
+    data = before_after([results, results])
+    assert data is not None and (data["before"], data["after"]) == (BEFORE, AFTER)
+    assert [row["name"] for row in data["rows"]] == list(BEFORE_AFTER_ROWS)
+    by_name = {r.name: r for r in results}
+    for row in data["rows"]:
+        result = by_name[row["name"]]
+        assert row["evictions"] == (result.evictions,) * 3
+        assert (row["marksSet"] is None) == (result.guard is None)
+        share = result.landed_back_share
+        assert row["landedBackShare"] == (None if share is None else (share,) * 3)
+    assert data["rows"][0]["goalMet"] is None  # the before is what the others are judged against
+    for row in data["rows"][1:]:
+        effective, landed_back = row["effective"], row["landedBackShare"]
+        assert row["goalMet"] == (effective is not None and landed_back is not None and effective[0] >= 0.85
+                                  and landed_back[0] < 0.05)  # fmt: skip
+    text = before_after_table([results])
+    assert text.startswith("Before/after (issue #10)")
+    assert all(name in text for name in BEFORE_AFTER_ROWS) and "hot vs requests-lnu" in text
+    assert f"  {AFTER}: {'met' if data['rows'][-1]['goalMet'] else 'not met'}" in text
+    assert before_after([[r for r in results if r.name != AFTER]]) is None
+    assert before_after_table([[r for r in results if r.name != AFTER]]) == ""
