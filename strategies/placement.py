@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from rebalancer.model import Node, Pod
 from rebalancer.scheduling import placement_blocker
 from rebalancer.snapshot import ClusterSnapshot
-
-
-@dataclass(slots=True)
-class _Room:
-    usage_m: int  # real CPU usage the node may still take before reaching its cap
-    cpu_m: int  # unrequested allocatable CPU
-    memory: int
-    pods: int
+from strategies.room_index import BLOCK, Key, Requests, Room, RoomIndex
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +32,16 @@ class RoomTracker:
     (``pack``), checking requests, pod count, taints, selectors and affinity. Searches stay cheap on
     big clusters: the nodes a pod's constraints allow are computed once per constraint signature; a
     pod that needs at least as much as one that already found no room (same signature) fails at once,
-    since room only shrinks between rollbacks; scans stop where usage room runs out.
+    since room only shrinks between rollbacks; scans stop where usage room runs out, and pass over
+    whole blocks of nodes without the CPU, memory or pod room the pod requests (``RoomIndex``). A
+    search that finds nothing scans every node with usage room once more to say why.
     """
 
-    def __init__(self, snapshot: ClusterSnapshot, caps_m: Mapping[str, int], *, pack: bool = False) -> None:
+    def __init__(
+        self, snapshot: ClusterSnapshot, caps_m: Mapping[str, int], *, pack: bool = False, block: int = BLOCK
+    ) -> None:
         self._nodes: dict[str, Node] = {}
-        self._room: dict[str, _Room] = {}
-        self._order: list[tuple[int, str]] = []  # (usage room, name), ascending
+        self._room: dict[str, Room] = {}
         self._pack = pack
         self._journal: list[tuple[str, int, int, int]] = []
         self._allowed: dict[Signature, tuple[frozenset[str], str]] = {}
@@ -56,7 +51,7 @@ class RoomTracker:
             load = snapshot.load[name]
             if load.usage_m is None:
                 continue  # unknown usage: never a destination
-            room = _Room(
+            room = Room(
                 usage_m=cap - load.usage_m,
                 cpu_m=node.allocatable_cpu_m - load.requested_cpu_m,
                 memory=node.allocatable_memory - load.requested_memory,
@@ -64,11 +59,10 @@ class RoomTracker:
             )
             self._nodes[name] = node
             self._room[name] = room
-            self._order.append((room.usage_m, name))
-        self._order.sort()
+        self._index = RoomIndex(self._room, block)
 
     def __len__(self) -> int:
-        return len(self._order)
+        return len(self._room)
 
     def find(self, pod: Pod, usage_m: int, exclude: Iterable[str] = ()) -> Placement:
         sig = signature(pod)
@@ -81,22 +75,30 @@ class RoomTracker:
         for failed in self._failed.get(memo, ()):
             if need[0] >= failed[0] and need[1] >= failed[1] and need[2] >= failed[2]:
                 return Placement(None, "no destination with room accepts it (a pod needing no more found none)")
-        start = bisect.bisect_left(self._order, (usage_m, ""))
-        indices = range(start, len(self._order)) if self._pack else range(len(self._order) - 1, start - 1, -1)
+        for room_m, name in self._scan(usage_m, (pod.cpu_request_m, pod.memory_request, 1)):
+            if name in excluded or name not in allowed:
+                continue
+            if self._request_blocker(pod, name) is None:
+                return Placement(name, f"{name} has {room_m}m of real-usage room")
+        self._failed.setdefault(memo, []).append(need)
         rejected: dict[str, int] = {}
-        for i in indices:
-            room_m, name = self._order[i]
+        for _, name in self._scan(usage_m):
             if name in excluded or name not in allowed:
                 continue
             why = self._request_blocker(pod, name)
-            if why is None:
-                return Placement(name, f"{name} has {room_m}m of real-usage room")
-            rejected[why] = rejected.get(why, 0) + 1
-        self._failed.setdefault(memo, []).append(need)
+            if why is not None:
+                rejected[why] = rejected.get(why, 0) + 1
         if not rejected:
             return Placement(None, f"no destination has {usage_m}m of real-usage room left")
         summary = "; ".join(f"{n} node(s): {why}" for why, n in sorted(rejected.items(), key=lambda kv: -kv[1])[:3])
         return Placement(None, f"no destination with room accepts it ({summary})")
+
+    def _scan(self, usage_m: int, least: Requests | None = None) -> Iterator[Key]:
+        """Destinations with at least ``usage_m`` of usage room in search order, passing over blocks of
+        nodes that lack the ``least`` request room (None: none passed over)."""
+        if self._pack:
+            return self._index.ascending_from(usage_m, least)
+        return self._index.descending_to(usage_m, least)
 
     def _allowed_for(self, pod: Pod, sig: Signature) -> tuple[frozenset[str], str]:
         found = self._allowed.get(sig)
@@ -140,17 +142,18 @@ class RoomTracker:
 
     def remove(self, node: str) -> None:
         """Stop offering ``node`` as a destination (for example because it is being emptied)."""
-        room = self._room.pop(node, None)
+        room = self._room.get(node)
         if room is not None:
-            self._order.remove((room.usage_m, node))
+            self._index.discard((room.usage_m, node))
+            del self._room[node]
             del self._nodes[node]
             self._allowed.clear()
 
     def _apply(self, node: str, usage_m: int, cpu_m: int, memory: int, pods: int) -> None:
         room = self._room[node]
-        self._order.pop(bisect.bisect_left(self._order, (room.usage_m, node)))
+        self._index.discard((room.usage_m, node))
         room.usage_m -= usage_m
         room.cpu_m -= cpu_m
         room.memory -= memory
         room.pods -= pods
-        bisect.insort(self._order, (room.usage_m, node))
+        self._index.add((room.usage_m, node))
