@@ -7,6 +7,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def plan_live(
     prometheus: PrometheusUsageSource | None = None,
     moved: Callable[[ClusterFacts, float], Mapping[PodKey, str]] | None = None,
 ) -> PlanOutcome:
-    """Read the cluster and Prometheus, then plan. A failed usage read blocks evictions, not the plan.
+    """Read the cluster and Prometheus (at once, when the cluster is listed), then plan. A failed usage
+    read blocks evictions, not the plan.
 
     ``cached``: the facts come from the serve mode's watch cache, nothing is listed. Otherwise ``focus``
     (an alert's nodes) with ``known`` (recent facts): only those nodes are listed afresh. ``history``:
@@ -76,19 +78,29 @@ def plan_live(
     pods for these facts (read from the efficiency records)."""
     timeline = timeline or Timeline()
     now = clock()
-    with timeline.step("facts"):
-        if cached is not None:
-            facts = cached()
-        else:
-            api = api or connect(connection.kubeconfig, connection.context)
-            kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
-            facts = read_facts(kube, focus, known)
-    with timeline.step("usage"):
+
+    def usage_now() -> UsageReport:
         if prometheus is not None:
-            usage = read_usage(lambda at: prometheus.read(at, focus), now)
-        else:
-            with PrometheusUsageSource(policy.prometheus) as source:
-                usage = read_usage(lambda at: source.read(at, focus), now)
+            return read_usage(lambda at: prometheus.read(at, focus), now)
+        with PrometheusUsageSource(policy.prometheus) as source:
+            return read_usage(lambda at: source.read(at, focus), now)
+
+    if cached is not None:
+        with timeline.step("facts"):
+            facts = cached()
+        with timeline.step("usage"):
+            usage = usage_now()
+    else:
+        # Prometheus answers while the pods are listed and decoded; its errors still block evictions
+        # (read_usage), anything else it raises is raised here, after the listing
+        with ThreadPoolExecutor(1, thread_name_prefix="usage-read") as reader:
+            pending = reader.submit(usage_now)
+            with timeline.step("facts"):
+                api = api or connect(connection.kubeconfig, connection.context)
+                kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
+                facts = read_facts(kube, focus, known)
+            with timeline.step("usage"):  # only what the listing did not hide
+                usage = pending.result()
     predicted = None
     if needs_prediction(policy):
         with timeline.step("prediction"):
