@@ -62,8 +62,11 @@ class BudgetLedger:
             self._spent[self._journal.pop()] -= 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Candidate:
+    """One movable pod of a node; compared by identity (a node's candidates are distinct pods), so that
+    taking one out of a node's list compares no pods."""
+
     pod: Pod
     usage_m: int
 
