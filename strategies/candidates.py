@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rebalancer.model import DisruptionBudget, Pod
 from rebalancer.plan import PodDecision
@@ -65,15 +65,18 @@ class BudgetLedger:
 @dataclass(frozen=True, slots=True, eq=False)
 class Candidate:
     """One movable pod of a node; compared by identity (a node's candidates are distinct pods), so that
-    taking one out of a node's list compares no pods."""
+    taking one out of a node's list compares no pods.
+
+    ``preference``: lower sorts first: lower priority, not ready, lower deletion cost, more restarts.
+    Computed once (a plan sorts a node's candidates again after each pick)."""
 
     pod: Pod
     usage_m: int
+    preference: tuple[int, bool, int, int] = field(init=False)
 
-    def preference(self) -> tuple[int, bool, int, int]:
-        """Lower sorts first: lower priority, not ready, lower deletion cost, more restarts."""
+    def __post_init__(self) -> None:
         pod = self.pod
-        return (pod.priority, pod.ready, pod.deletion_cost, -pod.restarts)
+        object.__setattr__(self, "preference", (pod.priority, pod.ready, pod.deletion_cost, -pod.restarts))
 
 
 def screen(

@@ -298,9 +298,9 @@ def _ordered(pool: list[Candidate], excess: int) -> list[Candidate]:
     """Fewest evictions first: if one pod can cover the excess, the preferred one among those that can
     (closest fit on ties); otherwise the biggest pods first, so that the count stays minimal."""
     covering = [c for c in pool if c.usage_m >= excess]
-    covering.sort(key=lambda c: (c.pod.priority, c.pod.ready, c.pod.deletion_cost, c.usage_m, -c.pod.restarts))
+    covering.sort(key=lambda c: (*c.preference[:3], c.usage_m, c.preference[3]))
     rest = [c for c in pool if c.usage_m < excess]
-    rest.sort(key=lambda c: (-c.usage_m, c.preference()))
+    rest.sort(key=lambda c: (-c.usage_m, c.preference))
     return covering + rest
 
 
