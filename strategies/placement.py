@@ -34,7 +34,8 @@ class RoomTracker:
     pod that needs at least as much as one that already found no room (same signature) fails at once,
     since room only shrinks between rollbacks; scans stop where usage room runs out, and pass over
     whole blocks of nodes without the CPU, memory or pod room the pod requests (``RoomIndex``). A
-    search that finds nothing scans every node with usage room once more to say why.
+    search that finds nothing scans every node with usage room once more to say why. ``block``: keys
+    per index block (tests use tiny ones, so that a small cluster has many blocks).
     """
 
     def __init__(
