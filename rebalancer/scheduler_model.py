@@ -111,19 +111,26 @@ def feasible_nodes_to_find(all_nodes: int, percentage: int | None) -> int:
 def winning_probabilities(scores: Ints, sampled: int, tables: dict[tuple[int, int], Floats] | None = None) -> Floats:
     """The probability that each of ``scores`` (the feasible nodes' scores) is the scheduler's choice
     when it scores a uniformly random subset of ``sampled`` of them and picks the best, ties uniformly
-    (the module's docstring derives it). Vectorized: one sort, one table of ``C(m, k) / C(n, k)``, kept in
-    ``tables`` when given (a model keeps one per size)."""
+    (the module's docstring derives it). Vectorized: the nodes counted per score (or one sort when scores
+    spread wide), one table of ``C(m, k) / C(n, k)``, kept in ``tables`` when given (one per size)."""
     n = len(scores)
     if n == 0:
         return np.zeros(0, np.float64)
     k = min(max(sampled, 1), n)
-    _, group, counts = np.unique(-scores, return_inverse=True, return_counts=True)  # best group first
-    above = np.cumsum(counts) - counts
-    unsampled = _all_in_table(
-        n, k, {} if tables is None else tables
-    )  # unsampled[m]: P(the whole sample lies within m given nodes)
-    per_group = (unsampled[n - above] - unsampled[n - above - counts]) / counts
-    probabilities: Floats = per_group[group.reshape(-1)]
+    low = int(scores.min())
+    span = int(scores.max()) - low + 1
+    if span <= 4 * n + 1024:  # scheduler scores (0-700): count each score value, no sort
+        offset = scores - low
+        counts = np.bincount(offset, minlength=span)[::-1]  # best score first
+        group = span - 1 - offset
+    else:
+        _, group, counts = np.unique(-scores, return_inverse=True, return_counts=True)
+        group = group.reshape(-1)
+    above = np.cumsum(counts) - counts  # nodes scoring above each group
+    unsampled = _all_in_table(n, k, {} if tables is None else tables)  # [m]: P(the sample lies within m nodes)
+    with np.errstate(divide="ignore", invalid="ignore"):  # score values no node has: 0 / 0, never looked up
+        per_group = (unsampled[n - above] - unsampled[n - above - counts]) / counts
+    probabilities: Floats = per_group[group]
     return probabilities
 
 

@@ -43,6 +43,7 @@ from strategies.placement import signature
 
 MAX_SCORE = 100 * (WEIGHT_FIT + WEIGHT_BALANCED + WEIGHT_TAINT + WEIGHT_SPREAD)
 NAMED = 3  # bad destinations named in a decision record, most probable first
+CACHED = 64  # distributions kept (80 KB each at 5,000 nodes); a node's pods are asked in a row
 TOLERANCE = 1e-9  # float sums: a 50/50 tie must compare equal to a 0.5 cap
 
 
@@ -151,6 +152,8 @@ class LandingPredictor:
         if found is None:
             found = self._model.landing_distribution(pod, vacate=True)
             if pod.workload is not None:
+                if len(self._cache) >= CACHED:
+                    self._cache.clear()
                 self._cache[key] = found
         return found
 
