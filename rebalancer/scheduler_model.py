@@ -82,20 +82,25 @@ class Scheduled:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class LandingDistribution:
-    """Where the scheduler puts a pod, as probabilities aligned with :attr:`SchedulerModel.names` (0 on
-    infeasible nodes; all 0 when nothing is feasible, and ``reason`` says why), with the nodes' scores."""
+    """Where the scheduler puts a pod: the feasible nodes (``index`` into :attr:`SchedulerModel.names`),
+    their probabilities and total weighted scores, aligned; all empty when nothing is feasible, and
+    ``reason`` says why."""
 
     names: tuple[str, ...]
+    index: Ints
     probabilities: Floats
-    scores: Ints  # total weighted scores; meaningful on feasible nodes only
-    feasible: int  # feasible nodes
-    sampled: int  # how many of them the scheduler scores: min(feasible, numFeasibleNodesToFind)
+    scores: Ints
+    sampled: int  # how many feasible nodes the scheduler scores: min(feasible, numFeasibleNodesToFind)
     reason: str
+
+    @property
+    def feasible(self) -> int:
+        return len(self.index)
 
     def as_dict(self) -> dict[str, float]:
         """Node -> probability, nodes with a probability above 0 only."""
-        p = self.probabilities
-        return {self.names[i]: float(p[i]) for i in np.flatnonzero(p > 0)}
+        names, p = self.names, self.probabilities
+        return {names[int(i)]: float(q) for i, q in zip(self.index, p, strict=True) if q > 0}
 
 
 def feasible_nodes_to_find(all_nodes: int, percentage: int | None) -> int:
@@ -260,16 +265,16 @@ class SchedulerModel:
         """The probability of each node being where a pod like ``pod`` is scheduled now, with the
         scheduler's sampling of feasible nodes (see the module docstring); ``vacate`` and ``exclude`` as
         for :meth:`place`."""
-        size = len(self.names)
         feasible, why, total = self._totals(pod, vacate, exclude)
         if total is None:
-            return LandingDistribution(self.names, np.zeros(size), np.zeros(size, np.int64), 0, 0, why)
+            none = np.zeros(0, np.int64)
+            return LandingDistribution(self.names, none, np.zeros(0), none, 0, why)
         index = np.flatnonzero(feasible)
-        probabilities = np.zeros(size, np.float64)
-        probabilities[index] = winning_probabilities(total[index], self.sample_size, self._tables)
+        scores = total[index]
+        probabilities = winning_probabilities(scores, self.sample_size, self._tables)
         sampled = min(len(index), self.sample_size)
         reason = f"the best of {sampled} sampled of {len(index)} feasible node(s)"
-        return LandingDistribution(self.names, probabilities, total, len(index), sampled, reason)
+        return LandingDistribution(self.names, index, probabilities, scores, sampled, reason)
 
     def _totals(self, pod: Pod, vacate: bool, exclude: Collection[str]) -> tuple[Bools, str, Ints | None]:
         """Feasible nodes, why none, and the total scores (None when none is feasible)."""

@@ -117,7 +117,7 @@ class LandingPredictor:
         if spread.feasible == 0:
             why = spread.reason
             return Landing(None, f"its replacement would not be scheduled ({why})", LandingVerdict.UNSCHEDULABLE, 1.0)
-        kinds = self._kinds(source, usage_m)
+        kinds = self._kinds(spread.index, source, usage_m)
         p = spread.probabilities
         masses = np.bincount(kinds, weights=p, minlength=len(_Kind))
         risk = float(masses[_Kind.BACK :].sum())
@@ -129,9 +129,10 @@ class LandingPredictor:
                 f"{self._bad(spread, kinds, source, usage_m)}{sampled}"
             )
             return Landing(None, text, _VERDICTS.get(worst, LandingVerdict.NO_ROOM), risk)
-        i = int(np.argmax(np.where(kinds == _Kind.OK, p, -1.0)))
+        j = int(np.argmax(np.where(kinds == _Kind.OK, p, -1.0)))
+        i = int(spread.index[j])
         node = spread.names[i]
-        scored = f"{_pct(float(p[i]))}, scheduler score {int(spread.scores[i])}/{MAX_SCORE}{sampled}"
+        scored = f"{_pct(float(p[j]))}, scheduler score {int(spread.scores[j])}/{MAX_SCORE}{sampled}"
         reason = f"predicted to land on {node} ({scored}), {int(self._room[i])}m of real-usage room"
         if risk > 0:
             reason += f"; landing risk {_pct(risk)}: {self._bad(spread, kinds, source, usage_m)}"
@@ -157,13 +158,15 @@ class LandingPredictor:
                 self._cache[key] = found
         return found
 
-    def _kinds(self, source: str, usage_m: int) -> npt.NDArray[np.int64]:
-        """Every node's verdict for a pod leaving ``source`` with ``usage_m`` of real usage."""
+    def _kinds(self, index: npt.NDArray[np.int64], source: str, usage_m: int) -> npt.NDArray[np.int64]:
+        """The verdict on each of the nodes ``index`` for a pod leaving ``source`` with ``usage_m``."""
         s = self._index[source]
-        destination = self._destination & (self._pool == self._pool[s]) if self._same_pool else self._destination
-        kinds = np.full(len(self._room), _Kind.ELSEWHERE, np.int64)
-        kinds[destination] = np.where(self._room[destination] >= usage_m, _Kind.OK, _Kind.NO_ROOM)
-        kinds[s] = _Kind.BACK
+        destination = self._destination[index]
+        if self._same_pool:
+            destination &= self._pool[index] == self._pool[s]
+        fits = np.where(self._room[index] >= usage_m, _Kind.OK, _Kind.NO_ROOM)
+        kinds: npt.NDArray[np.int64] = np.where(destination, fits, _Kind.ELSEWHERE)
+        kinds[index == s] = _Kind.BACK
         return kinds
 
     def _bad(self, spread: LandingDistribution, kinds: npt.NDArray[np.int64], source: str, usage_m: int) -> str:
@@ -171,13 +174,13 @@ class LandingPredictor:
         bad_p = np.where(kinds != _Kind.OK, spread.probabilities, 0.0)
         count = int(np.count_nonzero(bad_p))
         top = np.argpartition(-bad_p, NAMED)[:NAMED] if len(bad_p) > NAMED else np.arange(len(bad_p))
-        named = sorted((int(i) for i in top if bad_p[i] > 0), key=lambda i: (-bad_p[i], i))
+        named = sorted((int(j) for j in top if bad_p[j] > 0), key=lambda j: (-bad_p[j], j))
         parts = []
-        for i in named:
-            where, detail = self._describe(i, _Kind(int(kinds[i])), source, usage_m)
-            parts.append(f"{where} {_pct(float(bad_p[i]))} ({detail}score {int(spread.scores[i])}/{MAX_SCORE})")
+        for j in named:
+            where, detail = self._describe(int(spread.index[j]), _Kind(int(kinds[j])), source, usage_m)
+            parts.append(f"{where} {_pct(float(bad_p[j]))} ({detail}score {int(spread.scores[j])}/{MAX_SCORE})")
         if count > len(named):
-            rest = float(bad_p.sum()) - sum(float(bad_p[i]) for i in named)
+            rest = float(bad_p.sum()) - sum(float(bad_p[j]) for j in named)
             parts.append(f"{count - len(named)} more node(s) {_pct(rest)}")
         return ", ".join(parts)
 
