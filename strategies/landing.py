@@ -126,7 +126,7 @@ class LandingPredictor:
             worst = _Kind(int(np.argmax(masses[_Kind.BACK :])) + _Kind.BACK)
             text = (
                 f"predicted landing risk {_pct(risk)} > maxLandingRisk {_pct(self._max_risk)}: "
-                f"{self._bad(spread, kinds, source, usage_m)}{sampled}"
+                f"{self._bad(spread, kinds, source, usage_m, risk)}{sampled}"
             )
             return Landing(None, text, _VERDICTS.get(worst, LandingVerdict.NO_ROOM), risk)
         j = int(np.argmax(np.where(kinds == _Kind.OK, p, -1.0)))
@@ -135,7 +135,7 @@ class LandingPredictor:
         scored = f"{_pct(float(p[j]))}, scheduler score {int(spread.scores[j])}/{MAX_SCORE}{sampled}"
         reason = f"predicted to land on {node} ({scored}), {int(self._room[i])}m of real-usage room"
         if risk > 0:
-            reason += f"; landing risk {_pct(risk)}: {self._bad(spread, kinds, source, usage_m)}"
+            reason += f"; landing risk {_pct(risk)}: {self._bad(spread, kinds, source, usage_m, risk)}"
         return Landing(node, reason, None, risk)
 
     def commit(self, pod: Pod, landing: str, usage_m: int) -> None:
@@ -169,18 +169,24 @@ class LandingPredictor:
         kinds[index == s] = _Kind.BACK
         return kinds
 
-    def _bad(self, spread: LandingDistribution, kinds: npt.NDArray[np.int64], source: str, usage_m: int) -> str:
-        """The most probable bad destinations with their probabilities and scores, and the rest summed."""
+    def _bad(
+        self, spread: LandingDistribution, kinds: npt.NDArray[np.int64], source: str, usage_m: int, risk: float
+    ) -> str:
+        """The most probable bad destinations (first by name among equals) with their probabilities and
+        scores, and the rest of the ``risk`` summed."""
         bad_p = np.where(kinds != _Kind.OK, spread.probabilities, 0.0)
-        count = int(np.count_nonzero(bad_p))
-        top = np.argpartition(-bad_p, NAMED)[:NAMED] if len(bad_p) > NAMED else np.arange(len(bad_p))
-        named = sorted((int(j) for j in top if bad_p[j] > 0), key=lambda j: (-bad_p[j], j))
+        positive = np.flatnonzero(bad_p)
+        count = len(positive)
+        if count > NAMED:  # only those at least as probable as the NAMED-th
+            threshold = np.partition(bad_p[positive], count - NAMED)[count - NAMED]
+            positive = positive[bad_p[positive] >= threshold]
+        named = positive[np.lexsort((positive, -bad_p[positive]))[:NAMED]].tolist()
         parts = []
         for j in named:
             where, detail = self._describe(int(spread.index[j]), _Kind(int(kinds[j])), source, usage_m)
             parts.append(f"{where} {_pct(float(bad_p[j]))} ({detail}score {int(spread.scores[j])}/{MAX_SCORE})")
         if count > len(named):
-            rest = float(bad_p.sum()) - sum(float(bad_p[j]) for j in named)
+            rest = risk - sum(float(bad_p[j]) for j in named)
             parts.append(f"{count - len(named)} more node(s) {_pct(rest)}")
         return ", ".join(parts)
 

@@ -255,15 +255,15 @@ def test_a_second_strategy_sees_the_first_ones_move_as_room_taken_on_the_landing
     assert second == {"a": 6000, "b": 4000}  # the move's usage went to the landing node
 
 
-def tie_of_ten(extra: str = "") -> EvictionPlan:
+def tie_of_ten(extra: str = "", hot: str = "k") -> EvictionPlan:
     """a is hot and the most requested; b..k tie for the replacement (two fillers each: 669/700 as in the
-    first case), k is hot."""
+    first case), the ``hot`` ones are hot."""
     tied = "bcdefghijk"
     case = Case(
         "tie of ten",
         [node(n) for n in "a" + tied],
         [moving("web-1", "a"), *filler("a", 4), *(p for n in tied for p in filler(n, 2))],
-        {"a": 9000, **dict.fromkeys(tied[:-1], 1000), "k": 9000},
+        {"a": 9000, **{n: 9000 if n in hot else 1000 for n in tied}},
         {"web-1": 3000},
         [],
     )
@@ -285,6 +285,15 @@ def test_a_lower_cap_refuses_the_same_tie() -> None:
     (web,) = [d for d in plan.results[0].pod_decisions if d.name == "web-1"]
     assert web.reason == "predicted landing risk 10% > maxLandingRisk 5.0%: on hot k 10% (score 669/700)"
     assert plan.results[0].unrelieved["a"] is Unrelieved.PREDICTED_LANDING
+
+
+def test_the_refusal_names_the_likeliest_bad_landings_first_by_name_and_sums_the_rest() -> None:
+    plan = tie_of_ten(hot="fghijk")
+    (web,) = [d for d in plan.results[0].pod_decisions if d.name == "web-1"]
+    assert web.reason == (
+        "predicted landing risk 60% > maxLandingRisk 10%: on hot f 10% (score 669/700), "
+        "on hot g 10% (score 669/700), on hot h 10% (score 669/700), 3 more node(s) 30%"
+    )
 
 
 def test_max_landing_risk_zero_is_strict_on_ties() -> None:
