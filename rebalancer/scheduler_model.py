@@ -16,11 +16,26 @@ Scores (each 0-100 like the scheduler's, times the default plugin weight):
   the same workload on the node (and in its zone) scores higher. Bare pods have no such constraint.
 
 Not modelled: ImageLocality, preferred node and inter-pod affinity, volume plugins, pods' own
-topologySpreadConstraints, and percentageOfNodesToScore (every feasible node is scored, as with 100%).
+topologySpreadConstraints.
 
-Ties: the scheduler picks uniformly at random among the best nodes. Without an ``rng`` the model
-takes the first of them by node name (deterministic); with a seeded ``random.Random`` it picks
-uniformly like the scheduler, reproducibly.
+``place``: the best-scored feasible node. Ties: the scheduler picks uniformly at random among the best
+nodes. Without an ``rng`` the model takes the first of them by node name (deterministic); with a seeded
+``random.Random`` it picks uniformly like the scheduler, reproducibly. ``place`` scores every feasible
+node (as with percentageOfNodesToScore 100).
+
+``landing_distribution``: the probability of each node, with the scheduler's sampling. On clusters of
+100 nodes or more the scheduler stops filtering once it has found ``numFeasibleNodesToFind`` feasible
+nodes (:func:`feasible_nodes_to_find`, from percentageOfNodesToScore) and picks the best of those. It
+walks its node list from a start index that moves on after every pod; the model approximates that
+sample by a **uniformly random subset** of the feasible nodes of that size (a modelling choice: the
+real walk is a window of a zone-interleaved list, which the model does not know). Under that model the
+distribution is exact: the node list sorted by score into groups of equal score, a group of ``t`` nodes
+with ``a`` nodes scoring above it wins when none of the ``a`` is sampled and one of its own is, that is
+with probability ``(C(n - a, k) - C(n - a - t, k)) / C(n, k)`` (hypergeometric: ``n`` feasible nodes,
+``k`` sampled); the sampled nodes of the group tie, so by symmetry each of its nodes wins ``1/t`` of
+that. (Summing over ``j`` sampled nodes of the group, ``C(t-1, j-1) / j = C(t, j) / t`` turns the
+average of ``1/j`` into this difference.) With ``k >= n`` the best group takes everything, uniformly:
+the rule of ``place`` with an ``rng``.
 
 Cost: node data is kept in numpy arrays built once; a query is a handful of vectorized operations
 over the nodes (the planner asks once per candidate pod on 5,000-node clusters). ``remove``/``add``
@@ -48,8 +63,11 @@ DEFAULT_CPU_M, DEFAULT_MEMORY = 100, 200 * 2**20  # the scheduler's non-zero req
 HOSTNAME_SKEW, ZONE_SKEW = 3, 5
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
+MIN_FEASIBLE_NODES_TO_FIND, MIN_FEASIBLE_PERCENTAGE, BASE_PERCENTAGE = 100, 5, 50  # kube-scheduler's constants
+
 Ints = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
+Floats = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +80,81 @@ class Scheduled:
     reason: str
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class LandingDistribution:
+    """Where the scheduler puts a pod: the feasible nodes (``index`` into :attr:`SchedulerModel.names`),
+    their probabilities and total weighted scores, aligned; all empty when nothing is feasible, and
+    ``reason`` says why."""
+
+    names: tuple[str, ...]
+    index: Ints
+    probabilities: Floats
+    scores: Ints
+    sampled: int  # how many feasible nodes the scheduler scores: min(feasible, numFeasibleNodesToFind)
+    reason: str
+
+    @property
+    def feasible(self) -> int:
+        return len(self.index)
+
+    def as_dict(self) -> dict[str, float]:
+        """Node -> probability, nodes with a probability above 0 only."""
+        names, p = self.names, self.probabilities
+        return {names[int(i)]: float(q) for i, q in zip(self.index, p, strict=True) if q > 0}
+
+
+def feasible_nodes_to_find(all_nodes: int, percentage: int | None) -> int:
+    """kube-scheduler's ``numFeasibleNodesToFind``: how many feasible nodes it looks for before scoring.
+    ``percentage``: percentageOfNodesToScore; 0 or None is adaptive (``50 - all_nodes / 125`` %, at least
+    5 %); below 100 nodes, or at 100 %, every node; never fewer than 100 nodes."""
+    if all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return all_nodes
+    pct = percentage or max(MIN_FEASIBLE_PERCENTAGE, BASE_PERCENTAGE - all_nodes // 125)
+    return max(MIN_FEASIBLE_NODES_TO_FIND, all_nodes * pct // 100)
+
+
+def winning_probabilities(scores: Ints, sampled: int, tables: dict[tuple[int, int], Floats] | None = None) -> Floats:
+    """The probability that each of ``scores`` (the feasible nodes' scores) is the scheduler's choice
+    when it scores a uniformly random subset of ``sampled`` of them and picks the best, ties uniformly
+    (the module's docstring derives it). Vectorized: the nodes counted per score (or one sort when scores
+    spread wide), one table of ``C(m, k) / C(n, k)``, kept in ``tables`` when given (one per size)."""
+    n = len(scores)
+    if n == 0:
+        return np.zeros(0, np.float64)
+    k = min(max(sampled, 1), n)
+    low = int(scores.min())
+    span = int(scores.max()) - low + 1
+    if span <= 4 * n + 1024:  # scheduler scores (0-700): count each score value, no sort
+        offset = scores - low
+        counts = np.bincount(offset, minlength=span)[::-1]  # best score first
+        group = span - 1 - offset
+    else:
+        _, group, counts = np.unique(-scores, return_inverse=True, return_counts=True)
+        group = group.reshape(-1)
+    above = np.cumsum(counts) - counts  # nodes scoring above each group
+    unsampled = _all_in_table(n, k, {} if tables is None else tables)  # [m]: P(the sample lies within m nodes)
+    with np.errstate(divide="ignore", invalid="ignore"):  # score values no node has: 0 / 0, never looked up
+        per_group = (unsampled[n - above] - unsampled[n - above - counts]) / counts
+    probabilities: Floats = per_group[group]
+    return probabilities
+
+
+def _all_in_table(n: int, k: int, tables: dict[tuple[int, int], Floats]) -> Floats:
+    """``C(m, k) / C(n, k)`` for m = 0..n, by ``C(m - 1, k) = C(m, k) * (m - k) / m`` down from 1 at
+    m = n (0 below k); cached in ``tables`` (a few sizes per cluster)."""
+    found = tables.get((n, k))
+    if found is None:
+        m = np.arange(n, 0, -1, dtype=np.float64)  # n, n-1, ..., 1
+        steps = np.maximum(m - k, 0.0) / m  # C(m-1, k) / C(m, k)
+        table = np.empty(n + 1, np.float64)
+        table[n] = 1.0
+        table[:n] = np.cumprod(steps)[::-1]  # table[m - 1] = table[m] * steps(m)
+        if len(tables) >= 64:
+            tables.clear()
+        found = tables[(n, k)] = table
+    return found
+
+
 def nonzero(pod: Pod) -> tuple[int, int]:
     """The requests the scheduler scores with: nothing requested counts as 100m CPU / 200Mi memory."""
     return (pod.cpu_request_m or DEFAULT_CPU_M, pod.memory_request or DEFAULT_MEMORY)
@@ -70,8 +163,11 @@ def nonzero(pod: Pod) -> tuple[int, int]:
 class SchedulerModel:
     """The default scheduler's choice for a pod over a cluster, kept current with ``remove``/``add``."""
 
-    def __init__(self, snapshot: ClusterSnapshot) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, *, percentage_of_nodes_to_score: int | None = None) -> None:
+        """``percentage_of_nodes_to_score``: the cluster scheduler's setting (None or 0: adaptive, 100:
+        every node), for :meth:`landing_distribution`."""
         self.names: tuple[str, ...] = tuple(sorted(snapshot.nodes))
+        self.sample_size = feasible_nodes_to_find(len(self.names), percentage_of_nodes_to_score)
         self._index = {name: i for i, name in enumerate(self.names)}
         nodes = [snapshot.nodes[n] for n in self.names]
         self._nodes: tuple[Node, ...] = tuple(nodes)
@@ -93,6 +189,7 @@ class SchedulerModel:
         self._prefer: dict[tuple[object, ...], Ints] = {}
         self._statics: dict[tuple[object, ...], tuple[Bools, str, Ints]] = {}
         self._names_array = np.array(self.names, dtype=object)
+        self._tables: dict[tuple[int, int], Floats] = {}
         self._load(snapshot)
 
     def _load(self, snapshot: ClusterSnapshot) -> None:
@@ -154,21 +251,44 @@ class SchedulerModel:
     ) -> Scheduled:
         """Where a pod like ``pod`` would be scheduled now. ``vacate``: as if ``pod`` itself had left its
         node first (where an evicted pod's replacement lands). ``exclude``: nodes not to consider."""
-        where = self._where.get(pod.key) if vacate else None
-        if exclude:
-            feasible, why = self._feasible(pod, where, exclude)
-            if not feasible.any():
-                return Scheduled(None, 0, (), why)
-            total = self._scores(pod, where, feasible)
-        else:
-            feasible, why, static = self._static(pod, where)
-            if not feasible.any():
-                return Scheduled(None, 0, (), why)
-            total = static + WEIGHT_SPREAD * self._spread(pod, where, feasible)
+        feasible, why, total = self._totals(pod, vacate, exclude)
+        if total is None:
+            return Scheduled(None, 0, (), why)
         best = int(total[feasible].max())
         tied = tuple(self._names_array[np.flatnonzero(feasible & (total == best))].tolist())
         chosen = tied[0] if rng is None or len(tied) == 1 else rng.choice(tied)
         return Scheduled(chosen, best, tied, f"highest score {best} of {int(feasible.sum())} feasible node(s)")
+
+    def landing_distribution(
+        self, pod: Pod, *, vacate: bool = False, exclude: Collection[str] = ()
+    ) -> LandingDistribution:
+        """The probability of each node being where a pod like ``pod`` is scheduled now, with the
+        scheduler's sampling of feasible nodes (see the module docstring); ``vacate`` and ``exclude`` as
+        for :meth:`place`."""
+        feasible, why, total = self._totals(pod, vacate, exclude)
+        if total is None:
+            none = np.zeros(0, np.int64)
+            return LandingDistribution(self.names, none, np.zeros(0), none, 0, why)
+        index = np.flatnonzero(feasible)
+        scores = total[index]
+        probabilities = winning_probabilities(scores, self.sample_size, self._tables)
+        sampled = min(len(index), self.sample_size)
+        reason = f"the best of {sampled} sampled of {len(index)} feasible node(s)"
+        return LandingDistribution(self.names, index, probabilities, scores, sampled, reason)
+
+    def _totals(self, pod: Pod, vacate: bool, exclude: Collection[str]) -> tuple[Bools, str, Ints | None]:
+        """Feasible nodes, why none, and the total scores (None when none is feasible)."""
+        where = self._where.get(pod.key) if vacate else None
+        if exclude:
+            feasible, why = self._feasible(pod, where, exclude)
+            if not feasible.any():
+                return feasible, why, None
+            return feasible, why, self._scores(pod, where, feasible)
+        feasible, why, static = self._static(pod, where)
+        if not feasible.any():
+            return feasible, why, None
+        total: Ints = static + WEIGHT_SPREAD * self._spread(pod, where, feasible)
+        return feasible, why, total
 
     def scores(self, pod: Pod, *, vacate: bool = False) -> dict[str, int]:
         """Every feasible node's total weighted score (for explanations and tests)."""

@@ -1,12 +1,13 @@
 """LowNodeUtilization on real CPU usage: cool hot nodes with the fewest evictions onto cold nodes
 that really have room.
 
-Where a move goes. With ``predictPlacement`` (the default) a candidate's destination is the node the
-default scheduler is predicted to give its replacement (:mod:`strategies.landing`: the scheduler model,
-with the pod vacated and the moves already planned this cycle applied). The pod is chosen only if that
-node, and every node tied with it, is a cold node of the pool (``destinationsInSamePool``) with the
-real-usage room; the move's usage is committed there, so ``room_on`` and ``landing`` name the same node,
-and a later strategy of the cycle sees the load where it will really be. Without prediction, ``room_on``
+Where a move goes. With ``predictPlacement`` (the default) a candidate's destination is where the
+default scheduler is predicted to put its replacement (:mod:`strategies.landing`: the scheduler model's
+landing probabilities, with the pod vacated and the moves already planned this cycle applied). The pod
+is chosen only if the probability of landing anywhere but a cold node of the pool
+(``destinationsInSamePool``) with the real-usage room is at most ``maxLandingRisk``; the move's usage is
+committed to the most probable such node, so ``room_on`` and ``landing`` name the same node, and a later
+strategy of the cycle sees the load where it will most probably be. Without prediction, ``room_on``
 is any cold node with room (a :class:`~strategies.placement.RoomTracker` search) and ``landing`` is None:
 the room is bookkept, but nothing says the scheduler will use it.
 """
@@ -62,13 +63,34 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
     )
     predict_placement: bool = Field(
         default=True,
-        description="Predict the node the default scheduler gives each evicted pod's replacement (filters: "
+        description="Predict where the default scheduler puts each evicted pod's replacement (filters: "
         "requests, taints and tolerations, nodeSelector, required node affinity; scores: least allocated, "
-        "balanced allocation, PreferNoSchedule taints, spreading of the workload's pods), with the moves already "
-        "planned applied, and evict a pod only when that node is a cold node with the real-usage room: a pod "
+        "balanced allocation, PreferNoSchedule taints, spreading of the workload's pods; random ties and "
+        "sampling of nodes as probabilities), with the moves already planned applied, and evict a pod only when "
+        "the probability of a landing off the cold nodes with real-usage room is at most maxLandingRisk: a pod "
         "whose replacement would land back on its hot node (the relieved node is the least requested one when "
-        "requests are balanced) is passed over, and the move's usage is counted on the predicted node. "
+        "requests are balanced) is passed over, and the move's usage is counted on the most probable cold node. "
         "false: any cold node with room is enough, wherever the scheduler really puts the replacement.",
+    )
+    max_landing_risk: float = Field(
+        default=0.1,
+        ge=0.0,
+        lt=1.0,
+        description="With predictPlacement: the highest accepted probability that an evicted pod's replacement "
+        "lands where the move relieves nothing (back on its node, on a hot, normal, unknown or other pool's node, "
+        "or on a cold node without the real-usage room). The scheduler picks at random among equally scored nodes "
+        "and, on clusters of 100 nodes or more, scores only a sample of the feasible ones "
+        "(percentageOfNodesToScore), so a landing is a probability. 0: no chance of a bad landing is accepted "
+        "(with every node scored, every tied best node must be a good destination).",
+    )
+    percentage_of_nodes_to_score: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="With predictPlacement: the cluster scheduler's percentageOfNodesToScore (its "
+        "KubeSchedulerConfiguration), how many of the feasible nodes it scores before choosing. Unset or 0: the "
+        "scheduler's adaptive default (50% minus 1% per 125 nodes, at least 5% and at least 100 nodes); 100: "
+        "every node. Below 100 nodes every node is scored whatever the setting.",
     )
 
     @model_validator(mode="after")
@@ -189,7 +211,15 @@ class LowNodeUtilization:
             usage_m = snapshot.load[name].usage_m
             if usage_m is not None:  # unknown usage: never a destination
                 room[name] = cap - usage_m
-        return LandingPredictor(snapshot, decisions, room, same_pool=self.settings.destinations_in_same_pool)
+        s = self.settings
+        return LandingPredictor(
+            snapshot,
+            decisions,
+            room,
+            same_pool=s.destinations_in_same_pool,
+            max_risk=s.max_landing_risk,
+            percentage_of_nodes_to_score=s.percentage_of_nodes_to_score,
+        )
 
     def _trackers(self, snapshot: ClusterSnapshot, caps: dict[str, int]) -> dict[str, RoomTracker]:
         if not self.settings.destinations_in_same_pool:
@@ -259,14 +289,15 @@ class LowNodeUtilization:
 @dataclass(slots=True)
 class _Destinations:
     """Where a pod moved off a hot node goes. Without a predictor: any cold node with room (``room_on``;
-    nothing says the scheduler will pick it). With one: the node its replacement is predicted to land on,
-    if that is a cold node with room (``room_on`` and ``landing`` are that node); the scheduler model is
+    nothing says the scheduler will pick it). With one: the cold node with room its replacement most
+    probably lands on, if the landing risk is within the cap (``room_on`` and ``landing`` are that node);
+    the scheduler model is
     only asked when the room search found some cold node with room (a query costs more than a search)."""
 
     tracker: RoomTracker
     predictor: LandingPredictor | None
     no_room: bool = False  # some candidate found no cold node with room
-    landed_wrong: bool = False  # some candidate's replacement was predicted to land back or off the cold nodes
+    landed_wrong: bool = False  # some candidate's replacement risked landing back or off the cold nodes
 
     def find(self, candidate: Candidate, node: str) -> tuple[str | None, str]:
         placement = self.tracker.find(candidate.pod, candidate.usage_m, exclude=(node,))

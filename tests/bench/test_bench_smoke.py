@@ -72,7 +72,7 @@ def test_cycle_bench_prints_its_figures_for_each_size() -> None:
     cycles = re.findall(rf"full cycle: {SECONDS} .*peak RSS (\d+) MB .*; (\d+) hot nodes, (\d+) evictions planned", out)
     assert len(cycles) == 2
     # planned may be 0: with placement prediction, most replacements on this synthetic cluster (each node's pods
-    # request alike, a quarter of the nodes hot) are predicted to land back or tie with hot and normal nodes
+    # request alike, a quarter of the nodes hot) risk landing back or on hot and normal nodes
     assert all(float(s) > 0 and int(rss) > 0 and int(hot) > 0 and int(planned) >= 0 for s, rss, hot, planned in cycles)
     assert len(re.findall(rf"snapshot alone: {SECONDS} \((\d+) of (\d+) pod pages in page workers", out)) == 2
     plans = re.findall(

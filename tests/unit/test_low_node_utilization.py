@@ -17,8 +17,8 @@ targetThresholds: {cpu: 70}
 
 # Placement prediction (predictPlacement, on by default) is tested in test_placement_prediction.py. Several
 # clusters here have one pod on the hot node and none on the cold ones: once it is evicted, both are empty,
-# the scheduler model scores them equal and the replacement may land back (a random tie), so with
-# prediction nothing is planned. Those tests are about classes, pod choice and room, and use NO_PREDICTION.
+# the scheduler model scores them equal and the replacement may land back (a random tie: a landing risk of
+# 50%, above maxLandingRisk), so with prediction nothing is planned. Those tests are about classes, pod choice and room, and use NO_PREDICTION.
 NO_PREDICTION = LNU + "predictPlacement: false\n"
 
 
@@ -63,10 +63,10 @@ def test_biggest_first_when_no_single_pod_covers():
     nodes = [node("hot"), node("cold")]
     assert evicted(run(nodes, pods, report, policy(NO_PREDICTION))) == ["p1500", "p1400", "p200"]
     # with prediction, after two moves each node holds two web pods once a third leaves hot: a tie, so the
-    # third replacement may land back and is not planned (the node stays 100m above target)
+    # third replacement lands back with probability 1/2 and is not planned (the node stays 100m above target)
     plan = run(nodes, pods, report)
     assert evicted(plan) == ["p1500", "p1400"]
-    assert why(plan, "p200").startswith("may land back on hot")
+    assert why(plan, "p200") == "predicted landing risk 50% > maxLandingRisk 10%: back on hot 50% (score 696/700)"
 
 
 def test_preference_breaks_ties_lower_priority_then_not_ready():

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from rebalancer.cycle import plan_cycle
 from rebalancer.model import ClusterFacts, Node, Pod, Taint, Toleration, UsageReport
 from rebalancer.plan import EvictionPlan, NodeClass, Unrelieved
-from rebalancer.policy import Policy
 from rebalancer.scheduler_model import SchedulerModel
+from strategies.thresholds import cap_millis
 from tests.builders import node, pod, policy, usage
 from tests.unit.test_planner_properties import clusters
 
@@ -62,7 +62,7 @@ CASES = [
         {"web-1": 3000},
         [],
         # least allocated 84 + balanced 85 + taint 3 x 100 + spread 2 x 100 (computed by hand)
-        {"web-1": "predicted to land back on a (scheduler score 669/700)"},
+        {"web-1": "predicted landing risk 100% > maxLandingRisk 10%: back on a 100% (score 669/700)"},
         {"a": Unrelieved.PREDICTED_LANDING},
     ),
     Case(
@@ -78,7 +78,10 @@ CASES = [
         {"a": 9000, "b": 1000, "c": 1000},
         {"web-1": 2100, "api-1": 2500, "api-2": 2600},
         [("api-1", "b")],
-        {"web-1": "predicted to land back on a", "api-1": "usage 2500m covers the remaining 2000m above target; "},
+        {
+            "web-1": "predicted landing risk 100% > maxLandingRisk 10%: back on a",
+            "api-1": "usage 2500m covers the remaining 2000m above target; predicted to land on b (100%",
+        },
     ),
     Case(
         "the cold node is the least requested: the replacement lands there",
@@ -87,7 +90,7 @@ CASES = [
         {"a": 9000, "b": 1000},
         {"web-1": 3000},
         [("web-1", "b")],
-        {"web-1": "usage 3000m covers the remaining 2000m above target; predicted to land on b (scheduler score"},
+        {"web-1": "usage 3000m covers the remaining 2000m above target; predicted to land on b (100%, scheduler score"},
     ),
     Case(
         "moves planned earlier in the cycle update the model: the second replacement goes to the other cold node",
@@ -104,7 +107,7 @@ CASES = [
         {"a": 9000, "b": 1000, "c": 5000, "d": 1000},
         {"web-1": 3000},
         [],
-        {"web-1": "predicted to land on c, a normal node, not a destination (scheduler score"},
+        {"web-1": "predicted landing risk 100% > maxLandingRisk 10%: on normal c 100% (score"},
         {"a": Unrelieved.PREDICTED_LANDING},
     ),
     Case(
@@ -134,7 +137,8 @@ CASES = [
         {"a": 9000, "b": 1000, "c": 1000},
         {"web-1": 3000},
         [("web-1", "b")],
-        {"web-1": "usage 3000m covers the remaining 2000m above target; predicted to land on b (scheduler score"},
+        # b and c tie, both cold: no risk, the landing is the first of them by name
+        {"web-1": "usage 3000m covers the remaining 2000m above target; predicted to land on b (50%, scheduler score"},
     ),
     Case(
         "landing on another hot node is refused, and that node's own pod would land back",
@@ -143,7 +147,10 @@ CASES = [
         {"a": 9000, "b": 9000, "c": 1000},
         {"web-1": 3000, "db-1": 3000},
         [],
-        {"web-1": "predicted to land on b, a hot node, not a destination", "db-1": "predicted to land back on b"},
+        {
+            "web-1": "predicted landing risk 100% > maxLandingRisk 10%: on hot b 100%",
+            "db-1": "predicted landing risk 100% > maxLandingRisk 10%: back on b 100%",
+        },
         {"a": Unrelieved.PREDICTED_LANDING, "b": Unrelieved.PREDICTED_LANDING},
     ),
     Case(
@@ -153,18 +160,18 @@ CASES = [
         {"a": 10_000, "b": 1900, "c": 0},
         {"web-1": 6000},
         [],
-        {"web-1": "predicted to land on b, which has 5100m of real-usage room, not 6000m"},
+        {"web-1": "predicted landing risk 100% > maxLandingRisk 10%: on b 100% (5100m of real-usage room, not 6000m"},
         {"a": Unrelieved.NO_ROOM},
     ),
     Case(
-        "tied best nodes: the model's choice is the cold node, but the relieved node ties, so it may land back",
+        "tied best nodes: the relieved node ties with the cold node, a landing risk of 50% (above 10%)",
         [node("a"), node("b")],
         [moving("web-1", "b"), *filler("b", 1), *filler("a", 1)],
         {"a": 1000, "b": 9000},
         {"web-1": 3000},
         [],
         # both at 2000m requested with the replacement: 89 + 90 + 300 + 200 (computed by hand)
-        {"web-1": "may land back on b (scheduler score 679/700, tied with 1 other node(s): the scheduler picks"},
+        {"web-1": "predicted landing risk 50% > maxLandingRisk 10%: back on b 50% (score 679/700)"},
         {"b": Unrelieved.PREDICTED_LANDING},
     ),
     Case(
@@ -174,7 +181,7 @@ CASES = [
         {"a": 9000, "b": 1000, "c": 1000},
         {"web-1": 3000},
         [],
-        {"web-1": "predicted to land on b of pool batch, not a destination of this pool"},
+        {"web-1": "predicted landing risk 100% > maxLandingRisk 10%: on b 100% (pool batch, not a destination"},
     ),
     Case(
         "destinationsInSamePool false: the other pool's cold node is a destination",
@@ -229,7 +236,7 @@ def test_the_eviction_reason_names_the_landing() -> None:
     # taints 3 x 100, spread 2 x 100; room: 70% of 10000m minus its 1000m of usage
     assert plan.evictions[0].reason == (
         "node a hot (usage 90.0% > 70.0%): usage 3000m covers the remaining 2000m above target; "
-        "predicted to land on b (scheduler score 679/700), 6000m of real-usage room"
+        "predicted to land on b (100%, scheduler score 679/700), 6000m of real-usage room"
     )
 
 
@@ -248,27 +255,112 @@ def test_a_second_strategy_sees_the_first_ones_move_as_room_taken_on_the_landing
     assert second == {"a": 6000, "b": 4000}  # the move's usage went to the landing node
 
 
-PREDICTING: Policy = policy(LNU)
+def tie_of_ten(extra: str = "", hot: str = "k") -> EvictionPlan:
+    """a is hot and the most requested; b..k tie for the replacement (two fillers each: 669/700 as in the
+    first case), the ``hot`` ones are hot."""
+    tied = "bcdefghijk"
+    case = Case(
+        "tie of ten",
+        [node(n) for n in "a" + tied],
+        [moving("web-1", "a"), *filler("a", 4), *(p for n in tied for p in filler(n, 2))],
+        {"a": 9000, **{n: 9000 if n in hot else 1000 for n in tied}},
+        {"web-1": 3000},
+        [],
+    )
+    return run(case, extra)
+
+
+def test_a_tie_with_one_hot_node_in_ten_is_a_landing_risk_of_10_percent_accepted_at_the_default_cap() -> None:
+    plan = tie_of_ten()
+    assert [(e.name, e.landing) for e in plan.evictions] == [("web-1", "b")]  # the first of the likeliest
+    assert plan.evictions[0].reason.endswith(
+        "predicted to land on b (10%, scheduler score 669/700), 6000m of real-usage room; "
+        "landing risk 10%: on hot k 10% (score 669/700)"
+    )
+
+
+def test_a_lower_cap_refuses_the_same_tie() -> None:
+    plan = tie_of_ten("maxLandingRisk: 0.05\n")
+    assert plan.evictions == ()
+    (web,) = [d for d in plan.results[0].pod_decisions if d.name == "web-1"]
+    assert web.reason == "predicted landing risk 10% > maxLandingRisk 5.0%: on hot k 10% (score 669/700)"
+    assert plan.results[0].unrelieved["a"] is Unrelieved.PREDICTED_LANDING
+
+
+def test_the_refusal_names_the_likeliest_bad_landings_first_by_name_and_sums_the_rest() -> None:
+    plan = tie_of_ten(hot="fghijk")
+    (web,) = [d for d in plan.results[0].pod_decisions if d.name == "web-1"]
+    assert web.reason == (
+        "predicted landing risk 60% > maxLandingRisk 10%: on hot f 10% (score 669/700), "
+        "on hot g 10% (score 669/700), on hot h 10% (score 669/700), 3 more node(s) 30%"
+    )
+
+
+def test_max_landing_risk_zero_is_strict_on_ties() -> None:
+    assert run(CASES[3], "maxLandingRisk: 0\n").evictions != ()  # a tie of cold nodes only: no risk
+    assert tie_of_ten("maxLandingRisk: 0\n").evictions == ()
+
+
+def sampled_cluster(extra: str) -> EvictionPlan:
+    """200 nodes: the relieved node a is the best scored, the 199 others tie below it. The scheduler
+    scores 100 of them by default (49% of 200 is 98, at least 100), so a is sampled with probability 1/2."""
+    others = [f"n{i:03}" for i in range(199)]
+    case = Case(
+        "sampled",
+        [node("a"), *(node(n) for n in others)],
+        [moving("web-1", "a"), *filler("a", 2), *(p for n in others for p in filler(n, 3))],
+        {"a": 9000, **dict.fromkeys(others, 1000)},
+        {"web-1": 3000},
+        [],
+    )
+    return run(case, "maxLandingRisk: 0.6\n" + extra)
+
+
+def test_the_scheduler_sampling_of_nodes_makes_a_sure_landing_back_a_50_percent_risk() -> None:
+    plan = sampled_cluster("")
+    assert [(e.name, e.landing) for e in plan.evictions] == [("web-1", "n000")]
+    assert "landing risk 50%: back on a 50% (score 669/700)" in plan.evictions[0].reason
+    assert "100 of 200 nodes scored" in plan.evictions[0].reason
+
+
+def test_percentage_of_nodes_to_score_100_scores_every_node() -> None:
+    plan = sampled_cluster("percentageOfNodesToScore: 100\n")
+    assert plan.evictions == ()
+    (web,) = [d for d in plan.results[0].pod_decisions if d.name == "web-1"]
+    assert web.reason == "predicted landing risk 100% > maxLandingRisk 60%: back on a 100% (score 669/700)"
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(clusters(), st.booleans())
-def test_no_planned_replacement_lands_back_or_on_a_hot_node(
-    cluster: tuple[ClusterFacts, UsageReport], same_pool: bool
+@given(clusters(), st.booleans(), st.sampled_from([0.0, 0.1, 0.5]))
+def test_no_accepted_eviction_risks_a_bad_landing_above_the_cap(
+    cluster: tuple[ClusterFacts, UsageReport], same_pool: bool, cap: float
 ) -> None:
+    """Replayed on a fresh model: each planned eviction's landing risk (the probability of landing back,
+    off the cold nodes of its pool, or on one without the room left after the earlier moves) is at most
+    maxLandingRisk, and its landing is the most probable acceptable node."""
     facts, report = cluster
-    pol = PREDICTING if same_pool else policy(LNU + "destinationsInSamePool: false\n")
-    snapshot, plan = plan_cycle(facts, report, pol, 1_700_000_000.0)
+    extra = f"maxLandingRisk: {cap}\n" + ("" if same_pool else "destinationsInSamePool: false\n")
+    snapshot, plan = plan_cycle(facts, report, policy(LNU + extra), 1_700_000_000.0)
     decisions = {d.node: d for d in plan.results[0].node_decisions}
-    pods = {p.key: p for p in facts.pods}
-    model = SchedulerModel(snapshot)  # replayed: each landing is the model's choice after the earlier moves
+    room = {
+        name: cap_millis(d.allocatable_m, d.high_pct or 0.0) - d.usage_m
+        for name, d in decisions.items()
+        if d.node_class is NodeClass.COLD and d.usage_m is not None
+    }
+    pools, pods = snapshot.pool_of, {p.key: p for p in facts.pods}
+    model = SchedulerModel(snapshot)
     for eviction in plan.evictions:
-        assert eviction.landing is not None and eviction.landing == eviction.room_on
-        assert eviction.landing != eviction.node
-        assert decisions[eviction.landing].node_class is NodeClass.COLD
+
+        def good(name: str, source: str = eviction.node, usage_m: int = eviction.usage_m) -> bool:
+            same = pools[name] == pools[source] or not same_pool
+            return name != source and same and room.get(name, -1) >= usage_m
+
         moved = pods[eviction.key]
-        scheduled = model.place(moved, vacate=True)
-        assert scheduled.node == eviction.landing
-        assert all(decisions[t].node_class is NodeClass.COLD for t in scheduled.tied)
+        spread = model.landing_distribution(moved, vacate=True).as_dict()
+        assert sum(p for name, p in spread.items() if not good(name)) <= cap + 1e-9
+        assert eviction.landing is not None and eviction.landing == eviction.room_on
+        assert good(eviction.landing)
+        assert spread[eviction.landing] == max(p for name, p in spread.items() if good(name))
         model.remove(moved)
         model.add(moved, eviction.landing)
+        room[eviction.landing] -= eviction.usage_m

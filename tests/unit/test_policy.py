@@ -46,6 +46,17 @@ BAD = [
         "strategies.0.typo",
         "Extra inputs are not permitted",
     ),
+    (
+        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 10}, targetThresholds: {cpu: 70}, maxLandingRisk: 1}\n",
+        "strategies.0.maxLandingRisk",
+        "less than 1",
+    ),
+    (
+        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 10}, targetThresholds: {cpu: 70},"
+        " percentageOfNodesToScore: 101}\n",
+        "strategies.0.percentageOfNodesToScore",
+        "less than or equal to 100",
+    ),
     ("strategies:\n- kind: Nope\n", "strategies.0", "does not match any of the expected tags"),
     ("strategies: []\n", "strategies", "at least 1 item"),
     (

@@ -19,7 +19,8 @@ from rebalancer.predicted import PredictedLoad
 from tests.builders import node, pod, policy, usage
 
 # predictPlacement off: NODES has one web pod on each node once peaky or steady left quiet-now, so the
-# scheduler model ties quiet-now with cold and the replacement may land back (nothing would be planned).
+# scheduler model ties quiet-now with cold and the replacement may land back (a landing risk of 50%: nothing
+# would be planned).
 # These tests are about classifyBy; placement prediction is tested in test_placement_prediction.py.
 LNU = """
 kind: LowNodeUtilization

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rebalancer.model import Node, Pod, Taint, Toleration
-from rebalancer.scheduler_model import SchedulerModel
+from rebalancer.scheduler_model import SchedulerModel, feasible_nodes_to_find, winning_probabilities
 from tests.builders import GI, node, pod, snapshot, usage
 
 
@@ -282,3 +285,112 @@ def test_replace_node_takes_a_new_taint_into_account() -> None:
         [node("a"), node("b"), node("c", labels={"topology.kubernetes.io/zone": "z9"})],
         [_moved, *filler("a", 2), *filler("b", 3), *filler("c", 3)],
     ).scores(_moved, vacate=True)
+
+
+# --- landing distribution: the scheduler's random ties and its sample of feasible nodes ---------------
+
+
+@pytest.mark.parametrize(
+    ("all_nodes", "percentage", "expected"),
+    [
+        (50, None, 50),  # below 100 nodes: every node
+        (99, 1, 99),
+        (100, None, 100),  # 50% of 100 is 50, at least 100
+        (500, None, 230),  # 50 - 500 / 125 = 46%
+        (1666, None, 616),  # 37%
+        (5000, None, 500),  # 10%
+        (20_000, None, 1000),  # 50 - 160 < 5: 5%
+        (5000, 0, 500),  # 0 is adaptive too
+        (5000, 30, 1500),
+        (5000, 1, 100),  # never fewer than 100
+        (5000, 100, 5000),
+    ],
+)
+def test_feasible_nodes_to_find_follows_the_scheduler(all_nodes: int, percentage: int | None, expected: int) -> None:
+    assert feasible_nodes_to_find(all_nodes, percentage) == expected
+
+
+def enumerated(scores: Sequence[int], sampled: int) -> list[Fraction]:
+    """Every subset of ``sampled`` nodes, equally likely; its best nodes share the win equally."""
+    wins = [Fraction(0)] * len(scores)
+    subsets = list(itertools.combinations(range(len(scores)), sampled))
+    for subset in subsets:
+        best = max(scores[i] for i in subset)
+        tied = [i for i in subset if scores[i] == best]
+        for i in tied:
+            wins[i] += Fraction(1, len(tied) * len(subsets))
+    return wins
+
+
+@pytest.mark.parametrize(
+    "scores",
+    [
+        [5],
+        [5, 5],
+        [3, 5, 5, 1],
+        [4, 4, 4, 2, 2, 1, 7],
+        [9, 1, 1, 1, 1, 1, 1, 1],
+        [2, 3, 2, 3, 2, 3, 2, 3, 0],
+        [10**9, 0, 5, 5, -(10**9)],
+    ],  # the last: scores spread too wide to count per value
+)
+def test_winning_probabilities_equal_the_enumeration_of_every_sample(scores: list[int]) -> None:
+    for sampled in range(1, len(scores) + 1):
+        exact = enumerated(scores, sampled)
+        computed = winning_probabilities(np.array(scores, np.int64), sampled)
+        assert computed.tolist() == pytest.approx([float(x) for x in exact], abs=1e-12), sampled
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 12), min_size=1, max_size=300), st.integers(1, 400))
+def test_winning_probabilities_sum_to_one_and_never_favour_a_worse_node(scores: list[int], sampled: int) -> None:
+    p = winning_probabilities(np.array(scores, np.int64), sampled)
+    assert p.sum() == pytest.approx(1.0, abs=1e-9)
+    assert (p >= 0).all()
+    by_score = sorted(zip(scores, p.tolist(), strict=True))
+    for (low, p_low), (high, p_high) in itertools.pairwise(by_score):
+        if high > low:
+            assert p_high >= p_low - 1e-12, (low, high)
+        else:
+            assert p_high == pytest.approx(p_low, abs=1e-12)  # equal scores, equal chances
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=50), st.integers(0, 60))
+def test_sampling_every_feasible_node_is_uniform_over_the_tied_best(scores: list[int], extra: int) -> None:
+    p = winning_probabilities(np.array(scores, np.int64), len(scores) + extra)
+    best = max(scores)
+    tied = scores.count(best)
+    assert p.tolist() == pytest.approx([1 / tied if s == best else 0.0 for s in scores], abs=1e-12)
+
+
+def test_the_distribution_of_a_small_cluster_is_uniform_over_place_ties() -> None:
+    m = model([node(n) for n in "abcdef"], [*filler("a", 1), *filler("b", 1)])
+    new = pod("new", None, workload="new")
+    spread = m.landing_distribution(new)
+    assert spread.as_dict() == pytest.approx(dict.fromkeys(m.place(new).tied, 0.25))
+    assert set(m.place(new).tied) == set("cdef")
+    assert (spread.feasible, spread.sampled) == (6, 6)
+
+
+def test_a_cluster_of_200_nodes_is_sampled_100_at_a_time() -> None:
+    # a is the least requested; the 199 others tie: a wins whenever it is sampled, 100 of 200 nodes
+    others = [f"n{i:03}" for i in range(199)]
+    m = model([node("a"), *(node(n) for n in others)], [p for n in others for p in filler(n, 1)])
+    spread = m.landing_distribution(pod("new", None, workload="new"))
+    assert (spread.feasible, spread.sampled) == (200, 100)
+    probabilities = spread.as_dict()
+    assert probabilities["a"] == pytest.approx(0.5)
+    assert probabilities["n000"] == pytest.approx(0.5 / 199)
+    every = SchedulerModel(m_snapshot := snapshot([node("a")], [], usage({"a": 0})), percentage_of_nodes_to_score=100)
+    assert every.sample_size == len(m_snapshot.nodes)
+
+
+def test_the_distribution_follows_vacate_exclude_and_filters() -> None:
+    nodes = [node("a"), node("b"), node("c", taints=[HARD])]
+    m = model(nodes, [_moved, *filler("a", 2), *filler("b", 3)])
+    assert m.landing_distribution(_moved, vacate=True).as_dict() == {"a": 1.0}
+    assert m.landing_distribution(_moved, vacate=True, exclude=("a",)).as_dict() == {"b": 1.0}
+    nothing = m.landing_distribution(_moved, exclude=("a", "b"))
+    assert nothing.as_dict() == {} and nothing.feasible == 0
+    assert "0/3 nodes are available" in nothing.reason
