@@ -187,6 +187,10 @@ def write_policy(path: Path, prometheus_url: str, port: int, interval: str = "24
         "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}, "
         f"maxNoOfPodsToEvictPerNode: 1, schedule: {{interval: {interval}}}}}\n"
         f"{limits}"
+        # placement prediction (on by default) passes over a pod whose replacement lands back, and with the
+        # generator's equal requests every replacement would: the landing guard, its recommended pairing,
+        # marks the hot node ahead of the eviction (a node patch on the alert path, timed with it)
+        "landingGuard: {pools: [{pool: general}]}\n"
         "state: {namespace: rebalancer}\n"
         f"service: {{host: 127.0.0.1, port: {port}, alertFactsMaxAgeSeconds: 3600, reloadIntervalSeconds: 1, "
         "leaderElection: {enabled: false}}\n"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rebalancer.app_efficiency import RECORDS_KEY, EfficiencyRecorder, Recorded
-from rebalancer.app_guard import guard_after_cycle, preview
+from rebalancer.app_guard import guard_after_cycle, guard_before_evictions, preview
 from rebalancer.app_prediction import HistoryCache, needs_prediction, predicted_load
 from rebalancer.cycle import plan_cycle
 from rebalancer.demo import load_demo, load_demo_history
@@ -198,6 +198,9 @@ def run_cycle(
         clock=clock,
         may_act=may_act,
     )
+    owner = requester or f"rebalancer/{socket.gethostname()}"
+    with timeline.step("landing-guard"):
+        early, marked = guard_before_evictions(policy, api, planned.snapshot, planned.plan, dry_run, owner, may_act)
     with timeline.step("evictor"):
         report = evictor.apply(planned.plan, planned.snapshot)
     steering = SteeringReport()
@@ -213,9 +216,9 @@ def run_cycle(
         )
         with timeline.step("steerer"):
             steering = steerer.apply(planned.plan, planned.snapshot)
-    requester = requester or f"rebalancer/{socket.gethostname()}"
     with timeline.step("landing-guard"):
-        guard = guard_after_cycle(policy, api, planned.snapshot, planned.plan, report, dry_run, requester, may_act)
+        late = guard_after_cycle(policy, api, marked, planned.plan, report, dry_run, owner, may_act)
+    guard = GuardReport(early.results + late.results, late.notes)
     with timeline.step("efficiency"):
         recorded = _record(recorder, planned, report, trigger, policy, prometheus)
     return RunOutcome(planned, report, recorded, steering, guard)

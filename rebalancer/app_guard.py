@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from rebalancer.evictor import DryRun, EvictorReport
 from rebalancer.guard.applier import GuardApplier, GuardOutcome, GuardReport, GuardResult
 from rebalancer.guard.decide import GuardDecision, decide, guarded_nodes, release
-from rebalancer.guard.inputs import relieved_nodes, unknown_nodes
+from rebalancer.guard.inputs import planned_nodes, relieved_nodes, unknown_nodes, with_changes
 from rebalancer.guard.marks import GUARD_KEY, Foreign, read_mark
 from rebalancer.kube import ApiClient, KubeActions, KubeSource
 from rebalancer.kube.node_guard import NodeMarker
@@ -25,6 +25,29 @@ def carries_mark(nodes: Iterable[Node]) -> bool:
         GUARD_KEY in n.annotations and not isinstance(read_mark(n.taints, n.annotations[GUARD_KEY]), Foreign)
         for n in nodes
     )
+
+
+MADE = frozenset({GuardOutcome.APPLIED, GuardOutcome.DRY_RUN, GuardOutcome.SERVER_DRY_RUN})
+
+
+def guard_before_evictions(
+    policy: Policy,
+    api: ApiClient,
+    snapshot: ClusterSnapshot,
+    plan: EvictionPlan,
+    dry_run: DryRun,
+    owner: str,
+    may_act: Callable[[], bool],
+) -> tuple[GuardReport, ClusterSnapshot]:
+    """Mark the nodes the plan is about to relieve (and the other hot ones) *before* the evictor: the
+    ReplicaSet controller creates a replacement within moments of an eviction and the scheduler binds it at
+    once, so a mark set after the evictor comes too late for the first eviction from a node. Returns the
+    report and the snapshot with the marks made (for the pass after the evictor)."""
+    if not policy.landing_guard.enabled or not plan.evictions:
+        return GuardReport(), snapshot
+    nodes = guarded_nodes(snapshot, plan, planned_nodes(plan))
+    report = _apply(api, decide(nodes, policy.landing_guard, owner, snapshot.taken_at), dry_run, may_act)
+    return report, with_changes(snapshot, (r.change for r in report.results if r.outcome in MADE))
 
 
 def guard_after_cycle(

@@ -35,6 +35,9 @@ def plan_cycle(
             snapshot = replace(snapshot, predicted=predicted)
         if moved:
             snapshot = replace(snapshot, moved=moved)
+        if policy.landing_guard.enabled:
+            guarded = {p.pool: p.effect for p in policy.landing_guard.pools if p.max_marked_fraction > 0}
+            snapshot = replace(snapshot, guarded_pools=guarded)
     protections = Protections.from_settings(policy.protections)
     results = []
     seen = snapshot

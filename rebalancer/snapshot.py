@@ -43,6 +43,7 @@ class ClusterSnapshot:
     predicted: PredictedLoad | None = None  # next-peak load, when a strategy classifies by prediction
     by_workload: Mapping[WorkloadRef, tuple[Pod, ...]] | None = None  # non-terminal pods, when the facts had them
     moved: Mapping[PodKey, str] = field(default_factory=dict)  # pods the bounce-back guard keeps in place, and why
+    guarded_pools: Mapping[str, str] = field(default_factory=dict)  # landing guard: pool -> its taint's effect
 
     def pods_on(self, node: str) -> tuple[Pod, ...]:
         return self.pods_by_node.get(node, ())

@@ -21,14 +21,16 @@ rest of the probability (at most the risk, plus other acceptable nodes) is not b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from rebalancer.model import Pod
+from rebalancer.guard.marks import GUARD_KEY, MarkReason
+from rebalancer.model import Node, Pod, Taint
 from rebalancer.plan import NodeDecision
 from rebalancer.scheduler_model import (
     WEIGHT_BALANCED,
@@ -96,12 +98,15 @@ class LandingPredictor:
         same_pool: bool,
         max_risk: float = 0.1,
         percentage_of_nodes_to_score: int | None = None,
+        marked: Mapping[str, Node] | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._decisions = decisions
         self._same_pool = same_pool
         self._max_risk = max_risk
         self._model = SchedulerModel(snapshot, percentage_of_nodes_to_score=percentage_of_nodes_to_score)
+        for node in (marked or {}).values():
+            self._model.replace_node(node)  # as the scheduler will see it when the replacement comes
         names = self._model.names
         self._index = {name: i for i, name in enumerate(names)}
         self._room = np.array([room.get(n, 0) for n in names], np.int64)
@@ -216,3 +221,17 @@ def _pct(p: float) -> str:
     if p > 0.999:
         return ">99.9%"
     return f"{p * 100:.1f}%" if p < 0.1 else f"{p * 100:.0f}%"
+
+
+def guard_marks(snapshot: ClusterSnapshot, hot: Iterable[str]) -> dict[str, Node]:
+    """The hot nodes of pools with a landing guard, with the guard's taint they will carry before any of
+    their pods is evicted (the guard marks them ahead of the evictor), for those not carrying it yet."""
+    out = {}
+    for name in hot:
+        effect = snapshot.guarded_pools.get(snapshot.pool_of.get(name, ""))
+        node = snapshot.nodes.get(name)
+        if effect is None or node is None or any(t.key == GUARD_KEY for t in node.taints):
+            continue
+        mark = Taint(key=GUARD_KEY, value=MarkReason.HOT.value, effect=effect)
+        out[name] = msgspec.structs.replace(node, taints=(*node.taints, mark))
+    return out

@@ -27,7 +27,7 @@ from rebalancer.settings import FieldProblems
 from rebalancer.snapshot import ClusterSnapshot
 from strategies.base import StrategySettings
 from strategies.candidates import BudgetLedger, Candidate, screen
-from strategies.landing import Landing, LandingPredictor, LandingVerdict
+from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
 from strategies.placement import RoomTracker
 from strategies.thresholds import Band, PoolThresholds, cap_millis, classify_nodes, pool_bands
 
@@ -82,6 +82,14 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         "and, on clusters of 100 nodes or more, scores only a sample of the feasible ones "
         "(percentageOfNodesToScore), so a landing is a probability. 0: no chance of a bad landing is accepted "
         "(with every node scored, every tied best node must be a good destination).",
+    )
+    land_on_normal_nodes: bool = Field(
+        default=True,
+        description="With predictPlacement: a replacement landing on a normal node (between thresholds and "
+        "targetThresholds) of the hot node's pool is a good landing when that node's real usage stays under "
+        "targetThresholds with the pod's usage added: the hot node is relieved and nothing turns hot. false: only "
+        "cold nodes with real-usage room are good landings (on clusters where most nodes are neither hot nor "
+        "cold, almost every pod is then passed over).",
     )
     percentage_of_nodes_to_score: int | None = Field(
         default=None,
@@ -206,16 +214,24 @@ class LowNodeUtilization:
     def _predictor(
         self, snapshot: ClusterSnapshot, decisions: dict[str, NodeDecision], caps: dict[str, int]
     ) -> LandingPredictor:
+        s = self.settings
+        caps = dict(caps)
+        if s.land_on_normal_nodes:
+            pools = {snapshot.pool_of[n] for n in caps}  # the active pools' destinations
+            for name, d in decisions.items():
+                if d.node_class is NodeClass.NORMAL and (d.pool in pools or not s.destinations_in_same_pool):
+                    caps[name] = cap_millis(d.allocatable_m, d.high_pct or 0.0)
         room = {}
         for name, cap in caps.items():
             usage_m = snapshot.load[name].usage_m
             if usage_m is not None:  # unknown usage: never a destination
                 room[name] = cap - usage_m
-        s = self.settings
+        hot = [name for name, d in decisions.items() if d.node_class is NodeClass.HOT]
         return LandingPredictor(
             snapshot,
             decisions,
             room,
+            marked=guard_marks(snapshot, hot),
             same_pool=s.destinations_in_same_pool,
             max_risk=s.max_landing_risk,
             percentage_of_nodes_to_score=s.percentage_of_nodes_to_score,
@@ -289,9 +305,9 @@ class LowNodeUtilization:
 @dataclass(slots=True)
 class _Destinations:
     """Where a pod moved off a hot node goes. Without a predictor: any cold node with room (``room_on``;
-    nothing says the scheduler will pick it). With one: the cold node with room its replacement most
-    probably lands on, if the landing risk is within the cap (``room_on`` and ``landing`` are that node);
-    the scheduler model is
+    nothing says the scheduler will pick it). With one: the good destination (a cold node with room, or a
+    normal one staying under target with ``landOnNormalNodes``) its replacement most probably lands on, if
+    the landing risk is within the cap (``room_on`` and ``landing`` are that node); the scheduler model is
     only asked when the room search found some cold node with room (a query costs more than a search)."""
 
     tracker: RoomTracker
@@ -310,7 +326,8 @@ class _Destinations:
         return landing.node, landing.reason
 
     def commit(self, candidate: Candidate, room_on: str) -> None:
-        self.tracker.commit(room_on, candidate.pod, candidate.usage_m)
+        if room_on in self.tracker:  # a normal node a replacement lands on is the predictor's alone
+            self.tracker.commit(room_on, candidate.pod, candidate.usage_m)
         if self.predictor is not None:
             self.predictor.commit(candidate.pod, room_on, candidate.usage_m)
 

@@ -65,6 +65,10 @@ class RoomTracker:
     def __len__(self) -> int:
         return len(self._room)
 
+    def __contains__(self, node: object) -> bool:
+        """``node`` is one of the destinations tracked."""
+        return node in self._room
+
     def find(self, pod: Pod, usage_m: int, exclude: Iterable[str] = ()) -> Placement:
         sig = signature(pod)
         allowed, why_not = self._allowed_for(pod, sig)

@@ -1,19 +1,49 @@
-"""What the landing guard's rules are fed besides a plan (pure): the nodes an evictor report relieved, and
-the nodes as a sweep without a cycle sees them. Shared by the service (``app_guard``) and the simulator."""
+"""What the landing guard's rules are fed besides a plan (pure): the nodes a plan is about to relieve (the
+guard marks them *before* the evictor, since a replacement is scheduled within moments of its eviction),
+the nodes an evictor report relieved, the snapshot as those first marks left it, and the nodes as a sweep
+without a cycle sees them. Shared by the service (``app_guard``) and the simulator."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
+
+import msgspec
 
 from rebalancer.evictor import EvictorReport, Outcome
-from rebalancer.guard.decide import GuardedNode
-from rebalancer.guard.marks import GUARD_KEY
+from rebalancer.guard.decide import Change, GuardedNode, apply_change
+from rebalancer.guard.marks import GUARD_KEY, NodeEdit
 from rebalancer.model import Node
-from rebalancer.plan import NodeClass
+from rebalancer.plan import EvictionPlan, NodeClass
 from rebalancer.settings import PoolSettings
-from rebalancer.snapshot import PoolResolver
+from rebalancer.snapshot import ClusterSnapshot, PoolResolver
 
 RELIEVING = frozenset({Outcome.EVICTED, Outcome.DRY_RUN, Outcome.SERVER_DRY_RUN})  # a dry run marks what it would
+
+
+def planned_nodes(plan: EvictionPlan) -> frozenset[str]:
+    """The nodes the plan's evictions are about to relieve."""
+    return frozenset(e.node for e in plan.evictions)
+
+
+def edited(node: Node, edit: NodeEdit) -> Node:
+    """``node`` with a mark's edit made: its taints, and the annotation set or removed."""
+    annotations = {k: v for k, v in node.annotations.items() if k != GUARD_KEY}
+    if edit.annotation is not None:
+        annotations[GUARD_KEY] = edit.annotation
+    return msgspec.structs.replace(node, taints=edit.taints, annotations=annotations)
+
+
+def with_changes(snapshot: ClusterSnapshot, changes: Iterable[Change]) -> ClusterSnapshot:
+    """The snapshot as the guard's first changes of a cycle left its nodes (its second pass, after the
+    evictor, decides on these rather than on the marks read before them)."""
+    nodes = dict(snapshot.nodes)
+    for change in changes:
+        node = nodes.get(change.node)
+        edit = None if node is None else apply_change(change, node.taints, node.annotations.get(GUARD_KEY))
+        if node is not None and edit is not None:
+            nodes[change.node] = edited(node, edit)
+    return replace(snapshot, nodes=nodes)
 
 
 def relieved_nodes(report: EvictorReport) -> frozenset[str]:

@@ -136,9 +136,10 @@ class _Run:
         moved = recently_moved(self.records, facts, self.now, policy.efficiency)
         snapshot, plan = plan_cycle(facts, usage, policy, self.now, None, predicted, None, moved)
         self.actions.now = self.now
+        marked = snapshot if self.guard is None else self.guard.before_evictions(snapshot, plan)
         report = self.evictor.apply(plan, snapshot)
         if self.guard is not None:
-            self.guard.after_cycle(snapshot, plan, report)
+            self.guard.after_cycle(marked, plan, report)
         self.per_cycle.append(report.count(Outcome.EVICTED))
         for result in report.results:
             if result.outcome is Outcome.EVICTED:

@@ -1,5 +1,5 @@
 """The landing guard in the simulation (pure): the production rules (``guarded_nodes``, ``decide``,
-``apply_change``) after each cycle's evictor, and a sweep at every other step as serve's housekeeping does
+``apply_change``) before each cycle's evictor (the nodes about to be relieved) and after it, and a sweep at every other step as serve's housekeeping does
 every minute; each change is made on the simulated node's taints and annotation, which the scheduler model
 then reads (PreferNoSchedule: TaintToleration scoring; NoSchedule: a filter)."""
 
@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-import msgspec
-
 from rebalancer.evictor import EvictorReport
-from rebalancer.guard.decide import GuardDecision, apply_change, decide, guarded_nodes
-from rebalancer.guard.inputs import relieved_nodes, unknown_nodes
+from rebalancer.guard.decide import Change, GuardDecision, apply_change, decide, guarded_nodes
+from rebalancer.guard.inputs import edited, planned_nodes, relieved_nodes, unknown_nodes, with_changes
 from rebalancer.guard.marks import GUARD_KEY, Mark, read_mark
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
@@ -29,6 +27,15 @@ class SimGuard:
         self.changes: Counter[tuple[str, str]] = Counter()  # (action, reason) -> changes made
         self.skipped = 0  # the node no longer carried the mark a change was decided on (never in one thread)
 
+    def before_evictions(self, snapshot: ClusterSnapshot, plan: EvictionPlan) -> ClusterSnapshot:
+        """As the service does: the nodes about to be relieved are marked before the evictor; returns the
+        snapshot with the marks made, for :meth:`after_cycle`."""
+        if not plan.evictions:
+            return snapshot
+        nodes = guarded_nodes(snapshot, plan, planned_nodes(plan))
+        made = self._apply(decide(nodes, self.policy.landing_guard, OWNER, snapshot.taken_at))
+        return with_changes(snapshot, made)
+
     def after_cycle(self, snapshot: ClusterSnapshot, plan: EvictionPlan, report: EvictorReport) -> None:
         nodes = guarded_nodes(snapshot, plan, relieved_nodes(report))
         self._apply(decide(nodes, self.policy.landing_guard, OWNER, snapshot.taken_at))
@@ -38,18 +45,18 @@ class SimGuard:
         nodes = unknown_nodes(self.policy.pools, self.world.nodes)
         self._apply(decide(nodes, self.policy.landing_guard, OWNER, now))
 
-    def _apply(self, decision: GuardDecision) -> None:
+    def _apply(self, decision: GuardDecision) -> list[Change]:
+        made = []
         for change in decision.changes:
             node = self.world.node(change.node)
             edit = apply_change(change, node.taints, node.annotations.get(GUARD_KEY))
             if edit is None:
                 self.skipped += 1
                 continue
-            annotations = {k: v for k, v in node.annotations.items() if k != GUARD_KEY}
-            if edit.annotation is not None:
-                annotations[GUARD_KEY] = edit.annotation
-            self.world.set_node(msgspec.structs.replace(node, taints=edit.taints, annotations=annotations))
+            self.world.set_node(edited(node, edit))
             self.changes[(change.action.value, change.reason)] += 1
+            made.append(change)
+        return made
 
     def marked(self) -> dict[str, Mark]:
         """The nodes carrying a mark of the project's now."""

@@ -108,6 +108,11 @@ def test_marks_set_kept_renewed_expired_and_cooled(
     cycles.run(T1)
     after = marks(kube_server)
     me = "rebalancer/test"
+    # the relieved nodes are marked before their pods are evicted: a replacement comes within moments
+    calls = [(r.method, r.path) for r in kube_server.requests]
+    first_eviction = next(i for i, (m, path) in enumerate(calls) if m == "POST" and path.endswith("/eviction"))
+    for relieved in ("hot-1", "hot-3"):
+        assert calls.index(("PATCH", f"/api/v1/nodes/{relieved}")) < first_eviction
     assert after["hot-1"] == Mark(me, "PreferNoSchedule", MarkReason.RELIEVED, T1 + 900)  # hot and relieved
     assert after["hot-3"] == Mark(me, "PreferNoSchedule", MarkReason.RELIEVED, T1 + 900)
     assert after["hot-2"] == Mark(me, "NoSchedule", MarkReason.HOT, T1 + 900)  # nothing evictable: hot

@@ -101,14 +101,34 @@ CASES = [
         [("p1", "b"), ("p2", "c")],
     ),
     Case(
-        "a NoSchedule taint on the emptiest cold node sends the replacement to a normal node: refused",
+        "a NoSchedule taint on the emptiest cold node sends the replacement to a normal node without room: refused",
         [node("a"), node("b", taints=[HARD]), node("c"), node("d")],
         [moving("web-1", "a"), *filler("a", 2), *filler("c", 1), *filler("d", 3)],
         {"a": 9000, "b": 1000, "c": 5000, "d": 1000},
         {"web-1": 3000},
         [],
+        {"web-1": "predicted landing risk 100% > maxLandingRisk 10%: on c 100% (2000m of real-usage room, not 3000m"},
+        {"a": Unrelieved.NO_ROOM},  # c is a good landing but for its room
+    ),
+    Case(
+        "a normal node that stays under target after the move is a good landing (landOnNormalNodes)",
+        [node("a"), node("b", taints=[HARD]), node("c"), node("d")],
+        [moving("web-1", "a"), *filler("a", 2), *filler("c", 1), *filler("d", 3)],
+        {"a": 9000, "b": 1000, "c": 5000, "d": 1000},
+        {"web-1": 1500},
+        [("web-1", "c")],
+        {"web-1": "usage 1500m reduces the remaining 2000m above target; predicted to land on c (100%"},
+    ),
+    Case(
+        "with landOnNormalNodes false, only a cold node is a good landing",
+        [node("a"), node("b", taints=[HARD]), node("c"), node("d")],
+        [moving("web-1", "a"), *filler("a", 2), *filler("c", 1), *filler("d", 3)],
+        {"a": 9000, "b": 1000, "c": 5000, "d": 1000},
+        {"web-1": 1500},
+        [],
         {"web-1": "predicted landing risk 100% > maxLandingRisk 10%: on normal c 100% (score"},
         {"a": Unrelieved.PREDICTED_LANDING},
+        extra="landOnNormalNodes: false\n",
     ),
     Case(
         "tolerating the taint, the replacement lands on the tainted cold node",
@@ -337,7 +357,8 @@ def test_no_accepted_eviction_risks_a_bad_landing_above_the_cap(
 ) -> None:
     """Replayed on a fresh model: each planned eviction's landing risk (the probability of landing back,
     off the cold nodes of its pool, or on one without the room left after the earlier moves) is at most
-    maxLandingRisk, and its landing is the most probable acceptable node."""
+    maxLandingRisk, and its landing is the most probable acceptable node (a cold node with room, or a normal
+    one staying under target)."""
     facts, report = cluster
     extra = f"maxLandingRisk: {cap}\n" + ("" if same_pool else "destinationsInSamePool: false\n")
     snapshot, plan = plan_cycle(facts, report, policy(LNU + extra), 1_700_000_000.0)
@@ -346,6 +367,12 @@ def test_no_accepted_eviction_risks_a_bad_landing_above_the_cap(
         name: cap_millis(d.allocatable_m, d.high_pct or 0.0) - d.usage_m
         for name, d in decisions.items()
         if d.node_class is NodeClass.COLD and d.usage_m is not None
+    }
+    receiving = {snapshot.pool_of[name] for name in room}
+    room |= {  # landOnNormalNodes: a normal node of a pool with cold destinations, under target after the move
+        name: cap_millis(d.allocatable_m, d.high_pct or 0.0) - d.usage_m
+        for name, d in decisions.items()
+        if d.node_class is NodeClass.NORMAL and d.usage_m is not None and (d.pool in receiving or not same_pool)
     }
     pools, pods = snapshot.pool_of, {p.key: p for p in facts.pods}
     model = SchedulerModel(snapshot)
@@ -364,3 +391,20 @@ def test_no_accepted_eviction_risks_a_bad_landing_above_the_cap(
         model.remove(moved)
         model.add(moved, eviction.landing)
         room[eviction.landing] -= eviction.usage_m
+
+
+@pytest.mark.parametrize("effect", ["PreferNoSchedule", "NoSchedule"])
+def test_a_landing_guard_on_the_pool_is_modelled_on_the_hot_node_before_it_is_marked(effect: str) -> None:
+    """Equal requests: without a guard the replacement lands back (nothing evicted, see the first case);
+    with the pool's landing guard, the hot node will carry the guard's taint when its pod is evicted (the
+    guard marks it ahead of the evictor), so the replacement is predicted elsewhere and the move is made."""
+    case = CASES[0]
+    facts = ClusterFacts(tuple(case.nodes), tuple(case.pods), ())
+    guard = f"landingGuard: {{pools: [{{pool: default, effect: {effect}}}]}}\n"
+    snapshot, plan = plan_cycle(facts, usage(case.node_usage, case.pod_usage), policy(LNU, guard), 1_700_000_000.0)
+    assert snapshot.guarded_pools == {"default": effect}
+    assert snapshot.nodes["a"].taints == ()  # the snapshot itself is untouched: only the model sees the mark
+    ((name, landing),) = [(e.name, e.landing) for e in plan.evictions]
+    assert name == "web-1" and landing in {"b", "c"}
+    off = policy(LNU, "landingGuard: {pools: [{pool: default, maxMarkedFraction: 0}]}\n")
+    assert plan_cycle(facts, usage(case.node_usage, case.pod_usage), off, 1_700_000_000.0)[1].evictions == ()
