@@ -194,6 +194,13 @@ class _EfficiencyCollector(Collector):
             "node).",
             labels=("pool", "kind"),
         )
+        avoided = GaugeMetricFamily(
+            "rebalancer_efficiency_bounce_backs_avoided",
+            "Candidates passed over over efficiency.period so as not to bounce back, counted once per cycle: "
+            "by=prediction (placement prediction sent the replacement back onto its node), memory (the pod had "
+            "just moved there: the bounce-back guard).",
+            labels=("pool", "by"),
+        )
         evictions = GaugeMetricFamily(
             "rebalancer_efficiency_evictions", "Pods evicted from hot nodes over efficiency.period.", labels=("pool",)
         )
@@ -223,13 +230,15 @@ class _EfficiencyCollector(Collector):
             seen = {"seen": p.landed, "landed_back": p.landed_back, "predicted": p.predicted_landed}
             for kind, count in (seen | {"hit": p.landing_hits}).items():
                 landings.add_metric((p.pool, kind), count)
+            avoided.add_metric((p.pool, "prediction"), p.passed_lands_back)
+            avoided.add_metric((p.pool, "memory"), p.passed_recently_moved)
         for limiter, count in sorted(report.cluster.blocked.items()):
             blocked.add_metric((limiter,), count)
         period = GaugeMetricFamily(
             "rebalancer_efficiency_period_seconds", "The period the efficiency figures cover (efficiency.period)."
         )
         period.add_metric((), report.end - report.start)
-        yield from (ratio, nodes, unacted, reliefs, bounces, landings, evictions, blocked, period)
+        yield from (ratio, nodes, unacted, reliefs, bounces, landings, avoided, evictions, blocked, period)
 
 
 class Metrics:

@@ -58,6 +58,7 @@ class PodDecision:
     chosen: bool
     reason: str
     usage_m: int | None
+    lands_back: bool = False  # passed over: placement prediction sends its replacement back onto ``node``
 
 
 @dataclass(frozen=True, slots=True)

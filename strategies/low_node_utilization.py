@@ -273,7 +273,7 @@ class LowNodeUtilization:
                     continue
                 room_on, why = destinations.find(candidate, node)
                 if room_on is None:
-                    records.append(_passed(candidate, node, why))
+                    records.append(_passed(candidate, node, why, lands_back=destinations.lands_back))
                     continue
                 picked = candidate
                 destinations.commit(candidate, room_on)
@@ -314,8 +314,10 @@ class _Destinations:
     predictor: LandingPredictor | None
     no_room: bool = False  # some candidate found no cold node with room
     landed_wrong: bool = False  # some candidate's replacement risked landing back or off the cold nodes
+    lands_back: bool = False  # the last candidate found was refused because its replacement would land back
 
     def find(self, candidate: Candidate, node: str) -> tuple[str | None, str]:
+        self.lands_back = False
         placement = self.tracker.find(candidate.pod, candidate.usage_m, exclude=(node,))
         if self.predictor is None or placement.node is None:  # no cold node has room: no prediction needed
             self.no_room |= placement.node is None
@@ -323,6 +325,7 @@ class _Destinations:
         landing: Landing = self.predictor.land(candidate.pod, node, candidate.usage_m)
         self.no_room |= landing.refused in (LandingVerdict.NO_ROOM, LandingVerdict.UNSCHEDULABLE)
         self.landed_wrong |= landing.refused in (LandingVerdict.BACK, LandingVerdict.ELSEWHERE)
+        self.lands_back = landing.refused is LandingVerdict.BACK
         return landing.node, landing.reason
 
     def commit(self, candidate: Candidate, room_on: str) -> None:
@@ -365,9 +368,9 @@ def _stop_reason(excess: int, limit: int | None, chosen: int) -> str:
     return "not chosen"
 
 
-def _passed(candidate: Candidate, node: str, reason: str) -> PodDecision:
+def _passed(candidate: Candidate, node: str, reason: str, *, lands_back: bool = False) -> PodDecision:
     pod = candidate.pod
-    return PodDecision(KIND, pod.namespace, pod.name, node, False, reason, candidate.usage_m)
+    return PodDecision(KIND, pod.namespace, pod.name, node, False, reason, candidate.usage_m, lands_back)
 
 
 def _eviction(

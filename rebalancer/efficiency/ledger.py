@@ -61,6 +61,7 @@ def observe_cycle(
         found=dict(Counter(d.pool for d in hot.values())),
         evicted=dict(Counter(r.eviction.pool for rs in evicted.values() for r in rs)),
         blocked=dict(Counter(r.limiter for r in report.results if r.outcome is Outcome.BLOCKED and r.limiter)),
+        **_avoided(plan, snapshot),
     )
     return EfficiencyState(
         sightings=sightings,
@@ -68,6 +69,22 @@ def observe_cycle(
         bounce_backs=state.bounce_backs + tuple(bounces),
         cycles=(*state.cycles, summary),
     )
+
+
+def _avoided(plan: EvictionPlan, snapshot: ClusterSnapshot) -> dict[str, dict[str, int]]:
+    """Per pool, the candidates passed over so as not to bounce back (each pod once per cycle)."""
+    back: dict[str, str] = {}
+    moved: dict[str, str] = {}
+    for result in plan.results:
+        for d in result.pod_decisions:
+            key = f"{d.namespace}/{d.name}"
+            if d.chosen:
+                continue
+            if d.lands_back:
+                back.setdefault(key, snapshot.pool_of.get(d.node, ""))
+            elif (d.namespace, d.name) in snapshot.moved:
+                moved.setdefault(key, snapshot.pool_of.get(d.node, ""))
+    return {"lands_back": dict(Counter(back.values())), "recently_moved": dict(Counter(moved.values()))}
 
 
 def _hot_nodes(plan: EvictionPlan, snapshot: ClusterSnapshot) -> dict[str, NodeDecision]:

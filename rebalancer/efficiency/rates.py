@@ -47,6 +47,8 @@ class PoolRates:
     landed_back: int = 0  # ... onto the node it was evicted from
     predicted_landed: int = 0  # evictions with a landing prediction whose replacement was seen
     landing_hits: int = 0  # ... on the predicted node
+    passed_lands_back: int = 0  # candidates passed over (per cycle): their replacement would land back
+    passed_recently_moved: int = 0  # candidates passed over (per cycle): they had just moved (bounce-back memory)
 
     @property
     def discovery(self) -> float | None:
@@ -117,9 +119,13 @@ def compute_rates(
     pools = sorted({*found_pool.values(), *(ref_pool or {}).values(), *(r.pool for r in reliefs)})
     bounces = [b for b in state.bounce_backs if start <= b.at <= end]
     blocked: Counter[str] = Counter()
+    lands_back: Counter[str] = Counter()
+    recently_moved: Counter[str] = Counter()
     for c in state.cycles:
         if start <= c.at <= end:
             blocked.update(c.blocked)
+            lands_back.update(c.lands_back)
+            recently_moved.update(c.recently_moved)
 
     def rates(pool: str | None) -> PoolRates:
         def mine(p: str) -> bool:
@@ -152,6 +158,8 @@ def compute_rates(
             unacted_nodes={n: why for n, why in sorted(unacted.items()) if n in found},
             missed_nodes=() if ref is None else tuple(sorted(ref - found)),
             **_landings(mine_reliefs),
+            passed_lands_back=sum(n for p, n in lands_back.items() if mine(p)),
+            passed_recently_moved=sum(n for p, n in recently_moved.items() if mine(p)),
         )
 
     return EfficiencyReport(start, end, (rates(None), *(rates(p) for p in pools)), reference_problem)

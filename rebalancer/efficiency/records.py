@@ -99,6 +99,10 @@ class CycleSummary(_Struct, frozen=True):
     found: Mapping[str, int] = msgspec.field(default_factory=dict)  # pool -> hot nodes found
     evicted: Mapping[str, int] = msgspec.field(default_factory=dict)  # pool -> pods evicted
     blocked: Mapping[str, int] = msgspec.field(default_factory=dict)  # limiter -> evictions blocked
+    # bounce-backs avoided: pool -> candidates passed over because placement prediction sent their
+    # replacement back onto their node, or because they had just moved there (the bounce-back memory)
+    lands_back: Mapping[str, int] = msgspec.field(default_factory=dict)
+    recently_moved: Mapping[str, int] = msgspec.field(default_factory=dict)
 
 
 class EfficiencyState(_Struct, frozen=True):

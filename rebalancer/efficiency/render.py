@@ -101,6 +101,7 @@ def report_table(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> s
         ("Reliefs that did not cool", c.uncooled),
         ("Reliefs not judged", c.unjudged),
         ("Evictions blocked, by limiter", c.blocked),
+        ("Bounce-backs avoided (candidates passed over, per cycle)", _avoided(c)),
     ):
         if counts:
             lines.append(f"{title}: {_counts(counts)}")
@@ -136,3 +137,9 @@ def report_json(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> by
         "timeline": [{"start": b.start, "end": b.end, "cluster": _pool_json(b.report.cluster)} for b in timeline],
     }
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
+
+
+def _avoided(p: PoolRates) -> dict[str, int]:
+    counts = {"lands back (placement prediction)": p.passed_lands_back}
+    counts["just moved (bounce-back memory)"] = p.passed_recently_moved
+    return {why: n for why, n in counts.items() if n}

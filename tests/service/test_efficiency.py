@@ -238,6 +238,9 @@ def test_rates_and_reasons_on_metrics_after_two_cycles(serve: Serve, kube_server
     assert sample(m, landings, pool="general", kind="landed_back") == 1.0
     assert sample(m, ratio, pool="general", rate="landed_back") == 1.0
     assert sample(m, ratio, pool="general", rate="landing_hit") is None  # no prediction: no hit rate, never 0
+    avoided = "rebalancer_efficiency_bounce_backs_avoided"
+    assert sample(m, avoided, pool="general", by="memory") == 1.0  # cart-9, kept on hot-3 by the guard
+    assert sample(m, avoided, pool="general", by="prediction") == 0.0
 
 
 def test_records_survive_in_the_configmap_with_each_result_explained(serve: Serve, kube_server: TestApiServer) -> None:

@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rebalancer.cycle import plan_cycle
+from rebalancer.efficiency import EfficiencySettings, EfficiencyState, compute_rates, observe_cycle
+from rebalancer.evictor import EvictorReport
 from rebalancer.model import ClusterFacts, Node, Pod, Taint, Toleration, UsageReport
 from rebalancer.plan import EvictionPlan, NodeClass, Unrelieved
 from rebalancer.scheduler_model import SchedulerModel
@@ -243,6 +245,8 @@ def test_predicted_landing(case: Case) -> None:
         assert next(d for d in plan.results[0].pod_decisions if d.name == name).chosen
     for hot, why in case.unrelieved.items():
         assert plan.results[0].unrelieved[hot] is why
+    for d in plan.results[0].pod_decisions:  # the structured mark the efficiency records count
+        assert d.lands_back == (not d.chosen and "back on " + d.node in d.reason.split(":", 1)[-1][:40])
 
 
 def test_without_prediction_any_cold_node_with_room_is_enough_and_landing_stays_unknown() -> None:
@@ -408,3 +412,13 @@ def test_a_landing_guard_on_the_pool_is_modelled_on_the_hot_node_before_it_is_ma
     assert name == "web-1" and landing in {"b", "c"}
     off = policy(LNU, "landingGuard: {pools: [{pool: default, maxMarkedFraction: 0}]}\n")
     assert plan_cycle(facts, usage(case.node_usage, case.pod_usage), off, 1_700_000_000.0)[1].evictions == ()
+
+
+def test_a_pod_passed_over_as_landing_back_is_counted_as_a_bounce_back_avoided() -> None:
+    case = CASES[0]  # equal requests: web-1's replacement would land back on a
+    facts = ClusterFacts(tuple(case.nodes), tuple(case.pods), ())
+    snapshot, plan = plan_cycle(facts, usage(case.node_usage, case.pod_usage), policy(LNU), 1_700_000_000.0)
+    state = observe_cycle(EfficiencyState(), snapshot, plan, EvictorReport(()), "schedule", EfficiencySettings())
+    assert state.cycles[-1].lands_back == {"default": 1} and state.cycles[-1].recently_moved == {}
+    rates = compute_rates(state, None, {}, 1_700_000_000.0 - 60, 1_700_000_000.0 + 60)
+    assert (rates.cluster.passed_lands_back, rates.cluster.passed_recently_moved) == (1, 0)
