@@ -133,8 +133,8 @@ def winning_probabilities(scores: Ints, sampled: int, tables: dict[tuple[int, in
         group = group.reshape(-1)
     above = np.cumsum(counts) - counts  # nodes scoring above each group
     unsampled = _all_in_table(n, k, {} if tables is None else tables)  # [m]: P(the sample lies within m nodes)
-    with np.errstate(divide="ignore", invalid="ignore"):  # score values no node has: 0 / 0, never looked up
-        per_group = (unsampled[n - above] - unsampled[n - above - counts]) / counts
+    # score values no node has: 0 / 1, never looked up (no np.errstate: entering it costs more than this)
+    per_group = (unsampled[n - above] - unsampled[n - above - counts]) / np.maximum(counts, 1)
     probabilities: Floats = per_group[group]
     return probabilities
 
