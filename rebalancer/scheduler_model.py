@@ -269,7 +269,7 @@ class SchedulerModel:
         if total is None:
             none = np.zeros(0, np.int64)
             return LandingDistribution(self.names, none, np.zeros(0), none, 0, why)
-        index = np.flatnonzero(feasible)
+        index = feasible.nonzero()[0]  # flatnonzero of a 1-D array, without its dispatch (~10 µs)
         scores = total[index]
         probabilities = winning_probabilities(scores, self.sample_size, self._tables)
         sampled = min(len(index), self.sample_size)

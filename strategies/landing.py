@@ -183,12 +183,13 @@ class LandingPredictor:
         """The most probable bad destinations (first by name among equals) with their probabilities and
         scores, and the rest of the ``risk`` summed."""
         bad_p = np.where(kinds != _OK, spread.probabilities, 0.0)
-        positive = np.flatnonzero(bad_p)
+        positive = bad_p.nonzero()[0]  # flatnonzero of a 1-D array, without its dispatch
+        values = bad_p[positive]
         count = len(positive)
         if count > NAMED:  # only those at least as probable as the NAMED-th
-            threshold = np.partition(bad_p[positive], count - NAMED)[count - NAMED]
-            positive = positive[bad_p[positive] >= threshold]
-        named = positive[np.lexsort((positive, -bad_p[positive]))[:NAMED]].tolist()
+            kept = values >= np.partition(values, count - NAMED)[count - NAMED]
+            positive, values = positive[kept], values[kept]
+        named = positive[np.lexsort((positive, -values))[:NAMED]].tolist()
         parts = []
         for j in named:
             where, detail = self._describe(int(spread.index[j]), _KINDS[int(kinds[j])], source, usage_m)
