@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -394,3 +395,71 @@ def test_the_distribution_follows_vacate_exclude_and_filters() -> None:
     nothing = m.landing_distribution(_moved, exclude=("a", "b"))
     assert nothing.as_dict() == {} and nothing.feasible == 0
     assert "0/3 nodes are available" in nothing.reason
+
+
+def straightforward_spread(m: SchedulerModel, probe: Pod, where: int | None, feasible: np.ndarray) -> np.ndarray:
+    """PodTopologySpread node by node over every node, as the scheduler writes it (the oracle of the
+    model's per-zone computation)."""
+    size = len(m.names)
+    if probe.workload is None:
+        return np.zeros(size, np.int64)
+    on_node = np.zeros(size, np.int64)
+    for i, n in m._workload.get(probe.workload, {}).items():
+        on_node[i] = n
+    if where is not None and not probe.terminating:
+        on_node[where] -= 1
+    raw = on_node * math.log(int(feasible.sum()) + 2) + 2
+    if m._zones:
+        _, affine, _ = m._constraint_masks(probe)
+        zone = m._zone
+        counted = (zone >= 0) & affine
+        per_zone = np.bincount(zone[counted], weights=on_node[counted], minlength=m._zones)
+        domains = int(np.count_nonzero(np.bincount(zone[feasible & (zone >= 0)], minlength=m._zones)))
+        raw = raw + np.where(zone >= 0, per_zone[np.maximum(zone, 0)] * math.log(domains + 2) + 4, 0.0)
+    score = np.floor(raw + 0.5).astype(np.int64)
+    if not feasible.any():
+        return score
+    low, high = int(score[feasible].min()), int(score[feasible].max())
+    if high == 0:
+        return np.full(size, 100, np.int64)
+    return np.asarray((100 * (high + low - score)) // high, np.int64)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    zones=st.lists(st.sampled_from(["z0", "z1", "z2", None]), min_size=1, max_size=9),
+    placements=st.lists(st.tuples(st.integers(0, 8), st.integers(0, 2), st.booleans()), max_size=40),
+    feasible_bits=st.lists(st.booleans(), min_size=9, max_size=9),
+    probe_workload=st.sampled_from(["w0", "w1", "w2", "w9", None]),
+    vacate_from=st.one_of(st.none(), st.integers(0, 39)),
+    selector=st.booleans(),
+)
+def test_spreading_per_zone_equals_the_node_by_node_computation(
+    zones: list[str | None],
+    placements: list[tuple[int, int, bool]],
+    feasible_bits: list[bool],
+    probe_workload: str | None,
+    vacate_from: int | None,
+    selector: bool,
+) -> None:
+    """The spreading score computed once per zone and once per node holding the workload's pods equals
+    the node-by-node computation, whatever nodes are feasible (none, some, all), zoneless nodes,
+    terminating pods, a vacated pod and a selector limiting the counted nodes included."""
+    names = [f"n{i}" for i in range(len(zones))]
+    nodes = [
+        node(n, labels={**({"topology.kubernetes.io/zone": z} if z else {}), "half": str(i % 2)})
+        for i, (n, z) in enumerate(zip(names, zones, strict=True))
+    ]
+    pods = [
+        pod(f"p{i}", names[n % len(names)], workload=f"w{w}", terminating=t) for i, (n, w, t) in enumerate(placements)
+    ]
+    m = model(nodes, pods)
+    feasible = np.array(feasible_bits[: len(names)], np.bool_)
+    selected = {"half": "0"} if selector else None
+    if vacate_from is not None and vacate_from < len(pods):
+        probe = pods[vacate_from]
+        where: int | None = m._where[probe.key]
+    else:
+        probe, where = pod("probe", None, workload=probe_workload, node_selector=selected), None
+    expected = straightforward_spread(m, probe, where, feasible)
+    assert m._spread(probe, where, feasible).tolist() == expected.tolist()
