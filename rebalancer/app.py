@@ -185,6 +185,7 @@ def run_cycle(
         policy, ClusterConnection(), clock, api, focus, known, cached, history, timeline, prometheus,
         recorder.moved if policy.efficiency.enabled else None,
     )  # fmt: skip
+    owner = requester or f"rebalancer/{socket.gethostname()}"  # the evictions' requester, the guard marks' owner
     evictor = Evictor(
         actions=TimedActions(KubeActions(api), timeline),
         limits_store=TimedStore(ConfigMapStateStore(api, namespace, policy.state.config_map), timeline, "limits"),
@@ -194,11 +195,10 @@ def run_cycle(
         settings=policy.limits,
         protections=Protections.from_settings(policy.protections),
         dry_run=dry_run,
-        requester=requester or f"rebalancer/{socket.gethostname()}",  # the landing guard's owner too
+        requester=owner,
         clock=clock,
         may_act=may_act,
     )
-    owner = requester or f"rebalancer/{socket.gethostname()}"
     with timeline.step("landing-guard"):
         early, marked = guard_before_evictions(policy, api, planned.snapshot, planned.plan, dry_run, owner, may_act)
     with timeline.step("evictor"):

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from rebalancer.evictor import DryRun, EvictorReport
 from rebalancer.guard.applier import GuardApplier, GuardOutcome, GuardReport, GuardResult
-from rebalancer.guard.decide import GuardDecision, decide, guarded_nodes, release
-from rebalancer.guard.inputs import planned_nodes, relieved_nodes, unknown_nodes, with_changes
+from rebalancer.guard.decide import GuardDecision, decide, release
+from rebalancer.guard.inputs import after_evictions, ahead_of_evictions, unknown_nodes, with_changes
 from rebalancer.guard.marks import GUARD_KEY, Foreign, read_mark
 from rebalancer.kube import ApiClient, KubeActions, KubeSource
 from rebalancer.kube.node_guard import NodeMarker
@@ -45,8 +45,7 @@ def guard_before_evictions(
     report and the snapshot with the marks made (for the pass after the evictor)."""
     if not policy.landing_guard.enabled or not plan.evictions:
         return GuardReport(), snapshot
-    nodes = guarded_nodes(snapshot, plan, planned_nodes(plan))
-    report = _apply(api, decide(nodes, policy.landing_guard, owner, snapshot.taken_at), dry_run, may_act)
+    report = _apply(api, ahead_of_evictions(snapshot, plan, policy.landing_guard, owner), dry_run, may_act)
     return report, with_changes(snapshot, (r.change for r in report.results if r.outcome in MADE))
 
 
@@ -64,8 +63,7 @@ def guard_after_cycle(
     cleared (guard-off), and nothing is read or written when there are none."""
     if not policy.landing_guard.enabled and not carries_mark(snapshot.nodes.values()):
         return GuardReport()
-    nodes = guarded_nodes(snapshot, plan, relieved_nodes(report))
-    return _apply(api, decide(nodes, policy.landing_guard, owner, snapshot.taken_at), dry_run, may_act)
+    return _apply(api, after_evictions(snapshot, plan, report, policy.landing_guard, owner), dry_run, may_act)
 
 
 PLAN_OWNER = "rebalancer/plan"
@@ -76,8 +74,7 @@ def preview(policy: Policy, snapshot: ClusterSnapshot, plan: EvictionPlan) -> Gu
     None when no pool has a guard and no node carries a mark."""
     if not policy.landing_guard.enabled and not carries_mark(snapshot.nodes.values()):
         return None
-    relieved = frozenset(e.node for e in plan.evictions)
-    decision = decide(guarded_nodes(snapshot, plan, relieved), policy.landing_guard, PLAN_OWNER, snapshot.taken_at)
+    decision = ahead_of_evictions(snapshot, plan, policy.landing_guard, PLAN_OWNER)
     return GuardReport(tuple(GuardResult(c, GuardOutcome.DRY_RUN) for c in decision.changes), decision.notes)
 
 

@@ -11,8 +11,9 @@ from dataclasses import replace
 import msgspec
 
 from rebalancer.evictor import EvictorReport, Outcome
-from rebalancer.guard.decide import Change, GuardedNode, apply_change
+from rebalancer.guard.decide import Change, GuardDecision, GuardedNode, apply_change, decide, guarded_nodes
 from rebalancer.guard.marks import GUARD_KEY, NodeEdit
+from rebalancer.guard.settings import LandingGuardSettings
 from rebalancer.model import Node
 from rebalancer.plan import EvictionPlan, NodeClass
 from rebalancer.settings import PoolSettings
@@ -44,6 +45,20 @@ def with_changes(snapshot: ClusterSnapshot, changes: Iterable[Change]) -> Cluste
         if node is not None and edit is not None:
             nodes[change.node] = edited(node, edit)
     return replace(snapshot, nodes=nodes)
+
+
+def ahead_of_evictions(
+    snapshot: ClusterSnapshot, plan: EvictionPlan, settings: LandingGuardSettings, owner: str
+) -> GuardDecision:
+    """The marks to make before the evictor: the nodes the plan is about to relieve count as relieved."""
+    return decide(guarded_nodes(snapshot, plan, planned_nodes(plan)), settings, owner, snapshot.taken_at)
+
+
+def after_evictions(
+    snapshot: ClusterSnapshot, plan: EvictionPlan, report: EvictorReport, settings: LandingGuardSettings, owner: str
+) -> GuardDecision:
+    """The marks after the evictor, on what it really relieved (``snapshot`` as the first pass left it)."""
+    return decide(guarded_nodes(snapshot, plan, relieved_nodes(report)), settings, owner, snapshot.taken_at)
 
 
 def relieved_nodes(report: EvictorReport) -> frozenset[str]:

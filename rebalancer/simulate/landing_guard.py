@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import Counter
 
 from rebalancer.evictor import EvictorReport
-from rebalancer.guard.decide import Change, GuardDecision, apply_change, decide, guarded_nodes
-from rebalancer.guard.inputs import edited, planned_nodes, relieved_nodes, unknown_nodes, with_changes
+from rebalancer.guard.decide import Change, GuardDecision, apply_change, decide
+from rebalancer.guard.inputs import after_evictions, ahead_of_evictions, edited, unknown_nodes, with_changes
 from rebalancer.guard.marks import GUARD_KEY, Mark, read_mark
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
@@ -32,13 +32,11 @@ class SimGuard:
         snapshot with the marks made, for :meth:`after_cycle`."""
         if not plan.evictions:
             return snapshot
-        nodes = guarded_nodes(snapshot, plan, planned_nodes(plan))
-        made = self._apply(decide(nodes, self.policy.landing_guard, OWNER, snapshot.taken_at))
+        made = self._apply(ahead_of_evictions(snapshot, plan, self.policy.landing_guard, OWNER))
         return with_changes(snapshot, made)
 
     def after_cycle(self, snapshot: ClusterSnapshot, plan: EvictionPlan, report: EvictorReport) -> None:
-        nodes = guarded_nodes(snapshot, plan, relieved_nodes(report))
-        self._apply(decide(nodes, self.policy.landing_guard, OWNER, snapshot.taken_at))
+        self._apply(after_evictions(snapshot, plan, report, self.policy.landing_guard, OWNER))
 
     def sweep(self, now: float) -> None:
         """Serve's periodic housekeeping: expired marks go even when no cycle runs."""
