@@ -75,13 +75,12 @@ _OK, _BACK, _ELSEWHERE, _NO_ROOM = (int(k) for k in _Kind)
 
 @dataclass(frozen=True, slots=True)
 class Landing:
-    """The predicted landing node (None: refused), why, the refusal kind (None: accepted) and the
-    landing risk (the probability of a bad landing)."""
+    """The predicted landing node (None: refused), why (the landing risk included), and the refusal kind
+    (None: accepted)."""
 
     node: str | None
     reason: str
     refused: LandingVerdict | None = None
-    risk: float = 0.0
 
 
 class LandingPredictor:
@@ -124,7 +123,7 @@ class LandingPredictor:
         spread = self._distribution(pod, source)
         if spread.feasible == 0:
             why = spread.reason
-            return Landing(None, f"its replacement would not be scheduled ({why})", LandingVerdict.UNSCHEDULABLE, 1.0)
+            return Landing(None, f"its replacement would not be scheduled ({why})", LandingVerdict.UNSCHEDULABLE)
         kinds = self._kinds(spread.index, source, usage_m)
         p = spread.probabilities
         masses = np.bincount(kinds, weights=p, minlength=len(_KINDS))
@@ -136,7 +135,7 @@ class LandingPredictor:
                 f"predicted landing risk {_pct(risk)} > maxLandingRisk {_pct(self._max_risk)}: "
                 f"{self._bad(spread, kinds, source, usage_m, risk)}{sampled}"
             )
-            return Landing(None, text, _VERDICTS.get(worst, LandingVerdict.NO_ROOM), risk)
+            return Landing(None, text, _VERDICTS.get(worst, LandingVerdict.NO_ROOM))
         j = int(np.argmax(np.where(kinds == _OK, p, -1.0)))
         i = int(spread.index[j])
         node = spread.names[i]
@@ -144,7 +143,7 @@ class LandingPredictor:
         reason = f"predicted to land on {node} ({scored}), {int(self._room[i])}m of real-usage room"
         if risk > 0:
             reason += f"; landing risk {_pct(risk)}: {self._bad(spread, kinds, source, usage_m, risk)}"
-        return Landing(node, reason, None, risk)
+        return Landing(node, reason)
 
     def commit(self, pod: Pod, landing: str, usage_m: int) -> None:
         """The move is planned: the replacement is bound to ``landing`` and uses its room."""

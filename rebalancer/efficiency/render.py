@@ -36,7 +36,8 @@ def _when(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _pct(value: float | None) -> str:
+def percent(value: float | None) -> str:
+    """A rate as a whole percentage; ``-`` when there is nothing to measure (never 0)."""
     return "-" if value is None else f"{100 * value:.0f}%"
 
 
@@ -50,19 +51,19 @@ def _row(p: PoolRates) -> tuple[str, ...]:
         _num(p.reference),
         str(p.found),
         _num(p.found_and_reference),
-        _pct(p.discovery),
+        percent(p.discovery),
         str(p.acted),
-        _pct(p.eviction),
+        percent(p.eviction),
         str(p.reliefs),
         str(p.judged),
         str(p.cooled),
-        _pct(p.effective),
+        percent(p.effective),
         str(p.pending),
         str(p.evictions),
         str(p.bounce_backs),
         str(p.landed),
-        _pct(p.landed_back_rate),
-        _pct(p.landing_hit_rate),
+        percent(p.landed_back_rate),
+        percent(p.landing_hit_rate),
     )
 
 
@@ -116,7 +117,7 @@ def report_table(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> s
             p = b.report.cluster
             lines.append(
                 f"  {_when(b.end):<22} {_num(p.reference):>9} {p.found:>6} {p.acted:>6} {p.evictions:>10} "
-                f"{_pct(p.discovery):>10} {_pct(p.eviction):>9} {_pct(p.effective):>10}"
+                f"{percent(p.discovery):>10} {percent(p.eviction):>9} {percent(p.effective):>10}"
             )
     return "\n".join(lines) + "\n"
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from rebalancer.efficiency.render import percent
 from rebalancer.simulate.result import VariantResult
 from rebalancer.simulate.summary import aligned
 
@@ -27,10 +28,6 @@ HEADERS = (
 GOAL_BASELINE, GOAL_HOT_CUT, GOAL_EFFECTIVE, GOAL_LANDED_BACK = "requests-lnu", 0.5, 0.85, 0.05
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.0f}%"
-
-
 def _row(result: VariantResult, none: VariantResult | None) -> list[str]:
     r = result.rates
     versus = "-"
@@ -44,11 +41,11 @@ def _row(result: VariantResult, none: VariantResult | None) -> list[str]:
         versus,
         str(result.evictions),
         "-" if per_cooled is None else f"{per_cooled:.2f}",
-        "-" if r is None else f"{result.landed_back} ({_pct(result.landed_back_share)})",
-        "-" if r is None else _pct(r.landing_hit_rate),
-        "-" if r is None else _pct(r.discovery),
-        "-" if r is None else _pct(r.eviction),
-        "-" if r is None else _pct(r.effective),
+        "-" if r is None else f"{result.landed_back} ({percent(result.landed_back_share)})",
+        "-" if r is None else percent(r.landing_hit_rate),
+        "-" if r is None else percent(r.discovery),
+        "-" if r is None else percent(r.eviction),
+        "-" if r is None else percent(r.effective),
         "-" if r is None else str(r.bounce_backs),
     ]
 
@@ -100,10 +97,10 @@ def goal_lines(results: Sequence[VariantResult]) -> list[str]:
             more = result.evictions - base.evictions
             checks.append(f"evictions {more:+d} against it ({'met' if more <= 0 else 'not met'})")
         effective = result.rates.effective
-        checks.append(f"effective {_pct(effective)} (goal 85%: "
+        checks.append(f"effective {percent(effective)} (goal 85%: "
                       f"{'met' if effective is not None and effective >= GOAL_EFFECTIVE else 'not met'})")  # fmt: skip
         share = result.landed_back_share
-        checks.append(f"landed back {_pct(share)} (goal < 5%: "
+        checks.append(f"landed back {percent(share)} (goal < 5%: "
                       f"{'met' if share is not None and share < GOAL_LANDED_BACK else 'not met'})")  # fmt: skip
         out.append(f"{result.name}: " + "; ".join(checks))
     return out
