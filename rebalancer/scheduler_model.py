@@ -64,6 +64,8 @@ HOSTNAME_SKEW, ZONE_SKEW = 3, 5
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
 MIN_FEASIBLE_NODES_TO_FIND, MIN_FEASIBLE_PERCENTAGE, BASE_PERCENTAGE = 100, 5, 50  # kube-scheduler's constants
+EPSILON = 1e-12  # a distribution leaves out the nodes chosen with at most this probability, all together
+DIRTY_LIMIT = 32  # nodes changed since a class's ranking was built, beyond which it is built again
 
 Ints = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
@@ -82,25 +84,55 @@ class Scheduled:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class LandingDistribution:
-    """Where the scheduler puts a pod: the feasible nodes (``index`` into :attr:`SchedulerModel.names`),
-    their probabilities and total weighted scores, aligned; all empty when nothing is feasible, and
-    ``reason`` says why."""
+    """Where the scheduler puts a pod: the feasible nodes (``index`` into :attr:`SchedulerModel.names`, in
+    index order) with a chance of being chosen, their probabilities and total weighted scores, aligned;
+    all empty when nothing is feasible, and ``reason`` says why. Nodes so low in the ranking that the
+    scheduler reaches them with a probability of at most :data:`EPSILON` (all of them together) are left
+    out: on a 5,000-node cluster only the best few hundred nodes can win."""
 
     names: tuple[str, ...]
     index: Ints
     probabilities: Floats
     scores: Ints
     sampled: int  # how many feasible nodes the scheduler scores: min(feasible, numFeasibleNodesToFind)
+    feasible: int  # how many nodes are feasible (``index`` may leave out those it never reaches, see EPSILON)
     reason: str
-
-    @property
-    def feasible(self) -> int:
-        return len(self.index)
 
     def as_dict(self) -> dict[str, float]:
         """Node -> probability, nodes with a probability above 0 only."""
         names, p = self.names, self.probabilities
         return {names[int(i)]: float(q) for i, q in zip(self.index, p, strict=True) if q > 0}
+
+
+@dataclass(slots=True)
+class _Ranking:
+    """One class of pods (requests and constraints), nothing vacated, as the model stood when it was
+    built: every node's feasibility and static score (every score but spreading), and the feasible
+    nodes by static score, best first, ties in index order. ``dirty``: nodes changed since (their
+    entries are stale; queries score them exactly)."""
+
+    feasible: Bools
+    feasible_list: list[bool]  # the same, for lookups one node at a time
+    static_list: list[int]
+    order: Ints  # the feasible nodes, best static score first
+    ranked: Ints  # their static scores
+    descending: Ints  # minus those, ascending (for searchsorted)
+    column: Ints  # their zone column (0: no zone, z + 1: zone z)
+    following: npt.NDArray[np.int64]  # [c, p]: the first position at p or after in zone column c (or the size)
+    per_domain: list[int]  # feasible nodes per zone column
+    taint_high: int  # the highest count of untolerated PreferNoSchedule taints on a feasible node
+    at_high: int  # feasible nodes with that count
+    dirty: set[int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Changed:
+    """The nodes whose ranking entry is stale for one query: their feasibility and static score now."""
+
+    nodes: list[int]
+    feasible: list[bool]
+    static: list[int]
+    position: dict[int, int]
 
 
 def feasible_nodes_to_find(all_nodes: int, percentage: int | None) -> int:
@@ -113,14 +145,23 @@ def feasible_nodes_to_find(all_nodes: int, percentage: int | None) -> int:
     return max(MIN_FEASIBLE_NODES_TO_FIND, all_nodes * pct // 100)
 
 
-def winning_probabilities(scores: Ints, sampled: int, tables: dict[tuple[int, int], Floats] | None = None) -> Floats:
+def winning_probabilities(
+    scores: Ints,
+    sampled: int,
+    tables: dict[tuple[int, int], Floats] | None = None,
+    *,
+    population: int | None = None,
+) -> Floats:
     """The probability that each of ``scores`` (the feasible nodes' scores) is the scheduler's choice
     when it scores a uniformly random subset of ``sampled`` of them and picks the best, ties uniformly
-    (the module's docstring derives it). Vectorized: the nodes counted per score (or one sort when scores
-    spread wide), one table of ``C(m, k) / C(n, k)``, kept in ``tables`` when given (one per size)."""
-    n = len(scores)
-    if n == 0:
+    (the module's docstring derives it). ``population``: how many nodes are feasible when ``scores`` are
+    only the best of them (every node scoring above the lowest of ``scores`` included, see
+    :meth:`SchedulerModel.landing_distribution`); their probabilities are the same as among all. Vectorized:
+    the nodes counted per score (or one sort when scores spread wide), one table of ``C(m, k) / C(n, k)``,
+    kept in ``tables`` when given (one per size)."""
+    if len(scores) == 0:
         return np.zeros(0, np.float64)
+    n = len(scores) if population is None else population
     k = min(max(sampled, 1), n)
     low = int(scores.min())
     span = int(scores.max()) - low + 1
@@ -137,6 +178,14 @@ def winning_probabilities(scores: Ints, sampled: int, tables: dict[tuple[int, in
     per_group = (unsampled[n - above] - unsampled[n - above - counts]) / np.maximum(counts, 1)
     probabilities: Floats = per_group[group]
     return probabilities
+
+
+def reached_nodes(n: int, k: int, tables: dict[tuple[int, int], Floats]) -> int:
+    """How many of the best of ``n`` feasible nodes (``k`` sampled) can be chosen at all: the scheduler
+    picks below them only when none of them is sampled, a probability of at most :data:`EPSILON`
+    (``C(n - a, k) / C(n, k)``, looked up in the table). 1 when every node is scored."""
+    table = _all_in_table(n, k, tables)
+    return n + 1 - int(np.searchsorted(table, EPSILON, side="right"))
 
 
 def _all_in_table(n: int, k: int, tables: dict[tuple[int, int], Floats]) -> Floats:
@@ -183,11 +232,15 @@ class SchedulerModel:
             dtype=np.int64,
         )
         self._zones = len(self._zone_names)
+        self._zone_list: list[int] = self._zone.tolist()
         self._workload: dict[WorkloadRef, dict[int, int]] = {}  # workload -> node index -> non-terminating pods
         self._where: dict[PodKey, int] = {}
         self._masks: dict[tuple[object, ...], tuple[Bools, Bools, str]] = {}
         self._prefer: dict[tuple[object, ...], Ints] = {}
         self._statics: dict[tuple[object, ...], tuple[Bools, str, Ints]] = {}
+        self._rankings: dict[tuple[object, ...], _Ranking] = {}
+        self._changes: dict[tuple[object, ...], _Changed | None] = {}
+        self._mark = np.zeros(size, np.bool_)  # scratch: the nodes a query scores exactly
         self._names_array = np.array(self.names, dtype=object)
         self._tables: dict[tuple[int, int], Floats] = {}
         self._load(snapshot)
@@ -241,6 +294,9 @@ class SchedulerModel:
         self._masks.clear()
         self._prefer.clear()
         self._statics.clear()  # the static scores depend on taints and allocatable
+        self._rankings.clear()
+        self._changes.clear()
+        self._zone_list = self._zone.tolist()
 
     def node_of(self, pod: Pod) -> str | None:
         i = self._where.get(pod.key)
@@ -264,17 +320,164 @@ class SchedulerModel:
     ) -> LandingDistribution:
         """The probability of each node being where a pod like ``pod`` is scheduled now, with the
         scheduler's sampling of feasible nodes (see the module docstring); ``vacate`` and ``exclude`` as
-        for :meth:`place`."""
+        for :meth:`place`.
+
+        Only the best-ranked nodes can win (:func:`reached_nodes`), so the answer is built from the pod
+        class's :class:`_Ranking` (every feasible node by static score, best first) instead of from every
+        node: the nodes whose score differs for this pod (its own node when vacated, the nodes changed
+        since the ranking was built, the nodes holding its workload's pods) are scored exactly, the others
+        are their static score plus their zone's spreading score. Their probabilities are those of
+        :meth:`full_distribution` (the property tests compare them)."""
+        if exclude:
+            return self.full_distribution(pod, vacate=vacate, exclude=exclude)
+        where = self._where.get(pod.key) if vacate else None
+        ranking = self._ranking(pod)
+        changed = self._changed(pod, where, ranking)
+        if changed is None:  # the changed nodes change the taint normalization of every node
+            return self.full_distribution(pod, vacate=vacate)
+        held = self._held(pod, where)
+        nodes, feasible, static = changed.nodes, changed.feasible, changed.static
+        more = [i for i in held if i not in changed.position]
+        if more:  # held nodes that did not change: their static entry of the ranking holds
+            nodes = [*nodes, *more]
+            feasible = [*feasible, *(ranking.feasible_list[i] for i in more)]
+            static = [*static, *(ranking.static_list[i] for i in more)]
+        position = {i: j for j, i in enumerate(nodes)}
+        zone = self._zone_list
+        per_domain = list(ranking.per_domain)
+        for i, now in zip(nodes, feasible, strict=True):
+            per_domain[zone[i] + 1] += int(now) - int(ranking.feasible_list[i])
+        n = sum(per_domain)
+        if n == 0:
+            return self.full_distribution(pod, vacate=vacate)  # unschedulable: the full path says why
+        empty, mine = self._spread_parts(pod, held, per_domain, [feasible[position[i]] for i in held])
+        total = [s + WEIGHT_SPREAD * empty[zone[i] + 1] for i, s in zip(nodes, static, strict=True)]
+        for i, score in zip(held, mine, strict=True):
+            total[position[i]] = static[position[i]] + WEIGHT_SPREAD * score
+        exact = [j for j, ok in enumerate(feasible) if ok]
+        at = np.array([nodes[j] for j in exact], np.int64)
+        index, scores = self._best(ranking, nodes, at, np.array([total[j] for j in exact], np.int64), empty, n)
+        order = np.argsort(index)
+        index, scores = index[order], scores[order]
+        sampled = min(n, self.sample_size)
+        probabilities = winning_probabilities(scores, sampled, self._tables, population=n)
+        reason = f"the best of {sampled} sampled of {n} feasible node(s)"
+        return LandingDistribution(self.names, index, probabilities, scores, sampled, n, reason)
+
+    def full_distribution(
+        self, pod: Pod, *, vacate: bool = False, exclude: Collection[str] = ()
+    ) -> LandingDistribution:
+        """:meth:`landing_distribution` over every feasible node, every node scored (the reference)."""
         feasible, why, total = self._totals(pod, vacate, exclude)
         if total is None:
             none = np.zeros(0, np.int64)
-            return LandingDistribution(self.names, none, np.zeros(0), none, 0, why)
+            return LandingDistribution(self.names, none, np.zeros(0), none, 0, 0, why)
         index = feasible.nonzero()[0]  # flatnonzero of a 1-D array, without its dispatch (~10 µs)
         scores = total[index]
         probabilities = winning_probabilities(scores, self.sample_size, self._tables)
         sampled = min(len(index), self.sample_size)
         reason = f"the best of {sampled} sampled of {len(index)} feasible node(s)"
-        return LandingDistribution(self.names, index, probabilities, scores, sampled, reason)
+        return LandingDistribution(self.names, index, probabilities, scores, sampled, len(index), reason)
+
+    def _best(
+        self, ranking: _Ranking, exact: list[int], at: Ints, total: Ints, empty: list[int], n: int
+    ) -> tuple[Ints, Ints]:
+        """The nodes that can win and their total scores: the feasible nodes ``at`` of those scored
+        ``exact``ly (``total``) and enough of the ranking's best, their static score plus their zone's
+        spreading score (``empty``), that every node scoring above the best one left out is in, and
+        that they are at least :func:`reached_nodes` many."""
+        needed = reached_nodes(n, min(n, self.sample_size), self._tables)
+        order, ranked, size = ranking.order, ranking.ranked, len(ranking.order)
+        zone_spread = WEIGHT_SPREAD * np.array(empty, np.int64)
+        mark = self._mark
+        mark[exact] = True  # their ranking entries are stale
+        take = needed + len(exact)
+        while True:
+            head = size if take >= size else int(np.searchsorted(ranking.descending, -ranked[take - 1], side="right"))
+            fresh = ~mark[order[:head]]
+            index = np.concatenate([at, order[:head][fresh]])
+            scores = np.concatenate([total, ranked[:head][fresh] + zone_spread[ranking.column[:head][fresh]]])
+            if head == size:
+                break
+            following = ranking.following[:, head]  # per zone column: its best node left out, if any
+            left = following < size
+            bound = int((ranked[following[left]] + zone_spread[left]).max())
+            above = scores > bound  # the best a node left out can score
+            if int(np.count_nonzero(above)) >= needed:
+                index, scores = index[above], scores[above]
+                break
+            take *= 2
+        mark[exact] = False
+        return index, scores
+
+    def _ranking(self, pod: Pod) -> _Ranking:
+        """The pod class's ranking (requests and constraints, nothing vacated), built again when more
+        than :data:`DIRTY_LIMIT` nodes changed since."""
+        key = self._class_key(pod)
+        found = self._rankings.get(key)
+        if found is None or len(found.dirty) > DIRTY_LIMIT:
+            feasible, _, static = self._static(pod, None)
+            raw = self._untolerated(pod)
+            high = int(raw[feasible].max()) if feasible.any() else 0
+            index = feasible.nonzero()[0]
+            order = index[np.argsort(-static[index], kind="stable")]  # ties in index order
+            column = self._zone[order] + 1
+            size = len(order)
+            following = np.empty((self._zones + 1, size + 1), np.int64)
+            for c in range(self._zones + 1):  # following[c, p]: the first position at p or after in column c
+                positions = np.append(np.flatnonzero(column == c), size)
+                following[c] = positions[np.searchsorted(positions, np.arange(size + 1))]
+            if len(self._rankings) >= 64:
+                self._rankings.clear()
+            found = self._rankings[key] = _Ranking(
+                feasible=feasible,
+                feasible_list=feasible.tolist(),
+                static_list=static.tolist(),
+                order=order,
+                ranked=static[order],
+                descending=-static[order],
+                column=column,
+                following=following,
+                per_domain=np.bincount(column, minlength=self._zones + 1).tolist(),
+                taint_high=high,
+                at_high=int(np.count_nonzero(feasible & (raw == high))),
+                dirty=set(),
+            )
+        return found
+
+    def _changed(self, pod: Pod, where: int | None, ranking: _Ranking) -> _Changed | None:
+        """Feasibility and static score (every score but spreading) of the nodes whose ranking entry is
+        stale for ``pod`` (changed since the ranking, and its own node when vacated), or None when they
+        would change the class's taint normalization (its highest untolerated count). Kept until the
+        model changes: a node's pods are asked in a row."""
+        key = (where, *self._class_key(pod))
+        if key in self._changes:
+            return self._changes[key]
+        stale = set(ranking.dirty)
+        if where is not None:
+            stale.add(where)
+        at = np.fromiter(sorted(stale), np.int64, len(stale))
+        feasible = self._fits(pod, where, at)
+        raw = self._untolerated(pod)[at]
+        high = ranking.taint_high
+        at_high = (
+            ranking.at_high
+            - int(np.count_nonzero(ranking.feasible[at] & (raw == high)))
+            + int(np.count_nonzero(feasible & (raw == high)))
+        )
+        found = None
+        if not (feasible & (raw > high)).any() and (high == 0 or at_high > 0):
+            if high == 0:
+                taint = np.full(len(at), MAX_NODE_SCORE, np.int64)
+            else:
+                taint = MAX_NODE_SCORE - (MAX_NODE_SCORE * raw) // high
+            static = self._fit_balanced(pod, where, at) + WEIGHT_TAINT * taint
+            nodes = at.tolist()
+            found = _Changed(nodes, feasible.tolist(), static.tolist(), {i: j for j, i in enumerate(nodes)})
+        if len(self._changes) >= 256:
+            self._changes.clear()
+        self._changes[key] = found
+        return found
 
     def _totals(self, pod: Pod, vacate: bool, exclude: Collection[str]) -> tuple[Bools, str, Ints | None]:
         """Feasible nodes, why none, and the total scores (None when none is feasible)."""
@@ -301,16 +504,12 @@ class SchedulerModel:
         """Feasibility and every score but spreading, which depend only on the pod's requests and
         constraints and on where it is vacated from: shared by the pods of a node with the same requests
         and constraints until the model changes (a planner asks for many of them in a row)."""
-        key = (where, pod.cpu_request_m, pod.memory_request, *self._constraint_key(pod))
+        key = (where, *self._class_key(pod))
         found = self._statics.get(key)
         if found is None:
             feasible, why = self._feasible(pod, where, ())
-            cpu, memory = nonzero(pod)
-            nz_cpu = self._requested(self._nz_cpu, cpu, where)
-            nz_mem = self._requested(self._nz_mem, memory, where)
-            fit = (_least(nz_cpu, self._alloc_cpu) + _least(nz_mem, self._alloc_mem)) // 2
             taint = _reverse_normalized(self._untolerated(pod), feasible)
-            static: Ints = WEIGHT_FIT * fit + WEIGHT_BALANCED * self._balanced(pod, where) + WEIGHT_TAINT * taint
+            static: Ints = self._fit_balanced(pod, where) + WEIGHT_TAINT * taint
             if len(self._statics) >= 256:
                 self._statics.clear()
             found = self._statics[key] = (feasible, why, static)
@@ -318,6 +517,9 @@ class SchedulerModel:
 
     def _shift(self, pod: Pod, i: int, sign: int) -> None:
         self._statics.clear()
+        self._changes.clear()
+        for ranking in self._rankings.values():
+            ranking.dirty.add(i)
         cpu, memory = nonzero(pod)
         self._req_cpu[i] += sign * pod.cpu_request_m
         self._req_mem[i] += sign * pod.memory_request
@@ -328,21 +530,43 @@ class SchedulerModel:
             counts = self._workload.setdefault(pod.workload, {})
             counts[i] = counts.get(i, 0) + sign
 
-    def _requested(self, values: Ints, pod_value: int, where: int | None) -> Ints:
-        """Node sums with the pod added everywhere (and taken off its own node when vacating)."""
-        out = values + pod_value
+    @staticmethod
+    def _requested(values: Ints, pod_value: int, where: int | None, at: Ints | None) -> Ints:
+        """Node sums with the pod added (and taken off its own node when vacating), on every node or on
+        the nodes ``at``."""
+        if at is None:
+            out = values + pod_value
+            if where is not None:
+                out[where] -= pod_value
+            return out
+        out = values[at] + pod_value
         if where is not None:
-            out[where] -= pod_value
+            out[at == where] -= pod_value
         return out
+
+    def _fit_masks(self, pod: Pod, where: int | None, at: Ints | None = None) -> tuple[Bools, Bools, Bools]:
+        """NodeResourcesFit on requests: CPU, memory (each only when requested) and pod count."""
+        size = len(self.names) if at is None else len(at)
+
+        def pick(values: Ints) -> Ints:
+            return values if at is None else values[at]
+
+        cpu = self._requested(self._req_cpu, pod.cpu_request_m, where, at)
+        mem = self._requested(self._req_mem, pod.memory_request, where, at)
+        count = self._requested(self._pods, 1, where, at)
+        fits_cpu = (cpu <= pick(self._alloc_cpu)) if pod.cpu_request_m > 0 else np.ones(size, np.bool_)
+        fits_mem = (mem <= pick(self._alloc_mem)) if pod.memory_request > 0 else np.ones(size, np.bool_)
+        return fits_cpu, fits_mem, count <= pick(self._alloc_pods)
+
+    def _fits(self, pod: Pod, where: int | None, at: Ints) -> Bools:
+        """Feasibility on the nodes ``at``."""
+        fits_cpu, fits_mem, fits_pods = self._fit_masks(pod, where, at)
+        allowed: Bools = self._constraint_masks(pod)[0][at] & fits_cpu & fits_mem & fits_pods
+        return allowed
 
     def _feasible(self, pod: Pod, where: int | None, exclude: Collection[str]) -> tuple[Bools, str]:
         allowed, _, blocked_why = self._constraint_masks(pod)
-        cpu = self._requested(self._req_cpu, pod.cpu_request_m, where)
-        mem = self._requested(self._req_mem, pod.memory_request, where)
-        count = self._requested(self._pods, 1, where)
-        fits_cpu = (cpu <= self._alloc_cpu) if pod.cpu_request_m > 0 else np.ones(len(self.names), np.bool_)
-        fits_mem = (mem <= self._alloc_mem) if pod.memory_request > 0 else np.ones(len(self.names), np.bool_)
-        fits_pods = count <= self._alloc_pods
+        fits_cpu, fits_mem, fits_pods = self._fit_masks(pod, where)
         feasible = allowed & fits_cpu & fits_mem & fits_pods
         for name in exclude:
             if name in self._index:
@@ -361,6 +585,11 @@ class SchedulerModel:
         if exclude:
             reasons.append("the rest excluded")
         return feasible, f"0/{len(self.names)} nodes are available: " + ", ".join(reasons or ["no nodes"])
+
+    @classmethod
+    def _class_key(cls, pod: Pod) -> tuple[object, ...]:
+        """What the static scores depend on: the pod's requests and constraints."""
+        return (pod.cpu_request_m, pod.memory_request, *cls._constraint_key(pod))
 
     @staticmethod
     def _constraint_key(pod: Pod) -> tuple[object, ...]:
@@ -385,23 +614,27 @@ class SchedulerModel:
         return found
 
     def _scores(self, pod: Pod, where: int | None, feasible: Bools) -> Ints:
-        cpu, memory = nonzero(pod)
-        nz_cpu = self._requested(self._nz_cpu, cpu, where)
-        nz_mem = self._requested(self._nz_mem, memory, where)
-        fit = (_least(nz_cpu, self._alloc_cpu) + _least(nz_mem, self._alloc_mem)) // 2
-        balanced = self._balanced(pod, where)
         taint = _reverse_normalized(self._untolerated(pod), feasible)
         spread = self._spread(pod, where, feasible)
-        total: Ints = WEIGHT_FIT * fit + WEIGHT_BALANCED * balanced + WEIGHT_TAINT * taint + WEIGHT_SPREAD * spread
+        total: Ints = self._fit_balanced(pod, where) + WEIGHT_TAINT * taint + WEIGHT_SPREAD * spread
         return total
 
-    def _balanced(self, pod: Pod, where: int | None) -> Ints:
-        cpu = self._requested(self._req_cpu, pod.cpu_request_m, where)
-        mem = self._requested(self._req_mem, pod.memory_request, where)
+    def _fit_balanced(self, pod: Pod, where: int | None, at: Ints | None = None) -> Ints:
+        """NodeResourcesFit (LeastAllocated) and NodeResourcesBalancedAllocation, weighted, on every node
+        or on the nodes ``at``."""
+        cpu, memory = nonzero(pod)
+        alloc_cpu = self._alloc_cpu if at is None else self._alloc_cpu[at]
+        alloc_mem = self._alloc_mem if at is None else self._alloc_mem[at]
+        nz_cpu = self._requested(self._nz_cpu, cpu, where, at)
+        nz_mem = self._requested(self._nz_mem, memory, where, at)
+        fit = (_least(nz_cpu, alloc_cpu) + _least(nz_mem, alloc_mem)) // 2
+        req_cpu = self._requested(self._req_cpu, pod.cpu_request_m, where, at)
+        req_mem = self._requested(self._req_mem, pod.memory_request, where, at)
         with np.errstate(divide="ignore", invalid="ignore"):
-            f_cpu = np.minimum(np.where(self._alloc_cpu > 0, cpu / self._alloc_cpu, 0.0), 1.0)
-            f_mem = np.minimum(np.where(self._alloc_mem > 0, mem / self._alloc_mem, 0.0), 1.0)
-        score: Ints = ((1.0 - np.abs(f_cpu - f_mem) / 2) * MAX_NODE_SCORE).astype(np.int64)
+            f_cpu = np.minimum(np.where(alloc_cpu > 0, req_cpu / alloc_cpu, 0.0), 1.0)
+            f_mem = np.minimum(np.where(alloc_mem > 0, req_mem / alloc_mem, 0.0), 1.0)
+        balanced = ((1.0 - np.abs(f_cpu - f_mem) / 2) * MAX_NODE_SCORE).astype(np.int64)
+        score: Ints = WEIGHT_FIT * fit + WEIGHT_BALANCED * balanced
         return score
 
     def _untolerated(self, pod: Pod) -> Ints:
@@ -422,48 +655,70 @@ class SchedulerModel:
             )
         return found
 
-    def _spread(self, pod: Pod, where: int | None, feasible: Bools) -> Ints:
-        """PodTopologySpread's normalized score on every node. A node holding none of the workload's pods
-        scores its zone's value (or the zoneless one): the arithmetic is done once per zone and once per
-        node holding some, then spread over the nodes by their zone (the same float operations as node by
-        node, so the same integers)."""
-        size = len(self.names)
+    def _held(self, pod: Pod, where: int | None) -> dict[int, int]:
+        """Node index -> the pods of ``pod``'s workload on it (the vacated one taken off): the nodes whose
+        spreading score is their own (every other node scores its zone's)."""
         if pod.workload is None:
-            return np.zeros(size, np.int64)
+            return {}
         on = dict(self._workload.get(pod.workload, {}))
         if where is not None and not pod.terminating:
             on[where] = on.get(where, 0) - 1
-        held = np.fromiter(on, np.int64, len(on))
-        held_count = np.fromiter(on.values(), np.int64, len(on))
-        zone_of_held = self._zone[held]
-        # column 0: no zone, column z + 1: zone z (zone-free arithmetic adds 0.0, as node by node)
-        per_domain = np.bincount(self._zone[feasible] + 1, minlength=self._zones + 1)
-        host_log = math.log(int(per_domain.sum()) + 2)
-        zone_raw = np.zeros(self._zones + 1, np.float64)
+        return on
+
+    def _spread(self, pod: Pod, where: int | None, feasible: Bools) -> Ints:
+        """PodTopologySpread's normalized score on every node (see :meth:`_spread_parts`)."""
+        held = self._held(pod, where)
+        index = np.fromiter(held, np.int64, len(held))
+        per_domain = np.bincount(self._zone[feasible] + 1, minlength=self._zones + 1).tolist()
+        empty, mine = self._spread_parts(pod, held, per_domain, feasible[index].tolist())
+        score = np.array(empty, np.int64)[self._zone + 1]
+        score[index] = mine
+        return score
+
+    def _spread_parts(
+        self, pod: Pod, held: dict[int, int], per_domain: list[int], held_feasible: list[bool]
+    ) -> tuple[list[int], list[int]]:
+        """PodTopologySpread's normalized score of a node holding none of the workload's pods, per zone
+        column (0: no zone, z + 1: zone z), and of each ``held`` node (in its order). ``per_domain``:
+        the feasible nodes per zone column; ``held_feasible``: which held nodes are feasible. The
+        arithmetic is done once per zone and once per node holding some, in the same float operations
+        as node by node (so the same integers), in plain Python (a workload holds a few nodes)."""
+        columns = self._zones + 1
+        if pod.workload is None:
+            return [0] * columns, [0] * len(held)
+        zone = self._zone_list
+        host_log = math.log(sum(per_domain) + 2)
+        zone_raw = [0.0] * columns  # zone-free arithmetic adds 0.0, as node by node
         if self._zones:
-            _, affine, _ = self._constraint_masks(pod)
-            counted = (zone_of_held >= 0) & affine[held]
-            per_zone = np.bincount(zone_of_held[counted], weights=held_count[counted], minlength=self._zones)
-            domains = int(np.count_nonzero(per_domain[1:]))
-            zone_raw[1:] = per_zone * math.log(domains + 2) + (ZONE_SKEW - 1)
-        empty = np.floor((0.0 + (HOSTNAME_SKEW - 1)) + zone_raw + 0.5).astype(np.int64)
-        mine = np.floor((held_count * host_log + (HOSTNAME_SKEW - 1)) + zone_raw[zone_of_held + 1] + 0.5).astype(
-            np.int64
-        )  # Go's math.Round: half away from zero (raw >= 0 here)
-        held_feasible = feasible[held]
-        empty_feasible = per_domain - np.bincount(zone_of_held[held_feasible] + 1, minlength=self._zones + 1)
-        candidates = [empty[empty_feasible > 0], mine[held_feasible]]
-        values = np.concatenate(candidates)
-        if len(values) == 0:
-            score = empty[self._zone + 1]
-            score[held] = mine
-            return score
-        low, high = int(values.min()), int(values.max())
+            affine = self._constraint_masks(pod)[1]
+            per_zone = [0.0] * columns
+            for i, count in held.items():
+                if zone[i] >= 0 and affine[i]:
+                    per_zone[zone[i] + 1] += count
+            zone_log = math.log(sum(1 for d in per_domain[1:] if d) + 2)
+            zone_raw[1:] = [z * zone_log + (ZONE_SKEW - 1) for z in per_zone[1:]]
+        # Go's math.Round: half away from zero (raw >= 0 here)
+        empty = [math.floor((0.0 + (HOSTNAME_SKEW - 1)) + raw + 0.5) for raw in zone_raw]
+        mine = [
+            math.floor((count * host_log + (HOSTNAME_SKEW - 1)) + zone_raw[zone[i] + 1] + 0.5)
+            for i, count in held.items()
+        ]
+        empty_feasible = list(per_domain)
+        values = []
+        for i, value, ok in zip(held, mine, held_feasible, strict=True):
+            if ok:
+                empty_feasible[zone[i] + 1] -= 1
+                values.append(value)
+        values.extend(value for value, left in zip(empty, empty_feasible, strict=True) if left > 0)
+        if not values:
+            return empty, mine
+        low, high = min(values), max(values)
         if high == 0:
-            return np.full(size, MAX_NODE_SCORE, np.int64)
-        normalized: Ints = ((MAX_NODE_SCORE * (high + low - empty)) // high)[self._zone + 1]
-        normalized[held] = (MAX_NODE_SCORE * (high + low - mine)) // high
-        return normalized
+            return [MAX_NODE_SCORE] * columns, [MAX_NODE_SCORE] * len(held)
+        return (
+            [(MAX_NODE_SCORE * (high + low - v)) // high for v in empty],
+            [(MAX_NODE_SCORE * (high + low - v)) // high for v in mine],
+        )
 
 
 def _least(requested: Ints, allocatable: Ints) -> Ints:

@@ -9,13 +9,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rebalancer.model import Node, Pod, Taint, Toleration
-from rebalancer.scheduler_model import SchedulerModel, feasible_nodes_to_find, winning_probabilities
+from rebalancer.scheduler_model import EPSILON, SchedulerModel, feasible_nodes_to_find, winning_probabilities
 from tests.builders import GI, node, pod, snapshot, usage
 
 
@@ -238,7 +239,7 @@ def test_remove_and_add_keep_the_model_current() -> None:
     ).scores(pod("new", None))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     placements=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(0, 3000)), min_size=1, max_size=12),
     removed=st.sets(st.integers(0, 11)),
@@ -463,3 +464,67 @@ def test_spreading_per_zone_equals_the_node_by_node_computation(
         probe, where = pod("probe", None, workload=probe_workload, node_selector=selected), None
     expected = straightforward_spread(m, probe, where, feasible)
     assert m._spread(probe, where, feasible).tolist() == expected.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    node_count=st.integers(100, 180),
+    zone_count=st.integers(0, 3),
+    requests=st.lists(st.sampled_from([100, 250, 500, 1000, 2000]), min_size=1, max_size=3),
+    seed=st.integers(0, 2**32 - 1),
+    percentage=st.sampled_from([None, 1, 30, 100]),
+    moves=st.integers(0, 60),
+)
+def test_the_ranked_distribution_is_the_full_one_without_the_nodes_never_reached(
+    node_count: int, zone_count: int, requests: list[int], seed: int, percentage: int | None, moves: int
+) -> None:
+    """The distribution built from the class's ranking (the nodes that changed, the pod's own node and
+    its workload's nodes scored exactly) gives every node it names the probability the full
+    computation gives it, and the nodes it leaves out have at most EPSILON of probability together,
+    whatever the zones, PreferNoSchedule taints, tied scores, sampling, and moves made since the
+    ranking was built (node changes included)."""
+    rnd = random.Random(seed)
+    zones = [f"z{z}" for z in range(zone_count)]
+    nodes = [
+        node(
+            f"n{i:03}",
+            cpu_m=rnd.choice([8_000, 16_000]),
+            labels={"topology.kubernetes.io/zone": rnd.choice(zones)} if zones and rnd.random() < 0.95 else {},
+            taints=[PREFER] if rnd.random() < 0.1 else [],
+        )
+        for i in range(node_count)
+    ]
+    pods = [
+        pod(
+            f"p{j}",
+            f"n{rnd.randrange(node_count):03}",
+            workload=f"w{rnd.randrange(25)}",
+            cpu_request_m=rnd.choice(requests),
+        )
+        for j in range(node_count * 3)
+    ]
+    m = SchedulerModel(
+        snapshot(nodes, pods, usage({n.name: 0 for n in nodes})), percentage_of_nodes_to_score=percentage
+    )
+    for step in range(moves + 1):
+        probe = rnd.choice(pods)
+        vacate = rnd.random() < 0.8
+        fast = m.landing_distribution(probe, vacate=vacate)
+        full = m.full_distribution(probe, vacate=vacate)
+        assert (fast.feasible, fast.sampled) == (full.feasible, full.sampled)
+        by_node = dict(
+            zip(full.index.tolist(), zip(full.probabilities.tolist(), full.scores.tolist(), strict=True), strict=True)
+        )
+        named = fast.index.tolist()
+        assert named == sorted(named)
+        for i, p, score in zip(named, fast.probabilities.tolist(), fast.scores.tolist(), strict=True):
+            assert by_node[i] == (pytest.approx(p, rel=1e-12, abs=1e-300), score), (step, i)
+        left_out = sum(p for i, (p, _) in by_node.items() if i not in set(named))
+        assert left_out <= EPSILON
+        moved = rnd.choice(pods)
+        target = rnd.choice(nodes)
+        m.remove(moved)
+        m.add(moved, target.name)
+        if rnd.random() < 0.05:  # a node gains or loses a PreferNoSchedule taint (a landing guard's mark)
+            changed = rnd.choice(nodes)
+            m.replace_node(msgspec.structs.replace(changed, taints=() if changed.taints else (PREFER,)))
