@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from rebalancer.landing_groups import LandingGroups, RankedBuckets, merge_groups
 from rebalancer.model import Node, Pod, PodKey, WorkloadRef
 from rebalancer.scheduling import placement_blocker
 from rebalancer.snapshot import ClusterSnapshot
@@ -108,20 +109,19 @@ class LandingDistribution:
 class _Ranking:
     """One class of pods (requests and constraints), nothing vacated, as the model stood when it was
     built: every node's feasibility and static score (every score but spreading), and the feasible
-    nodes by static score, best first, ties in index order. ``dirty``: nodes changed since (their
-    entries are stale; queries score them exactly)."""
+    nodes in buckets of one zone column (0: no zone, z + 1: zone z) and one static score, best first.
+    ``dirty``: nodes changed since (their entries are stale; queries score them exactly)."""
 
     feasible: Bools
     feasible_list: list[bool]  # the same, for lookups one node at a time
     static_list: list[int]
-    order: Ints  # the feasible nodes, best static score first
-    ranked: Ints  # their static scores
-    descending: Ints  # minus those, ascending (for searchsorted)
-    column: Ints  # their zone column (0: no zone, z + 1: zone z)
-    following: npt.NDArray[np.int64]  # [c, p]: the first position at p or after in zone column c (or the size)
     per_domain: list[int]  # feasible nodes per zone column
     taint_high: int  # the highest count of untolerated PreferNoSchedule taints on a feasible node
     at_high: int  # feasible nodes with that count
+    buckets: RankedBuckets
+    bucket_nodes: list[list[int]]  # per bucket: its nodes, in index order
+    bucket_of: list[int]  # per node: its bucket (-1: not feasible)
+    serial: int  # tells rankings apart (a reader's per-bucket counts are kept by it)
     dirty: set[int]
 
 
@@ -240,7 +240,8 @@ class SchedulerModel:
         self._statics: dict[tuple[object, ...], tuple[Bools, str, Ints]] = {}
         self._rankings: dict[tuple[object, ...], _Ranking] = {}
         self._changes: dict[tuple[object, ...], _Changed | None] = {}
-        self._mark = np.zeros(size, np.bool_)  # scratch: the nodes a query scores exactly
+        self._unsampled_lists: dict[tuple[int, int], list[float]] = {}
+        self._serial = 0
         self._names_array = np.array(self.names, dtype=object)
         self._tables: dict[tuple[int, int], Floats] = {}
         self._load(snapshot)
@@ -320,21 +321,33 @@ class SchedulerModel:
     ) -> LandingDistribution:
         """The probability of each node being where a pod like ``pod`` is scheduled now, with the
         scheduler's sampling of feasible nodes (see the module docstring); ``vacate`` and ``exclude`` as
-        for :meth:`place`.
-
-        Only the best-ranked nodes can win (:func:`reached_nodes`), so the answer is built from the pod
-        class's :class:`_Ranking` (every feasible node by static score, best first) instead of from every
-        node: the nodes whose score differs for this pod (its own node when vacated, the nodes changed
-        since the ranking was built, the nodes holding its workload's pods) are scored exactly, the others
-        are their static score plus their zone's spreading score. Their probabilities are those of
-        :meth:`full_distribution` (the property tests compare them)."""
+        for :meth:`place`. The nodes of :meth:`landing_groups`, one by one."""
         if exclude:
             return self.full_distribution(pod, vacate=vacate, exclude=exclude)
+        found = self.landing_groups(pod, vacate=vacate)
+        pairs = sorted((i, g) for g in found.groups for i in found.members(g))
+        index = np.array([i for i, _ in pairs], np.int64)
+        probabilities = np.array([g.probability for _, g in pairs], np.float64)
+        scores = np.array([g.total for _, g in pairs], np.int64)
+        return LandingDistribution(
+            self.names, index, probabilities, scores, found.sampled, found.feasible, found.reason
+        )
+
+    def landing_groups(self, pod: Pod, *, vacate: bool = False) -> LandingGroups:
+        """Where a pod like ``pod`` is scheduled now, as groups of equally scored nodes (see
+        :mod:`rebalancer.landing_groups`).
+
+        Only the best-ranked nodes can win (:func:`reached_nodes`), so the groups are merged from the pod
+        class's :class:`_Ranking` (per zone, the feasible nodes in buckets of equal static score, best
+        first): a bucket's nodes score its static score plus their zone's spreading score, but for the
+        nodes scored exactly, whose score differs for this pod (its own node when vacated, the nodes
+        changed since the ranking was built, the nodes holding its workload's pods). Their probabilities
+        are those of :meth:`full_distribution` (the property tests compare them)."""
         where = self._where.get(pod.key) if vacate else None
         ranking = self._ranking(pod)
         changed = self._changed(pod, where, ranking)
         if changed is None:  # the changed nodes change the taint normalization of every node
-            return self.full_distribution(pod, vacate=vacate)
+            return self._groups_of(self.full_distribution(pod, vacate=vacate))
         held = self._held(pod, where)
         nodes, feasible, static = changed.nodes, changed.feasible, changed.static
         more = [i for i in held if i not in changed.position]
@@ -348,21 +361,56 @@ class SchedulerModel:
         for i, now in zip(nodes, feasible, strict=True):
             per_domain[zone[i] + 1] += int(now) - int(ranking.feasible_list[i])
         n = sum(per_domain)
-        if n == 0:
-            return self.full_distribution(pod, vacate=vacate)  # unschedulable: the full path says why
+        if n == 0:  # unschedulable: the full path says why
+            return self._groups_of(self.full_distribution(pod, vacate=vacate))
         empty, mine = self._spread_parts(pod, held, per_domain, [feasible[position[i]] for i in held])
         total = [s + WEIGHT_SPREAD * empty[zone[i] + 1] for i, s in zip(nodes, static, strict=True)]
         for i, score in zip(held, mine, strict=True):
             total[position[i]] = static[position[i]] + WEIGHT_SPREAD * score
-        exact = [j for j, ok in enumerate(feasible) if ok]
-        at = np.array([nodes[j] for j in exact], np.int64)
-        index, scores = self._best(ranking, nodes, at, np.array([total[j] for j in exact], np.int64), empty, n)
-        order = np.argsort(index)
-        index, scores = index[order], scores[order]
+        exact = sorted(
+            ((t, i) for t, i, ok in zip(total, nodes, feasible, strict=True) if ok), key=lambda e: (-e[0], e[1])
+        )
+        excluded: dict[int, tuple[int, ...]] = {}
+        for i in nodes:
+            b = ranking.bucket_of[i]
+            if b >= 0:
+                excluded[b] = (*excluded.get(b, ()), i)
         sampled = min(n, self.sample_size)
-        probabilities = winning_probabilities(scores, sampled, self._tables, population=n)
+        groups = merge_groups(
+            ranking.buckets,
+            [WEIGHT_SPREAD * e for e in empty],
+            exact,
+            excluded,
+            n,
+            reached_nodes(n, sampled, self._tables),
+            self._unsampled(n, sampled),
+        )
         reason = f"the best of {sampled} sampled of {n} feasible node(s)"
-        return LandingDistribution(self.names, index, probabilities, scores, sampled, n, reason)
+        return LandingGroups(groups, n, sampled, reason, ranking.serial, ranking.bucket_nodes, excluded)
+
+    def _groups_of(self, spread: LandingDistribution) -> LandingGroups:
+        """A distribution computed node by node, as groups of exact nodes (the rare fallback)."""
+        exact = sorted(zip(spread.scores.tolist(), spread.index.tolist(), strict=True), key=lambda e: (-e[0], e[1]))
+        n = spread.feasible
+        groups = merge_groups(
+            RankedBuckets((), (), ()),
+            (),
+            exact,
+            {},
+            n,
+            reached_nodes(n, spread.sampled, self._tables) if n else 0,
+            self._unsampled(n, spread.sampled) if n else (),
+        )
+        return LandingGroups(groups, n, spread.sampled, spread.reason, -1, (), {})
+
+    def _unsampled(self, n: int, k: int) -> list[float]:
+        """``C(m, k) / C(n, k)`` for m = 0..n as a list (lookups one at a time)."""
+        found = self._unsampled_lists.get((n, k))
+        if found is None:
+            if len(self._unsampled_lists) >= 64:
+                self._unsampled_lists.clear()
+            found = self._unsampled_lists[(n, k)] = _all_in_table(n, k, self._tables).tolist()
+        return found
 
     def full_distribution(
         self, pod: Pod, *, vacate: bool = False, exclude: Collection[str] = ()
@@ -379,37 +427,6 @@ class SchedulerModel:
         reason = f"the best of {sampled} sampled of {len(index)} feasible node(s)"
         return LandingDistribution(self.names, index, probabilities, scores, sampled, len(index), reason)
 
-    def _best(
-        self, ranking: _Ranking, exact: list[int], at: Ints, total: Ints, empty: list[int], n: int
-    ) -> tuple[Ints, Ints]:
-        """The nodes that can win and their total scores: the feasible nodes ``at`` of those scored
-        ``exact``ly (``total``) and enough of the ranking's best, their static score plus their zone's
-        spreading score (``empty``), that every node scoring above the best one left out is in, and
-        that they are at least :func:`reached_nodes` many."""
-        needed = reached_nodes(n, min(n, self.sample_size), self._tables)
-        order, ranked, size = ranking.order, ranking.ranked, len(ranking.order)
-        zone_spread = WEIGHT_SPREAD * np.array(empty, np.int64)
-        mark = self._mark
-        mark[exact] = True  # their ranking entries are stale
-        take = needed + len(exact)
-        while True:
-            head = size if take >= size else int(np.searchsorted(ranking.descending, -ranked[take - 1], side="right"))
-            fresh = ~mark[order[:head]]
-            index = np.concatenate([at, order[:head][fresh]])
-            scores = np.concatenate([total, ranked[:head][fresh] + zone_spread[ranking.column[:head][fresh]]])
-            if head == size:
-                break
-            following = ranking.following[:, head]  # per zone column: its best node left out, if any
-            left = following < size
-            bound = int((ranked[following[left]] + zone_spread[left]).max())
-            above = scores > bound  # the best a node left out can score
-            if int(np.count_nonzero(above)) >= needed:
-                index, scores = index[above], scores[above]
-                break
-            take *= 2
-        mark[exact] = False
-        return index, scores
-
     def _ranking(self, pod: Pod) -> _Ranking:
         """The pod class's ranking (requests and constraints, nothing vacated), built again when more
         than :data:`DIRTY_LIMIT` nodes changed since."""
@@ -420,27 +437,31 @@ class SchedulerModel:
             raw = self._untolerated(pod)
             high = int(raw[feasible].max()) if feasible.any() else 0
             index = feasible.nonzero()[0]
-            order = index[np.argsort(-static[index], kind="stable")]  # ties in index order
-            column = self._zone[order] + 1
-            size = len(order)
-            following = np.empty((self._zones + 1, size + 1), np.int64)
-            for c in range(self._zones + 1):  # following[c, p]: the first position at p or after in column c
-                positions = np.append(np.flatnonzero(column == c), size)
-                following[c] = positions[np.searchsorted(positions, np.arange(size + 1))]
+            column, score = self._zone[index] + 1, static[index]
+            order = np.lexsort((index, -score, column))  # per column, best first, ties in index order
+            index, column, score = index[order], column[order], score[order]
+            starts = np.flatnonzero(np.diff(column, prepend=-1) | np.diff(score, prepend=-1)).tolist()
+            sizes = np.diff([*starts, len(index)]).tolist()
+            nodes = index.tolist()
+            bucket_of = np.full(len(self.names), -1, np.int64)
+            bucket_of[index] = np.repeat(np.arange(len(starts)), sizes)
+            column_buckets: list[list[int]] = [[] for _ in range(self._zones + 1)]
+            for b, c in enumerate(column[starts].tolist()):
+                column_buckets[c].append(b)
             if len(self._rankings) >= 64:
                 self._rankings.clear()
+            self._serial += 1
             found = self._rankings[key] = _Ranking(
                 feasible=feasible,
                 feasible_list=feasible.tolist(),
                 static_list=static.tolist(),
-                order=order,
-                ranked=static[order],
-                descending=-static[order],
-                column=column,
-                following=following,
                 per_domain=np.bincount(column, minlength=self._zones + 1).tolist(),
                 taint_high=high,
                 at_high=int(np.count_nonzero(feasible & (raw == high))),
+                buckets=RankedBuckets(column_buckets, score[starts].tolist(), sizes),
+                bucket_nodes=[nodes[a : a + s] for a, s in zip(starts, sizes, strict=True)],
+                bucket_of=bucket_of.tolist(),
+                serial=self._serial,
                 dirty=set(),
             )
         return found

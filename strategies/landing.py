@@ -21,15 +21,17 @@ rest of the probability (at most the risk, plus other acceptable nodes) is not b
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import heapq
+import itertools
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
 import msgspec
-import numpy as np
-import numpy.typing as npt
 
 from rebalancer.guard.marks import GUARD_KEY, MarkReason
+from rebalancer.landing_groups import Group, LandingGroups
 from rebalancer.model import Node, Pod, Taint
 from rebalancer.plan import NodeDecision
 from rebalancer.scheduler_model import (
@@ -37,7 +39,6 @@ from rebalancer.scheduler_model import (
     WEIGHT_FIT,
     WEIGHT_SPREAD,
     WEIGHT_TAINT,
-    LandingDistribution,
     SchedulerModel,
 )
 from rebalancer.snapshot import ClusterSnapshot
@@ -83,12 +84,40 @@ class Landing:
     refused: LandingVerdict | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _BucketKinds:
+    """A ranking bucket's nodes by kind for sources of one pool: the good destinations with their
+    real-usage room when counted (ascending rooms too, to count those without room for a pod by
+    bisection), and the others (index order)."""
+
+    room_of: dict[int, int]
+    rooms: list[int]
+    by_room: list[tuple[int, int]]  # (room, node) of the good destinations, ascending
+    others: list[int]  # not a destination for this pool: a landing there relieves nothing
+
+
+@dataclass(slots=True)
+class _Tally:
+    """One candidate's landing: the probability mass of each kind, and per group the count of each kind."""
+
+    masses: list[float]
+    counts: list[list[int]]  # per group: [ok, back, elsewhere, no room]
+
+    @property
+    def risk(self) -> float:
+        return self.masses[_BACK] + self.masses[_ELSEWHERE] + self.masses[_NO_ROOM]
+
+
 class LandingPredictor:
     """Predicted landings for one plan, kept current as moves are committed (local working state only).
 
     ``room``: destination node -> real CPU usage it may still take (its cap minus its usage).
     ``same_pool``: a landing must be in the source node's pool. ``max_risk``: the highest accepted
     landing risk. ``percentage_of_nodes_to_score``: the cluster scheduler's setting (None: adaptive).
+
+    The model answers in groups of equally scored nodes (:mod:`rebalancer.landing_groups`); their
+    ranking buckets are counted by kind once per pool of source nodes and kept while the ranking stands
+    (a node whose room changes, a move's landing, changed in the model too: queries score it exactly).
     """
 
     def __init__(
@@ -111,38 +140,38 @@ class LandingPredictor:
             self._model.replace_node(node)  # as the scheduler will see it when the replacement comes
         names = self._model.names
         self._index = {name: i for i, name in enumerate(names)}
-        self._room = np.array([room.get(n, 0) for n in names], np.int64)
-        self._destination = np.array([n in room for n in names], np.bool_)
+        self._room = [room.get(n, 0) for n in names]
+        self._destination = [n in room for n in names]
         pools = sorted({snapshot.pool_of.get(n, "") for n in names})
-        self._pool = np.array([pools.index(snapshot.pool_of.get(n, "")) for n in names], np.int64)
-        self._cache: dict[tuple[object, ...], LandingDistribution] = {}
+        self._pool = [pools.index(snapshot.pool_of.get(n, "")) for n in names]
+        self._cache: dict[tuple[object, ...], LandingGroups] = {}
+        self._kinds: dict[tuple[int, int, int], _BucketKinds] = {}
 
     def land(self, pod: Pod, source: str, usage_m: int) -> Landing:
         """Where ``pod``'s replacement most probably lands among the acceptable destinations if it is
         evicted from ``source`` now, or why the move is refused (landing risk above the cap)."""
-        spread = self._distribution(pod, source)
-        if spread.feasible == 0:
-            why = spread.reason
+        found = self._groups(pod, source)
+        if found.feasible == 0:
+            why = found.reason
             return Landing(None, f"its replacement would not be scheduled ({why})", LandingVerdict.UNSCHEDULABLE)
-        kinds = self._kinds(spread.index, source, usage_m)
-        p = spread.probabilities
-        masses = np.bincount(kinds, weights=p, minlength=len(_KINDS))
-        risk = float(masses[_BACK:].sum())
-        sampled = "" if spread.sampled == spread.feasible else f"; {spread.sampled} of {spread.feasible} nodes scored"
+        s = self._index[source]
+        tally = self._tally(found, s, usage_m)
+        risk = tally.risk
+        sampled = "" if found.sampled == found.feasible else f"; {found.sampled} of {found.feasible} nodes scored"
         if risk > self._max_risk + TOLERANCE:
-            worst = _KINDS[int(np.argmax(masses[_BACK:])) + _BACK]
+            bad = tally.masses[_BACK:]
+            worst = _KINDS[bad.index(max(bad)) + _BACK]
             text = (
                 f"predicted landing risk {_pct(risk)} > maxLandingRisk {_pct(self._max_risk)}: "
-                f"{self._bad(spread, kinds, source, usage_m, risk)}{sampled}"
+                f"{self._bad(found, tally, s, usage_m, risk)}{sampled}"
             )
             return Landing(None, text, _VERDICTS.get(worst, LandingVerdict.NO_ROOM))
-        j = int(np.argmax(np.where(kinds == _OK, p, -1.0)))
-        i = int(spread.index[j])
-        node = spread.names[i]
-        scored = f"{_pct(float(p[j]))}, scheduler score {int(spread.scores[j])}/{MAX_SCORE}{sampled}"
-        reason = f"predicted to land on {node} ({scored}), {int(self._room[i])}m of real-usage room"
+        i, group = self._likeliest_good(found, tally, s, usage_m)
+        node = self._model.names[i]
+        scored = f"{_pct(group.probability)}, scheduler score {group.total}/{MAX_SCORE}{sampled}"
+        reason = f"predicted to land on {node} ({scored}), {self._room[i]}m of real-usage room"
         if risk > 0:
-            reason += f"; landing risk {_pct(risk)}: {self._bad(spread, kinds, source, usage_m, risk)}"
+            reason += f"; landing risk {_pct(risk)}: {self._bad(found, tally, s, usage_m, risk)}"
         return Landing(node, reason)
 
     def commit(self, pod: Pod, landing: str, usage_m: int) -> None:
@@ -152,60 +181,139 @@ class LandingPredictor:
         self._room[self._index[landing]] -= usage_m
         self._cache.clear()
 
-    def _distribution(self, pod: Pod, source: str) -> LandingDistribution:
+    def _groups(self, pod: Pod, source: str) -> LandingGroups:
         """The model's answer, cached until the model changes: pods of one workload on one node with the
         same requests and constraints get the same answer."""
         key = (pod.workload, source, signature(pod), pod.cpu_request_m, pod.memory_request, pod.terminating)
         found = self._cache.get(key) if pod.workload is not None else None
         if found is None:
-            found = self._model.landing_distribution(pod, vacate=True)
+            found = self._model.landing_groups(pod, vacate=True)
             if pod.workload is not None:
                 if len(self._cache) >= CACHED:
                     self._cache.clear()
                 self._cache[key] = found
         return found
 
-    def _kinds(self, index: npt.NDArray[np.int64], source: str, usage_m: int) -> npt.NDArray[np.int64]:
-        """The verdict on each of the nodes ``index`` for a pod leaving ``source`` with ``usage_m``."""
-        s = self._index[source]
-        destination = self._destination[index]
-        if self._same_pool:
-            destination &= self._pool[index] == self._pool[s]
-        fits = np.where(self._room[index] >= usage_m, _OK, _NO_ROOM)
-        kinds: npt.NDArray[np.int64] = np.where(destination, fits, _ELSEWHERE)
-        kinds[index == s] = _BACK
+    def _good(self, i: int, pool: int) -> bool:
+        """A landing on node ``i`` relieves a node of ``pool``, room permitting."""
+        return self._destination[i] and (not self._same_pool or self._pool[i] == pool)
+
+    def _kind(self, i: int, s: int, usage_m: int) -> int:
+        if i == s:
+            return _BACK
+        if not self._good(i, self._pool[s]):
+            return _ELSEWHERE
+        return _OK if self._room[i] >= usage_m else _NO_ROOM
+
+    def _bucket(self, found: LandingGroups, b: int, pool: int) -> _BucketKinds:
+        key = (found.serial, b, pool)
+        kinds = self._kinds.get(key)
+        if kinds is None:
+            room_of = {i: self._room[i] for i in found.bucket_nodes[b] if self._good(i, pool)}
+            by_room = sorted((r, i) for i, r in room_of.items())
+            others = [i for i in found.bucket_nodes[b] if i not in room_of]
+            if len(self._kinds) >= 4096:
+                self._kinds.clear()
+            kinds = self._kinds[key] = _BucketKinds(room_of, [r for r, _ in by_room], by_room, others)
         return kinds
 
-    def _bad(
-        self, spread: LandingDistribution, kinds: npt.NDArray[np.int64], source: str, usage_m: int, risk: float
-    ) -> str:
+    def _tally(self, found: LandingGroups, s: int, usage_m: int) -> _Tally:
+        """The mass and the count of each kind of landing, per group and in all."""
+        pool = self._pool[s]
+        masses = [0.0] * len(_KINDS)
+        counts = []
+        for group in found.groups:
+            count = [0] * len(_KINDS)
+            for b in group.buckets:
+                kinds = self._bucket(found, b, pool)
+                good, short = len(kinds.room_of), bisect_left(kinds.rooms, usage_m)
+                for i in found.excluded.get(b, ()):  # scored exactly: not in the bucket this time
+                    room = kinds.room_of.get(i)
+                    if room is not None:
+                        good -= 1
+                        short -= room < usage_m
+                count[_OK] += good - short
+                count[_NO_ROOM] += short
+                count[_ELSEWHERE] += len(found.bucket_nodes[b]) - len(found.excluded.get(b, ())) - good
+            for i in group.nodes:
+                count[self._kind(i, s, usage_m)] += 1
+            for kind, n in enumerate(count):
+                masses[kind] += group.probability * n
+            counts.append(count)
+        return _Tally(masses, counts)
+
+    def _likeliest_good(self, found: LandingGroups, tally: _Tally, s: int, usage_m: int) -> tuple[int, Group]:
+        """The good landing (first by index among the most probable) and its group."""
+        best: tuple[int, Group] | None = None
+        top = max(g.probability for g, count in zip(found.groups, tally.counts, strict=True) if count[_OK])
+        for group, count in zip(found.groups, tally.counts, strict=True):
+            if not count[_OK] or group.probability != top:
+                continue
+            i = next(i for i in self._members(found, group, s, usage_m, bad=False))
+            if best is None or i < best[0]:
+                best = (i, group)
+        assert best is not None  # an accepted landing has some good node with a chance
+        return best
+
+    def _members(self, found: LandingGroups, group: Group, s: int, usage_m: int, *, bad: bool) -> Iterator[int]:
+        """The good (or bad) nodes of ``group``, in index order."""
+        pool = self._pool[s]
+        streams = [self._bucket_members(found, b, pool, usage_m, bad=bad) for b in group.buckets]
+        if group.nodes:
+            streams.append(iter([i for i in group.nodes if (self._kind(i, s, usage_m) != _OK) == bad]))
+        return streams[0] if len(streams) == 1 else heapq.merge(*streams)
+
+    def _bucket_members(self, found: LandingGroups, b: int, pool: int, usage_m: int, *, bad: bool) -> Iterator[int]:
+        """The good (or bad) nodes of bucket ``b`` in this query (not its exact ones), in index order."""
+        kinds = self._bucket(found, b, pool)
+        left_out = found.excluded.get(b, ())
+        nodes: Iterable[int]
+        if not bad:
+            nodes = (i for i in found.bucket_nodes[b] if kinds.room_of.get(i, -1) >= usage_m)
+        else:
+            short = bisect_left(kinds.rooms, usage_m)
+            nodes = kinds.others
+            if short:
+                nodes = heapq.merge(nodes, sorted(i for _, i in kinds.by_room[:short]))
+        return (i for i in nodes if i not in left_out) if left_out else iter(nodes)
+
+    def _bad(self, found: LandingGroups, tally: _Tally, s: int, usage_m: int, risk: float) -> str:
         """The most probable bad destinations (first by name among equals) with their probabilities and
         scores, and the rest of the ``risk`` summed."""
-        bad_p = np.where(kinds != _OK, spread.probabilities, 0.0)
-        positive = bad_p.nonzero()[0]  # flatnonzero of a 1-D array, without its dispatch
-        values = bad_p[positive]
-        count = len(positive)
-        if count > NAMED:  # only those at least as probable as the NAMED-th
-            kept = values >= np.partition(values, count - NAMED)[count - NAMED]
-            positive, values = positive[kept], values[kept]
-        named = positive[np.lexsort((positive, -values))[:NAMED]].tolist()
+        named: list[tuple[int, Group]] = []
+        count = 0
+        tier: list[tuple[int, Group]] = []  # bad nodes of consecutive groups with one probability
+        for group, kinds in zip(found.groups, tally.counts, strict=True):
+            if group.probability <= 0:
+                continue
+            bad = kinds[_BACK] + kinds[_ELSEWHERE] + kinds[_NO_ROOM]
+            count += bad
+            if len(named) >= NAMED or not bad:
+                continue
+            if tier and tier[0][1].probability != group.probability:
+                named += sorted(tier, key=lambda e: e[0])[: NAMED - len(named)]
+                tier = []
+            if len(named) < NAMED:
+                members = self._members(found, group, s, usage_m, bad=True)
+                tier += [(i, group) for i in itertools.islice(members, NAMED)]
+        named += sorted(tier, key=lambda e: e[0])[: NAMED - len(named)]
         parts = []
-        for j in named:
-            where, detail = self._describe(int(spread.index[j]), _KINDS[int(kinds[j])], source, usage_m)
-            parts.append(f"{where} {_pct(float(bad_p[j]))} ({detail}score {int(spread.scores[j])}/{MAX_SCORE})")
+        for i, group in named:
+            where, detail = self._describe(i, _KINDS[self._kind(i, s, usage_m)], s, usage_m)
+            parts.append(f"{where} {_pct(group.probability)} ({detail}score {group.total}/{MAX_SCORE})")
         if count > len(named):
-            rest = risk - sum(float(bad_p[j]) for j in named)
+            rest = risk - sum(group.probability for _, group in named)
             parts.append(f"{count - len(named)} more node(s) {_pct(rest)}")
         return ", ".join(parts)
 
-    def _describe(self, i: int, kind: _Kind, source: str, usage_m: int) -> tuple[str, str]:
+    def _describe(self, i: int, kind: _Kind, s: int, usage_m: int) -> tuple[str, str]:
         """Where a bad landing goes, and the detail that makes it bad (empty or ending in "; ")."""
         node = self._model.names[i]
         if kind == _BACK:
             return f"back on {node}", ""
         if kind == _NO_ROOM:
-            return f"on {node}", f"{int(self._room[i])}m of real-usage room, not {usage_m}m; "
-        pool_of = self._snapshot.pool_of
+            return f"on {node}", f"{self._room[i]}m of real-usage room, not {usage_m}m; "
+        pool_of, source = self._snapshot.pool_of, self._model.names[s]
         if self._same_pool and pool_of.get(node) != pool_of.get(source):
             return f"on {node}", f"pool {pool_of.get(node)}, not a destination of this pool; "
         decision = self._decisions.get(node)
