@@ -387,7 +387,7 @@ def test_no_accepted_eviction_risks_a_bad_landing_above_the_cap(
             return name != source and same and room.get(name, -1) >= usage_m
 
         moved = pods[eviction.key]
-        spread = model.landing_distribution(moved, vacate=True).as_dict()
+        spread = model.full_distribution(moved, vacate=True).as_dict()
         assert sum(p for name, p in spread.items() if not good(name)) <= cap + 1e-9
         assert eviction.landing is not None and eviction.landing == eviction.room_on
         assert good(eviction.landing)

@@ -1,0 +1,115 @@
+"""The planner's landing verdicts, counted per score group and ranking bucket, against the same
+verdicts counted node by node on the full distribution, on clusters large enough for the scheduler
+to sample nodes."""
+
+from __future__ import annotations
+
+import random
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rebalancer.plan import NodeClass, NodeDecision
+from rebalancer.scheduler_model import SchedulerModel
+from strategies.landing import TOLERANCE, LandingPredictor, LandingVerdict
+from tests.builders import node, pod, snapshot, usage
+from tests.unit.test_scheduler_model import PREFER
+
+KINDS = ("ok", "back", "elsewhere", "no-room")
+
+
+def decision(name: str, pool: str, node_class: NodeClass) -> NodeDecision:
+    return NodeDecision("LowNodeUtilization", name, pool, node_class, "", 0, 16_000, 0.0, 20.0, 60.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    node_count=st.integers(100, 160),
+    seed=st.integers(0, 2**32 - 1),
+    same_pool=st.booleans(),
+    cap=st.sampled_from([0.0, 0.1, 0.5, 0.9]),
+    percentage=st.sampled_from([None, 1, 100]),
+    queries=st.integers(1, 40),
+)
+def test_each_landing_verdict_equals_the_node_by_node_count(
+    node_count: int, seed: int, same_pool: bool, cap: float, percentage: int | None, queries: int
+) -> None:
+    """Accepted or refused, the landing node (the most probable good one, first by name), the refusal's
+    kind (the likeliest kind of bad landing) and the named bad landings (most probable first, by name
+    among equals) are those of the node-by-node count, through accepted moves that change rooms and
+    scores (rankings rebuilt, nodes scored exactly)."""
+    rnd = random.Random(seed)
+    pools = ("a", "b")
+    nodes = [
+        node(
+            f"n{i:03}",
+            cpu_m=16_000,
+            pool=rnd.choice(pools),
+            labels={"topology.kubernetes.io/zone": f"z{rnd.randrange(3)}"},
+            taints=[PREFER] if rnd.random() < 0.05 else [],
+        )
+        for i in range(node_count)
+    ]
+    pods = [
+        pod(
+            f"p{j}",
+            f"n{rnd.randrange(node_count):03}",
+            workload=f"w{rnd.randrange(30)}",
+            cpu_request_m=rnd.choice([250, 500]),
+        )
+        for j in range(node_count * 3)
+    ]
+    snap = snapshot(nodes, pods, usage({n.name: 0 for n in nodes}))
+    classes = [rnd.choice([NodeClass.HOT, NodeClass.NORMAL, NodeClass.COLD, NodeClass.COLD]) for _ in nodes]
+    decisions = {n.name: decision(n.name, snap.pool_of[n.name], c) for n, c in zip(nodes, classes, strict=True)}
+    room = {
+        n.name: rnd.choice([0, 300, 800, 3000]) for n, c in zip(nodes, classes, strict=True) if c is not NodeClass.HOT
+    }
+    predictor = LandingPredictor(
+        snap, decisions, room, same_pool=same_pool, max_risk=cap, percentage_of_nodes_to_score=percentage
+    )
+    oracle = SchedulerModel(snap, percentage_of_nodes_to_score=percentage)
+    rooms = dict(room)
+    for _ in range(queries):
+        moved = rnd.choice(pods)
+        source = oracle.node_of(moved)
+        assert source is not None
+        usage_m = rnd.choice([100, 500, 1000])
+        landing = predictor.land(moved, source, usage_m)
+        spread = oracle.full_distribution(moved, vacate=True)
+
+        def kind(name: str, source: str = source, usage_m: int = usage_m) -> str:
+            if name == source:
+                return "back"
+            if name not in rooms or (same_pool and snap.pool_of[name] != snap.pool_of[source]):
+                return "elsewhere"
+            return "ok" if rooms[name] >= usage_m else "no-room"
+
+        chances = [
+            (p, spread.names[i], kind(spread.names[i]))
+            for i, p in zip(spread.index.tolist(), spread.probabilities.tolist(), strict=True)
+        ]
+        masses = {k: sum(p for p, _, kk in chances if kk == k) for k in KINDS}
+        risk = 1.0 - masses["ok"]
+        if spread.feasible == 0:
+            assert landing.refused is LandingVerdict.UNSCHEDULABLE
+            continue
+        if abs(risk - cap) < 1e-9 + TOLERANCE:
+            continue  # float sums in another order may fall either side of the cap
+        if risk > cap:
+            assert landing.node is None
+            bad = {k: masses[k] for k in KINDS[1:]}
+            if sorted(bad.values())[-1] - sorted(bad.values())[-2] > 1e-12:
+                assert landing.refused == LandingVerdict(max(bad, key=lambda k: bad[k]))
+            named = sorted(((-p, n) for p, n, k in chances if k != "ok" and p > 0))[:3]
+            said = re.findall(r"(?:back on|on(?: [a-z]+)?) (n\d{3}) ", landing.reason)
+            assert said == [n for _, n in named][: len(said)] and len(said) == min(3, len(named)), landing.reason
+            continue
+        good = [(p, n) for p, n, k in chances if k == "ok"]
+        top = max(p for p, _ in good)
+        assert landing.node == min(n for p, n in good if p == top), landing.reason
+        predictor.commit(moved, landing.node, usage_m)
+        oracle.remove(moved)
+        oracle.add(moved, landing.node)
+        rooms[landing.node] -= usage_m
