@@ -127,12 +127,16 @@ class _Ranking:
 
 @dataclass(frozen=True, slots=True)
 class _Changed:
-    """The nodes whose ranking entry is stale for one query: their feasibility and static score now."""
+    """The nodes whose ranking entry is stale for one query (changed since the ranking, and the pod's own
+    node when vacated): their feasibility and static score now, and what follows for the query."""
 
-    nodes: list[int]
-    feasible: list[bool]
     static: list[int]
-    position: dict[int, int]
+    feasible: list[bool]
+    position: dict[int, int]  # node -> its place in ``static`` and ``feasible``
+    feasible_static: list[tuple[int, int]]  # (node, static score) of the feasible ones
+    per_domain: list[int]  # feasible nodes per zone column, these counted as they are now
+    feasible_count: int
+    excluded: dict[int, tuple[int, ...]]  # ranking bucket -> those of them it held
 
 
 def feasible_nodes_to_find(all_nodes: int, percentage: int | None) -> int:
@@ -241,6 +245,7 @@ class SchedulerModel:
         self._rankings: dict[tuple[object, ...], _Ranking] = {}
         self._changes: dict[tuple[object, ...], _Changed | None] = {}
         self._unsampled_lists: dict[tuple[int, int], list[float]] = {}
+        self._reached_counts: dict[tuple[int, int], int] = {}
         self._serial = 0
         self._names_array = np.array(self.names, dtype=object)
         self._tables: dict[tuple[int, int], Floats] = {}
@@ -344,45 +349,41 @@ class SchedulerModel:
         changed since the ranking was built, the nodes holding its workload's pods). Their probabilities
         are those of :meth:`full_distribution` (the property tests compare them)."""
         where = self._where.get(pod.key) if vacate else None
-        ranking = self._ranking(pod)
-        changed = self._changed(pod, where, ranking)
-        if changed is None:  # the changed nodes change the taint normalization of every node
+        key = self._class_key(pod)
+        ranking = self._ranking(pod, key)
+        changed = self._changed(pod, where, ranking, key)
+        if changed is None or changed.feasible_count == 0:  # taints renormalized, or unschedulable: the full path
             return self._groups_of(self.full_distribution(pod, vacate=vacate))
         held = self._held(pod, where)
-        nodes, feasible, static = changed.nodes, changed.feasible, changed.static
-        more = [i for i in held if i not in changed.position]
-        if more:  # held nodes that did not change: their static entry of the ranking holds
-            nodes = [*nodes, *more]
-            feasible = [*feasible, *(ranking.feasible_list[i] for i in more)]
-            static = [*static, *(ranking.static_list[i] for i in more)]
-        position = {i: j for j, i in enumerate(nodes)}
-        zone = self._zone_list
-        per_domain = list(ranking.per_domain)
-        for i, now in zip(nodes, feasible, strict=True):
-            per_domain[zone[i] + 1] += int(now) - int(ranking.feasible_list[i])
-        n = sum(per_domain)
-        if n == 0:  # unschedulable: the full path says why
-            return self._groups_of(self.full_distribution(pod, vacate=vacate))
-        empty, mine = self._spread_parts(pod, held, per_domain, [feasible[position[i]] for i in held])
-        total = [s + WEIGHT_SPREAD * empty[zone[i] + 1] for i, s in zip(nodes, static, strict=True)]
-        for i, score in zip(held, mine, strict=True):
-            total[position[i]] = static[position[i]] + WEIGHT_SPREAD * score
-        exact = sorted(
-            ((t, i) for t, i, ok in zip(total, nodes, feasible, strict=True) if ok), key=lambda e: (-e[0], e[1])
-        )
-        excluded: dict[int, tuple[int, ...]] = {}
-        for i in nodes:
-            b = ranking.bucket_of[i]
-            if b >= 0:
-                excluded[b] = (*excluded.get(b, ()), i)
+        position, zone = changed.position, self._zone_list
+        held_feasible = [
+            ranking.feasible_list[i] if (j := position.get(i)) is None else changed.feasible[j] for i in held
+        ]
+        empty, mine = self._spread_parts(pod, held, changed.per_domain, held_feasible)
+        spread_of = [WEIGHT_SPREAD * e for e in empty]
+        ordered = [(-(s + spread_of[zone[i] + 1]), i) for i, s in changed.feasible_static if i not in held]
+        excluded = changed.excluded
+        for i, spread, ok in zip(held, mine, held_feasible, strict=True):
+            j = position.get(i)
+            if j is None:  # unchanged: its ranking entry holds but for spreading, so it is scored exactly
+                b = ranking.bucket_of[i]
+                if b >= 0:
+                    if excluded is changed.excluded:
+                        excluded = dict(excluded)
+                    excluded[b] = (*excluded.get(b, ()), i)
+            if ok:
+                static = ranking.static_list[i] if j is None else changed.static[j]
+                ordered.append((-(static + WEIGHT_SPREAD * spread), i))
+        ordered.sort()
+        n = changed.feasible_count
         sampled = min(n, self.sample_size)
         groups = merge_groups(
             ranking.buckets,
-            [WEIGHT_SPREAD * e for e in empty],
-            exact,
+            spread_of,
+            [(-total, i) for total, i in ordered],
             excluded,
             n,
-            reached_nodes(n, sampled, self._tables),
+            self._reached(n, sampled),
             self._unsampled(n, sampled),
         )
         reason = f"the best of {sampled} sampled of {n} feasible node(s)"
@@ -402,6 +403,14 @@ class SchedulerModel:
             self._unsampled(n, spread.sampled) if n else (),
         )
         return LandingGroups(groups, n, spread.sampled, spread.reason, -1, (), {})
+
+    def _reached(self, n: int, k: int) -> int:
+        found = self._reached_counts.get((n, k))
+        if found is None:
+            if len(self._reached_counts) >= 256:
+                self._reached_counts.clear()
+            found = self._reached_counts[(n, k)] = reached_nodes(n, k, self._tables)
+        return found
 
     def _unsampled(self, n: int, k: int) -> list[float]:
         """``C(m, k) / C(n, k)`` for m = 0..n as a list (lookups one at a time)."""
@@ -427,10 +436,9 @@ class SchedulerModel:
         reason = f"the best of {sampled} sampled of {len(index)} feasible node(s)"
         return LandingDistribution(self.names, index, probabilities, scores, sampled, len(index), reason)
 
-    def _ranking(self, pod: Pod) -> _Ranking:
-        """The pod class's ranking (requests and constraints, nothing vacated), built again when more
-        than :data:`DIRTY_LIMIT` nodes changed since."""
-        key = self._class_key(pod)
+    def _ranking(self, pod: Pod, key: tuple[object, ...]) -> _Ranking:
+        """The pod class's ranking (requests and constraints: ``key``, nothing vacated), built again when
+        more than :data:`DIRTY_LIMIT` nodes changed since."""
         found = self._rankings.get(key)
         if found is None or len(found.dirty) > DIRTY_LIMIT:
             feasible, _, static = self._static(pod, None)
@@ -466,12 +474,14 @@ class SchedulerModel:
             )
         return found
 
-    def _changed(self, pod: Pod, where: int | None, ranking: _Ranking) -> _Changed | None:
+    def _changed(
+        self, pod: Pod, where: int | None, ranking: _Ranking, class_key: tuple[object, ...]
+    ) -> _Changed | None:
         """Feasibility and static score (every score but spreading) of the nodes whose ranking entry is
         stale for ``pod`` (changed since the ranking, and its own node when vacated), or None when they
         would change the class's taint normalization (its highest untolerated count). Kept until the
         model changes: a node's pods are asked in a row."""
-        key = (where, *self._class_key(pod))
+        key = (where, *class_key)
         if key in self._changes:
             return self._changes[key]
         stale = set(ranking.dirty)
@@ -493,12 +503,31 @@ class SchedulerModel:
             else:
                 taint = MAX_NODE_SCORE - (MAX_NODE_SCORE * raw) // high
             static = self._fit_balanced(pod, where, at) + WEIGHT_TAINT * taint
-            nodes = at.tolist()
-            found = _Changed(nodes, feasible.tolist(), static.tolist(), {i: j for j, i in enumerate(nodes)})
+            found = self._changes_of(ranking, at.tolist(), feasible.tolist(), static.tolist())
         if len(self._changes) >= 256:
             self._changes.clear()
         self._changes[key] = found
         return found
+
+    def _changes_of(self, ranking: _Ranking, nodes: list[int], feasible: list[bool], static: list[int]) -> _Changed:
+        """The changed nodes with what a query needs of them: the feasible nodes per zone column and the
+        ranking buckets that no longer hold them."""
+        per_domain = list(ranking.per_domain)
+        excluded: dict[int, tuple[int, ...]] = {}
+        for i, now in zip(nodes, feasible, strict=True):
+            per_domain[self._zone_list[i] + 1] += int(now) - int(ranking.feasible_list[i])
+            b = ranking.bucket_of[i]
+            if b >= 0:
+                excluded[b] = (*excluded.get(b, ()), i)
+        return _Changed(
+            static=static,
+            feasible=feasible,
+            position={i: j for j, i in enumerate(nodes)},
+            feasible_static=[(i, s) for i, s, ok in zip(nodes, static, feasible, strict=True) if ok],
+            per_domain=per_domain,
+            feasible_count=sum(per_domain),
+            excluded=excluded,
+        )
 
     def _totals(self, pod: Pod, vacate: bool, exclude: Collection[str]) -> tuple[Bools, str, Ints | None]:
         """Feasible nodes, why none, and the total scores (None when none is feasible)."""

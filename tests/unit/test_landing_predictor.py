@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rebalancer.plan import NodeClass, NodeDecision
-from rebalancer.scheduler_model import SchedulerModel
+from rebalancer.scheduler_model import EPSILON, SchedulerModel
 from strategies.landing import TOLERANCE, LandingPredictor, LandingVerdict
 from tests.builders import node, pod, snapshot, usage
 from tests.unit.test_scheduler_model import PREFER
@@ -102,9 +102,10 @@ def test_each_landing_verdict_equals_the_node_by_node_count(
             bad = {k: masses[k] for k in KINDS[1:]}
             if sorted(bad.values())[-1] - sorted(bad.values())[-2] > 1e-12:
                 assert landing.refused == LandingVerdict(max(bad, key=lambda k: bad[k]))
-            named = sorted(((-p, n) for p, n, k in chances if k != "ok" and p > 0))[:3]
+            # the nodes reached with at most EPSILON together may be left out (or named after these)
+            named = [n for _, n in sorted((-p, n) for p, n, k in chances if k != "ok" and p > EPSILON)][:3]
             said = re.findall(r"(?:back on|on(?: [a-z]+)?) (n\d{3}) ", landing.reason)
-            assert said == [n for _, n in named][: len(said)] and len(said) == min(3, len(named)), landing.reason
+            assert said[: len(named)] == named and len(named) <= len(said) <= 3, landing.reason
             continue
         good = [(p, n) for p, n, k in chances if k == "ok"]
         top = max(p for p, _ in good)
