@@ -238,7 +238,8 @@ class SchedulerModel:
         self._zones = len(self._zone_names)
         self._zone_list: list[int] = self._zone.tolist()
         self._workload: dict[WorkloadRef, dict[int, int]] = {}  # workload -> node index -> non-terminating pods
-        self._where: dict[PodKey, int] = {}
+        self._where: dict[PodKey, int | None] = {}  # pods looked up, added or removed (None: not bound)
+        self._pods_on = snapshot.pods_on
         self._masks: dict[tuple[object, ...], tuple[Bools, Bools, str]] = {}
         self._prefer: dict[tuple[object, ...], Ints] = {}
         self._statics: dict[tuple[object, ...], tuple[Bools, str, Ints]] = {}
@@ -253,23 +254,27 @@ class SchedulerModel:
 
     def _load(self, snapshot: ClusterSnapshot) -> None:
         """Every bound pod ``add``-ed, summed in plain integers first (150,000 pods: numpy item updates
-        one pod at a time cost several times more)."""
-        sums = np.zeros((5, len(self.names)), np.int64)  # requested cpu, memory, pods, non-zero cpu, memory
-        workload, where = self._workload, self._where
+        one pod at a time cost several times more), a node's pods a list at a time."""
+        sums = np.zeros((len(self.names), 5), np.int64)  # requested cpu, memory, pods, non-zero cpu, memory
+        workload = self._workload
         for i, name in enumerate(self.names):
-            cpu = memory = nz_cpu = nz_memory = count = 0
-            for pod in snapshot.pods_on(name):
-                cpu += pod.cpu_request_m
-                memory += pod.memory_request
-                nz_cpu += pod.cpu_request_m or DEFAULT_CPU_M
-                nz_memory += pod.memory_request or DEFAULT_MEMORY
-                count += 1
-                where[(pod.namespace, pod.name)] = i
+            pods = snapshot.pods_on(name)
+            if not pods:
+                continue
+            cpu = [pod.cpu_request_m for pod in pods]
+            memory = [pod.memory_request for pod in pods]
+            total_cpu, total_memory = sum(cpu), sum(memory)
+            nz_cpu = total_cpu + DEFAULT_CPU_M * cpu.count(0)
+            nz_memory = total_memory + DEFAULT_MEMORY * memory.count(0)
+            sums[i] = (total_cpu, total_memory, len(pods), nz_cpu, nz_memory)
+            for pod in pods:
                 if pod.workload is not None and not pod.terminating:
-                    counts = workload.setdefault(pod.workload, {})
-                    counts[i] = counts.get(i, 0) + 1
-            sums[:, i] = (cpu, memory, count, nz_cpu, nz_memory)
-        self._req_cpu, self._req_mem, self._pods, self._nz_cpu, self._nz_mem = (row.copy() for row in sums)
+                    counts = workload.get(pod.workload)
+                    if counts is None:
+                        workload[pod.workload] = {i: 1}
+                    else:
+                        counts[i] = counts.get(i, 0) + 1
+        self._req_cpu, self._req_mem, self._pods, self._nz_cpu, self._nz_mem = (sums[:, k].copy() for k in range(5))
 
     def add(self, pod: Pod, node: str) -> None:
         """``pod`` is bound to ``node`` from now on."""
@@ -279,7 +284,8 @@ class SchedulerModel:
 
     def remove(self, pod: Pod) -> None:
         """``pod`` left its node (evicted, deleted or moved by a plan); unknown pods are ignored."""
-        i = self._where.pop(pod.key, None)
+        i = self.bound(pod)
+        self._where[pod.key] = None
         if i is not None:
             self._shift(pod, i, -1)
 
@@ -304,8 +310,22 @@ class SchedulerModel:
         self._changes.clear()
         self._zone_list = self._zone.tolist()
 
+    def bound(self, pod: Pod) -> int | None:
+        """The index of the node ``pod`` is bound to in the model (None: not bound). A snapshot's pod is
+        looked up among its node's pods the first time (150,000 of them are not indexed up front)."""
+        key = pod.key
+        if key in self._where:
+            return self._where[key]
+        i = self._index.get(pod.node_name) if pod.node_name is not None else None
+        if i is not None and not any(
+            p.name == pod.name and p.namespace == pod.namespace for p in self._pods_on(self.names[i])
+        ):
+            i = None
+        self._where[key] = i
+        return i
+
     def node_of(self, pod: Pod) -> str | None:
-        i = self._where.get(pod.key)
+        i = self.bound(pod)
         return None if i is None else self.names[i]
 
     def place(
@@ -348,7 +368,7 @@ class SchedulerModel:
         nodes scored exactly, whose score differs for this pod (its own node when vacated, the nodes
         changed since the ranking was built, the nodes holding its workload's pods). Their probabilities
         are those of :meth:`full_distribution` (the property tests compare them)."""
-        where = self._where.get(pod.key) if vacate else None
+        where = self.bound(pod) if vacate else None
         key = self._class_key(pod)
         ranking = self._ranking(pod, key)
         changed = self._changed(pod, where, ranking, key)
@@ -531,7 +551,7 @@ class SchedulerModel:
 
     def _totals(self, pod: Pod, vacate: bool, exclude: Collection[str]) -> tuple[Bools, str, Ints | None]:
         """Feasible nodes, why none, and the total scores (None when none is feasible)."""
-        where = self._where.get(pod.key) if vacate else None
+        where = self.bound(pod) if vacate else None
         if exclude:
             feasible, why = self._feasible(pod, where, exclude)
             if not feasible.any():
@@ -545,7 +565,7 @@ class SchedulerModel:
 
     def scores(self, pod: Pod, *, vacate: bool = False) -> dict[str, int]:
         """Every feasible node's total weighted score (for explanations and tests)."""
-        where = self._where.get(pod.key) if vacate else None
+        where = self.bound(pod) if vacate else None
         feasible, _ = self._feasible(pod, where, ())
         total = self._scores(pod, where, feasible)
         return {self.names[i]: int(total[i]) for i in np.flatnonzero(feasible)}

@@ -21,10 +21,9 @@ rest of the probability (at most the risk, plus other acceptable nodes) is not b
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
@@ -102,6 +101,7 @@ class _Tally:
 
     masses: list[float]
     counts: list[list[int]]  # per group: [ok, back, elsewhere, no room]
+    exact: list[list[tuple[int, int]]]  # per group: (node, kind) of its exactly scored nodes
 
     @property
     def risk(self) -> float:
@@ -221,7 +221,7 @@ class LandingPredictor:
         """The mass and the count of each kind of landing, per group and in all."""
         pool = self._pool[s]
         masses = [0.0] * len(_KINDS)
-        counts = []
+        counts, exact = [], []
         for group in found.groups:
             count = [0] * len(_KINDS)
             for b in group.buckets:
@@ -235,47 +235,52 @@ class LandingPredictor:
                 count[_OK] += good - short
                 count[_NO_ROOM] += short
                 count[_ELSEWHERE] += len(found.bucket_nodes[b]) - len(found.excluded.get(b, ())) - good
-            for i in group.nodes:
-                count[self._kind(i, s, usage_m)] += 1
+            kinds_of = [(i, self._kind(i, s, usage_m)) for i in group.nodes]
+            for _, kind in kinds_of:
+                count[kind] += 1
             for kind, n in enumerate(count):
                 masses[kind] += group.probability * n
             counts.append(count)
-        return _Tally(masses, counts)
+            exact.append(kinds_of)
+        return _Tally(masses, counts, exact)
 
     def _likeliest_good(self, found: LandingGroups, tally: _Tally, s: int, usage_m: int) -> tuple[int, Group]:
         """The good landing (first by index among the most probable) and its group."""
-        best: tuple[int, Group] | None = None
-        top = max(g.probability for g, count in zip(found.groups, tally.counts, strict=True) if count[_OK])
-        for group, count in zip(found.groups, tally.counts, strict=True):
-            if not count[_OK] or group.probability != top:
-                continue
-            i = next(i for i in self._members(found, group, s, usage_m, bad=False))
-            if best is None or i < best[0]:
-                best = (i, group)
-        assert best is not None  # an accepted landing has some good node with a chance
-        return best
+        groups = list(zip(found.groups, tally.counts, tally.exact, strict=True))
+        top = max(g.probability for g, count, _ in groups if count[_OK])
+        return min(
+            (self._first(found, g, exact, s, usage_m, bad=False, limit=1)[0], g)
+            for g, count, exact in groups
+            if count[_OK] and g.probability == top
+        )
 
-    def _members(self, found: LandingGroups, group: Group, s: int, usage_m: int, *, bad: bool) -> Iterator[int]:
-        """The good (or bad) nodes of ``group``, in index order."""
+    def _first(
+        self,
+        found: LandingGroups,
+        group: Group,
+        exact: list[tuple[int, int]],
+        s: int,
+        usage_m: int,
+        *,
+        bad: bool,
+        limit: int,
+    ) -> list[int]:
+        """The first ``limit`` good (or bad) nodes of ``group`` by index (``exact``: its exact nodes' kinds)."""
         pool = self._pool[s]
-        streams = [self._bucket_members(found, b, pool, usage_m, bad=bad) for b in group.buckets]
-        if group.nodes:
-            streams.append(iter([i for i in group.nodes if (self._kind(i, s, usage_m) != _OK) == bad]))
-        return streams[0] if len(streams) == 1 else heapq.merge(*streams)
-
-    def _bucket_members(self, found: LandingGroups, b: int, pool: int, usage_m: int, *, bad: bool) -> Iterator[int]:
-        """The good (or bad) nodes of bucket ``b`` in this query (not its exact ones), in index order."""
-        kinds = self._bucket(found, b, pool)
-        left_out = found.excluded.get(b, ())
-        nodes: Iterable[int]
-        if not bad:
-            nodes = (i for i in found.bucket_nodes[b] if kinds.room_of.get(i, -1) >= usage_m)
-        else:
+        picked = [i for i, kind in exact if (kind != _OK) == bad]
+        for b in group.buckets:
+            kinds = self._bucket(found, b, pool)
+            left_out = found.excluded.get(b, ())
+            if not bad:
+                fits = (i for i in found.bucket_nodes[b] if kinds.room_of.get(i, -1) >= usage_m and i not in left_out)
+                picked += itertools.islice(fits, limit)
+                continue
+            picked += itertools.islice((i for i in kinds.others if i not in left_out), limit)
             short = bisect_left(kinds.rooms, usage_m)
-            nodes = kinds.others
             if short:
-                nodes = heapq.merge(nodes, sorted(i for _, i in kinds.by_room[:short]))
-        return (i for i in nodes if i not in left_out) if left_out else iter(nodes)
+                picked += sorted(i for _, i in kinds.by_room[:short] if i not in left_out)[:limit]
+        picked.sort()
+        return picked[:limit]
 
     def _bad(self, found: LandingGroups, tally: _Tally, s: int, usage_m: int, risk: float) -> str:
         """The most probable bad destinations (first by name among equals) with their probabilities and
@@ -283,7 +288,7 @@ class LandingPredictor:
         named: list[tuple[int, Group]] = []
         count = 0
         tier: list[tuple[int, Group]] = []  # bad nodes of consecutive groups with one probability
-        for group, kinds in zip(found.groups, tally.counts, strict=True):
+        for group, kinds, exact in zip(found.groups, tally.counts, tally.exact, strict=True):
             if group.probability <= 0:
                 continue
             bad = kinds[_BACK] + kinds[_ELSEWHERE] + kinds[_NO_ROOM]
@@ -294,8 +299,7 @@ class LandingPredictor:
                 named += sorted(tier, key=lambda e: e[0])[: NAMED - len(named)]
                 tier = []
             if len(named) < NAMED:
-                members = self._members(found, group, s, usage_m, bad=True)
-                tier += [(i, group) for i in itertools.islice(members, NAMED)]
+                tier += [(i, group) for i in self._first(found, group, exact, s, usage_m, bad=True, limit=NAMED)]
         named += sorted(tier, key=lambda e: e[0])[: NAMED - len(named)]
         parts = []
         for i, group in named:

@@ -459,7 +459,7 @@ def test_spreading_per_zone_equals_the_node_by_node_computation(
     selected = {"half": "0"} if selector else None
     if vacate_from is not None and vacate_from < len(pods):
         probe = pods[vacate_from]
-        where: int | None = m._where[probe.key]
+        where: int | None = m.bound(probe)
     else:
         probe, where = pod("probe", None, workload=probe_workload, node_selector=selected), None
     expected = straightforward_spread(m, probe, where, feasible)
