@@ -139,3 +139,21 @@ def test_no_new_mark_in_a_pool_whose_clear_failed(kube_server: TestApiServer, ku
     assert [r.outcome for r in report.results] == [GuardOutcome.FAILED, GuardOutcome.SKIPPED]
     assert "patch nodes" in report.results[0].detail
     assert GUARD_KEY not in (stored(kube_server, "n2")["metadata"].get("annotations") or {})
+
+
+def test_a_bulk_loaded_node_is_marked_like_a_created_one(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    """The benchmarks' clusters are loaded as list-item bytes (no kind/apiVersion): a GET and a PATCH of
+    such a node answer as for any node (the alert benchmark's landing guard marks them)."""
+    item = {k: v for k, v in b.node("n1", taints=[DEDICATED]).items() if k not in ("kind", "apiVersion")}
+    item["metadata"] |= {"uid": "u-n1", "resourceVersion": "7", "creationTimestamp": "2026-11-24T10:00:00Z"}
+    kube_server.store.load_encoded("nodes", [(None, "n1", json.dumps(item).encode())])
+    marker = NodeMarker(connect(str(kubeconfig)))
+    live = marker.read("n1")
+    assert live is not None and live.taints == (Taint("dedicated", "gpu", "NoSchedule"),)
+
+    after = marker.write(live, NodeEdit((*live.taints, MARK.taint()), MARK.annotation()))
+
+    assert after is not None
+    node = stored(kube_server)
+    assert (node["kind"], node["apiVersion"]) == ("Node", "v1")
+    assert node["spec"]["taints"] == [DEDICATED, {"key": GUARD_KEY, "value": "hot", "effect": "PreferNoSchedule"}]

@@ -32,6 +32,7 @@ class _Version:
     revision: int
     decoded: dict[str, Any] | None  # None with no ``encoded``: deleted at this revision (a tombstone)
     encoded: bytes | None = None  # the list item's JSON (no kind/apiVersion), built once
+    typed: tuple[str, str] | None = None  # bulk-loaded: (apiVersion, kind) the decoded object gets
 
     _node_name: str | None = None
 
@@ -52,7 +53,10 @@ class _Version:
     @property
     def obj(self) -> dict[str, Any] | None:
         if self.decoded is None and self.encoded is not None:  # bulk-loaded: decoded on first use
-            self.decoded = msgspec.json.decode(self.encoded)
+            decoded = msgspec.json.decode(self.encoded)
+            if self.typed is not None:  # as the object was stored: a GET or a PATCH sees its kind
+                decoded = {"apiVersion": self.typed[0], "kind": self.typed[1], **decoded}
+            self.decoded = decoded
         return self.decoded
 
     def item_bytes(self) -> bytes:
@@ -215,7 +219,7 @@ class Store:
             self._revision += 1
             for namespace, name, encoded in items:
                 key = rtype.key(namespace, name)
-                version = _Version(self._revision, None, encoded)
+                version = _Version(self._revision, None, encoded, typed=(rtype.api_version, rtype.kind))
                 history = table.versions.setdefault(key, [])
                 previous = history[-1] if history and not history[-1].deleted else None
                 history.append(version)
