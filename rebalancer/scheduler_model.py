@@ -241,6 +241,7 @@ class SchedulerModel:
         self._where: dict[PodKey, int | None] = {}  # pods looked up, added or removed (None: not bound)
         self._pods_on = snapshot.pods_on
         self._masks: dict[tuple[object, ...], tuple[Bools, Bools, str]] = {}
+        self._affine_lists: dict[tuple[object, ...], list[bool]] = {}
         self._prefer: dict[tuple[object, ...], Ints] = {}
         self._statics: dict[tuple[object, ...], tuple[Bools, str, Ints]] = {}
         self._rankings: dict[tuple[object, ...], _Ranking] = {}
@@ -304,6 +305,7 @@ class SchedulerModel:
         self._zones = len(self._zone_names)
         self._zone[i] = -1 if zone is None else self._zone_names.index(zone)
         self._masks.clear()
+        self._affine_lists.clear()
         self._prefer.clear()
         self._statics.clear()  # the static scores depend on taints and allocatable
         self._rankings.clear()
@@ -665,6 +667,14 @@ class SchedulerModel:
     def _constraint_key(pod: Pod) -> tuple[object, ...]:
         return (pod.tolerations, tuple(sorted(pod.node_selector.items())), pod.required_affinity)
 
+    def _affine(self, pod: Pod) -> list[bool]:
+        """The nodes the pod's selector and required affinity match, as a list (read node by node)."""
+        key = self._constraint_key(pod)
+        found = self._affine_lists.get(key)
+        if found is None:
+            found = self._affine_lists[key] = self._constraint_masks(pod)[1].tolist()
+        return found
+
     def _constraint_masks(self, pod: Pod) -> tuple[Bools, Bools, str]:
         """Nodes the pod's constraints allow, nodes its selector/affinity match (the spread counts over
         those, taints ignored as the default nodeTaintsPolicy says), and a summary of the blockers."""
@@ -760,7 +770,7 @@ class SchedulerModel:
         host_log = math.log(sum(per_domain) + 2)
         zone_raw = [0.0] * columns  # zone-free arithmetic adds 0.0, as node by node
         if self._zones:
-            affine = self._constraint_masks(pod)[1]
+            affine = self._affine(pod)
             per_zone = [0.0] * columns
             for i, count in held.items():
                 if zone[i] >= 0 and affine[i]:
