@@ -142,8 +142,9 @@ class LandingPredictor:
         self._index = {name: i for i, name in enumerate(names)}
         self._room = [room.get(n, 0) for n in names]
         self._destination = [n in room for n in names]
-        pools = sorted({snapshot.pool_of.get(n, "") for n in names})
-        self._pool = [pools.index(snapshot.pool_of.get(n, "")) for n in names]
+        self._pool_names = sorted({snapshot.pool_of.get(n, "") for n in names})
+        self._pool = [self._pool_names.index(snapshot.pool_of.get(n, "")) for n in names]
+        self._what = [d.node_class.value if (d := decisions.get(n)) is not None else "unclassified" for n in names]
         self._cache: dict[tuple[object, ...], LandingGroups] = {}
         self._kinds: dict[tuple[int, int, int], _BucketKinds] = {}
 
@@ -301,28 +302,27 @@ class LandingPredictor:
             if len(named) < NAMED:
                 tier += [(i, group) for i in self._first(found, group, exact, s, usage_m, bad=True, limit=NAMED)]
         named += sorted(tier, key=lambda e: e[0])[: NAMED - len(named)]
-        parts = []
-        for i, group in named:
-            where, detail = self._describe(i, _KINDS[self._kind(i, s, usage_m)], s, usage_m)
-            parts.append(f"{where} {_pct(group.probability)} ({detail}score {group.total}/{MAX_SCORE})")
+        parts, percent = [], ""
+        for j, (i, group) in enumerate(named):
+            if j == 0 or group is not named[j - 1][1]:
+                percent = _pct(group.probability)
+            where, detail = self._describe(i, self._kind(i, s, usage_m), s, usage_m)
+            parts.append(f"{where} {percent} ({detail}score {group.total}/{MAX_SCORE})")
         if count > len(named):
             rest = risk - sum(group.probability for _, group in named)
             parts.append(f"{count - len(named)} more node(s) {_pct(rest)}")
         return ", ".join(parts)
 
-    def _describe(self, i: int, kind: _Kind, s: int, usage_m: int) -> tuple[str, str]:
+    def _describe(self, i: int, kind: int, s: int, usage_m: int) -> tuple[str, str]:
         """Where a bad landing goes, and the detail that makes it bad (empty or ending in "; ")."""
         node = self._model.names[i]
         if kind == _BACK:
             return f"back on {node}", ""
         if kind == _NO_ROOM:
             return f"on {node}", f"{self._room[i]}m of real-usage room, not {usage_m}m; "
-        pool_of, source = self._snapshot.pool_of, self._model.names[s]
-        if self._same_pool and pool_of.get(node) != pool_of.get(source):
-            return f"on {node}", f"pool {pool_of.get(node)}, not a destination of this pool; "
-        decision = self._decisions.get(node)
-        what = decision.node_class.value if decision is not None else "unclassified"
-        return f"on {what} {node}", ""
+        if self._same_pool and self._pool[i] != self._pool[s]:
+            return f"on {node}", f"pool {self._pool_names[self._pool[i]]}, not a destination of this pool; "
+        return f"on {self._what[i]} {node}", ""
 
 
 def _pct(p: float) -> str:
