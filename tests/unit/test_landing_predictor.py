@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from rebalancer.plan import NodeClass, NodeDecision
 from rebalancer.scheduler_model import EPSILON, SchedulerModel
 from strategies.landing import TOLERANCE, LandingPredictor, LandingVerdict
-from tests.builders import node, pod, snapshot, usage
-from tests.unit.test_scheduler_model import PREFER
+from tests.builders import snapshot, usage
+from tests.unit.test_scheduler_model import random_cluster
 
 KINDS = ("ok", "back", "elsewhere", "no-room")
 
@@ -40,26 +40,16 @@ def test_each_landing_verdict_equals_the_node_by_node_count(
     among equals) are those of the node-by-node count, through accepted moves that change rooms and
     scores (rankings rebuilt, nodes scored exactly)."""
     rnd = random.Random(seed)
-    pools = ("a", "b")
-    nodes = [
-        node(
-            f"n{i:03}",
-            cpu_m=16_000,
-            pool=rnd.choice(pools),
-            labels={"topology.kubernetes.io/zone": f"z{rnd.randrange(3)}"},
-            taints=[PREFER] if rnd.random() < 0.05 else [],
-        )
-        for i in range(node_count)
-    ]
-    pods = [
-        pod(
-            f"p{j}",
-            f"n{rnd.randrange(node_count):03}",
-            workload=f"w{rnd.randrange(30)}",
-            cpu_request_m=rnd.choice([250, 500]),
-        )
-        for j in range(node_count * 3)
-    ]
+    nodes, pods = random_cluster(
+        rnd,
+        node_count,
+        cpu_m=(16_000,),
+        zones=("z0", "z1", "z2"),
+        pools=("a", "b"),
+        tainted=0.05,
+        workloads=30,
+        requests=(250, 500),
+    )
     snap = snapshot(nodes, pods, usage({n.name: 0 for n in nodes}))
     classes = [rnd.choice([NodeClass.HOT, NodeClass.NORMAL, NodeClass.COLD, NodeClass.COLD]) for _ in nodes]
     decisions = {n.name: decision(n.name, snap.pool_of[n.name], c) for n, c in zip(nodes, classes, strict=True)}

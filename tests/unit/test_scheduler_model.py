@@ -466,6 +466,41 @@ def test_spreading_per_zone_equals_the_node_by_node_computation(
     assert m._spread(probe, where, feasible).tolist() == expected.tolist()
 
 
+def random_cluster(
+    rnd: random.Random,
+    node_count: int,
+    *,
+    cpu_m: Sequence[int],
+    zones: Sequence[str],
+    pools: Sequence[str | None],
+    tainted: float,
+    workloads: int,
+    requests: Sequence[int],
+) -> tuple[list[Node], list[Pod]]:
+    """``node_count`` nodes (a zone label on most when ``zones``, a PreferNoSchedule taint on a
+    ``tainted`` share) and three pods a node of ``workloads`` workloads, drawn from ``rnd``."""
+    nodes = [
+        node(
+            f"n{i:03}",
+            cpu_m=rnd.choice(cpu_m),
+            pool=rnd.choice(pools),
+            labels={"topology.kubernetes.io/zone": rnd.choice(zones)} if zones and rnd.random() < 0.95 else {},
+            taints=[PREFER] if rnd.random() < tainted else [],
+        )
+        for i in range(node_count)
+    ]
+    pods = [
+        pod(
+            f"p{j}",
+            f"n{rnd.randrange(node_count):03}",
+            workload=f"w{rnd.randrange(workloads)}",
+            cpu_request_m=rnd.choice(requests),
+        )
+        for j in range(node_count * 3)
+    ]
+    return nodes, pods
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     node_count=st.integers(100, 180),
@@ -485,24 +520,16 @@ def test_the_ranked_distribution_is_the_full_one_without_the_nodes_never_reached
     ranking was built (node changes included)."""
     rnd = random.Random(seed)
     zones = [f"z{z}" for z in range(zone_count)]
-    nodes = [
-        node(
-            f"n{i:03}",
-            cpu_m=rnd.choice([8_000, 16_000]),
-            labels={"topology.kubernetes.io/zone": rnd.choice(zones)} if zones and rnd.random() < 0.95 else {},
-            taints=[PREFER] if rnd.random() < 0.1 else [],
-        )
-        for i in range(node_count)
-    ]
-    pods = [
-        pod(
-            f"p{j}",
-            f"n{rnd.randrange(node_count):03}",
-            workload=f"w{rnd.randrange(25)}",
-            cpu_request_m=rnd.choice(requests),
-        )
-        for j in range(node_count * 3)
-    ]
+    nodes, pods = random_cluster(
+        rnd,
+        node_count,
+        cpu_m=(8_000, 16_000),
+        zones=zones,
+        pools=(None,),
+        tainted=0.1,
+        workloads=25,
+        requests=requests,
+    )
     m = SchedulerModel(
         snapshot(nodes, pods, usage({n.name: 0 for n in nodes})), percentage_of_nodes_to_score=percentage
     )
