@@ -555,3 +555,20 @@ def test_the_ranked_distribution_is_the_full_one_without_the_nodes_never_reached
         if rnd.random() < 0.05:  # a node gains or loses a PreferNoSchedule taint (a landing guard's mark)
             changed = rnd.choice(nodes)
             m.replace_node(msgspec.structs.replace(changed, taints=() if changed.taints else (PREFER,)))
+
+
+def test_a_node_freed_into_feasibility_with_an_untolerated_taint_renormalizes_every_score() -> None:
+    """The ranking's taint scores are normalized by the most untolerated taints on a feasible node. A full
+    node carrying a PreferNoSchedule taint does not count; once a pod leaves it, it does, and every
+    node's taint score changes: the answer is computed node by node then, and equals the full one."""
+    nodes = [node("a", cpu_m=1_000, taints=[PREFER]), *(node(f"n{i}", cpu_m=4_000) for i in range(3))]
+    full = pod("full", "a", workload="f", cpu_request_m=1_000)
+    m = model(nodes, [full, *filler("n0", 1), *filler("n1", 2)])
+    new = pod("new", None, workload="new", cpu_request_m=500)
+    before = m.landing_groups(new)
+    assert before.serial >= 0 and "a" not in m.landing_distribution(new).as_dict()  # a is full
+    m.remove(full)
+    after = m.landing_groups(new)
+    assert after.serial == -1  # the node-by-node answer
+    assert m.landing_distribution(new).as_dict() == pytest.approx(m.full_distribution(new).as_dict())
+    assert m.scores(new)["a"] < m.scores(new)["n2"]  # a's taint now costs it the PreferNoSchedule score
