@@ -373,7 +373,7 @@ class SchedulerModel:
         where = self.bound(pod) if vacate else None
         key = self._class_key(pod)
         ranking = self._ranking(pod, key)
-        changed = self._changed(pod, where, ranking, key)
+        changed = self._changed(pod, where, ranking)
         if changed is None or changed.feasible_count == 0:  # taints renormalized, or unschedulable: the full path
             return self._groups_of(self.full_distribution(pod, vacate=vacate))
         held = self._held(pod, where)
@@ -496,14 +496,12 @@ class SchedulerModel:
             )
         return found
 
-    def _changed(
-        self, pod: Pod, where: int | None, ranking: _Ranking, class_key: tuple[object, ...]
-    ) -> _Changed | None:
+    def _changed(self, pod: Pod, where: int | None, ranking: _Ranking) -> _Changed | None:
         """Feasibility and static score (every score but spreading) of the nodes whose ranking entry is
         stale for ``pod`` (changed since the ranking, and its own node when vacated), or None when they
-        would change the class's taint normalization (its highest untolerated count). Kept until the
-        model changes: a node's pods are asked in a row."""
-        key = (where, *class_key)
+        would change the class's taint normalization (its highest untolerated count). Kept for that
+        ranking until the model changes: a node's pods are asked in a row."""
+        key = (where, ranking.serial)  # what it holds is in that ranking's terms (its buckets, its dirty set)
         if key in self._changes:
             return self._changes[key]
         stale = set(ranking.dirty)

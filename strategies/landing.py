@@ -159,9 +159,11 @@ class LandingPredictor:
         tally = self._tally(found, s, usage_m)
         risk = tally.risk
         sampled = "" if found.sampled == found.feasible else f"; {found.sampled} of {found.feasible} nodes scored"
-        if risk > self._max_risk + TOLERANCE:
+        good = any(count[_OK] for group, count in zip(found.groups, tally.counts, strict=True) if group.probability > 0)
+        if risk > self._max_risk + TOLERANCE or not good:  # a cap near 1 still needs a good node to land on
             bad = tally.masses[_BACK:]
-            worst = _KINDS[bad.index(max(bad)) + _BACK]
+            # the likeliest kind of bad landing; masses equal but for float sums go to the first (back first)
+            worst = _KINDS[next(k for k, mass in enumerate(bad) if mass >= max(bad) - TOLERANCE) + _BACK]
             text = (
                 f"predicted landing risk {_pct(risk)} > maxLandingRisk {_pct(self._max_risk)}: "
                 f"{self._bad(found, tally, s, usage_m, risk)}{sampled}"
@@ -250,10 +252,10 @@ class LandingPredictor:
         groups = list(zip(found.groups, tally.counts, tally.exact, strict=True))
         top = max(g.probability for g, count, _ in groups if count[_OK])
         return min(
-            (self._first(found, g, exact, s, usage_m, bad=False, limit=1)[0], g)
-            for g, count, exact in groups
-            if count[_OK] and g.probability == top
-        )
+            ((self._first(found, g, exact, s, usage_m, bad=False, limit=1)[0], g) for g, count, exact in groups
+             if count[_OK] and g.probability == top),
+            key=lambda pair: pair[0],
+        )  # fmt: skip
 
     def _first(
         self,

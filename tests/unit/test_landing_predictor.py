@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rebalancer.plan import NodeClass, NodeDecision
 from rebalancer.scheduler_model import EPSILON, SchedulerModel
 from strategies.landing import TOLERANCE, LandingPredictor, LandingVerdict
-from tests.builders import snapshot, usage
+from tests.builders import node, pod, snapshot, usage
 from tests.unit.test_scheduler_model import random_cluster
 
 KINDS = ("ok", "back", "elsewhere", "no-room")
@@ -104,3 +104,19 @@ def test_each_landing_verdict_equals_the_node_by_node_count(
         oracle.remove(moved)
         oracle.add(moved, landing.node)
         rooms[landing.node] -= usage_m
+
+
+def test_a_cap_just_below_one_still_refuses_a_pod_with_no_good_landing() -> None:
+    """maxLandingRisk may be anything below 1: with no destination at all the risk is 1, within a
+    cap of 1 - 5e-10 plus the float tolerance, and the pod is still passed over (it once raised, and
+    before that landed on its own node)."""
+    nodes = [node(n, cpu_m=16_000) for n in ("n0", "n1", "n2")]
+    moved = pod("p", "n0", workload="w", cpu_request_m=100)
+    snap = snapshot(nodes, [moved], usage({n.name: 0 for n in nodes}))
+    decisions = {
+        "n0": decision("n0", "default", NodeClass.HOT),
+        **{n: decision(n, "default", NodeClass.NORMAL) for n in ("n1", "n2")},
+    }
+    landing = LandingPredictor(snap, decisions, {}, same_pool=False, max_risk=0.9999999995).land(moved, "n0", 100)
+    assert landing.node is None and landing.refused is LandingVerdict.ELSEWHERE, landing.reason  # 2 of 3 nodes
+    assert landing.reason.startswith("predicted landing risk 100% > maxLandingRisk >99.9%: back on n0 33% ")

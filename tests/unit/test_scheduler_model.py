@@ -572,3 +572,33 @@ def test_a_node_freed_into_feasibility_with_an_untolerated_taint_renormalizes_ev
     assert after.serial == -1  # the node-by-node answer
     assert m.landing_distribution(new).as_dict() == pytest.approx(m.full_distribution(new).as_dict())
     assert m.scores(new)["a"] < m.scores(new)["n2"]  # a's taint now costs it the PreferNoSchedule score
+
+
+def test_a_query_after_64_other_pod_classes_reads_its_rebuilt_ranking_not_the_old_one() -> None:
+    """Rankings are dropped when 64 pod classes have one; what a query kept of the changed nodes (their
+    buckets) belongs to the ranking it was made for, so after the drop it is made again: the answer
+    stays the full one (it once duplicated nodes and shifted probabilities up to eightfold)."""
+    rnd = random.Random(1)
+    nodes, pods = random_cluster(
+        rnd,
+        120,
+        cpu_m=(16_000,),
+        zones=("z0", "z1", "z2"),
+        pools=(None,),
+        tainted=0.0,
+        workloads=10,
+        requests=(250, 500),
+    )
+    m = SchedulerModel(snapshot(nodes, pods, usage({n.name: 0 for n in nodes})))
+    probe = pods[0]
+    m.landing_groups(probe, vacate=True)  # the probe's class is ranked
+    for k in range(1, 6):  # then nodes change: the ranking's entries for them are stale
+        m.remove(pods[k])
+        m.add(pods[k], nodes[(k * 7) % 120].name)
+    m.landing_groups(probe, vacate=True)
+    for c in range(64):  # 64 other classes: every ranking is dropped
+        m.landing_groups(pod(f"o{c}", None, workload=None, cpu_request_m=1000 + c))
+    fast = m.landing_distribution(probe, vacate=True)
+    full = m.full_distribution(probe, vacate=True).as_dict()
+    assert len(set(fast.index.tolist())) == len(fast.index)
+    assert fast.as_dict() == pytest.approx({n: p for n, p in full.items() if p > EPSILON}, rel=1e-12)
