@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rebalancer.model import Node, Pod, Taint, Toleration
-from rebalancer.scheduler_model import EPSILON, SchedulerModel, feasible_nodes_to_find, winning_probabilities
+from rebalancer.scheduler_model import SchedulerModel
+from rebalancer.scheduler_sampling import EPSILON, feasible_nodes_to_find, winning_probabilities
 from tests.builders import GI, node, pod, snapshot, usage
 
 
