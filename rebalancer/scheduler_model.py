@@ -184,6 +184,8 @@ class SchedulerModel:
         one pod at a time cost several times more), a node's pods a list at a time."""
         sums = np.zeros((len(self.names), 5), np.int64)  # requested cpu, memory, pods, non-zero cpu, memory
         workload = self._workload
+        self._by_workload = snapshot.by_workload  # then a workload's pods are counted when first asked
+        count_workloads = self._by_workload is None
         for i, name in enumerate(self.names):
             pods = snapshot.pods_on(name)
             if not pods:
@@ -194,6 +196,8 @@ class SchedulerModel:
             nz_cpu = total_cpu + DEFAULT_CPU_M * cpu.count(0)
             nz_memory = total_memory + DEFAULT_MEMORY * memory.count(0)
             sums[i] = (total_cpu, total_memory, len(pods), nz_cpu, nz_memory)
+            if not count_workloads:
+                continue
             for pod in pods:
                 if pod.workload is not None and not pod.terminating:
                     counts = workload.get(pod.workload)
@@ -523,7 +527,7 @@ class SchedulerModel:
         self._nz_mem[i] += sign * memory
         self._pods[i] += sign
         if pod.workload is not None and not pod.terminating:
-            counts = self._workload.setdefault(pod.workload, {})
+            counts = self.workload_counts(pod.workload)
             counts[i] = counts.get(i, 0) + sign
 
     @staticmethod
@@ -659,12 +663,27 @@ class SchedulerModel:
             )
         return found
 
+    def workload_counts(self, workload: WorkloadRef) -> dict[int, int]:
+        """Node index -> the workload's non-terminating pods on it (the model's own, kept current). From
+        the snapshot's pods by workload when it has them (the serve mode's watch cache), counted the
+        first time the workload is asked instead of for every pod up front."""
+        counts = self._workload.get(workload)
+        if counts is None:
+            counts = self._workload[workload] = {}
+            if self._by_workload is not None:
+                index = self._index
+                for pod in self._by_workload.get(workload, ()):
+                    i = index.get(pod.node_name) if pod.node_name is not None else None
+                    if i is not None and not pod.terminating:
+                        counts[i] = counts.get(i, 0) + 1
+        return counts
+
     def _held(self, pod: Pod, where: int | None) -> dict[int, int]:
         """Node index -> the pods of ``pod``'s workload on it (the vacated one taken off): the nodes whose
         spreading score is their own (every other node scores its zone's)."""
         if pod.workload is None:
             return {}
-        on = dict(self._workload.get(pod.workload, {}))
+        on = dict(self.workload_counts(pod.workload))
         if where is not None and not pod.terminating:
             on[where] = on.get(where, 0) - 1
         return on

@@ -15,9 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rebalancer.model import Node, Pod, Taint, Toleration
+from rebalancer.model import ClusterFacts, Node, Pod, Taint, Toleration, WorkloadRef
 from rebalancer.scheduler_model import SchedulerModel
 from rebalancer.scheduler_sampling import EPSILON, feasible_nodes_to_find, winning_probabilities
+from rebalancer.settings import PoolSettings
+from rebalancer.snapshot import build_snapshot, group_pods
 from tests.builders import GI, node, pod, snapshot, usage
 
 
@@ -406,7 +408,7 @@ def straightforward_spread(m: SchedulerModel, probe: Pod, where: int | None, fea
     if probe.workload is None:
         return np.zeros(size, np.int64)
     on_node = np.zeros(size, np.int64)
-    for i, n in m._workload.get(probe.workload, {}).items():
+    for i, n in m.workload_counts(probe.workload).items():
         on_node[i] = n
     if where is not None and not probe.terminating:
         on_node[where] -= 1
@@ -603,3 +605,48 @@ def test_a_query_after_64_other_pod_classes_reads_its_rebuilt_ranking_not_the_ol
     full = m.full_distribution(probe, vacate=True).as_dict()
     assert len(set(fast.index.tolist())) == len(fast.index)
     assert fast.as_dict() == pytest.approx({n: p for n, p in full.items() if p > EPSILON}, rel=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), moves=st.integers(0, 30))
+def test_workloads_counted_when_first_asked_from_the_cache_groups_equal_the_counts_made_up_front(
+    seed: int, moves: int
+) -> None:
+    """With the facts grouped by workload (the serve mode's watch cache), a workload's pods are counted
+    when first asked, moves before that included: every landing equals the one of a model that counted
+    every pod up front (unbound, terminating and off-cluster pods among them)."""
+
+    rnd = random.Random(seed)
+    nodes, pods = random_cluster(
+        rnd, 100, cpu_m=(16_000,), zones=("z0", "z1"), pools=(None,), tainted=0.0, workloads=12, requests=(250, 500)
+    )
+    pods += [pod("away", "gone-node", workload="w1"), pod("pending", None, workload="w2")]
+    pods += [pod(f"t{j}", f"n{j:03}", workload="w3", terminating=True) for j in range(3)]
+    report = usage({n.name: 0 for n in nodes})
+    by_workload: dict[WorkloadRef, list[Pod]] = {}
+    for p in pods:
+        if p.workload is not None:
+            by_workload.setdefault(p.workload, []).append(p)
+    grouped = ClusterFacts(
+        tuple(nodes),
+        tuple(pods),
+        (),
+        by_node=group_pods(pods),
+        by_workload={w: tuple(members) for w, members in by_workload.items()},
+    )
+    lazy = SchedulerModel(build_snapshot(grouped, report, PoolSettings(label="pool"), 1_700_000_000.0))
+    eager = SchedulerModel(snapshot(nodes, pods, report))
+    for _ in range(moves):  # moves before and between the first questions
+        moved, target = rnd.choice(pods[:-5]), rnd.choice(nodes).name
+        for m in (lazy, eager):
+            m.remove(moved)
+            m.add(moved, target)
+        probe = rnd.choice(pods)
+        assert (
+            lazy.landing_distribution(probe, vacate=True).as_dict()
+            == eager.landing_distribution(probe, vacate=True).as_dict()
+        )
+    for w in {p.workload for p in pods if p.workload is not None}:
+        assert {i: c for i, c in lazy.workload_counts(w).items() if c} == {
+            i: c for i, c in eager.workload_counts(w).items() if c
+        }
