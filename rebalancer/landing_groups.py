@@ -13,7 +13,7 @@ probability of at most ``EPSILON`` together.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -57,6 +57,11 @@ class RankedBuckets:
     size: Sequence[int]  # per bucket
 
 
+def best_first(exact: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(total, node) pairs best total first, ties in node order: the order :func:`merge_groups` reads."""
+    return sorted(exact, key=lambda e: (-e[0], e[1]))
+
+
 def merge_groups(
     ranked: RankedBuckets,
     zone_spread: Sequence[int],
@@ -70,7 +75,7 @@ def merge_groups(
 
     ``zone_spread``: per zone column, the weighted spreading score of a node holding none of the pod's
     workload; a bucket's nodes score its static score plus that. ``exact``: (total, node) of the
-    feasible exact nodes, best first; ``excluded``: per bucket, its nodes among the exact ones (stale
+    feasible exact nodes, best first (:func:`best_first`); ``excluded``: per bucket, its nodes among the exact ones (stale
     there). ``unsampled[m]``: the probability that the scheduler's sample lies within ``m`` given nodes
     of the ``population`` (``C(m, k) / C(n, k)``): a group of ``t`` nodes below ``a`` better ones wins
     with ``unsampled[n - a] - unsampled[n - a - t]``, shared evenly."""

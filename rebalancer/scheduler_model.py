@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from rebalancer.landing_groups import LandingGroups, RankedBuckets, merge_groups
+from rebalancer.landing_groups import LandingGroups, RankedBuckets, best_first, merge_groups
 from rebalancer.model import Node, Pod, PodKey, WorkloadRef
 from rebalancer.scheduler_sampling import (
     Floats,
@@ -313,7 +313,7 @@ class SchedulerModel:
         ]
         empty, mine = self._spread_parts(pod, held, changed.per_domain, held_feasible)
         spread_of = [WEIGHT_SPREAD * e for e in empty]
-        ordered = [(-(s + spread_of[zone[i] + 1]), i) for i, s in changed.feasible_static if i not in held]
+        exact = [(s + spread_of[zone[i] + 1], i) for i, s in changed.feasible_static if i not in held]
         excluded = changed.excluded
         for i, spread, ok in zip(held, mine, held_feasible, strict=True):
             j = position.get(i)
@@ -325,14 +325,13 @@ class SchedulerModel:
                     excluded[b] = (*excluded.get(b, ()), i)
             if ok:
                 static = ranking.static_list[i] if j is None else changed.static[j]
-                ordered.append((-(static + WEIGHT_SPREAD * spread), i))
-        ordered.sort()
+                exact.append((static + WEIGHT_SPREAD * spread, i))
         n = changed.feasible_count
         sampled = min(n, self.sample_size)
         groups = merge_groups(
             ranking.buckets,
             spread_of,
-            [(-total, i) for total, i in ordered],
+            best_first(exact),
             excluded,
             n,
             self._reached(n, sampled),
@@ -343,7 +342,7 @@ class SchedulerModel:
 
     def _groups_of(self, spread: LandingDistribution) -> LandingGroups:
         """A distribution computed node by node, as groups of exact nodes (the rare fallback)."""
-        exact = sorted(zip(spread.scores.tolist(), spread.index.tolist(), strict=True), key=lambda e: (-e[0], e[1]))
+        exact = best_first(zip(spread.scores.tolist(), spread.index.tolist(), strict=True))
         n = spread.feasible
         groups = merge_groups(
             RankedBuckets((), (), ()),
@@ -351,8 +350,8 @@ class SchedulerModel:
             exact,
             {},
             n,
-            reached_nodes(n, spread.sampled, self._tables) if n else 0,
-            self._unsampled(n, spread.sampled) if n else (),
+            self._reached(n, spread.sampled),
+            self._unsampled(n, spread.sampled),
         )
         return LandingGroups(groups, n, spread.sampled, spread.reason, -1, (), {})
 

@@ -131,8 +131,6 @@ class LandingPredictor:
         percentage_of_nodes_to_score: int | None = None,
         marked: Mapping[str, Node] | None = None,
     ) -> None:
-        self._snapshot = snapshot
-        self._decisions = decisions
         self._same_pool = same_pool
         self._max_risk = max_risk
         self._model = SchedulerModel(snapshot, percentage_of_nodes_to_score=percentage_of_nodes_to_score)
