@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+import msgspec
 
-@dataclass(frozen=True, slots=True)
-class Group:
+
+class Group(msgspec.Struct, frozen=True, gc=False):
     """Nodes with one total weighted score: each is chosen with ``probability``."""
 
     total: int
@@ -28,8 +29,7 @@ class Group:
     nodes: tuple[int, ...]  # exact nodes, in index order
 
 
-@dataclass(frozen=True, slots=True)
-class LandingGroups:
+class LandingGroups(msgspec.Struct, frozen=True, gc=False):
     """Where a pod lands, as score groups best first (no group when nothing is feasible: ``reason``)."""
 
     groups: tuple[Group, ...]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from rebalancer.model import DisruptionBudget, Pod
 from rebalancer.plan import PodDecision
@@ -62,21 +63,20 @@ class BudgetLedger:
             self._spent[self._journal.pop()] -= 1
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Candidate:
+class Candidate(msgspec.Struct, frozen=True, eq=False, gc=False):
     """One movable pod of a node; compared by identity (a node's candidates are distinct pods), so that
-    taking one out of a node's list compares no pods.
+    taking one out of a node's list compares no pods. Made by :meth:`of`.
 
     ``preference``: lower sorts first: lower priority, not ready, lower deletion cost, more restarts.
     Computed once (a plan sorts a node's candidates again after each pick)."""
 
     pod: Pod
     usage_m: int
-    preference: tuple[int, bool, int, int] = field(init=False)
+    preference: tuple[int, bool, int, int]
 
-    def __post_init__(self) -> None:
-        pod = self.pod
-        object.__setattr__(self, "preference", (pod.priority, pod.ready, pod.deletion_cost, -pod.restarts))
+    @classmethod
+    def of(cls, pod: Pod, usage_m: int) -> Candidate:
+        return cls(pod, usage_m, (pod.priority, pod.ready, pod.deletion_cost, -pod.restarts))
 
 
 def screen(
@@ -108,7 +108,7 @@ def screen(
         if why is None:
             why = ledger.blocker(pod)
         if why is None and usage is not None:
-            candidates.append(Candidate(pod, usage))
+            candidates.append(Candidate.of(pod, usage))
             continue
         passed.append(PodDecision(strategy, pod.namespace, pod.name, node, False, why or "", usage))
         if pod.owner_kind != "DaemonSet" and not pod.mirror and pod.owner_kind != "Node":

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 from rebalancer.model import Node, Pod
 from rebalancer.scheduling import placement_blocker
@@ -11,8 +12,7 @@ from rebalancer.snapshot import ClusterSnapshot
 from strategies.room_index import BLOCK, Key, Requests, Room, RoomIndex
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
+class Placement(msgspec.Struct, frozen=True, gc=False):
     node: str | None
     reason: str  # why this node, or why none
 
