@@ -21,6 +21,7 @@ rest of the probability (at most the risk, plus other acceptable nodes) is not b
 
 from __future__ import annotations
 
+import functools
 import itertools
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
@@ -73,8 +74,7 @@ _KINDS = tuple(_Kind)  # by value: indexing a tuple costs less than calling the 
 _OK, _BACK, _ELSEWHERE, _NO_ROOM = (int(k) for k in _Kind)
 
 
-@dataclass(frozen=True, slots=True)
-class Landing:
+class Landing(msgspec.Struct, frozen=True, gc=False):
     """The predicted landing node (None: refused), why (the landing risk included), and the refusal kind
     (None: accepted)."""
 
@@ -145,6 +145,8 @@ class LandingPredictor:
         self._what = [d.node_class.value if (d := decisions.get(n)) is not None else "unclassified" for n in names]
         self._cache: dict[tuple[object, ...], LandingGroups] = {}
         self._kinds: dict[tuple[int, int, int], _BucketKinds] = {}
+        self._described: dict[tuple[int, int, int, int, float], str] = {}
+        self._over_cap = f" > maxLandingRisk {_pct(max_risk)}: "
 
     def land(self, pod: Pod, source: str, usage_m: int) -> Landing:
         """Where ``pod``'s replacement most probably lands among the acceptable destinations if it is
@@ -162,10 +164,7 @@ class LandingPredictor:
             bad = tally.masses[_BACK:]
             # the likeliest kind of bad landing; masses equal but for float sums go to the first (back first)
             worst = _KINDS[next(k for k, mass in enumerate(bad) if mass >= max(bad) - TOLERANCE) + _BACK]
-            text = (
-                f"predicted landing risk {_pct(risk)} > maxLandingRisk {_pct(self._max_risk)}: "
-                f"{self._bad(found, tally, s, usage_m, risk)}{sampled}"
-            )
+            text = f"predicted landing risk {_pct(risk)}{self._over_cap}{self._bad(found, tally, s, usage_m, risk)}{sampled}"
             return Landing(None, text, _VERDICTS.get(worst, LandingVerdict.NO_ROOM))
         i, group = self._likeliest_good(found, tally, s, usage_m)
         node = self._model.names[i]
@@ -302,27 +301,43 @@ class LandingPredictor:
             if len(named) < NAMED:
                 tier += [(i, group) for i in self._first(found, group, exact, s, usage_m, bad=True, limit=NAMED)]
         named += sorted(tier, key=lambda e: e[0])[: NAMED - len(named)]
-        parts, percent = [], ""
-        for j, (i, group) in enumerate(named):
-            if j == 0 or group is not named[j - 1][1]:
-                percent = _pct(group.probability)
-            where, detail = self._describe(i, self._kind(i, s, usage_m), s, usage_m)
-            parts.append(f"{where} {percent} ({detail}score {group.total}/{MAX_SCORE})")
+        parts = [self._named(i, group, s, usage_m) for i, group in named]
         if count > len(named):
             rest = risk - sum(group.probability for _, group in named)
             parts.append(f"{count - len(named)} more node(s) {_pct(rest)}")
         return ", ".join(parts)
 
-    def _describe(self, i: int, kind: int, s: int, usage_m: int) -> tuple[str, str]:
-        """Where a bad landing goes, and the detail that makes it bad (empty or ending in "; ")."""
-        node = self._model.names[i]
-        if kind == _BACK:
-            return f"back on {node}", ""
+    def _named(self, i: int, group: Group, s: int, usage_m: int) -> str:
+        """One named bad destination: where, its probability, why it is bad and its score. A landing back
+        or elsewhere reads the same for every pod of the source's pool and that group: kept."""
+        kind = self._kind(i, s, usage_m)
         if kind == _NO_ROOM:
-            return f"on {node}", f"{self._room[i]}m of real-usage room, not {usage_m}m; "
-        if self._same_pool and self._pool[i] != self._pool[s]:
-            return f"on {node}", f"pool {self._pool_names[self._pool[i]]}, not a destination of this pool; "
-        return f"on {self._what[i]} {node}", ""
+            detail = f"{self._room[i]}m of real-usage room, not {usage_m}m; "
+            return (
+                f"on {self._model.names[i]} {_group_pct(group.probability)} ({detail}score {group.total}/{MAX_SCORE})"
+            )
+        key = (i, kind, self._pool[s], group.total, group.probability)
+        text = self._described.get(key)
+        if text is None:
+            node, detail = self._model.names[i], ""
+            if kind == _BACK:
+                where = f"back on {node}"
+            elif self._same_pool and self._pool[i] != self._pool[s]:
+                where = f"on {node}"
+                detail = f"pool {self._pool_names[self._pool[i]]}, not a destination of this pool; "
+            else:
+                where = f"on {self._what[i]} {node}"
+            text = f"{where} {_group_pct(group.probability)} ({detail}score {group.total}/{MAX_SCORE})"
+            if len(self._described) >= 65536:
+                self._described.clear()
+            self._described[key] = text
+        return text
+
+
+@functools.lru_cache(maxsize=4096)
+def _group_pct(p: float) -> str:
+    """:func:`_pct` of a group's probability (the same few floats for every pod of a node)."""
+    return _pct(p)
 
 
 def _pct(p: float) -> str:
