@@ -41,7 +41,9 @@ class ClusterSnapshot:
     focus: frozenset[str] | None = None  # an alert's nodes: only these may be relieved this cycle
     unbound: tuple[Pod, ...] = ()  # non-terminal pods on no (known) node: Pending replicas count as unavailable
     predicted: PredictedLoad | None = None  # next-peak load, when a strategy classifies by prediction
-    by_workload: Mapping[WorkloadRef, tuple[Pod, ...]] | None = None  # non-terminal pods, when the facts had them
+    # non-terminal pods by workload: the facts' (serve's watch cache), else grouped with pods_by_node; None
+    # after planned moves (counting must then see pods_by_node)
+    by_workload: Mapping[WorkloadRef, tuple[Pod, ...]] | None = None
     moved: Mapping[PodKey, str] = field(default_factory=dict)  # pods the bounce-back guard keeps in place, and why
     guarded_pools: Mapping[str, str] = field(default_factory=dict)  # landing guard: pool -> its taint's effect
 
@@ -83,7 +85,12 @@ def build_snapshot(
 ) -> ClusterSnapshot:
     resolver = PoolResolver(pools)
     nodes = {n.name: n for n in sorted(facts.nodes, key=lambda n: n.name)}
-    groups = facts.by_node if facts.by_node is not None else group_pods(facts.pods)
+    by_workload = facts.by_workload
+    if facts.by_node is not None:
+        groups = facts.by_node
+    else:  # one pass for both groupings (the scheduler model then counts a workload's pods when asked)
+        groups, workloads = group_pods_and_workloads(facts.pods)
+        by_workload = MappingProxyType(workloads)
     pods_by_node = {name: groups[name].pods if name in groups else () for name in nodes}
     unbound = tuple(pod for name, group in groups.items() if name not in nodes for pod in group.pods)
     load = {name: _node_load(node, groups.get(name, _NO_PODS), usage) for name, node in nodes.items()}
@@ -98,14 +105,23 @@ def build_snapshot(
         usage_failure=usage.failure,
         focus=focus,
         unbound=unbound,
-        by_workload=facts.by_workload,
+        by_workload=by_workload,
     )
 
 
 def group_pods(pods: Iterable[Pod]) -> dict[str, NodePods]:
     """The non-terminal pods by ``node_name`` ("" for none), in the given order, with their request sums
     (what :attr:`ClusterFacts.by_node` holds when the reader keeps it)."""
+    return group_pods_and_workloads(pods)[0]
+
+
+def group_pods_and_workloads(
+    pods: Iterable[Pod],
+) -> tuple[dict[str, NodePods], dict[WorkloadRef, tuple[Pod, ...]]]:
+    """:func:`group_pods`, and the same pods by workload (those with one), in the given order: what
+    :attr:`ClusterFacts.by_node` and :attr:`ClusterFacts.by_workload` hold when the reader keeps them."""
     grouped: dict[str, list[Pod]] = {}
+    by_workload: dict[WorkloadRef, list[Pod]] = {}
     for pod in pods:
         if pod.phase not in TERMINAL_PHASES:
             node = pod.node_name or ""
@@ -113,7 +129,16 @@ def group_pods(pods: Iterable[Pod]) -> dict[str, NodePods]:
                 grouped[node].append(pod)
             else:
                 grouped[node] = [pod]
-    return {node: node_pods(members) for node, members in grouped.items()}
+            workload = pod.workload
+            if workload is not None:
+                if workload in by_workload:
+                    by_workload[workload].append(pod)
+                else:
+                    by_workload[workload] = [pod]
+    return (
+        {node: node_pods(members) for node, members in grouped.items()},
+        {workload: tuple(members) for workload, members in by_workload.items()},
+    )
 
 
 def node_pods(pods: Iterable[Pod]) -> NodePods:

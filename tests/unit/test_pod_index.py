@@ -9,7 +9,8 @@ regrouped pods decides, and the evictor counts the same replicas.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import dataclasses
+from collections.abc import Hashable, Mapping
 
 import msgspec
 from hypothesis import HealthCheck, given, settings
@@ -98,6 +99,10 @@ def by_key(p: Pod) -> tuple[str, str]:
     return p.key
 
 
+def _sorted_groups(groups: Mapping[WorkloadRef, tuple[Pod, ...]]) -> dict[WorkloadRef, list[Pod]]:
+    return {w: sorted(members, key=by_key) for w, members in groups.items() if members}
+
+
 @st.composite
 def histories(draw: st.DrawFn) -> tuple[ClusterFacts, UsageReport, ClusterFacts]:
     """A cluster, and the same cluster as a watch cache ends up holding it after a random history."""
@@ -131,8 +136,12 @@ def test_a_cycle_on_the_index_decides_as_a_cycle_on_regrouped_pods(
     assert cached_snapshot.load == full_snapshot.load
     assert sorted(cached_snapshot.unbound, key=by_key) == sorted(full_snapshot.unbound, key=by_key)
     workloads = {p.workload for p in listed.pods if p.workload is not None}
-    assert cached_snapshot.by_workload is not None and full_snapshot.by_workload is None
-    assert _replica_counts(cached_snapshot, workloads) == _replica_counts(full_snapshot, workloads)
+    # a listing's snapshot groups its pods by workload as the watch cache does (in listing order)
+    assert cached_snapshot.by_workload is not None and full_snapshot.by_workload is not None
+    assert _sorted_groups(cached_snapshot.by_workload) == _sorted_groups(full_snapshot.by_workload)
+    scanned = dataclasses.replace(full_snapshot, by_workload=None)  # the evictor's scan of every pod
+    assert _replica_counts(cached_snapshot, workloads) == _replica_counts(scanned, workloads)
+    assert _replica_counts(full_snapshot, workloads) == _replica_counts(scanned, workloads)
     for node in [n.name for n in listed.nodes]:
         focused = plan_cycle(listed, report, pol, 1_700_000_000.0, frozenset({node}))[1]
         assert plan_cycle(cached, report, pol, 1_700_000_000.0, frozenset({node}))[1] == focused
