@@ -121,6 +121,21 @@ class _Ranking:
 
 
 @dataclass(frozen=True, slots=True)
+class _Domains:
+    """The feasible nodes per zone column (0: no zone, z + 1: zone z) and the logarithms PodTopologySpread
+    weighs a workload's pods with: of the feasible nodes (hostname) and of the zones holding some, plus 2."""
+
+    per_domain: list[int]
+    host_log: float
+    zone_log: float
+
+    @classmethod
+    def of(cls, per_domain: list[int]) -> _Domains:
+        zones = sum(1 for d in per_domain[1:] if d)
+        return cls(per_domain, math.log(sum(per_domain) + 2), math.log(zones + 2))
+
+
+@dataclass(frozen=True, slots=True)
 class _Changed:
     """The nodes whose ranking entry is stale for one query (changed since the ranking, and the pod's own
     node when vacated): their feasibility and static score now, and what follows for the query."""
@@ -129,7 +144,7 @@ class _Changed:
     feasible: list[bool]
     position: dict[int, int]  # node -> its place in ``static`` and ``feasible``
     feasible_static: list[tuple[int, int]]  # (node, static score) of the feasible ones
-    per_domain: list[int]  # feasible nodes per zone column, these counted as they are now
+    domains: _Domains  # feasible nodes per zone column, these counted as they are now
     feasible_count: int
     excluded: dict[int, tuple[int, ...]]  # ranking bucket -> those of them it held
 
@@ -249,10 +264,11 @@ class SchedulerModel:
         if key in self._where:
             return self._where[key]
         i = self._index.get(pod.node_name) if pod.node_name is not None else None
-        if i is not None and not any(
-            p.name == pod.name and p.namespace == pod.namespace for p in self._pods_on(self.names[i])
-        ):
-            i = None
+        if i is not None:
+            on = self._pods_on(self.names[i])
+            # the snapshot's own pod object is found by identity in C; another object by its key
+            if pod not in on and not any(p.name == pod.name and p.namespace == pod.namespace for p in on):
+                i = None
         self._where[key] = i
         return i
 
@@ -311,7 +327,7 @@ class SchedulerModel:
         held_feasible = [
             ranking.feasible_list[i] if (j := position.get(i)) is None else changed.feasible[j] for i in held
         ]
-        empty, mine = self._spread_parts(pod, held, changed.per_domain, held_feasible)
+        empty, mine = self._spread_parts(pod, held, changed.domains, held_feasible, key[2:])
         spread_of = [WEIGHT_SPREAD * e for e in empty]
         exact = [(s + spread_of[zone[i] + 1], i) for i, s in changed.feasible_static if i not in held]
         excluded = changed.excluded
@@ -473,7 +489,7 @@ class SchedulerModel:
             feasible=feasible,
             position={i: j for j, i in enumerate(nodes)},
             feasible_static=[(i, s) for i, s, ok in zip(nodes, static, feasible, strict=True) if ok],
-            per_domain=per_domain,
+            domains=_Domains.of(per_domain),
             feasible_count=sum(per_domain),
             excluded=excluded,
         )
@@ -594,9 +610,9 @@ class SchedulerModel:
     def _constraint_key(pod: Pod) -> tuple[object, ...]:
         return (pod.tolerations, tuple(sorted(pod.node_selector.items())), pod.required_affinity)
 
-    def _affine(self, pod: Pod) -> list[bool]:
-        """The nodes the pod's selector and required affinity match, as a list (read node by node)."""
-        key = self._constraint_key(pod)
+    def _affine(self, pod: Pod, key: tuple[object, ...]) -> list[bool]:
+        """The nodes the pod's selector and required affinity match, as a list (read node by node);
+        ``key``: the pod's :meth:`_constraint_key`."""
         found = self._affine_lists.get(key)
         if found is None:
             found = self._affine_lists[key] = self._constraint_masks(pod)[1].tolist()
@@ -692,32 +708,39 @@ class SchedulerModel:
         held = self._held(pod, where)
         index = np.fromiter(held, np.int64, len(held))
         per_domain = np.bincount(self._zone[feasible] + 1, minlength=self._zones + 1).tolist()
-        empty, mine = self._spread_parts(pod, held, per_domain, feasible[index].tolist())
+        domains = _Domains.of(per_domain)
+        empty, mine = self._spread_parts(pod, held, domains, feasible[index].tolist(), self._constraint_key(pod))
         score = np.array(empty, np.int64)[self._zone + 1]
         score[index] = mine
         return score
 
     def _spread_parts(
-        self, pod: Pod, held: dict[int, int], per_domain: list[int], held_feasible: list[bool]
+        self,
+        pod: Pod,
+        held: dict[int, int],
+        domains: _Domains,
+        held_feasible: list[bool],
+        constraint_key: tuple[object, ...],
     ) -> tuple[list[int], list[int]]:
         """PodTopologySpread's normalized score of a node holding none of the workload's pods, per zone
-        column (0: no zone, z + 1: zone z), and of each ``held`` node (in its order). ``per_domain``:
-        the feasible nodes per zone column; ``held_feasible``: which held nodes are feasible. The
+        column (0: no zone, z + 1: zone z), and of each ``held`` node (in its order). ``domains``: the
+        feasible nodes per zone column; ``held_feasible``: which held nodes are feasible;
+        ``constraint_key``: the pod's (for the nodes its selector and affinity match). The
         arithmetic is done once per zone and once per node holding some, in the same float operations
         as node by node (so the same integers), in plain Python (a workload holds a few nodes)."""
         columns = self._zones + 1
         if pod.workload is None:
             return [0] * columns, [0] * len(held)
         zone = self._zone_list
-        host_log = math.log(sum(per_domain) + 2)
+        host_log = domains.host_log
         zone_raw = [0.0] * columns  # zone-free arithmetic adds 0.0, as node by node
         if self._zones:
-            affine = self._affine(pod)
+            affine = self._affine(pod, constraint_key)
             per_zone = [0.0] * columns
             for i, count in held.items():
                 if zone[i] >= 0 and affine[i]:
                     per_zone[zone[i] + 1] += count
-            zone_log = math.log(sum(1 for d in per_domain[1:] if d) + 2)
+            zone_log = domains.zone_log
             zone_raw[1:] = [z * zone_log + (ZONE_SKEW - 1) for z in per_zone[1:]]
         # Go's math.Round: half away from zero (raw >= 0 here)
         empty = [math.floor((0.0 + (HOSTNAME_SKEW - 1)) + raw + 0.5) for raw in zone_raw]
@@ -725,7 +748,7 @@ class SchedulerModel:
             math.floor((count * host_log + (HOSTNAME_SKEW - 1)) + zone_raw[zone[i] + 1] + 0.5)
             for i, count in held.items()
         ]
-        empty_feasible = list(per_domain)
+        empty_feasible = list(domains.per_domain)
         values = []
         for i, value, ok in zip(held, mine, held_feasible, strict=True):
             if ok:
