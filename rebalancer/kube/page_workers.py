@@ -9,7 +9,7 @@ process builds the same frozen ``Pod`` structs for about a tenth of the cost of 
 Pages travel in shared memory (two memfd slots per worker; a bigger page through the pipe).
 
 The trip costs CPU (about half a conversion more per page, in total), so workers pay only with CPUs
-to spare; :func:`auto_workers` uses none on two CPUs (see there for the figures).
+to spare; :func:`auto_workers` uses one on two CPUs (see there for the figures).
 
 A worker is ``python -c`` importing this module with this process's ``sys.path``, talking over two
 pipes; it imports only the decoders (not the ``kubernetes`` client) and starts in about 0.3 s, in the
@@ -225,15 +225,19 @@ def available_cpus() -> int:
 
 
 def auto_workers() -> int:
-    """Worker processes for big pod lists by default: none on one or two CPUs, else one per CPU beyond
-    two (up to :data:`MAX_AUTO_WORKERS`).
+    """Worker processes for big pod lists by default: none on one CPU, else one per CPU beyond the first
+    (up to :data:`MAX_AUTO_WORKERS`).
 
     A page handed to a worker costs about 1.5 times the CPU of converting it here (the copy, the rows,
-    the second process), so workers only pay with a CPU that would otherwise idle. On two CPUs shared
-    with anything else (on the benchmark machine: the test API server and other jobs) they were as
-    often slower as faster (150,000 pods, alternating runs: 3.2-7.1 s against 3.7-6.8 s in-process).
+    the second process), so a worker only pays with a CPU that would otherwise idle. On two CPUs the
+    listing thread leaves the second one mostly idle. Measured on the two-CPU benchmark machine (the
+    test API server sharing both CPUs), 150,000 pods, alternating runs: the snapshot alone 1.87 s with
+    one worker against 2.37 s without (medians of 5), the whole CronJob cycle 3.27 s against 3.56 s
+    (medians of 9); two workers there were slower than one (their listing 2.20 s against 2.04 s). An
+    earlier session, under heavy load from other jobs, found one worker as often slower as faster
+    (3.2-7.1 s against 3.7-6.8 s).
     """
-    return max(0, min(MAX_AUTO_WORKERS, available_cpus() - 2))
+    return max(0, min(MAX_AUTO_WORKERS, available_cpus() - 1))
 
 
 class WorkerFailed(KubeUnavailable):

@@ -39,7 +39,7 @@ class KubeSource:
     ``annotations``: the pod annotation keys to keep (``Protections.annotations_read()``).
     ``request_timeout``: seconds per HTTP request (one page), not per whole list.
     ``decode_workers``: worker processes that decode the pages of a long pod list in parallel
-    (:mod:`page_workers`); None: :func:`page_workers.auto_workers` (none on two CPUs or fewer), 0: none.
+    (:mod:`page_workers`); None: :func:`page_workers.auto_workers` (none on one CPU, one on two), 0: none.
     """
 
     def __init__(

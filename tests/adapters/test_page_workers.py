@@ -190,9 +190,9 @@ def test_workers_only_with_cpus_to_spare(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(page_workers, "available_cpus", lambda: 1)
     assert page_workers.auto_workers() == 0
     monkeypatch.setattr(page_workers, "available_cpus", lambda: 2)
-    assert page_workers.auto_workers() == 0
-    monkeypatch.setattr(page_workers, "available_cpus", lambda: 3)
     assert page_workers.auto_workers() == 1
+    monkeypatch.setattr(page_workers, "available_cpus", lambda: 3)
+    assert page_workers.auto_workers() == 2
     monkeypatch.setattr(page_workers, "available_cpus", lambda: 8)
     assert page_workers.auto_workers() == page_workers.MAX_AUTO_WORKERS
 

@@ -44,7 +44,7 @@ def test_snapshot_bench_prints_its_figures() -> None:
     snapshots = re.findall(
         rf"snapshot (?:\(narrow msgspec path, (\d+)|with (\d+)) page workers\)?, median of 1: {SECONDS}", out
     )
-    default_workers = str(page_workers.auto_workers())  # none on two CPUs
+    default_workers = str(page_workers.auto_workers())  # one on two CPUs
     assert [(default, compared) for default, compared, _ in snapshots] == [(default_workers, ""), ("", "1")]
     assert all(float(seconds) > 0 for _, _, seconds in snapshots)
     cpu = re.findall(
