@@ -151,8 +151,10 @@ def usage_reads(prometheus: Any, runs: int) -> dict[str, Any]:
 
 
 def plans(source: Any, prometheus: Any, policy: Any, runs: int) -> dict[str, Any]:
-    """The plan alone, as configured (placement prediction on) and with prediction off."""
+    """The plan alone, as configured (placement prediction on), with prediction off and with the landing
+    guard modelled; with the collector paused, as ``app.plan_live`` plans."""
     from rebalancer.cycle import plan_cycle
+    from rebalancer.kube.lister import gc_paused
     from rebalancer.policy import parse_policy
 
     facts, usage = source.read_facts(), prometheus.read(time.time())
@@ -165,7 +167,8 @@ def plans(source: Any, prometheus: Any, policy: Any, runs: int) -> dict[str, Any
         seconds = []
         for _ in range(runs):
             started = time.perf_counter()
-            plan = plan_cycle(facts, usage, variant, time.time())[1]
+            with gc_paused():
+                plan = plan_cycle(facts, usage, variant, time.time())[1]
             seconds.append(time.perf_counter() - started)
         out[f"{key}_s"], out[f"{key}_planned"] = seconds, len(plan.evictions)
     return out
