@@ -126,13 +126,14 @@ class _Domains:
     weighs a workload's pods with: of the feasible nodes (hostname) and of the zones holding some, plus 2."""
 
     per_domain: list[int]
+    feasible: int  # their sum
     host_log: float
     zone_log: float
 
     @classmethod
     def of(cls, per_domain: list[int]) -> _Domains:
-        zones = sum(1 for d in per_domain[1:] if d)
-        return cls(per_domain, math.log(sum(per_domain) + 2), math.log(zones + 2))
+        feasible, zones = sum(per_domain), sum(1 for d in per_domain[1:] if d)
+        return cls(per_domain, feasible, math.log(feasible + 2), math.log(zones + 2))
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +146,11 @@ class _Changed:
     position: dict[int, int]  # node -> its place in ``static`` and ``feasible``
     feasible_static: list[tuple[int, int]]  # (node, static score) of the feasible ones
     domains: _Domains  # feasible nodes per zone column, these counted as they are now
-    feasible_count: int
     excluded: dict[int, tuple[int, ...]]  # ranking bucket -> those of them it held
+
+    @property
+    def feasible_count(self) -> int:
+        return self.domains.feasible
 
 
 def nonzero(pod: Pod) -> tuple[int, int]:
@@ -490,7 +494,6 @@ class SchedulerModel:
             position={i: j for j, i in enumerate(nodes)},
             feasible_static=[(i, s) for i, s, ok in zip(nodes, static, feasible, strict=True) if ok],
             domains=_Domains.of(per_domain),
-            feasible_count=sum(per_domain),
             excluded=excluded,
         )
 

@@ -311,27 +311,27 @@ class LandingPredictor:
         """One named bad destination: where, its probability, why it is bad and its score. A landing back
         or elsewhere reads the same for every pod of the source's pool and that group: kept."""
         kind = self._kind(i, s, usage_m)
-        if kind == _NO_ROOM:
-            detail = f"{self._room[i]}m of real-usage room, not {usage_m}m; "
-            return (
-                f"on {self._model.names[i]} {_group_pct(group.probability)} ({detail}score {group.total}/{MAX_SCORE})"
-            )
-        key = (i, kind, self._pool[s], group.total, group.probability)
-        text = self._described.get(key)
+        key = None if kind == _NO_ROOM else (i, kind, self._pool[s], group.total, group.probability)
+        text = None if key is None else self._described.get(key)
         if text is None:
-            node, detail = self._model.names[i], ""
-            if kind == _BACK:
-                where = f"back on {node}"
-            elif self._same_pool and self._pool[i] != self._pool[s]:
-                where = f"on {node}"
-                detail = f"pool {self._pool_names[self._pool[i]]}, not a destination of this pool; "
-            else:
-                where = f"on {self._what[i]} {node}"
+            where, detail = self._describe(i, kind, s, usage_m)
             text = f"{where} {_group_pct(group.probability)} ({detail}score {group.total}/{MAX_SCORE})"
-            if len(self._described) >= 65536:
-                self._described.clear()
-            self._described[key] = text
+            if key is not None:
+                if len(self._described) >= 65536:
+                    self._described.clear()
+                self._described[key] = text
         return text
+
+    def _describe(self, i: int, kind: int, s: int, usage_m: int) -> tuple[str, str]:
+        """Where a bad landing goes, and the detail that makes it bad (empty or ending in "; ")."""
+        node = self._model.names[i]
+        if kind == _BACK:
+            return f"back on {node}", ""
+        if kind == _NO_ROOM:
+            return f"on {node}", f"{self._room[i]}m of real-usage room, not {usage_m}m; "
+        if self._same_pool and self._pool[i] != self._pool[s]:
+            return f"on {node}", f"pool {self._pool_names[self._pool[i]]}, not a destination of this pool; "
+        return f"on {self._what[i]} {node}", ""
 
 
 @functools.lru_cache(maxsize=4096)
