@@ -8,6 +8,7 @@ from a tiny local HTTP server.
 
 from __future__ import annotations
 
+import gc
 import time
 import urllib.parse
 from pathlib import Path
@@ -93,6 +94,23 @@ def test_pod_usage_counts_real_containers_only(prom: PrometheusServer) -> None:
     naive = prom.query('sum by (pod) (rate(container_cpu_usage_seconds_total{pod="web-1"}[5m]))', END)
     assert isinstance(naive, dict)
     assert round(float(naive["result"][0]["value"][1]) * 1000) == 1204
+
+
+@pytest.mark.parametrize("collector_on", [False, True])
+def test_pod_keys_leave_the_collector_when_it_is_paused(prom: PrometheusServer, collector_on: bool) -> None:
+    """A read during a paused collector (a cluster listing alongside) untracks its key tuples at once, so
+    the first pass after the listing does not have to; a running collector is left to do it itself."""
+    was_on = gc.isenabled()
+    gc.enable() if collector_on else gc.disable()
+    try:
+        report = read(prom.url)
+        assert gc.isenabled() is collector_on  # the switch is the caller's: never flipped by a read
+        keys = list(report.pod_cpu_m)
+        assert keys
+        if not collector_on:
+            assert not any(gc.is_tracked(key) for key in keys)
+    finally:
+        gc.enable() if was_on else gc.disable()
 
 
 def test_node_usage_is_the_root_cgroup_window_quantile(prom: PrometheusServer) -> None:
