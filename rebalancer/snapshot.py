@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -111,15 +112,13 @@ def build_snapshot(
 
 def copied(mapping: Mapping[PodKey, int]) -> dict[PodKey, int]:
     """A private copy of a pod-keyed mapping. ``dict(m)`` of a read-only proxy goes key by key through the
-    mapping protocol (150,000 pod usages: 35-65 ms in a cycle); a dict, or a proxy of one, is copied in
-    C (1-3 ms)."""
+    mapping protocol (150,000 pod usages: 36 ms in a microbenchmark); a dict, or a proxy of one, is copied
+    in C (1.4 ms)."""
     if isinstance(mapping, MappingProxyType | dict):
-        try:
+        with contextlib.suppress(AttributeError):  # a proxy of a mapping without copy()
             found = mapping.copy()
-        except AttributeError:  # a proxy of a mapping without copy()
-            return dict(mapping)
-        if type(found) is dict:
-            return found
+            if type(found) is dict:
+                return found
     return dict(mapping)
 
 
