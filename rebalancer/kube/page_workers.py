@@ -28,7 +28,6 @@ import atexit
 import contextlib
 import fcntl
 import gc
-import math
 import mmap
 import os
 import select
@@ -40,7 +39,6 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -49,6 +47,7 @@ from rebalancer.errors import KubeUnavailable
 from rebalancer.kube import decode
 from rebalancer.kube.bodies import decode_body
 from rebalancer.kube.pod_rows import PodRows, RowReader, RowWriter
+from rebalancer.machine import available_cpus
 from rebalancer.model import Pod
 
 MAX_AUTO_WORKERS = 2
@@ -210,18 +209,6 @@ def _main() -> None:
 
 
 # --- this process's side ------------------------------------------------------------------------
-
-
-def available_cpus() -> int:
-    """CPUs this process may use: its affinity, capped by a cgroup v2 CPU quota (a container's limit)."""
-    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
-        if quota == "max":
-            return count
-        return max(1, min(count, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        return count
 
 
 def auto_workers() -> int:
