@@ -24,6 +24,7 @@ from rebalancer.kube import ApiClient, ConfigMapStateStore, KubeActions, KubeSou
 from rebalancer.kube.lister import gc_paused
 from rebalancer.kube.workload_pods import WORKLOAD_KINDS, WorkloadPodsReader
 from rebalancer.model import ClusterFacts, PodKey, UsageReport
+from rebalancer.offload import ForkOffload, fork_offload
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
 from rebalancer.predict.predictor import predict
@@ -67,6 +68,7 @@ def plan_live(
     timeline: Timeline | None = None,
     prometheus: PrometheusUsageSource | None = None,
     moved: Callable[[ClusterFacts, float], Mapping[PodKey, str]] | None = None,
+    offload: ForkOffload | None = None,
 ) -> PlanOutcome:
     """Read the cluster and Prometheus (at once, when the cluster is listed), then plan. A failed usage
     read blocks evictions, not the plan.
@@ -76,7 +78,10 @@ def plan_live(
     the service's cache of the predictor's daily peaks (strategies with classifyBy predicted or max).
     ``timeline`` receives the time of each step. ``prometheus``: a usage source kept open between cycles
     (its connection stays warm), else one is opened for this cycle. ``moved``: the bounce-back guard's
-    pods for these facts (read from the efficiency records)."""
+    pods for these facts (read from the efficiency records). ``offload``: runs independent parts of
+    the plan in a forked child; by default one is used for a whole listed cluster when the process can
+    fork safely and has a second CPU (:func:`rebalancer.offload.fork_offload`), never on the watch
+    cache (serve mode has other threads)."""
     timeline = timeline or Timeline()
     now = clock()
 
@@ -110,8 +115,10 @@ def plan_live(
     if moved is not None:
         with timeline.step("guard"):
             guarded = moved(facts, now)
+    if offload is None and cached is None and focus is None:
+        offload = fork_offload()  # a listed cycle plans with the CPUs the listing used (one thread left)
     with gc_paused():  # planning makes little cyclic garbage; collections were 7% of a 150,000-pod plan
-        snapshot, plan = plan_cycle(facts, usage, policy, now, focus, predicted, timeline, guarded)
+        snapshot, plan = plan_cycle(facts, usage, policy, now, focus, predicted, timeline, guarded, offload)
     return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}", facts)
 
 

@@ -13,6 +13,7 @@ from rebalancer.protections import Protections
 from rebalancer.snapshot import ClusterSnapshot, after_evictions, build_snapshot
 from rebalancer.timeline import Timeline
 from strategies import build
+from strategies.base import Offload
 
 
 def plan_cycle(
@@ -24,10 +25,12 @@ def plan_cycle(
     predicted: PredictedLoad | None = None,
     timeline: Timeline | None = None,
     moved: Mapping[PodKey, str] | None = None,
+    offload: Offload | None = None,
 ) -> tuple[ClusterSnapshot, EvictionPlan]:
     """``focus``: the nodes an alert named; only they are relieved (None: every hot node).
     ``predicted``: the next-peak load, for strategies that classify by prediction. ``moved``: pods the
-    bounce-back guard keeps in place (``efficiency.recently_moved``), with the reason."""
+    bounce-back guard keeps in place (``efficiency.recently_moved``), with the reason. ``offload``: runs
+    parts of a strategy's plan on another CPU (the plan is the same without it)."""
     timeline = timeline or Timeline()
     with timeline.step("snapshot"):
         snapshot = build_snapshot(facts, usage, policy.pools, taken_at, focus)
@@ -45,7 +48,7 @@ def plan_cycle(
         for settings in policy.strategies:
             if not settings.enabled:
                 continue
-            result = build(settings).plan(seen, protections)
+            result = build(settings).plan(seen, protections, offload)
             results.append(result)
             seen = after_evictions(seen, result.evictions)  # the next strategy plans on what this one moved
     blocked = f"usage source failed, no evictions this cycle: {usage.failure}" if usage.failure else None

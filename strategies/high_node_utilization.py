@@ -18,7 +18,7 @@ from rebalancer.plan import NodeClass, NodeDecision, PlannedEviction, PodDecisio
 from rebalancer.protections import Protections
 from rebalancer.settings import FieldProblems, ResourceThresholds
 from rebalancer.snapshot import ClusterSnapshot
-from strategies.base import StrategySettings
+from strategies.base import Offload, StrategySettings
 from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.placement import RoomTracker
 from strategies.thresholds import Band, PoolThresholds, cap_millis, classify_nodes, pool_bands
@@ -76,7 +76,10 @@ class HighNodeUtilization:
     def name(self) -> str:
         return KIND
 
-    def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult:
+    def plan(
+        self, snapshot: ClusterSnapshot, protections: Protections, offload: Offload | None = None
+    ) -> StrategyResult:
+        del offload  # nothing here is worth a second CPU
         s = self.settings
         bands = pool_bands(snapshot, s, s.pools, False)
         decisions = classify_nodes(snapshot, KIND, bands, _decide)

@@ -25,10 +25,11 @@ from rebalancer.predicted import ClassifyBy, usage_view
 from rebalancer.protections import Protections
 from rebalancer.settings import FieldProblems
 from rebalancer.snapshot import ClusterSnapshot
-from strategies.base import StrategySettings
+from strategies.base import Offload, StrategySettings
 from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
 from strategies.placement import RoomTracker
+from strategies.split_relief import relieve_all
 from strategies.thresholds import Band, PoolThresholds, cap_millis, classify_nodes, pool_bands
 
 KIND = "LowNodeUtilization"
@@ -143,7 +144,9 @@ class LowNodeUtilization:
     def name(self) -> str:
         return KIND
 
-    def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult:
+    def plan(
+        self, snapshot: ClusterSnapshot, protections: Protections, offload: Offload | None = None
+    ) -> StrategyResult:
         s = self.settings
         snapshot = usage_view(snapshot, s.classify_by)
         bands = pool_bands(snapshot, s, s.pools, bool(s.use_deviation_thresholds))
@@ -168,17 +171,16 @@ class LowNodeUtilization:
         hot = sorted((d for d in hot_everywhere if d.pool in active_pools), key=lambda d: -(d.usage_pct or 0.0))
         ledger = BudgetLedger(snapshot.budgets)
         predictor = self._predictor(snapshot, decisions, caps) if hot and s.predict_placement else None
-        evictions: list[PlannedEviction] = []
-        pod_decisions: list[PodDecision] = []
-        for decision in hot:
+
+        def relieve(decision: NodeDecision) -> tuple[list[PlannedEviction], list[PodDecision], Unrelieved | None]:
             tracker = trackers[decision.pool if s.destinations_in_same_pool else ""]
-            destinations = _Destinations(tracker, predictor)
-            chosen, records, why_none = self._relieve(decision, snapshot, protections, ledger, destinations)
-            evictions.extend(chosen)
-            pod_decisions.extend(records)
-            if why_none is not None:
-                unrelieved[decision.node] = why_none
-        return StrategyResult(KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes), unrelieved)
+            return self._relieve(decision, snapshot, protections, ledger, _Destinations(tracker, predictor))
+
+        relieved = relieve_all(hot, relieve, trackers, offload)
+        unrelieved.update(relieved.unrelieved)
+        return StrategyResult(
+            KIND, tuple(relieved.evictions), ordered, tuple(relieved.records), tuple(notes), unrelieved
+        )
 
     def _active_pools(
         self,

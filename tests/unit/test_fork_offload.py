@@ -1,0 +1,91 @@
+"""ForkOffload: work run in a forked child comes back whole, or not at all, and the child is always reaped."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from rebalancer import offload as offload_module
+from rebalancer.offload import ForkOffload, fork_offload
+
+
+def no_children_left() -> bool:
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def test_an_answer_bigger_than_a_pipe_comes_back_whole() -> None:
+    offload = ForkOffload(timeout_s=30)
+    big = bytes(range(256)) * 40_000  # 10 MB: the child blocks on the pipe until the parent reads
+    answer = offload.start(lambda: [big, {"n": 1}]).result()
+    assert answer == [big, {"n": 1}]
+    (report,) = offload.reports
+    assert report.outcome == "answered"
+    assert report.private_mb is not None and report.private_mb > 0
+
+
+def test_the_child_works_on_the_memory_as_it_was_at_the_fork() -> None:
+    state = {"value": 1}
+    offload = ForkOffload(timeout_s=30)
+
+    def work() -> int:
+        state["value"] += 10  # the child's own copy
+        return state["value"]
+
+    ahead = offload.start(work)
+    state["value"] = 100  # the parent's change is not the child's
+    assert ahead.result() == 11
+    assert state["value"] == 100
+
+
+def test_work_that_raises_gives_no_answer() -> None:
+    offload = ForkOffload(timeout_s=30)
+    assert offload.start(lambda: 1 // 0).result() is None
+    assert [r.outcome for r in offload.reports] == ["exit status 70"]
+
+
+def test_a_child_that_dies_gives_no_answer() -> None:
+    offload = ForkOffload(timeout_s=30)
+    assert offload.start(lambda: os.kill(os.getpid(), 9)).result() is None
+    assert offload.reports[0].outcome == "exit status -9"
+
+
+def test_a_slow_child_is_killed_at_the_deadline() -> None:
+    offload = ForkOffload(timeout_s=0.3)
+    started = time.monotonic()
+    assert offload.start(lambda: time.sleep(30)).result() is None
+    assert time.monotonic() - started < 20
+    assert offload.reports[0].outcome == "timed out"
+    assert no_children_left()
+
+
+def test_cancel_kills_and_reaps_and_later_calls_are_harmless() -> None:
+    offload = ForkOffload(timeout_s=30)
+    ahead = offload.start(lambda: time.sleep(30))
+    ahead.cancel()
+    assert no_children_left()
+    ahead.cancel()
+    assert ahead.result() is None
+    assert [r.outcome for r in offload.reports] == ["cancelled"]
+
+
+def test_no_offload_beside_other_threads_or_on_one_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert fork_offload() is None  # a lock another thread holds would stay held in the child
+    finally:
+        stop.set()
+        other.join()
+    monkeypatch.setattr(offload_module, "available_cpus", lambda: 1)
+    assert fork_offload() is None
+    monkeypatch.setattr(offload_module, "available_cpus", lambda: 2)
+    if threading.active_count() == 1:  # under pytest other fixtures' threads may be running
+        assert isinstance(fork_offload(), ForkOffload)
