@@ -9,9 +9,11 @@ Prometheus' wire format (one series per pod, 150,000 at the largest size; a quar
 hot, a quarter cold). A fresh child process then measures, each as a median of ``--runs``:
 
 - the full cycle: ``app.plan_live`` as ``rebalancer plan`` runs it (KubeSource, PrometheusUsageSource,
-  snapshot and strategies), and its peak RSS (page workers included);
+  snapshot and strategies, the second half of the hot nodes in a forked planning child when the first
+  moves nothing), and its peak RSS (page workers and the planning child's private memory included: its
+  other pages are this process's, shared copy-on-write);
 - the snapshot alone (``KubeSource.read_facts``), the usage read alone (``PrometheusUsageSource.read``)
-  and the plan alone (``cycle.plan_cycle`` on them);
+  and the plan alone (``cycle.plan_cycle`` on them; on one CPU, and with the planning child);
 - the memory a listing holds beyond its result (peak minus retained RSS across the first read): pages
   are decoded as they come, so this stays flat whatever the size.
 
@@ -162,13 +164,21 @@ def plans(source: Any, prometheus: Any, policy: Any, runs: int) -> dict[str, Any
         update={"strategies": tuple(s.model_copy(update={"predict_placement": False}) for s in policy.strategies)}
     )
     guarded = parse_policy(POLICY.format(url=policy.prometheus.url) + GUARD)
+    from rebalancer.offload import ForkOffload
+
     out: dict[str, Any] = {}
-    for key, variant in (("plan", policy), ("plan_unpredicted", unpredicted), ("plan_guarded", guarded)):
+    variants = (
+        ("plan", policy, None),
+        ("plan_split", policy, ForkOffload()),
+        ("plan_unpredicted", unpredicted, None),
+        ("plan_guarded", guarded, None),
+    )
+    for key, variant, offload in variants:
         seconds = []
         for _ in range(runs):
             started = time.perf_counter()
             with gc_paused():
-                plan = plan_cycle(facts, usage, variant, time.time())[1]
+                plan = plan_cycle(facts, usage, variant, time.time(), offload=offload)[1]
             seconds.append(time.perf_counter() - started)
         out[f"{key}_s"], out[f"{key}_planned"] = seconds, len(plan.evictions)
     return out
@@ -177,17 +187,22 @@ def plans(source: Any, prometheus: Any, policy: Any, runs: int) -> dict[str, Any
 def cycles(api: Any, policy: Any, runs: int) -> dict[str, Any]:
     """``rebalancer plan``'s cycle: app.plan_live (list, read usage, plan)."""
     from rebalancer.app import ClusterConnection, plan_live
+    from rebalancer.offload import fork_offload
 
     out: dict[str, Any] = {"cycle_s": []}
+    offload = fork_offload()  # what plan_live takes by default, kept to read its children's reports
     for _ in range(runs):
         started = time.perf_counter()
-        outcome = plan_live(policy, ClusterConnection(), api=api)
+        outcome = plan_live(policy, ClusterConnection(), api=api, offload=offload)
         out["cycle_s"].append(time.perf_counter() - started)
         if outcome.plan.blocked:
             raise SystemExit(f"the cycle made no plan: {outcome.plan.blocked}")
         out["hot"] = sum(1 for r in outcome.plan.results for d in r.node_decisions if d.node_class == "hot")
         out["planned"] = len(outcome.plan.evictions)
         del outcome
+    reports = offload.reports if offload is not None else []
+    out["children"] = [r.outcome for r in reports]
+    out["child_private_mb"] = max((r.private_mb or 0.0 for r in reports), default=0.0)
     return out
 
 
@@ -248,13 +263,19 @@ def median(values: list[float]) -> float:
 
 def report_size(pods: int, nodes: int, f: dict[str, Any], base: dict[str, Any], runs: int) -> dict[str, float]:
     cycle, snapshot, usage, plan = (median(f[k]) for k in ("cycle_s", "snapshot_s", "usage_s", "plan_s"))
-    rss = f["peak_rss_mb"] + f["workers_rss_mb"]
+    rss = f["peak_rss_mb"] + f["workers_rss_mb"] + f["child_private_mb"]
     base_s = base["seconds"] / base["pods"] * pods
     print(f"== {pods} pods on {nodes} nodes ({f['series']} pod usage series), medians of {runs}")
     print(
         f"full cycle: {cycle:.2f} s ({', '.join(f'{s:.2f}' for s in f['cycle_s'])}); "
-        f"peak RSS {rss:.0f} MB ({f['workers_rss_mb']:.0f} MB of it in page workers); "
+        f"peak RSS {rss:.0f} MB ({f['workers_rss_mb']:.0f} MB of it in page workers, "
+        f"{f['child_private_mb']:.0f} MB the planning child's private memory); "
         f"{f['hot']} hot nodes, {f['planned']} evictions planned"
+    )
+    answered = f["children"].count("answered")
+    print(
+        f"  planning child: {answered} of {len(f['cycle_s'])} cycles took its answer "
+        f"({', '.join(f['children']) or 'none forked'})"
     )
     print(
         f"  snapshot alone: {snapshot:.2f} s ({f['offloaded']} of {f['pages']} pod pages in page workers; "
@@ -263,7 +284,8 @@ def report_size(pods: int, nodes: int, f: dict[str, Any], base: dict[str, Any], 
     )
     print(
         f"  usage read alone: {usage:.2f} s; plan alone (snapshot + strategies): {plan:.2f} s "
-        f"({f['plan_planned']} evictions); without placement prediction {median(f['plan_unpredicted_s']):.2f} s "
+        f"({f['plan_planned']} evictions), {median(f['plan_split_s']):.2f} s with the planning child "
+        f"({f['plan_split_planned']} evictions); without placement prediction {median(f['plan_unpredicted_s']):.2f} s "
         f"({f['plan_unpredicted_planned']} evictions); with the landing guard modelled "
         f"{median(f['plan_guarded_s']):.2f} s ({f['plan_guarded_planned']} evictions)"
     )
