@@ -87,6 +87,11 @@ class Forked(Generic[T]):
         self._deadline = started + timeout_s
         self._reports = reports
 
+    @property
+    def pid(self) -> int | None:
+        """The child's process id while it is not reaped."""
+        return self._pid
+
     def result(self) -> T | None:
         if self._pid is None:
             return None

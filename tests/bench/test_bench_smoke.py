@@ -76,13 +76,17 @@ def test_cycle_bench_prints_its_figures_for_each_size() -> None:
     assert all(float(s) > 0 and int(rss) > 0 and int(hot) > 0 and int(planned) >= 0 for s, rss, hot, planned in cycles)
     assert len(re.findall(rf"snapshot alone: {SECONDS} \((\d+) of (\d+) pod pages in page workers", out)) == 2
     plans = re.findall(
-        rf"usage read alone: {SECONDS}; plan alone \(snapshot \+ strategies\): {SECONDS} \((\d+) evictions\); "
+        rf"usage read alone: {SECONDS}; plan alone \(snapshot \+ strategies\): {SECONDS} \((\d+) evictions\), "
+        rf"{SECONDS} with the planning child \((\d+) evictions\); "
         rf"without placement prediction {SECONDS} \((\d+) evictions\); "
         rf"with the landing guard modelled {SECONDS} \((\d+) evictions\)",
         out,
     )
     # with the guard's mark modelled on the hot nodes, their replacements land elsewhere: pods move
     assert len(plans) == 2 and all(int(unpredicted) > 0 and int(guarded) > 0 for *_, unpredicted, _, guarded in plans)
+    # the planning child changes no decision
+    assert all(alone == split for _, _, alone, _, split, *_ in plans), plans
+    assert len(re.findall(r"planning child: \d+ of \d+ cycles took its answer \(", out)) == 2
     assert len(re.findall(r"listing memory: -?\d+ MB retained \(the result\), -?\d+ MB more", out)) == 2
     assert len(re.findall(r"ratio (\d+)x the full cycle, (\d+)x the snapshot", out)) == 2
     assert (

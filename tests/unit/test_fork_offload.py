@@ -12,9 +12,11 @@ from rebalancer import offload as offload_module
 from rebalancer.offload import ForkOffload, fork_offload
 
 
-def no_children_left() -> bool:
+def reaped(pid: int | None) -> bool:
+    """``pid`` is no child of this process any more (waited for, not a zombie)."""
+    assert pid is not None
     try:
-        os.waitpid(-1, os.WNOHANG)
+        os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         return True
     return False
@@ -59,17 +61,20 @@ def test_a_child_that_dies_gives_no_answer() -> None:
 def test_a_slow_child_is_killed_at_the_deadline() -> None:
     offload = ForkOffload(timeout_s=0.3)
     started = time.monotonic()
-    assert offload.start(lambda: time.sleep(30)).result() is None
+    ahead = offload.start(lambda: time.sleep(30))
+    pid = ahead.pid
+    assert ahead.result() is None
     assert time.monotonic() - started < 20
     assert offload.reports[0].outcome == "timed out"
-    assert no_children_left()
+    assert reaped(pid)
 
 
 def test_cancel_kills_and_reaps_and_later_calls_are_harmless() -> None:
     offload = ForkOffload(timeout_s=30)
     ahead = offload.start(lambda: time.sleep(30))
+    pid = ahead.pid
     ahead.cancel()
-    assert no_children_left()
+    assert reaped(pid) and ahead.pid is None
     ahead.cancel()
     assert ahead.result() is None
     assert [r.outcome for r in offload.reports] == ["cancelled"]
