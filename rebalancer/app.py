@@ -7,7 +7,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,10 +38,6 @@ from rebalancer.timeline import Timeline
 
 log = logging.getLogger(__name__)
 MAX_TARGETED_NODES = 20  # more alerted nodes at once: a full listing is cheaper than one per node
-# The pods wait this long at most for the usage read to finish: decoding Prometheus' answer holds the
-# interpreter lock for 100 ms and more at a stretch (150,000 series), and the page fetching stalls behind
-# it. 150,000 pods: the pods listed 1.97 -> 1.75 s after waiting 0.15 s, the listing 2.26 -> 2.17 s.
-USAGE_HEAD_START_S = 0.3
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 Clock = Callable[[], float]
 
@@ -101,20 +97,14 @@ def plan_live(
         with timeline.step("usage"):
             usage = usage_now()
     else:
-        # Prometheus answers while the nodes and ReplicaSets are listed, and the pods after it (for at
-        # most USAGE_HEAD_START_S); its errors still block evictions (read_usage), anything else it
-        # raises is raised here, after the listing
+        # Prometheus answers while the pods are listed and decoded; its errors still block evictions
+        # (read_usage), anything else it raises is raised here, after the listing
         with ThreadPoolExecutor(1, thread_name_prefix="usage-read") as reader:
             pending = reader.submit(usage_now)
-
-            def usage_first() -> None:
-                with timeline.step("usage ahead of the pods"):
-                    wait([pending], USAGE_HEAD_START_S)
-
             with timeline.step("facts"):
                 api = api or connect(connection.kubeconfig, connection.context)
                 kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
-                facts = read_facts(kube, focus, known, usage_first)
+                facts = read_facts(kube, focus, known)
             with timeline.step("usage"):  # only what the listing did not hide
                 usage = pending.result()
     predicted = None
@@ -137,18 +127,12 @@ def guard_preview(policy: Policy, planned: PlanOutcome) -> GuardReport | None:
     return preview(policy, planned.snapshot, planned.plan)
 
 
-def read_facts(
-    kube: KubeSource,
-    focus: frozenset[str] | None,
-    known: ClusterFacts | None,
-    before_pods: Callable[[], object] | None = None,
-) -> ClusterFacts:
+def read_facts(kube: KubeSource, focus: frozenset[str] | None, known: ClusterFacts | None) -> ClusterFacts:
     """The whole cluster; or, for an alert's few nodes when recent facts are at hand, only those nodes
     and their pods (field selector ``spec.nodeName``), the rest taken from the recent facts (destinations
-    only receive load: their pods are never evicted in a focused cycle). ``before_pods``: called before
-    the whole cluster's pods are listed."""
+    only receive load: their pods are never evicted in a focused cycle)."""
     if focus is None or known is None or len(focus) > MAX_TARGETED_NODES:
-        return kube.read_facts(before_pods=before_pods)
+        return kube.read_facts()
     fresh = kube.read_nodes_facts(sorted(focus))
     nodes = {n.name: n for n in known.nodes}
     nodes.update((n.name, n) for n in fresh.nodes)

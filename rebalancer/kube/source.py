@@ -63,19 +63,14 @@ class KubeSource:
         self._timeout = request_timeout
         self.last_stats = ReadStats()
 
-    def read_facts(
-        self, node_name: str | None = None, *, before_pods: Callable[[], object] | None = None
-    ) -> ClusterFacts:
+    def read_facts(self, node_name: str | None = None) -> ClusterFacts:
         """Nodes, pods and budgets; with ``node_name`` only that node and the pods bound to it."""
-        return self.read_nodes_facts(None if node_name is None else (node_name,), before_pods=before_pods)
+        return self.read_nodes_facts(None if node_name is None else (node_name,))
 
-    def read_nodes_facts(
-        self, node_names: Sequence[str] | None, *, before_pods: Callable[[], object] | None = None
-    ) -> ClusterFacts:
+    def read_nodes_facts(self, node_names: Sequence[str] | None) -> ClusterFacts:
         """Nodes, pods and budgets; with ``node_names`` only those nodes and the pods bound to them
         (one field-selected list each: field selectors cannot OR). ReplicaSets and budgets are listed
-        once whatever the number of nodes. ``before_pods`` is called once the nodes and ReplicaSets are
-        listed, before the first pod page is asked for."""
+        once whatever the number of nodes."""
         self.last_stats = ReadStats()
         if node_names is None and self._workers is not None:
             self._workers.warm_up()  # they start while nodes and ReplicaSets are listed
@@ -94,8 +89,6 @@ class KubeSource:
             pod_decoder = decode.PodDecoder(self._annotations, rs_owners)
             del owners
             offload = self._offload(rs_owners)
-            if before_pods is not None:
-                before_pods()
             with pod_decoder.converting_list() as pod_list:
                 pod_lists = [
                     self._list(self._pod_call(name, pod_list), decode.converted, offload)

@@ -70,22 +70,6 @@ def test_paging_returns_every_pod_exactly_once(
     assert facts.resource_version == str(kube_server.store.revision)
 
 
-def test_before_pods_runs_once_after_nodes_and_replica_sets_and_before_any_pod_page(
-    kube_server: TestApiServer, kubeconfig: Path
-) -> None:
-    add_many_pods(kube_server, 1234)
-    source = KubeSource(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, page_size=500)
-    seen: list[list[str]] = []
-
-    facts = source.read_facts(before_pods=lambda: seen.append([r.path for r in kube_server.requests]))
-
-    assert len(facts.pods) == 1234
-    (paths,) = seen
-    assert "/api/v1/nodes" in paths and "/apis/apps/v1/replicasets" in paths
-    assert PODS not in paths
-    assert len(kube_server.requests_to(PODS)) == 3
-
-
 def test_expired_continue_token_restarts_the_list(kube_server: TestApiServer, kubeconfig: Path) -> None:
     add_many_pods(kube_server, 1234)
     added: list[dict[str, Any]] = []
