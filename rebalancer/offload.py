@@ -60,27 +60,54 @@ class ForkOffload:
 
     def start(self, work: Callable[[], T]) -> Forked[T]:
         """Fork a child that runs ``work()`` on this process's memory as it is now."""
-        read_fd, write_fd = os.pipe()
         started = time.perf_counter()
-        pid = os.fork()
+        try:
+            read_fd, write_fd = os.pipe()
+        except OSError as e:  # out of file descriptors: this process does the work itself
+            return self._refused(e, started)
+        try:
+            pid = os.fork()
+        except OSError as e:  # out of memory or processes (a container's pids limit)
+            os.close(read_fd)
+            os.close(write_fd)
+            return self._refused(e, started)
         if pid == 0:  # the child: never returns into the caller's code
             _run_child(work, read_fd, write_fd)
         os.close(write_fd)
         return Forked(pid, read_fd, started, self.timeout_s, self.reports)
 
+    def _refused(self, error: OSError, started: float) -> Forked[T]:
+        log.warning("no planning child (%s); this process plans alone", error)
+        self.reports.append(AheadReport(time.perf_counter() - started, None, f"not started: {error}"))
+        return Forked(None, -1, started, self.timeout_s, self.reports)
+
 
 def fork_offload() -> ForkOffload | None:
     """An offload when this process can fork safely and has a CPU to spare, else None."""
-    if not hasattr(os, "fork") or threading.active_count() > 1 or available_cpus() < 2:
+    why = _why_one_cpu()
+    if why is not None:
+        log.debug("planning on one CPU: %s", why)
         return None
     return ForkOffload()
+
+
+def _why_one_cpu() -> str | None:
+    if not hasattr(os, "fork"):
+        return "no fork() here"
+    if threading.active_count() > 1:
+        return f"{threading.active_count()} threads"
+    if available_cpus() < 2:
+        return "one CPU available"
+    return None
 
 
 class Forked(Generic[T]):
     """A child's answer to come: :meth:`result` waits for it (None: no usable answer), :meth:`cancel`
     kills the child. Either reaps it; calling both, or either twice, is harmless."""
 
-    def __init__(self, pid: int, read_fd: int, started: float, timeout_s: float, reports: list[AheadReport]) -> None:
+    def __init__(
+        self, pid: int | None, read_fd: int, started: float, timeout_s: float, reports: list[AheadReport]
+    ) -> None:
         self._pid: int | None = pid
         self._fd = read_fd
         self._started = started

@@ -94,3 +94,15 @@ def test_no_offload_beside_other_threads_or_on_one_cpu(monkeypatch: pytest.Monke
     monkeypatch.setattr(offload_module, "available_cpus", lambda: 2)
     if threading.active_count() == 1:  # under pytest other fixtures' threads may be running
         assert isinstance(fork_offload(), ForkOffload)
+
+
+def test_a_refused_fork_gives_no_answer_and_no_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")  # what fork() raises at a pids limit
+
+    monkeypatch.setattr(os, "fork", refuse)
+    offload = ForkOffload(timeout_s=30)
+    ahead = offload.start(lambda: 1)
+    assert ahead.pid is None and ahead.result() is None
+    ahead.cancel()
+    assert [r.outcome for r in offload.reports] == ["not started: [Errno 11] Resource temporarily unavailable"]
