@@ -24,9 +24,11 @@ FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="rebalancer" \
       org.opencontainers.image.description="Rebalances Kubernetes nodes on real CPU usage read from Prometheus, evicting only through the Eviction API." \
       org.opencontainers.image.licenses="Apache-2.0"
+# OPENBLAS_NUM_THREADS: the planner's numpy work is elementwise; no BLAS thread pool beside a fork().
 ENV PATH=/opt/rebalancer/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    OPENBLAS_NUM_THREADS=1
 COPY --from=build /opt/rebalancer /opt/rebalancer
 # A numeric, non-root user (no name to resolve: Kubernetes' runAsNonRoot can check it).
 USER 65532:65532

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from rebalancer.app_efficiency import RECORDS_KEY, EfficiencyRecorder, Recorded
 from rebalancer.app_guard import guard_after_cycle, guard_before_evictions, preview
@@ -68,7 +69,7 @@ def plan_live(
     timeline: Timeline | None = None,
     prometheus: PrometheusUsageSource | None = None,
     moved: Callable[[ClusterFacts, float], Mapping[PodKey, str]] | None = None,
-    offload: ForkOffload | None = None,
+    offload: ForkOffload | Literal["auto"] | None = "auto",
 ) -> PlanOutcome:
     """Read the cluster and Prometheus (at once, when the cluster is listed), then plan. A failed usage
     read blocks evictions, not the plan.
@@ -79,9 +80,9 @@ def plan_live(
     ``timeline`` receives the time of each step. ``prometheus``: a usage source kept open between cycles
     (its connection stays warm), else one is opened for this cycle. ``moved``: the bounce-back guard's
     pods for these facts (read from the efficiency records). ``offload``: runs independent parts of
-    the plan in a forked child; by default one is used for a whole listed cluster when the process can
-    fork safely and has a second CPU (:func:`rebalancer.offload.fork_offload`), never on the watch
-    cache (serve mode has other threads)."""
+    the plan in a forked child (None: never); "auto" uses one for a whole listed cluster when the process
+    can fork safely and has a second whole CPU (:func:`rebalancer.offload.fork_offload`), never on the
+    watch cache or for an alert's nodes (serve mode has other threads)."""
     timeline = timeline or Timeline()
     now = clock()
 
@@ -115,8 +116,8 @@ def plan_live(
     if moved is not None:
         with timeline.step("guard"):
             guarded = moved(facts, now)
-    if offload is None and cached is None and focus is None:
-        offload = fork_offload()  # a listed cycle plans with the CPUs the listing used (one thread left)
+    if offload == "auto":  # a listed cycle plans with the CPUs the listing used (one thread left)
+        offload = fork_offload() if cached is None and focus is None else None
     with gc_paused():  # planning makes little cyclic garbage; collections were 7% of a 150,000-pod plan
         snapshot, plan = plan_cycle(facts, usage, policy, now, focus, predicted, timeline, guarded, offload)
     return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}", facts)

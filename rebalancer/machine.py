@@ -7,13 +7,15 @@ import os
 from pathlib import Path
 
 
-def available_cpus() -> int:
-    """CPUs this process may use: its affinity, capped by a cgroup v2 CPU quota (a container's limit)."""
+def available_cpus(*, whole: bool = False) -> int:
+    """CPUs this process may use: its affinity, capped by a cgroup v2 CPU quota (a container's limit),
+    a fraction rounded up (``whole``: down; a 1.5-CPU quota has one whole CPU to run two processes)."""
     count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     try:
         quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
         if quota == "max":
             return count
-        return max(1, min(count, math.ceil(int(quota) / int(period))))
+        cpus = int(quota) / int(period)
+        return max(1, min(count, math.floor(cpus) if whole else math.ceil(cpus)))
     except (OSError, ValueError):
         return count

@@ -5,18 +5,24 @@ its work (:class:`strategies.base.Offload`) hands the second part to :meth:`Fork
 ``fork()``-ed child computes it from the same memory (copy-on-write: nothing is sent to it) and
 sends the result back pickled through a pipe, while this process does the first part. The strategy
 decides whether the answer is still valid and otherwise computes the part itself, so a child that
-fails, is too slow or is cancelled costs time, never a different plan.
+fails, is slow, cannot be started or is cancelled costs time, never a different plan: every failure
+here ends as "no answer" and a report, not as an exception.
 
-Forking is only safe in a process with one thread (a lock held by another thread at the fork stays
-held in the child forever), and only pays with a second CPU: :func:`fork_offload` gives an offload
-only then. The child does no I/O but its pipe, resets the termination signals to their defaults, and
-leaves with ``os._exit`` (no atexit handlers, no inherited buffers flushed twice).
+Forking is only safe without other Python threads (a lock one of them holds at the fork stays held in
+the child forever), and only pays with a second whole CPU: :func:`fork_offload` gives an offload only
+then. Thread pools of C libraries have their own fork handlers (OpenBLAS's stops its workers; the
+image sets ``OPENBLAS_NUM_THREADS=1`` anyway: the planner's numpy work is elementwise). Termination
+signals are blocked across the ``fork()`` so that neither side runs a handler half-way; the child then
+restores their defaults, sets itself an alarm at the deadline (so it ends even if this process was
+killed), does no I/O but its pipe, and leaves with ``os._exit`` (no atexit handlers, no inherited
+buffers flushed twice).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import pickle
 import select
@@ -36,17 +42,19 @@ T = TypeVar("T")
 
 MIN_SPLIT = 64  # items (hot nodes) below which a fork costs more than half the work saves
 TIMEOUT_S = 120.0  # a child that has not answered by then is killed; the caller computes its part
+GRACE_S = 5.0  # once asked, a child gets this long, or three times as long as the caller's own part
 _CHUNK = 1 << 20
+_BLOCKED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
 
 
 @dataclass(frozen=True, slots=True)
 class AheadReport:
     """One child: how long it ran (fork to answer or end), its private memory (copied-on-write pages
-    and its own allocations; None where /proc is missing) and how it ended."""
+    and its own allocations; None where /proc is missing, or not measured) and how it ended."""
 
     seconds: float
     private_mb: float | None
-    outcome: str  # "answered", "cancelled", or why it failed
+    outcome: str  # "answered", "cancelled", or why there was no answer
 
 
 @dataclass(slots=True)
@@ -65,14 +73,17 @@ class ForkOffload:
             read_fd, write_fd = os.pipe()
         except OSError as e:  # out of file descriptors: this process does the work itself
             return self._refused(e, started)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
         try:
             pid = os.fork()
         except OSError as e:  # out of memory or processes (a container's pids limit)
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             os.close(read_fd)
             os.close(write_fd)
             return self._refused(e, started)
         if pid == 0:  # the child: never returns into the caller's code
-            _run_child(work, read_fd, write_fd)
+            _run_child(work, read_fd, write_fd, blocked, self.timeout_s)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         os.close(write_fd)
         return Forked(pid, read_fd, started, self.timeout_s, self.reports)
 
@@ -83,7 +94,7 @@ class ForkOffload:
 
 
 def fork_offload() -> ForkOffload | None:
-    """An offload when this process can fork safely and has a CPU to spare, else None."""
+    """An offload when this process can fork safely and has a whole CPU to spare, else None."""
     why = _why_one_cpu()
     if why is not None:
         log.debug("planning on one CPU: %s", why)
@@ -96,22 +107,22 @@ def _why_one_cpu() -> str | None:
         return "no fork() here"
     if threading.active_count() > 1:
         return f"{threading.active_count()} threads"
-    if available_cpus() < 2:
-        return "one CPU available"
+    if available_cpus(whole=True) < 2:
+        return "less than two whole CPUs available"
     return None
 
 
 class Forked(Generic[T]):
     """A child's answer to come: :meth:`result` waits for it (None: no usable answer), :meth:`cancel`
-    kills the child. Either reaps it; calling both, or either twice, is harmless."""
+    kills the child. Either reaps it and closes its pipe; calling both, or either twice, is harmless."""
 
     def __init__(
         self, pid: int | None, read_fd: int, started: float, timeout_s: float, reports: list[AheadReport]
     ) -> None:
-        self._pid: int | None = pid
+        self._pid = pid
         self._fd = read_fd
         self._started = started
-        self._deadline = started + timeout_s
+        self._timeout_s = timeout_s
         self._reports = reports
 
     @property
@@ -120,73 +131,100 @@ class Forked(Generic[T]):
         return self._pid
 
     def result(self) -> T | None:
+        """The child's answer. Waits at most until the child's deadline, and at most :data:`GRACE_S` or
+        three times as long as the caller took since the fork, whichever is longer: the child has a
+        part of about the caller's size, so by then computing it here is quicker than waiting on."""
         if self._pid is None:
             return None
-        chunks: list[bytes] = []
-        why = self._read(chunks)
-        code = self._reap(kill=why is not None)
-        if why is None and code != 0:
-            why = f"exit status {code}"
-        answer: tuple[T, float | None] | None = None
-        if why is None:
-            try:
-                answer = pickle.loads(b"".join(chunks))
-            except Exception as e:  # a child that died mid-write leaves a truncated pickle
-                why = f"unreadable answer ({e})"
-        if answer is None:
-            self._report(None, why or "no answer")
-            log.warning("the planning child gave no usable answer (%s); this process plans its part itself", why)
+        now = time.perf_counter()
+        deadline = min(self._started + self._timeout_s, now + max(GRACE_S, 3 * (now - self._started)))
+        try:
+            return self._answer(deadline)
+        except Exception as e:  # whatever went wrong, this process plans the part itself
+            self._end(kill=True)
+            self._failed(f"{type(e).__name__}: {e}")
             return None
-        value, private_mb = answer
-        self._report(private_mb, "answered")
-        return value
 
     def cancel(self) -> None:
         if self._pid is not None:
-            self._reap(kill=True)
+            self._end(kill=True)
             self._report(None, "cancelled")
 
-    def _read(self, chunks: list[bytes]) -> str | None:
+    def _answer(self, deadline: float) -> T | None:
+        chunks: list[bytes] = []
+        why = self._read(chunks, deadline)
+        code = self._end(kill=why is not None)
+        if why is None and code != 0:
+            why = f"exit status {code}"
+        if why is not None:
+            self._failed(why)
+            return None
+        ok, value, private_mb = pickle.loads(b"".join(chunks))
+        if not ok:
+            self._failed(f"failed in the child: {value}")
+            return None
+        self._report(private_mb, "answered")
+        answer: T = value
+        return answer
+
+    def _read(self, chunks: list[bytes], deadline: float) -> str | None:
         """The child's whole answer into ``chunks``; why not (None: read to the end)."""
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
         while True:
-            left = self._deadline - time.perf_counter()
+            left = deadline - time.perf_counter()
             if left <= 0:
                 return "timed out"
-            ready, _, _ = select.select([self._fd], [], [], left)
-            if not ready:
+            if not poller.poll(math.ceil(left * 1000)):
                 continue
             chunk = os.read(self._fd, _CHUNK)
             if not chunk:
                 return None
             chunks.append(chunk)
 
-    def _reap(self, *, kill: bool) -> int:
-        pid, self._pid = self._pid, None
+    def _end(self, *, kill: bool) -> int:
+        """Close the pipe, kill the child if asked, reap it; its exit code."""
+        pid = self._pid
         assert pid is not None
-        os.close(self._fd)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
         if kill:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status)
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): its status is lost
+            status = -1
+        self._pid = None
+        return os.waitstatus_to_exitcode(status) if status >= 0 else -1
+
+    def _failed(self, why: str) -> None:
+        self._report(None, why)
+        log.warning("the planning child gave no usable answer (%s); this process plans its part itself", why)
 
     def _report(self, private_mb: float | None, outcome: str) -> None:
         self._reports.append(AheadReport(time.perf_counter() - self._started, private_mb, outcome))
 
 
-def _run_child(work: Callable[[], object], read_fd: int, write_fd: int) -> None:
+def _run_child(
+    work: Callable[[], object], read_fd: int, write_fd: int, mask: set[int | signal.Signals], timeout_s: float
+) -> None:
     code = 70
     try:
         os.close(read_fd)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        value = work()
-        data = memoryview(pickle.dumps((value, _private_mb()), protocol=pickle.HIGHEST_PROTOCOL))
+        for number in (*_BLOCKED, signal.SIGALRM):
+            signal.signal(number, signal.SIG_DFL)
+        signal.alarm(math.ceil(timeout_s) + 1)  # ends it even when nobody waits any more
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        try:
+            answer = pickle.dumps((True, work(), _private_mb()), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # the cause goes to the parent, which plans this part itself
+            answer = pickle.dumps((False, f"{type(e).__name__}: {e}", None))
+        data = memoryview(answer)
         while data:
             data = data[os.write(write_fd, data) :]
         code = 0
-    except BaseException:  # the parent sees the exit status and plans this part itself
-        pass
     finally:
         os._exit(code)
 

@@ -1,9 +1,12 @@
 """Hot nodes relieved in turn, the second half ahead on another CPU when nothing moves before it.
 
-Relieving a hot node changes what the next one sees only through a move (room taken on a destination,
-a budget spent, the scheduler model's pods). So when the first half of the hot nodes moves nothing,
-the second half, relieved from the plan's starting state, is exactly what relieving it in turn would
-give. That is the most expensive plan, too: every candidate of every hot node is asked (on the
+Relieving a hot node changes what the next one sees through a move (room taken on a destination, a
+budget spent, the scheduler model's pods) and through one remembered thing, below; every other state
+kept from node to node is a cache whose answers do not depend on what was asked before (the landing
+predictor's and the scheduler model's: a cache that did would break this, and the hypothesis tests
+comparing split plans with plans in turn would find it). So when the first half of the hot nodes moves
+nothing, the second half, relieved from the plan's starting state, is exactly what relieving it in turn
+would give. That is the most expensive plan, too: every candidate of every hot node is asked (on the
 150,000-pod benchmark cluster placement prediction refuses all 22,483 of them). :func:`relieve_all`
 starts the second half on an :class:`~strategies.base.Offload` and relieves the first half here; the
 answer is taken when the first half moved nothing, else the offload is cancelled at the first move
@@ -67,7 +70,9 @@ def relieve_all(
     offload: Offload | None,
 ) -> Relieved:
     """``relieve`` each of ``hot`` in turn (``trackers``: the room searches it uses), the second half
-    on ``offload`` when there are at least its ``min_split`` nodes (see the module docstring)."""
+    on ``offload`` when there are at least its ``min_split`` nodes (see the module docstring). When the
+    child's answer is taken, this process's working state (trackers, budgets, the scheduler model) does
+    not hold the second half's moves: the plan's result is all that is used afterwards."""
     if offload is None or len(hot) < max(2, offload.min_split):
         return _in_turn(hot, relieve)
     probe = offload.min_split // 4

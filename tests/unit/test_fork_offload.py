@@ -46,10 +46,44 @@ def test_the_child_works_on_the_memory_as_it_was_at_the_fork() -> None:
     assert state["value"] == 100
 
 
-def test_work_that_raises_gives_no_answer() -> None:
+def test_work_that_raises_gives_no_answer_and_says_why() -> None:
     offload = ForkOffload(timeout_s=30)
     assert offload.start(lambda: 1 // 0).result() is None
-    assert [r.outcome for r in offload.reports] == ["exit status 70"]
+    assert [r.outcome for r in offload.reports] == [
+        "failed in the child: ZeroDivisionError: integer division or modulo by zero"
+    ]
+
+
+def test_an_answer_that_cannot_be_pickled_gives_no_answer_and_says_why() -> None:
+    offload = ForkOffload(timeout_s=30)
+    assert offload.start(lambda: lambda: 1).result() is None
+    (report,) = offload.reports
+    assert report.outcome.startswith("failed in the child: ") and "pickle" in report.outcome
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_no_descriptor_or_child_is_left_behind_whichever_way_it_ends() -> None:
+    offload = ForkOffload(timeout_s=30)
+    before = open_fds()
+    answered, raised, cancelled = (offload.start(w) for w in (lambda: 1, lambda: 1 // 0, lambda: time.sleep(30)))
+    pids = [answered.pid, raised.pid, cancelled.pid]
+    assert answered.result() == 1 and raised.result() is None
+    cancelled.cancel()
+    assert open_fds() == before
+    assert all(reaped(pid) for pid in pids)
+
+
+def test_a_slow_child_is_not_waited_for_much_longer_than_the_caller_took(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(offload_module, "GRACE_S", 0.2)
+    offload = ForkOffload(timeout_s=60)
+    ahead = offload.start(lambda: time.sleep(30))
+    started = time.monotonic()
+    assert ahead.result() is None
+    assert time.monotonic() - started < 20
+    assert offload.reports[0].outcome == "timed out"
 
 
 def test_a_child_that_dies_gives_no_answer() -> None:
@@ -89,9 +123,9 @@ def test_no_offload_beside_other_threads_or_on_one_cpu(monkeypatch: pytest.Monke
     finally:
         stop.set()
         other.join()
-    monkeypatch.setattr(offload_module, "available_cpus", lambda: 1)
+    monkeypatch.setattr(offload_module, "available_cpus", lambda whole: 1)
     assert fork_offload() is None
-    monkeypatch.setattr(offload_module, "available_cpus", lambda: 2)
+    monkeypatch.setattr(offload_module, "available_cpus", lambda whole: 2)
     if threading.active_count() == 1:  # under pytest other fixtures' threads may be running
         assert isinstance(fork_offload(), ForkOffload)
 

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rebalancer.cycle import plan_cycle
 from rebalancer.model import ClusterFacts, Node, Pod, Taint, Toleration, UsageReport
 from rebalancer.offload import ForkOffload
-from rebalancer.plan import EvictionPlan
+from rebalancer.plan import EvictionPlan, NodeDecision
 from rebalancer.policy import Policy
+from strategies.low_node_utilization import LowNodeUtilization
 from strategies.placement import REMEMBERED
 from tests.builders import budget, node, pod, policy, usage
 from tests.unit.test_planner_properties import clusters, policies
@@ -110,12 +112,24 @@ def crowded(hot: int, *, room_m: int, pod_usage: tuple[int, ...]) -> tuple[Clust
     return ClusterFacts(tuple(nodes), tuple(pods), ()), usage(node_m, pod_m)
 
 
-def test_nothing_moving_the_child_answers_and_remembered_searches_read_as_in_turn() -> None:
+def test_nothing_moving_the_child_answers_and_remembered_searches_read_as_in_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # no pod fits the cold node: every search fails; in turn, only the first node's searches run in full
     facts, report = crowded(8, room_m=1000, pod_usage=(1800, 1700))
     pol = policy(LNU)
     offload = ForkOffload(min_split=2, timeout_s=30)  # no node probed: 4 here and 4 ahead
-    split, in_turn = planned(facts, report, pol, offload), planned(facts, report, pol, None)
+    relieved_here: list[str] = []  # the child's calls happen in its own memory
+    relieve = LowNodeUtilization._relieve
+
+    def counted(self: LowNodeUtilization, decision: NodeDecision, *args: Any) -> Any:
+        relieved_here.append(decision.node)
+        return relieve(self, decision, *args)
+
+    monkeypatch.setattr(LowNodeUtilization, "_relieve", counted)
+    split = planned(facts, report, pol, offload)
+    assert relieved_here == ["hot-00", "hot-01", "hot-02", "hot-03"]  # the rest is the child's answer
+    in_turn = planned(facts, report, pol, None)
     assert [r.outcome for r in offload.reports] == ["answered"]
     assert split == in_turn
     reasons = [d.reason for d in split.results[0].pod_decisions]
