@@ -112,18 +112,17 @@ def _why_one_cpu() -> str | None:
     return None
 
 
+@dataclass(slots=True)
 class Forked(Generic[T]):
     """A child's answer to come: :meth:`result` waits for it (None: no usable answer), :meth:`cancel`
-    kills the child. Either reaps it and closes its pipe; calling both, or either twice, is harmless."""
+    kills the child. Either reaps it and closes its pipe; calling both, or either twice, is harmless.
+    Made by :meth:`ForkOffload.start` (no child: pid None, pipe -1)."""
 
-    def __init__(
-        self, pid: int | None, read_fd: int, started: float, timeout_s: float, reports: list[AheadReport]
-    ) -> None:
-        self._pid = pid
-        self._fd = read_fd
-        self._started = started
-        self._timeout_s = timeout_s
-        self._reports = reports
+    _pid: int | None
+    _fd: int
+    _started: float
+    _timeout_s: float
+    _reports: list[AheadReport]
 
     @property
     def pid(self) -> int | None:

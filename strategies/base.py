@@ -85,10 +85,7 @@ class Offload(Protocol):
     (``rebalancer.offload.ForkOffload``: a forked copy of the process). The strategy decides whether
     the answer still holds when it gets there; the plan must be the same with or without an offload."""
 
-    @property
-    def min_split(self) -> int:
-        """The fewest items (hot nodes) worth splitting."""
-        ...
+    min_split: int  # the fewest items (hot nodes) worth splitting
 
     def start(self, work: Callable[[], T]) -> Ahead[T]: ...
 
