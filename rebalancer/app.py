@@ -6,13 +6,13 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rebalancer.app_efficiency import RECORDS_KEY, EfficiencyRecorder, Recorded
+from rebalancer.app_efficiency import RECORDS_KEY, Earlier, EfficiencyRecorder, Recorded
 from rebalancer.app_guard import guard_after_cycle, guard_before_evictions, preview
 from rebalancer.app_prediction import HistoryCache, needs_prediction, predicted_load
 from rebalancer.cycle import plan_cycle
@@ -21,10 +21,11 @@ from rebalancer.errors import ConfigError, SourceError
 from rebalancer.evictor import DryRun, Evictor, EvictorReport
 from rebalancer.explain import ScaleDownExplanation, explain
 from rebalancer.guard.applier import GuardReport
+from rebalancer.inflight import EarlierReliefs
 from rebalancer.kube import ApiClient, ConfigMapStateStore, KubeActions, KubeSource, PodAnnotator, connect
 from rebalancer.kube.lister import gc_paused
 from rebalancer.kube.workload_pods import WORKLOAD_KINDS, WorkloadPodsReader
-from rebalancer.model import ClusterFacts, PodKey, UsageReport
+from rebalancer.model import ClusterFacts, UsageReport
 from rebalancer.offload import ForkOffload, fork_offload
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
@@ -68,7 +69,7 @@ def plan_live(
     history: HistoryCache | None = None,
     timeline: Timeline | None = None,
     prometheus: PrometheusUsageSource | None = None,
-    moved: Callable[[ClusterFacts, float], Mapping[PodKey, str]] | None = None,
+    earlier: Callable[[ClusterFacts, float], Earlier] | None = None,
     offload: ForkOffload | Literal["auto"] | None = "auto",
 ) -> PlanOutcome:
     """Read the cluster and Prometheus (at once, when the cluster is listed), then plan. A failed usage
@@ -79,7 +80,7 @@ def plan_live(
     the service's cache of the predictor's daily peaks (strategies with classifyBy predicted or max).
     ``timeline`` receives the time of each step. ``prometheus``: a usage source kept open between cycles
     (its connection stays warm), else one is opened for this cycle. ``moved``: the bounce-back guard's
-    pods for these facts (read from the efficiency records). ``offload``: runs independent parts of
+    pods for these facts and the earlier reliefs (read from the efficiency records; None: neither). ``offload``: runs independent parts of
     the plan in a forked child (None: never); "auto" uses one for a whole listed cluster when the process
     can fork safely and has a second whole CPU (:func:`rebalancer.offload.fork_offload`), never on the
     watch cache or for an alert's nodes (serve mode has other threads)."""
@@ -112,15 +113,31 @@ def plan_live(
     if needs_prediction(policy):
         with timeline.step("prediction"):
             predicted = predicted_load(policy, facts, now, history)
-    guarded = None
-    if moved is not None:
+    guarded, reliefs = None, None
+    if earlier is not None:
         with timeline.step("guard"):
-            guarded = moved(facts, now)
+            guarded, reliefs = earlier(facts, now)
     if offload == "auto":  # a listed cycle plans with the CPUs the listing used (one thread left)
         offload = fork_offload() if cached is None and focus is None else None
     with gc_paused():  # planning makes little cyclic garbage; collections were 7% of a 150,000-pod plan
-        snapshot, plan = plan_cycle(facts, usage, policy, now, focus, predicted, timeline, guarded, offload)
+        snapshot, plan = plan_cycle(facts, usage, policy, now, focus, predicted, timeline, guarded, offload, reliefs)
     return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}", facts)
+
+
+def plan_now(policy: Policy, connection: ClusterConnection, clock: Clock = time.time) -> PlanOutcome:
+    """``rebalancer plan``: what a cycle would plan now, with the efficiency records read (never written),
+    so the plan counts the earlier reliefs and keeps the bounce-back guard's pods as a cycle would."""
+    api = connect(connection.kubeconfig, connection.context)
+    earlier: Callable[[ClusterFacts, float], Earlier]
+    try:
+        namespace = state_namespace(policy.state.namespace)
+    except ConfigError as exc:
+        missing = f"the efficiency records cannot be found: {exc}"
+        earlier = lambda facts, now: ({}, EarlierReliefs(missing=missing))  # noqa: E731
+    else:
+        store = ConfigMapStateStore(api, namespace, policy.state.efficiency_config_map, RECORDS_KEY)
+        earlier = EfficiencyRecorder(store, policy.efficiency, policy.pools, write=False).earlier
+    return plan_live(policy, ClusterConnection(), clock, api, earlier=earlier)
 
 
 def guard_preview(policy: Policy, planned: PlanOutcome) -> GuardReport | None:
@@ -193,7 +210,7 @@ def run_cycle(
     )  # fmt: skip
     planned = plan_live(
         policy, ClusterConnection(), clock, api, focus, known, cached, history, timeline, prometheus,
-        recorder.moved if policy.efficiency.enabled else None,
+        recorder.earlier,
     )  # fmt: skip
     owner = requester or f"rebalancer/{socket.gethostname()}"  # the evictions' requester, the guard marks' owner
     evictor = Evictor(

@@ -28,6 +28,7 @@ from rebalancer.efficiency.ledger import overdue
 from rebalancer.efficiency.records import BounceBack, Relief
 from rebalancer.errors import RebalancerError, SourceError, StateConflict
 from rebalancer.evictor import EvictorReport, StateStore
+from rebalancer.inflight import EarlierReliefs
 from rebalancer.model import ClusterFacts, PodKey, UsageReport
 from rebalancer.plan import EvictionPlan
 from rebalancer.settings import PoolSettings
@@ -40,6 +41,11 @@ MAX_SAVE_ATTEMPTS = 4
 LATE_GRACE_SECONDS = 60.0  # a follow-up window closed longer ago is judged on the usage read at its close
 MAX_LATE_READS = 10  # per cycle; the rest wait for the next one
 
+EFFICIENCY_OFF = (
+    "efficiency.enabled is false: the evictions of earlier cycles are not recorded, so a node relieved "
+    "within the usage window reads as hot until the window has caught up"
+)
+Earlier = tuple[Mapping[PodKey, str], EarlierReliefs]  # the bounce-back guard's pods, the earlier reliefs
 UsageAt = Callable[[float, frozenset[str]], UsageReport]  # usage at a past time, for some nodes; raises SourceError
 
 
@@ -74,16 +80,20 @@ class EfficiencyRecorder:
             log.error("%s; starting the efficiency records afresh", exc)
             return EfficiencyState(), version
 
-    def moved(self, facts: ClusterFacts, now: float) -> Mapping[PodKey, str]:
-        """The bounce-back guard's pods; nothing when the records cannot be read (logged)."""
-        if not (self._settings.enabled and self._settings.bounce_back_guard):
-            return {}
+    def earlier(self, facts: ClusterFacts, now: float) -> Earlier:
+        """What earlier cycles did, for this cycle's plan: the bounce-back guard's pods and the reliefs
+        (the in-flight correction). When the records are off or cannot be read, no pod is guarded and the
+        reliefs say why they are unknown (logged)."""
+        if not self._settings.enabled:
+            return {}, EarlierReliefs(missing=EFFICIENCY_OFF)
         try:
             state, _ = self.load(now)
         except RebalancerError as exc:
-            log.warning("bounce-back guard off this cycle: cannot read the efficiency records: %s", exc)
-            return {}
-        return recently_moved(state, facts, now, self._settings)
+            log.warning("bounce-back guard and in-flight correction off this cycle: cannot read the efficiency "
+                        "records: %s", exc)  # fmt: skip
+            return {}, EarlierReliefs(missing=f"cannot read the efficiency records: {type(exc).__name__}: {exc}")
+        moved = recently_moved(state, facts, now, self._settings) if self._settings.bounce_back_guard else {}
+        return moved, EarlierReliefs(state.reliefs)
 
     def record(
         self,

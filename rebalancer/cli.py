@@ -220,7 +220,7 @@ def _plan(args: argparse.Namespace) -> int:
             return EXIT_CONFIG
         connection = app.ClusterConnection(args.kubeconfig, args.context)
         policy = load_policy(args.policy)
-        outcome = app.plan_live(policy, connection)
+        outcome = app.plan_now(policy, connection)
     guard = app.guard_preview(policy, outcome)
     if args.output == "json":
         sys.stdout.buffer.write(plan_json(outcome.plan, outcome.source, guard))

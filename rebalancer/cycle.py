@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
 
+from rebalancer.inflight import Correction, EarlierReliefs, corrected, describe, in_flight
+from rebalancer.limits.settings import duration_seconds
 from rebalancer.model import ClusterFacts, PodKey, UsageReport
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
@@ -26,14 +29,20 @@ def plan_cycle(
     timeline: Timeline | None = None,
     moved: Mapping[PodKey, str] | None = None,
     offload: Offload | None = None,
+    reliefs: EarlierReliefs | None = None,
 ) -> tuple[ClusterSnapshot, EvictionPlan]:
     """``focus``: the nodes an alert named; only they are relieved (None: every hot node).
     ``predicted``: the next-peak load, for strategies that classify by prediction. ``moved``: pods the
     bounce-back guard keeps in place (``efficiency.recently_moved``), with the reason. ``offload``: runs
-    parts of a strategy's plan on another CPU (the plan is the same without it)."""
+    parts of a strategy's plan on another CPU (the plan is the same without it). ``reliefs``: the earlier
+    reliefs from the efficiency records; a node's usage is corrected by those its reading still covers
+    (:mod:`rebalancer.inflight`), so every strategy and the landing guard plan on the same corrected usage
+    (None: no records, no correction)."""
     timeline = timeline or Timeline()
     with timeline.step("snapshot"):
         snapshot = build_snapshot(facts, usage, policy.pools, taken_at, focus)
+        if reliefs is not None:
+            snapshot = with_in_flight(snapshot, reliefs, usage_reach(policy), usage.node_from_pods)
         if predicted is not None:
             snapshot = replace(snapshot, predicted=predicted)
         if moved:
@@ -52,4 +61,40 @@ def plan_cycle(
             results.append(result)
             seen = after_evictions(seen, result.evictions)  # the next strategy plans on what this one moved
     blocked = f"usage source failed, no evictions this cycle: {usage.failure}" if usage.failure else None
-    return snapshot, EvictionPlan(taken_at, tuple(results), blocked)
+    corrections = tuple(snapshot.in_flight.values())
+    return snapshot, EvictionPlan(taken_at, tuple(results), blocked, corrections, snapshot.in_flight_off)
+
+
+def usage_reach(policy: Policy) -> float:
+    """How long before its time a usage reading still covers: the window and the rate() window before it."""
+    return float(duration_seconds(policy.prometheus.window) + duration_seconds(policy.prometheus.rate_window))
+
+
+def with_in_flight(
+    snapshot: ClusterSnapshot, reliefs: EarlierReliefs, reach: float, node_from_pods: bool
+) -> ClusterSnapshot:
+    """The snapshot with each node's usage corrected by the earlier reliefs its reading still covers. A
+    node's usage summed from its pods' (``node_from_pods``) already leaves out an evicted pod and counts
+    its replacement where it runs: nothing to correct."""
+    if reliefs.missing is not None:
+        return replace(snapshot, in_flight_off=reliefs.missing)
+    if node_from_pods or not reliefs.known:
+        return snapshot
+    now = snapshot.taken_at
+    flights = in_flight(reliefs.known, now, reach, snapshot.pod_usage)
+    load = dict(snapshot.load)
+    corrections: dict[str, Correction] = {}
+    for name, flight in flights.items():
+        node, current = snapshot.nodes.get(name), load.get(name)
+        if node is None or current is None or current.usage_m is None:
+            continue  # gone, or unknown: unknown stays unknown
+        value = corrected(current.usage_m, flight)
+        assert value is not None
+        if value == current.usage_m:
+            continue
+        note = describe(flight, current.usage_m, value, node.allocatable_cpu_m, now)
+        corrections[name] = Correction(name, current.usage_m, value, flight, note)
+        load[name] = replace(current, usage_m=value)
+    if not corrections:
+        return snapshot
+    return replace(snapshot, load=MappingProxyType(load), in_flight=MappingProxyType(corrections))

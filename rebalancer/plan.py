@@ -9,6 +9,7 @@ from typing import Protocol, TypeVar
 
 import msgspec
 
+from rebalancer.inflight import Correction
 from rebalancer.model import PodKey, WorkloadRef
 
 
@@ -124,6 +125,8 @@ class EvictionPlan:
     taken_at: float
     results: tuple[StrategyResult, ...]
     blocked: str | None = None
+    in_flight: tuple[Correction, ...] = ()  # nodes planned on with usage corrected by earlier reliefs, and why
+    in_flight_off: str | None = None  # why earlier reliefs could not be counted this cycle
 
     @property
     def evictions(self) -> tuple[PlannedEviction, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +12,7 @@ from rebalancer.evictor import DryRun, EvictorReport, Outcome
 from rebalancer.guard.applier import GuardReport
 from rebalancer.guard.decide import Action
 from rebalancer.guard.marks import rfc3339
+from rebalancer.inflight import Correction
 from rebalancer.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult
 from rebalancer.quantity import format_millis
 from rebalancer.steerer import SteeringReport, steering_summary
@@ -24,6 +26,8 @@ def plan_record(plan: EvictionPlan, source: str) -> dict[str, Any]:
         "takenAt": datetime.fromtimestamp(plan.taken_at, UTC).isoformat(),
         "source": source,
         "blocked": plan.blocked,
+        "inFlight": [_correction_record(c) for c in plan.in_flight],
+        "inFlightOff": plan.in_flight_off,
         "evictions": [msgspec.to_builtins(e) for e in plan.evictions],
         "strategies": [
             {
@@ -39,6 +43,20 @@ def plan_record(plan: EvictionPlan, source: str) -> dict[str, Any]:
     }
 
 
+def _correction_record(c: Correction) -> dict[str, Any]:
+    f = c.flight
+    return {
+        "node": c.node,
+        "measuredM": c.measured_m,
+        "correctedM": c.corrected_m,
+        "leftM": f.left_m,
+        "landedM": f.landed_m,
+        "relievedAt": f.relieved_at,
+        "until": f.until,
+        "why": c.note,
+    }
+
+
 def plan_json(plan: EvictionPlan, source: str, guard: GuardReport | None = None) -> bytes:
     record = plan_record(plan, source)
     if guard is not None:
@@ -51,8 +69,11 @@ def plan_table(plan: EvictionPlan, source: str, guard: GuardReport | None = None
     lines = [f"Plan at {when} from {source}"]
     if plan.blocked:
         lines.append(f"BLOCKED: {plan.blocked}")
+    if plan.in_flight_off:
+        lines.append(f"in-flight correction off: {plan.in_flight_off}")
+    notes = {c.node: c.note for c in plan.in_flight}
     for result in plan.results:
-        lines += ["", *_strategy_section(result)]
+        lines += ["", *_strategy_section(result, notes)]
     evictions = plan.evictions
     lines += ["", f"Planned evictions: {len(evictions)}" + (" (dry run: nothing is evicted)" if evictions else "")]
     if plan.cost_patches:
@@ -77,13 +98,16 @@ def _guard_section(guard: GuardReport) -> list[str]:
     return out
 
 
-def _strategy_section(result: StrategyResult) -> list[str]:
+def _strategy_section(result: StrategyResult, in_flight: Mapping[str, str]) -> list[str]:
     nodes = sorted(result.node_decisions, key=lambda d: (_CLASS_ORDER[d.node_class], -(d.usage_pct or 0), d.node))
     counts = {c: sum(1 for d in nodes if d.node_class is c) for c in NodeClass}
     summary = ", ".join(f"{counts[c]} {c.value}" for c in NodeClass)
     if nodes:
         out = [f"== {result.strategy}: {len(nodes)} nodes ({summary})"]
-        out += text_table(["NODE", "POOL", "USAGE", "ALLOC", "USE%", "CLASS", "WHY"], [_node_row(d) for d in nodes])
+        out += text_table(
+            ["NODE", "POOL", "USAGE", "ALLOC", "USE%", "CLASS", "WHY"],
+            [_node_row(d, in_flight.get(d.node)) for d in nodes],
+        )
     else:  # deletion-cost steering classifies no node
         out = [f"== {result.strategy}"]
     if result.evictions:
@@ -116,10 +140,11 @@ def _strategy_section(result: StrategyResult) -> list[str]:
     return out
 
 
-def _node_row(d: NodeDecision) -> list[str]:
+def _node_row(d: NodeDecision, in_flight: str | None) -> list[str]:
     usage = "?" if d.usage_m is None else format_millis(d.usage_m)
     pct = "?" if d.usage_pct is None else f"{d.usage_pct:.1f}"
-    return [d.node, d.pool, usage, format_millis(d.allocatable_m), pct, d.node_class.value, d.reason]
+    why = d.reason if in_flight is None else f"{d.reason} ({in_flight})"
+    return [d.node, d.pool, usage, format_millis(d.allocatable_m), pct, d.node_class.value, why]
 
 
 def text_table(header: list[str], rows: list[list[str]], right: frozenset[int] = frozenset()) -> list[str]:

@@ -9,6 +9,7 @@ from types import MappingProxyType
 
 import msgspec
 
+from rebalancer.inflight import Correction
 from rebalancer.labels import LabelSelector
 from rebalancer.model import ClusterFacts, DisruptionBudget, Node, NodePods, Pod, PodKey, UsageReport, WorkloadRef
 from rebalancer.plan import PlannedEviction
@@ -47,9 +48,21 @@ class ClusterSnapshot:
     by_workload: Mapping[WorkloadRef, tuple[Pod, ...]] | None = None
     moved: Mapping[PodKey, str] = field(default_factory=dict)  # pods the bounce-back guard keeps in place, and why
     guarded_pools: Mapping[str, str] = field(default_factory=dict)  # landing guard: pool -> its taint's effect
+    # nodes whose ``load`` usage is the reading corrected by earlier reliefs still in its reach (the reading,
+    # the corrected value and why); ``in_flight_off``: why no correction could be made this cycle
+    in_flight: Mapping[str, Correction] = field(default_factory=dict)
+    in_flight_off: str | None = None
 
     def pods_on(self, node: str) -> tuple[Pod, ...]:
         return self.pods_by_node.get(node, ())
+
+    def measured_usage(self, node: str) -> int | None:
+        """The node's usage as read, before any in-flight correction (None: unknown or not in the snapshot)."""
+        correction = self.in_flight.get(node)
+        if correction is not None:
+            return correction.measured_m
+        load = self.load.get(node)
+        return None if load is None else load.usage_m
 
     def usage_of(self, pod: Pod) -> int | None:
         return self.pod_usage.get(pod.key)

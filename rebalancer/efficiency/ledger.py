@@ -53,7 +53,11 @@ def observe_cycle(
     evicted = _evicted_by_node(report)
     reasons = _reasons(plan, report, hot, evicted)
     sightings = _sighted(state.sightings, hot, evicted, reasons, now, settings.gap_seconds)
-    reliefs = [_relief(node, results, hot, snapshot, now, settings) for node, results in sorted(evicted.items())]
+    pending = {r.node for r in state.reliefs if r.result is None and r.at < now}
+    reliefs = [
+        _relief(node, results, hot, snapshot, now, settings, node in pending)
+        for node, results in sorted(evicted.items())
+    ]
     bounces = _bounce_backs(state, evicted, snapshot, now, settings.memory_seconds)
     summary = CycleSummary(
         at=now,
@@ -180,6 +184,7 @@ def _relief(
     snapshot: ClusterSnapshot,
     now: float,
     settings: EfficiencySettings,
+    repeat: bool,
 ) -> Relief:
     first = results[0].eviction
     decision = hot.get(node)
@@ -206,6 +211,9 @@ def _relief(
         ),
         deadline=now + settings.follow_up_seconds,
         remaining=remaining,
+        measured_m=snapshot.measured_usage(node),
+        cold_pct=decision.low_pct if decision is not None else None,
+        repeat=repeat,
     )
 
 
@@ -221,11 +229,12 @@ def _usage(snapshot: ClusterSnapshot, pod: Pod) -> int:
 
 
 def _pct(snapshot: ClusterSnapshot, node: str) -> float | None:
+    """The node's measured usage (a follow-up judges what happened, not the in-flight correction)."""
     n = snapshot.nodes.get(node)
-    load = snapshot.load.get(node)
-    if n is None or load is None or load.usage_m is None or n.allocatable_cpu_m <= 0:
+    usage = snapshot.measured_usage(node)
+    if n is None or usage is None or n.allocatable_cpu_m <= 0:
         return None
-    return 100.0 * load.usage_m / n.allocatable_cpu_m
+    return 100.0 * usage / n.allocatable_cpu_m
 
 
 def _bounce_backs(

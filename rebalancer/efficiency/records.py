@@ -80,6 +80,24 @@ class Relief(_Struct, frozen=True):
     judged_at: float | None = None
     usage_pct_after: float | None = None
     detail: str = ""
+    measured_m: int | None = None  # the node's measured usage when relieved (None: unknown or not recorded)
+    cold_pct: float | None = None  # the strategy's cold threshold for the node (None: it has none)
+    repeat: bool = False  # the node was relieved again while an earlier relief of it was pending
+
+    @property
+    def below_cold(self) -> bool:
+        """It cooled the node below its cold threshold: more was moved than was needed."""
+        return (
+            self.result == COOLED
+            and self.cold_pct is not None
+            and self.usage_pct_after is not None
+            and self.usage_pct_after < self.cold_pct
+        )
+
+    @property
+    def overshoot(self) -> bool:
+        """Beyond need: below the cold threshold, or a relief of a node whose earlier relief was pending."""
+        return self.repeat or self.below_cold
 
 
 class BounceBack(_Struct, frozen=True):

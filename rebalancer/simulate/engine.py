@@ -22,6 +22,7 @@ from rebalancer.efficiency.moves import recently_moved
 from rebalancer.efficiency.rates import compute_rates
 from rebalancer.efficiency.records import EfficiencyState
 from rebalancer.evictor import DryRun, Evictor, Outcome
+from rebalancer.inflight import EarlierReliefs
 from rebalancer.limits.settings import duration_seconds
 from rebalancer.model import ClusterFacts, PodKey
 from rebalancer.policy import Policy
@@ -134,7 +135,8 @@ class _Run:
         truth = usage if self.variant.usage == "window" else usage_report("window", world, step, self.samples, quantile)
         predicted = self._predicted(facts, step) if self.predictive else None
         moved = recently_moved(self.records, facts, self.now, policy.efficiency)
-        snapshot, plan = plan_cycle(facts, usage, policy, self.now, None, predicted, None, moved)
+        earlier = EarlierReliefs(self.records.reliefs)
+        snapshot, plan = plan_cycle(facts, usage, policy, self.now, None, predicted, None, moved, reliefs=earlier)
         self.actions.now = self.now
         marked = snapshot if self.guard is None else self.guard.before_evictions(snapshot, plan)
         report = self.evictor.apply(plan, snapshot)
@@ -150,8 +152,8 @@ class _Run:
         seen = build_snapshot(facts, truth, policy.pools, self.now)
         self.records = judge_followups(self.records, seen)
         self.records = observe_landings(self.records, facts, self.now, policy.efficiency.follow_up_seconds)
-        self.records = observe_cycle(self.records, replace(seen, moved=snapshot.moved), plan, report, "simulate",
-                                     policy.efficiency)  # fmt: skip
+        planned = replace(seen, moved=snapshot.moved, in_flight=snapshot.in_flight)  # reliefs keep the reading
+        self.records = observe_cycle(self.records, planned, plan, report, "simulate", policy.efficiency)
 
     def _predicted(self, facts: ClusterFacts, step: int) -> PredictedLoad:
         settings = self.policy.predictor

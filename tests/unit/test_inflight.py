@@ -1,0 +1,238 @@
+"""The in-flight correction: a node's usage less what the planner's recent evictions moved off it, plus what
+landed on it, until the usage window has caught up (pure function, planner, landing guard, plan output)."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rebalancer.cycle import plan_cycle
+from rebalancer.efficiency import EfficiencySettings, EfficiencyState, judge_followups, observe_cycle
+from rebalancer.efficiency.records import EvictedPod, Relief
+from rebalancer.evictor import EvictionResult, EvictorReport, Outcome
+from rebalancer.guard.decide import guarded_nodes
+from rebalancer.inflight import EarlierReliefs, Flight, corrected, in_flight
+from rebalancer.model import ClusterFacts, UsageReport
+from rebalancer.plan import EvictionPlan, NodeClass
+from rebalancer.render import plan_json, plan_table
+from rebalancer.snapshot import ClusterSnapshot
+from tests.builders import node, pod, policy, usage
+
+T0 = 1_700_000_000.0
+REACH = 900.0  # the default window 10m and rateWindow 5m
+LNU = """
+kind: LowNodeUtilization
+thresholds: {cpu: 20}
+targetThresholds: {cpu: 70}
+"""
+SETTINGS = EfficiencySettings(follow_up_window="15m")
+
+
+def relief(node_name: str, at: float, *pods: EvictedPod, measured_m: int | None = 9000) -> Relief:
+    return Relief(node_name, "default", "LowNodeUtilization", at, 70.0, 90.0, pods, at + 900, measured_m=measured_m)
+
+
+def evicted(name: str, usage_m: int, landed: str | None = None, replacement: str | None = None) -> EvictedPod:
+    return EvictedPod("default", name, "Deployment/default/web", usage_m, landed=landed, replacement=replacement)
+
+
+# -- the pure correction ---------------------------------------------------------------------------
+
+
+def test_what_left_is_subtracted_and_what_landed_is_added_until_the_window_has_caught_up() -> None:
+    reliefs = [relief("hot", T0, evicted("big", 2500, landed="cold", replacement="default/big-2"))]
+    flights = in_flight(reliefs, T0 + 60, REACH, {("default", "big-2"): 500})
+    assert flights["hot"].left_m == 2500 and flights["hot"].relieved_at == T0
+    assert flights["cold"].landed_m == 2000  # 500m of it is in the replacement's reading already
+    assert flights["cold"].relieved_at is None and flights["hot"].until == T0 + REACH
+    assert corrected(9000, flights["hot"]) == 6500
+    assert corrected(1000, flights["cold"]) == 3000
+    assert in_flight(reliefs, T0 + REACH, REACH, {}) == {}  # the reading covers only later time now
+
+
+def test_a_replacement_that_landed_back_moved_nothing() -> None:
+    reliefs = [relief("hot", T0, evicted("big", 2500, landed="hot"), evicted("small", 800))]
+    flights = in_flight(reliefs, T0 + 60, REACH, {})
+    assert set(flights) == {"hot"} and flights["hot"].left_m == 800 and flights["hot"].landed_m == 0
+
+
+def test_a_fall_the_reading_already_shows_is_not_subtracted_twice() -> None:
+    flight = in_flight([relief("hot", T0, evicted("big", 2500))], T0 + 600, REACH, {})["hot"]
+    assert corrected(9000, flight) == 6500
+    assert corrected(8000, flight) == 6500  # 1000m of the 2500m already out of the reading
+    assert corrected(6000, flight) == 6000  # all of it out, and more
+    unrecorded = in_flight([relief("hot", T0, evicted("big", 2500), measured_m=None)], T0 + 60, REACH, {})["hot"]
+    assert corrected(8000, unrecorded) == 5500  # no reading recorded: all of it still counted as in it
+
+
+def test_reliefs_add_up_and_the_first_reading_is_the_baseline() -> None:
+    reliefs = [relief("hot", T0, evicted("a", 1000)), relief("hot", T0 + 120, evicted("b", 1500), measured_m=8500)]
+    flight = in_flight(reliefs, T0 + 180, REACH, {})["hot"]
+    assert (flight.left_m, flight.baseline_m, flight.relieved_at, flight.until) == (2500, 9000, T0 + 120, T0 + 1020)
+    assert corrected(8500, flight) == 6500
+
+
+pods_st = st.builds(
+    evicted,
+    st.sampled_from(["a", "b", "c"]),
+    st.integers(0, 20_000),
+    st.one_of(st.none(), st.sampled_from(["n0", "n1", "n2"])),
+    st.one_of(st.none(), st.sampled_from(["default/a", "default/b"])),
+)
+reliefs_st = st.lists(
+    st.builds(
+        relief,
+        st.sampled_from(["n0", "n1", "n2"]),
+        st.floats(T0 - 3000, T0 + 100),
+        pods_st,
+        measured_m=st.one_of(st.none(), st.integers(0, 40_000)),
+    ),
+    max_size=6,
+)
+
+
+@given(
+    reliefs=reliefs_st,
+    measured=st.one_of(st.none(), st.integers(0, 40_000)),
+    readings=st.dictionaries(st.sampled_from([("default", "a"), ("default", "b")]), st.integers(0, 20_000)),
+)
+def test_the_correction_never_invents_data(reliefs: list[Relief], measured: int | None, readings) -> None:
+    now = T0
+    flights = in_flight(reliefs, now, REACH, readings)
+    for name, flight in flights.items():
+        covered = [r for r in reliefs if now - REACH < r.at <= now]
+        assert covered, "a correction without a relief in the reading's reach"
+        assert flight.until > now and flight.last_at <= now
+        assert flight.left_m <= sum(p.usage_m for r in covered if r.node == name for p in r.evicted)
+        assert flight.landed_m <= sum(p.usage_m for r in covered for p in r.evicted if p.landed == name)
+        value = corrected(measured, flight)
+        if measured is None:
+            assert value is None  # unknown stays unknown
+        else:
+            assert value is not None and 0 <= value <= measured + flight.landed_m
+            assert value >= measured - flight.left_m
+    later = in_flight(reliefs, max((r.at for r in reliefs), default=now) + REACH, REACH, readings)
+    assert later == {}  # every correction expires once the window no longer covers its eviction
+
+
+@given(st.integers(0, 40_000))
+def test_nothing_moved_corrects_nothing(measured: int) -> None:
+    assert corrected(measured, Flight("n", 0, 0, None, None, T0, T0 + REACH)) == measured
+
+
+# -- the planner -----------------------------------------------------------------------------------
+
+
+def scene(hot_m: int = 9000):
+    nodes = [node("hot"), node("cold")]
+    pods = [pod("big", "hot"), pod("a", "hot", workload="api"), pod("b", "hot", workload="api")]
+    report = usage({"hot": hot_m, "cold": 1000}, {"big": 2500, "a": 300, "b": 300})
+    return nodes, pods, report
+
+
+def cycle(
+    pods, report: UsageReport, at: float, state: EfficiencyState, extra: str = ""
+) -> tuple[ClusterSnapshot, EvictionPlan, EfficiencyState]:
+    nodes = [node("hot"), node("cold")]
+    facts = ClusterFacts(tuple(nodes), tuple(pods))
+    snap, plan = plan_cycle(facts, report, policy(LNU, extra), at, reliefs=EarlierReliefs(state.reliefs))
+    done = EvictorReport(tuple(EvictionResult(e, Outcome.EVICTED, "evicted") for e in plan.evictions))
+    state = judge_followups(state, snap)
+    return snap, plan, observe_cycle(state, snap, plan, done, "schedule", SETTINGS)
+
+
+def test_a_second_cycle_right_after_a_relief_leaves_the_node_alone_while_expected_under_target() -> None:
+    _, pods, report = scene()
+    _, first, state = cycle(pods, report, T0, EfficiencyState())
+    assert [e.name for e in first.evictions] == ["big"]
+    assert state.reliefs[0].measured_m == 9000 and state.reliefs[0].cold_pct == 20.0
+    left = [p for p in pods if p.name != "big"]  # the reading still says 90%: the window lags
+    snap, second, state = cycle(left, usage({"hot": 9000, "cold": 1000}, {"a": 300, "b": 300}),
+                                T0 + 86, state)  # fmt: skip
+    assert second.evictions == ()
+    hot = next(d for d in second.results[0].node_decisions if d.node == "hot")
+    assert hot.node_class is NodeClass.NORMAL and hot.usage_m == 6500
+    assert snap.measured_usage("hot") == 9000 and snap.load["hot"].usage_m == 6500
+    (correction,) = second.in_flight
+    assert correction.note.startswith("relieved 86 s ago: 2.5 cores moved; reads 90.0%, expected 65.0%")
+    assert "relieved 86 s ago" in plan_table(second, "test")
+    assert json.loads(plan_json(second, "test"))["inFlight"][0]["correctedM"] == 6500
+    assert [s.node for s in state.sightings if s.last == T0 + 86] == []  # not found hot again
+    assert len(state.reliefs) == 1
+
+
+def test_a_node_still_hot_after_the_correction_is_relieved_again_and_counted_as_a_repeat() -> None:
+    _, pods, report = scene()
+    _, _, state = cycle(pods, report, T0, EfficiencyState())
+    left = [p for p in pods if p.name != "big"]
+    grown = usage({"hot": 9900, "cold": 1000}, {"a": 3000, "b": 300})  # 99% - 25% = 74%: still hot
+    _, second, state = cycle(left, grown, T0 + 86, state)
+    assert [e.name for e in second.evictions] == ["a"]
+    assert [(r.at, r.repeat) for r in state.reliefs] == [(T0, False), (T0 + 86, True)]
+    assert state.reliefs[1].overshoot
+
+
+def test_the_correction_expires_with_the_window() -> None:
+    _, pods, report = scene()
+    _, _, state = cycle(pods, report, T0, EfficiencyState())
+    left = [p for p in pods if p.name != "big"]
+    still = usage({"hot": 9000, "cold": 1000}, {"a": 300, "b": 300})
+    _, plan, _ = cycle(left, still, T0 + REACH, state)
+    assert plan.in_flight == () and [e.name for e in plan.evictions] == ["a"]  # the reading is true again
+
+
+def test_the_destination_counts_what_landed_on_it() -> None:
+    _, pods, report = scene()
+    _, _, state = cycle(pods, report, T0, EfficiencyState())
+    landed = msgspec.structs.replace(state.reliefs[0].evicted[0], landed="cold", replacement="default/big-2")
+    state = msgspec.structs.replace(state, reliefs=(msgspec.structs.replace(state.reliefs[0], evicted=(landed,)),))
+    moved = [p for p in pods if p.name != "big"] + [pod("big-2", "cold")]
+    snap, _, _ = cycle(moved, usage({"hot": 9000, "cold": 1000}, {"a": 300, "b": 300}), T0 + 60, state)
+    assert snap.load["cold"].usage_m == 3500 and snap.measured_usage("cold") == 1000
+
+
+def test_unknown_usage_stays_unknown() -> None:
+    _, pods, report = scene()
+    _, _, state = cycle(pods, report, T0, EfficiencyState())
+    left = [p for p in pods if p.name != "big"]
+    snap, plan, _ = cycle(left, usage({"cold": 1000}, {"a": 300, "b": 300}), T0 + 60, state)
+    assert snap.load["hot"].usage_m is None and plan.in_flight == ()
+
+
+def test_usage_summed_from_pods_is_not_corrected_twice() -> None:
+    _, pods, report = scene()
+    _, _, state = cycle(pods, report, T0, EfficiencyState())
+    left = [p for p in pods if p.name != "big"]
+    summed = UsageReport(pod_cpu_m={("default", "a"): 300, ("default", "b"): 300}, node_from_pods=True)
+    snap, plan, _ = cycle(left, summed, T0 + 60, state)
+    assert snap.load["hot"].usage_m == 600 and plan.in_flight == ()
+
+
+def test_without_records_the_plan_says_the_correction_is_off() -> None:
+    nodes, pods, report = scene()
+    facts = ClusterFacts(tuple(nodes), tuple(pods))
+    off = EarlierReliefs(missing="efficiency.enabled is false")
+    _, plan = plan_cycle(facts, report, policy(LNU), T0, reliefs=off)
+    assert plan.in_flight_off == "efficiency.enabled is false"
+    assert "in-flight correction off: efficiency.enabled is false" in plan_table(plan, "test")
+    assert json.loads(plan_json(plan, "test"))["inFlightOff"] == "efficiency.enabled is false"
+
+
+def test_the_landing_guard_sees_the_corrected_usage() -> None:
+    _, pods, report = scene()
+    _, _, state = cycle(pods, report, T0, EfficiencyState())
+    left = [p for p in pods if p.name != "big"]
+    snap, plan, _ = cycle(left, usage({"hot": 9000, "cold": 1000}, {"a": 300, "b": 300}), T0 + 60, state)
+    guarded = {g.name: g for g in guarded_nodes(snap, plan, frozenset())}
+    assert guarded["hot"].node_class is NodeClass.NORMAL and guarded["hot"].usage_pct == 65.0
+
+
+def test_a_follow_up_judges_the_reading_not_the_correction() -> None:
+    _, pods, report = scene()
+    _, _, state = cycle(pods, report, T0, EfficiencyState())
+    left = [p for p in pods if p.name != "big"]
+    _, _, state = cycle(left, usage({"hot": 9000, "cold": 1000}, {"a": 300, "b": 300}), T0 + 60, state)
+    assert state.reliefs[0].result is None  # expected 65%, but the reading has not shown it yet
