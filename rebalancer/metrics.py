@@ -159,8 +159,9 @@ class _EfficiencyCollector(Collector):
             "found / hot by the reference), eviction (found hot nodes with an eviction / found), effective "
             "(reliefs whose node fell below target within the follow-up window / reliefs judged), landed_back "
             "(replacements seen scheduled back onto the node their pod was evicted from / replacements seen), "
-            "landing_hit (predicted landings seen on the predicted node / predicted landings seen). No series "
-            "while a rate has nothing to measure.",
+            "landing_hit (predicted landings seen on the predicted node / predicted landings seen), overshoot "
+            "(reliefs beyond need: below the cold threshold or again while pending / reliefs). No series while a "
+            "rate has nothing to measure.",
             labels=("pool", "rate"),
         )
         nodes = GaugeMetricFamily(
@@ -204,6 +205,18 @@ class _EfficiencyCollector(Collector):
         evictions = GaugeMetricFamily(
             "rebalancer_efficiency_evictions", "Pods evicted from hot nodes over efficiency.period.", labels=("pool",)
         )
+        overshoot = GaugeMetricFamily(
+            "rebalancer_efficiency_overshoot_reliefs",
+            "Reliefs beyond need over efficiency.period, by kind: below_cold (the relief cooled its node below the "
+            "strategy's cold threshold), repeat (the node was relieved again while an earlier relief was pending). "
+            "A relief of both kinds counts in each.",
+            labels=("pool", "kind"),
+        )
+        overshoot_evictions = GaugeMetricFamily(
+            "rebalancer_efficiency_overshoot_evictions",
+            "Pods evicted over efficiency.period in reliefs beyond need (below_cold or repeat).",
+            labels=("pool",),
+        )
         blocked = GaugeMetricFamily(
             "rebalancer_efficiency_limiter_blocks",
             "Evictions blocked over efficiency.period, by limiter.",
@@ -212,6 +225,7 @@ class _EfficiencyCollector(Collector):
         for p in report.pools:
             rates = {"discovery": p.discovery, "eviction": p.eviction, "effective": p.effective}
             rates |= {"landed_back": p.landed_back_rate, "landing_hit": p.landing_hit_rate}
+            rates |= {"overshoot": p.overshoot_rate}
             for rate, value in rates.items():
                 if value is not None:
                     ratio.add_metric((p.pool, rate), value)
@@ -227,6 +241,9 @@ class _EfficiencyCollector(Collector):
                 reliefs.add_metric((p.pool, result), count)
             bounces.add_metric((p.pool,), p.bounce_backs)
             evictions.add_metric((p.pool,), p.evictions)
+            overshoot.add_metric((p.pool, "below_cold"), p.overshoot_below_cold)
+            overshoot.add_metric((p.pool, "repeat"), p.overshoot_repeat)
+            overshoot_evictions.add_metric((p.pool,), p.overshoot_evictions)
             seen = {"seen": p.landed, "landed_back": p.landed_back, "predicted": p.predicted_landed}
             for kind, count in (seen | {"hit": p.landing_hits}).items():
                 landings.add_metric((p.pool, kind), count)
@@ -238,7 +255,8 @@ class _EfficiencyCollector(Collector):
             "rebalancer_efficiency_period_seconds", "The period the efficiency figures cover (efficiency.period)."
         )
         period.add_metric((), report.end - report.start)
-        yield from (ratio, nodes, unacted, reliefs, bounces, landings, avoided, evictions, blocked, period)
+        yield from (ratio, nodes, unacted, reliefs, bounces, landings, avoided, evictions, overshoot,
+                    overshoot_evictions, blocked, period)  # fmt: skip
 
 
 class Metrics:

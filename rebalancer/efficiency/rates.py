@@ -6,7 +6,9 @@
   rest its most frequent reason;
 * **effective** = reliefs whose node fell below target within the follow-up window / reliefs judged,
   with the reason for each of the rest. Pending reliefs and those that could not be judged (usage
-  unknown, node gone) are counted apart, never as cooled and never as failed.
+  unknown, node gone) are counted apart, never as cooled and never as failed;
+* **overshoot** = reliefs beyond need / reliefs: those that cooled their node below its cold threshold,
+  and those of a node whose earlier relief was still pending.
 
 A rate with an empty denominator is None ("nothing to measure"), never 0 or 1.
 """
@@ -49,6 +51,10 @@ class PoolRates:
     landing_hits: int = 0  # ... on the predicted node
     passed_lands_back: int = 0  # candidates passed over (per cycle): their replacement would land back
     passed_recently_moved: int = 0  # candidates passed over (per cycle): they had just moved (bounce-back memory)
+    overshoot: int = 0  # reliefs beyond need: below the cold threshold, or again while an earlier one was pending
+    overshoot_below_cold: int = 0  # ... that cooled the node below its cold threshold
+    overshoot_repeat: int = 0  # ... of a node whose earlier relief was still pending
+    overshoot_evictions: int = 0  # pods evicted in the reliefs beyond need
 
     @property
     def discovery(self) -> float | None:
@@ -63,6 +69,11 @@ class PoolRates:
     @property
     def effective(self) -> float | None:
         return self.cooled / self.judged if self.judged else None
+
+    @property
+    def overshoot_rate(self) -> float | None:
+        """Of the reliefs, those beyond need."""
+        return self.overshoot / self.reliefs if self.reliefs else None
 
     @property
     def landed_back_rate(self) -> float | None:
@@ -160,6 +171,7 @@ def compute_rates(
             **_landings(mine_reliefs),
             passed_lands_back=sum(n for p, n in lands_back.items() if mine(p)),
             passed_recently_moved=sum(n for p, n in recently_moved.items() if mine(p)),
+            **_overshoot(mine_reliefs),
         )
 
     return EfficiencyReport(start, end, (rates(None), *(rates(p) for p in pools)), reference_problem)
@@ -180,4 +192,14 @@ def _landings(reliefs: list[Relief]) -> dict[str, int]:
         "landed_back": sum(1 for node, pod in seen if pod.landed == node),
         "predicted_landed": len(predicted),
         "landing_hits": sum(1 for pod in predicted if pod.landed == pod.predicted),
+    }
+
+
+def _overshoot(reliefs: list[Relief]) -> dict[str, int]:
+    beyond = [r for r in reliefs if r.overshoot]
+    return {
+        "overshoot": len(beyond),
+        "overshoot_below_cold": sum(1 for r in reliefs if r.below_cold),
+        "overshoot_repeat": sum(1 for r in reliefs if r.repeat),
+        "overshoot_evictions": sum(len(r.evicted) for r in beyond),
     }

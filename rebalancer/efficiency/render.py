@@ -24,6 +24,7 @@ _COLUMNS = (
     ("cooled", 6),
     ("effective", 9),
     ("pending", 7),
+    ("overshoot", 9),
     ("evictions", 9),
     ("bounces", 7),
     ("landed", 6),
@@ -59,6 +60,7 @@ def _row(p: PoolRates) -> tuple[str, ...]:
         str(p.cooled),
         percent(p.effective),
         str(p.pending),
+        f"{p.overshoot} {percent(p.overshoot_rate)}" if p.reliefs else "-",
         str(p.evictions),
         str(p.bounce_backs),
         str(p.landed),
@@ -87,7 +89,8 @@ def report_table(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> s
     lines.append("discovery = found & hot by the reference / hot by the reference; eviction = acted / found;")
     lines.append("effective = cooled / judged (pending, unknown usage and gone nodes are not judged);")
     lines.append("landed = replacements seen scheduled; back = of those, on the node they were evicted from;")
-    lines.append("hit = predicted landings seen on the predicted node.")
+    lines.append("hit = predicted landings seen on the predicted node; overshoot = reliefs beyond need (below the")
+    lines.append("cold threshold, or again while an earlier relief of the node was pending) and their share.")
     if report.reference_problem:
         lines.append(f"reference: {report.reference_problem}")
     sections = (
@@ -101,6 +104,7 @@ def report_table(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> s
     for title, counts in (
         ("Reliefs that did not cool", c.uncooled),
         ("Reliefs not judged", c.unjudged),
+        ("Reliefs beyond need", _beyond(c)),
         ("Evictions blocked, by limiter", c.blocked),
         ("Bounce-backs avoided (candidates passed over, per cycle)", _avoided(c)),
     ):
@@ -126,6 +130,7 @@ def _pool_json(p: PoolRates) -> dict[str, object]:
     data = asdict(p)
     data.update(discovery=p.discovery, eviction=p.eviction, effective=p.effective)
     data.update(landedBackRate=p.landed_back_rate, landingHitRate=p.landing_hit_rate)
+    data.update(overshootRate=p.overshoot_rate)
     return data
 
 
@@ -143,4 +148,9 @@ def report_json(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> by
 def _avoided(p: PoolRates) -> dict[str, int]:
     counts = {"lands back (placement prediction)": p.passed_lands_back}
     counts["just moved (bounce-back memory)"] = p.passed_recently_moved
+    return {why: n for why, n in counts.items() if n}
+
+
+def _beyond(p: PoolRates) -> dict[str, int]:
+    counts = {"below the cold threshold": p.overshoot_below_cold, "again while pending": p.overshoot_repeat}
     return {why: n for why, n in counts.items() if n}

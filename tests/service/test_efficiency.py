@@ -238,6 +238,10 @@ def test_rates_and_reasons_on_metrics_after_two_cycles(serve: Serve, kube_server
     assert sample(m, landings, pool="general", kind="landed_back") == 1.0
     assert sample(m, ratio, pool="general", rate="landed_back") == 1.0
     assert sample(m, ratio, pool="general", rate="landing_hit") is None  # no prediction: no hit rate, never 0
+    # neither relief went below the cold threshold, and no node was relieved twice
+    assert sample(m, ratio, pool="general", rate="overshoot") == 0.0
+    assert sample(m, "rebalancer_efficiency_overshoot_reliefs", pool="general", kind="below_cold") == 0.0
+    assert sample(m, "rebalancer_efficiency_overshoot_reliefs", pool="general", kind="repeat") == 0.0
     avoided = "rebalancer_efficiency_bounce_backs_avoided"
     assert sample(m, avoided, pool="general", by="memory") == 1.0  # cart-9, kept on hot-3 by the guard
     assert sample(m, avoided, pool="general", by="prediction") == 0.0
