@@ -65,7 +65,9 @@ class EfficiencySettings(Model):
 
     enabled: bool = Field(
         default=True,
-        description="Record hot nodes, evictions and their follow-up in the cluster (state.efficiencyConfigMap).",
+        description="Record hot nodes, evictions and their follow-up in the cluster (state.efficiencyConfigMap). "
+        "The records also let a cycle count the reliefs its usage reading does not show yet; off, no such "
+        "correction is made and the plan says so.",
     )
     period: Duration = Field(default="24h", description="The rates cover this period; records are kept as long.")
     follow_up_window: Duration = Field(
