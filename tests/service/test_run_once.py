@@ -254,3 +254,28 @@ def test_an_alert_cycle_lists_only_the_alerted_node_when_recent_facts_are_at_han
     assert all(r.query.get("fieldSelector") == "spec.nodeName=hot-1" for r in pod_lists)
     assert {r.eviction.node for r in result.report.results} == {"hot-1"}
     assert Outcome.EVICTED in {r.outcome for r in result.report.results}
+
+
+def test_a_second_run_right_after_counts_what_the_first_moved_and_evicts_nothing_more(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    policy = load_policy(write_policy(tmp_path / "p.yaml", prometheus.url, target=50))
+    connection = app.ClusterConnection(str(kubeconfig))
+    first = app.run_once(policy, connection, clock=lambda: END)
+    assert outcomes(first) == dict.fromkeys(PLANNED, Outcome.EVICTED)
+
+    # 86 s later Prometheus still reads hot-1 at 87%: its window holds the minutes before the evictions
+    second = app.run_once(policy, connection, clock=lambda: END + 86)
+    assert second.report.results == ()
+    (correction,) = second.planned.plan.in_flight
+    assert correction.node == "hot-1" and correction.measured_m > 3000 and correction.corrected_m < 2000
+    assert correction.note.startswith("relieved 86 s ago: 1.8 cores moved")
+    hot = next(d for d in second.planned.plan.results[0].node_decisions if d.node == "hot-1")
+    assert hot.node_class.value != "hot"
+    assert second.efficiency.state is not None and len(second.efficiency.state.reliefs) == 1
+    assert live_pods(kube_server) == {"api-1", "web-1", "web-2"}
+
+    # `rebalancer plan` reads the same records and says why hot-1 is left alone
+    planned = app.plan_now(policy, connection, clock=lambda: END + 90)
+    assert [c.node for c in planned.plan.in_flight] == ["hot-1"] and planned.plan.in_flight_off is None
