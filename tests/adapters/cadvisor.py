@@ -98,33 +98,46 @@ class CadvisorHistory:
     def series(self) -> list[Series]:
         out: list[Series] = []
         for node in self.nodes:
-            base = {"job": "kubelet", "metrics_path": "/metrics/cadvisor", "instance": f"{node.name}:10250"}
-            base[self.node_label] = node.name
+            base = node_labels(node.name, self.node_label)
             stamps = self.times(node.name)
             out.append(Series(METRIC, {**base, "id": "/"}, _counter(self.node_usage(node.name), stamps)))
             for pod in (p for p in self.pods if p.node == node.name):
-                cgroup = f"/kubepods/burstable/pod{pod.uid}"
-                labels = {**base, "namespace": pod.namespace, "pod": pod.name}
-                for index, container in enumerate(pod.containers):
-                    cid = f"{pod.uid[:8]}c{index}"
-                    out.append(
-                        Series(
-                            METRIC,
-                            {**labels, "container": container.name, "id": f"{cgroup}/{cid}", "image": "app:1"},
-                            _counter(container.cores, stamps),
-                        )
-                    )
-                pause = f"{cgroup}/{pod.uid[:8]}pause"
-                out.append(
-                    Series(
-                        METRIC,
-                        {**labels, "container": "POD", "id": pause, "image": "registry.k8s.io/pause:3.9"},
-                        _counter(constant(pod.pause_cores), stamps),
-                    )
-                )
+                names = tuple(c.name for c in pod.containers)
+                cgroups = PodCgroups.of(base, pod.namespace, pod.name, pod.uid, names)
+                for labels, container in zip(cgroups.containers, pod.containers, strict=True):
+                    out.append(Series(METRIC, labels, _counter(container.cores, stamps)))
+                out.append(Series(METRIC, cgroups.pause, _counter(constant(pod.pause_cores), stamps)))
                 whole = add(pod.usage(), constant(pod.pause_cores))
-                out.append(Series(METRIC, {**labels, "container": "", "id": cgroup}, _counter(whole, stamps)))
+                out.append(Series(METRIC, cgroups.whole, _counter(whole, stamps)))
         return out
+
+
+def node_labels(node: str, node_label: str = "node") -> dict[str, str]:
+    """The labels every cAdvisor series of ``node`` carries, as kube-prometheus scrapes the kubelet
+    (the node root cgroup adds ``id="/"``)."""
+    return {"job": "kubelet", "metrics_path": "/metrics/cadvisor", "instance": f"{node}:10250", node_label: node}
+
+
+@dataclass(frozen=True)
+class PodCgroups:
+    """The labels of a pod's cAdvisor series: one per real container, the pause container, the pod cgroup."""
+
+    containers: tuple[dict[str, str], ...]
+    pause: dict[str, str]
+    whole: dict[str, str]
+
+    @classmethod
+    def of(cls, base: dict[str, str], namespace: str, pod: str, uid: str, containers: Sequence[str]) -> PodCgroups:
+        cgroup = f"/kubepods/burstable/pod{uid}"
+        labels = {**base, "namespace": namespace, "pod": pod}
+        return cls(
+            tuple(
+                {**labels, "container": name, "id": f"{cgroup}/{uid[:8]}c{index}", "image": "app:1"}
+                for index, name in enumerate(containers)
+            ),
+            {**labels, "container": "POD", "id": f"{cgroup}/{uid[:8]}pause", "image": "registry.k8s.io/pause:3.9"},
+            {**labels, "container": "", "id": cgroup},
+        )
 
 
 def _counter(rate: Rate, stamps: Sequence[float]) -> list[tuple[float, float]]:
