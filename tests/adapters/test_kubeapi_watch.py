@@ -3,6 +3,7 @@ if the stream were not the real wire format, the client's generated models would
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
@@ -143,5 +144,15 @@ def test_an_unwatched_write_is_listed_but_never_reported(kube_server: TestApiSer
     kube_server.add(b.pod("b"))
     api = core(kubeconfig)
     assert [(t, n) for t, n, _ in events(api, 1, resource_version=start)] == [("ADDED", "b")]
-    listed = api.list_pod_for_all_namespaces().items
-    assert {p.metadata.name: p.metadata.labels for p in listed}["a"] == {"changed": "unseen"}
+    listed = {p.metadata.name: p.metadata.labels for p in api.list_pod_for_all_namespaces().items if p.metadata}
+    assert listed["a"] == {"changed": "unseen"}
+
+
+def test_a_watch_connection_is_kept_alive_by_tcp_probes(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    """A watch is quiet for minutes: TCP keepalive finds a peer that vanished without closing it."""
+    response = core(kubeconfig).list_node(watch=True, timeout_seconds=1, _preload_content=False)
+    try:
+        sock = response.connection.sock
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    finally:
+        response.release_conn()
