@@ -40,6 +40,7 @@ _D_contra = TypeVar("_D_contra", contravariant=True)
 _T = TypeVar("_T")
 Clock = Callable[[], float]
 MIN_QUIET_WATCH_SECONDS = 1.0  # a watch that ends sooner without an event is retried with backoff
+RELIST_RETRY_SECONDS = 60.0  # a periodic listing that failed is tried again this much later, watching meanwhile
 
 
 class _Envelope(msgspec.Struct, gc=False):
@@ -197,13 +198,15 @@ class Informer(Generic[_W, _D]):
         backoff = 0.0
         must_list = True
         while not self._stopped.is_set():
+            relisting = False  # a periodic listing, not one the watch needs
             try:
                 relist_in = self._listed_at + self._timing.relist_seconds - self._clock()
-                if must_list or relist_in < MIN_QUIET_WATCH_SECONDS:
-                    if not must_list:
+                relisting = not must_list and relist_in < MIN_QUIET_WATCH_SECONDS
+                if must_list or relisting:
+                    if relisting:
                         log.info("watch %s: listing again, as every %.0f s", self.what, self._timing.relist_seconds)
                     self._list()
-                    must_list = False
+                    must_list = relisting = False
                     relist_in = self._timing.relist_seconds
                 opened, events = self._clock(), self.events
                 self._watch(int(min(self._timing.watch_seconds, relist_in)))
@@ -220,6 +223,11 @@ class Informer(Generic[_W, _D]):
                 if self._stopped.is_set():
                     return
                 self._failure = str(exc)
+                if relisting:  # the map is still current through the watch: keep watching, list later
+                    retry = min(self._timing.relist_seconds, RELIST_RETRY_SECONDS)
+                    self._listed_at = self._clock() - self._timing.relist_seconds + retry
+                    log.warning("watch %s: listing again failed (retry in %.0f s): %s", self.what, retry, exc)
+                    continue
                 backoff = min(max(backoff * 2, 0.5), self._timing.backoff_max)
                 log.warning("watch %s failed (retry in %.1f s): %s", self.what, backoff, exc)
                 self._stopped.wait(backoff)

@@ -289,6 +289,33 @@ def test_a_periodic_relist_brings_a_change_the_watch_missed(kube_server: TestApi
         relisting.stop()
 
 
+def test_a_failing_periodic_relist_keeps_the_watch_and_is_tried_again(
+    kube_server: TestApiServer, kubeconfig: Path
+) -> None:
+    populate(kube_server)
+    timing = WatchTiming(watch_seconds=2, request_timeout=5.0, backoff_max=0.5, relist_seconds=1.5)
+    relisting = WatchCache(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, timing=timing, max_stale=1.0)
+
+    def node_lists() -> int:
+        return len([r for r in kube_server.requests if r.path == "/api/v1/nodes" and "watch" not in r.query])
+
+    try:
+        relisting.start()
+        assert relisting.wait_synced(5)
+        kube_server.set_fault("/api/v1/nodes", Fault(code=500, times=None, watch=False))  # lists fail, watches work
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            relisting.facts()  # never refused: the watch keeps the nodes current
+            time.sleep(0.1)
+        assert node_lists() >= 3  # the first, then tried again at every relist_seconds
+        kube_server.add(b.node("node-3"))
+        eventually(lambda: "node-3" in {n.name for n in relisting.nodes()})
+        kube_server.clear_faults()
+        eventually(lambda: relisting.stats()[0][2] >= 1)  # nodes listed again once the server answers
+    finally:
+        relisting.stop()
+
+
 def test_a_watcher_that_dies_makes_its_collection_stale(kube_server: TestApiServer, kubeconfig: Path) -> None:
     kube_server.add(b.node("node-1"))
 

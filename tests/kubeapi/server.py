@@ -84,7 +84,7 @@ class Fault:
     ``delay``: wait this long first (a client timeout); ``drop``: close the connection without
     an answer. ``times``: how many requests it hits (None: until cleared);
     ``method``: only this method; ``with_continue``: only requests carrying (True) or not
-    carrying (False) a continue token.
+    carrying (False) a continue token; ``watch``: only watches (True) or only other requests (False).
     """
 
     error: ApiError | None = None
@@ -98,9 +98,12 @@ class Fault:
     times: int | None = None
     method: str | None = None
     with_continue: bool | None = None
+    watch: bool | None = None
 
     def applies(self, request: Request) -> bool:
         if self.method is not None and request.method != self.method:
+            return False
+        if self.watch is not None and (request.query.get("watch") in ("1", "true")) != self.watch:
             return False
         return self.with_continue is None or bool(request.query.get("continue")) == self.with_continue
 
