@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +43,18 @@ def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def synced_cache(kubeconfig: Path, timing: WatchTiming = FAST, max_stale: float = 1.0) -> Iterator[WatchCache]:
+    """A watch cache started and listed, stopped on the way out."""
+    watch_cache = WatchCache(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, timing=timing, max_stale=max_stale)
+    try:
+        watch_cache.start()
+        assert watch_cache.wait_synced(5)
+        yield watch_cache
+    finally:
+        watch_cache.stop()
 
 
 def pod_names(facts: ClusterFacts) -> set[str]:
@@ -212,10 +226,7 @@ def test_a_quiet_watch_stays_fresh_past_every_staleness_limit(kube_server: TestA
     open (and renewed when the server ends them), so the cache is fresh all along."""
     populate(kube_server)
     kube_server.bookmark_interval = float("inf")  # as a real server on a quiet collection: no bookmark either
-    quiet = WatchCache(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, timing=FAST, max_stale=1.0)
-    try:
-        quiet.start()
-        assert quiet.wait_synced(5)
+    with synced_cache(kubeconfig) as quiet:
         kube_server.silence_watches(4.5)  # > max_stale (1 s) and > watchSeconds (2 s)
         deadline = time.monotonic() + 4.0
         while time.monotonic() < deadline:
@@ -227,16 +238,11 @@ def test_a_quiet_watch_stays_fresh_past_every_staleness_limit(kube_server: TestA
         kube_server.add(b.pod("after-the-quiet", node="node-1"))
         eventually(lambda: "after-the-quiet" in pod_names(quiet.facts()))
         assert quiet.relists == 0
-    finally:
-        quiet.stop()
 
 
 def test_watches_that_cannot_be_opened_again_make_the_cache_stale(kube_server: TestApiServer, kubeconfig: Path) -> None:
     populate(kube_server)
-    failing = WatchCache(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, timing=FAST, max_stale=1.0)
-    try:
-        failing.start()
-        assert failing.wait_synced(5)
+    with synced_cache(kubeconfig) as failing:
         kube_server.set_fault("/api/v1/nodes", Fault(code=500, times=None))
         kube_server.close_watches()
         time.sleep(0.5)
@@ -247,61 +253,50 @@ def test_watches_that_cannot_be_opened_again_make_the_cache_stale(kube_server: T
         assert failing.problem() is not None and "pods" not in str(failing.problem())  # the others re-opened
         kube_server.clear_faults()
         eventually(lambda: failing.problem() is None)
-    finally:
-        failing.stop()
 
 
 def test_a_periodic_relist_brings_a_change_the_watch_missed(kube_server: TestApiServer, kubeconfig: Path) -> None:
     populate(kube_server)
-    timing = WatchTiming(watch_seconds=2, request_timeout=5.0, backoff_max=0.5, relist_seconds=3.0)
-    relisting = WatchCache(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, timing=timing, max_stale=1.0)
     seen: list[int] = []
     refused: list[str] = []
     reading = threading.Event()
 
-    def read_all_along() -> None:
+    def read_all_along(cache: WatchCache) -> None:
         while not reading.is_set():
             try:
-                seen.append(len(relisting.facts().pods))
+                seen.append(len(cache.facts().pods))
             except KubeUnavailable as exc:
                 refused.append(str(exc))
             time.sleep(0.01)
 
-    try:
-        relisting.start()
-        assert relisting.wait_synced(5)
-        reader = threading.Thread(target=read_all_along)
+    with synced_cache(kubeconfig, dataclasses.replace(FAST, relist_seconds=3.0)) as relisting:
+        reader = threading.Thread(target=read_all_along, args=(relisting,))
         reader.start()
-        node = kube_server.store.get("nodes", "node-2")
-        assert node is not None
-        node["spec"]["unschedulable"] = True
-        kube_server.write_unwatched(node)  # its event is lost ...
-        kube_server.add(b.pod("later", node="node-1"))  # ... while a later one arrives
-        eventually(lambda: "later" in pod_names(relisting.facts()))
-        assert not any(n.unschedulable for n in relisting.facts().nodes)  # the watch missed it
-        eventually(lambda: any(n.unschedulable for n in relisting.facts().nodes), timeout=8)
-        assert relisting.relists >= 1
-        reading.set()
-        reader.join()
-        assert refused == [] and min(seen) == 4  # the listing replaced the maps whole: never empty nor refused
-    finally:
-        reading.set()
-        relisting.stop()
+        try:
+            node = kube_server.store.get("nodes", "node-2")
+            assert node is not None
+            node["spec"]["unschedulable"] = True
+            kube_server.write_unwatched(node)  # its event is lost ...
+            kube_server.add(b.pod("later", node="node-1"))  # ... while a later one arrives
+            eventually(lambda: "later" in pod_names(relisting.facts()))
+            assert not any(n.unschedulable for n in relisting.facts().nodes)  # the watch missed it
+            eventually(lambda: any(n.unschedulable for n in relisting.facts().nodes), timeout=8)
+            assert relisting.relists >= 1
+        finally:
+            reading.set()
+            reader.join()
+    assert refused == [] and min(seen) == 4  # the listing replaced the maps whole: never empty nor refused
 
 
 def test_a_failing_periodic_relist_keeps_the_watch_and_is_tried_again(
     kube_server: TestApiServer, kubeconfig: Path
 ) -> None:
     populate(kube_server)
-    timing = WatchTiming(watch_seconds=2, request_timeout=5.0, backoff_max=0.5, relist_seconds=1.5)
-    relisting = WatchCache(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, timing=timing, max_stale=1.0)
 
     def node_lists() -> int:
         return len([r for r in kube_server.requests if r.path == "/api/v1/nodes" and "watch" not in r.query])
 
-    try:
-        relisting.start()
-        assert relisting.wait_synced(5)
+    with synced_cache(kubeconfig, dataclasses.replace(FAST, relist_seconds=1.5)) as relisting:
         kube_server.set_fault("/api/v1/nodes", Fault(code=500, times=None, watch=False))  # lists fail, watches work
         deadline = time.monotonic() + 4.0
         while time.monotonic() < deadline:
@@ -312,8 +307,6 @@ def test_a_failing_periodic_relist_keeps_the_watch_and_is_tried_again(
         eventually(lambda: "node-3" in {n.name for n in relisting.nodes()})
         kube_server.clear_faults()
         eventually(lambda: relisting.stats()[0][2] >= 1)  # nodes listed again once the server answers
-    finally:
-        relisting.stop()
 
 
 def test_a_watcher_that_dies_makes_its_collection_stale(kube_server: TestApiServer, kubeconfig: Path) -> None:
