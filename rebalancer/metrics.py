@@ -92,7 +92,7 @@ class _WatchCollector(Collector):
         )
         silence = GaugeMetricFamily(
             "rebalancer_watch_seconds_since_contact",
-            "Seconds since the API server last said something on this watch (events and bookmarks count).",
+            "Seconds this collection has had no watch open on the API server (0 while one is, however quiet).",
             labels=("collection",),
         )
         for stat in stats:

@@ -63,11 +63,19 @@ class WatchCacheSettings(Model):
     max_stale_seconds: float = Field(
         default=120,
         gt=0,
-        description="No word from the API server on a watch (event or bookmark) for this long: the cache is not "
-        "trusted and cycles evict nothing until it recovers.",
+        description="A collection without an open watch for this long (the watch failed and re-opening it keeps "
+        "failing): the cache is not trusted and cycles evict nothing until it recovers. An open watch is fresh "
+        "however long its collection stays quiet.",
     )
     watch_seconds: int = Field(
         default=300, ge=10, le=3600, description="How long one watch request stays open before it is renewed."
+    )
+    relist_interval_seconds: float = Field(
+        default=1800,
+        ge=60,
+        le=86400,
+        description="Each collection is listed again this often, the fallback for a watch event lost on the way; "
+        "the new listing replaces the old one at once (the cache stays usable meanwhile).",
     )
 
 

@@ -72,13 +72,15 @@ class _ClusterCache:
     def ensure(self, policy: Policy) -> WatchCache | None:
         settings = policy.service.watch_cache
         annotations = Protections.from_settings(policy.protections).annotations_read()
-        key = (annotations, settings.max_stale_seconds, settings.watch_seconds)
+        key = (annotations, settings.max_stale_seconds, settings.watch_seconds, settings.relist_interval_seconds)
         with self._lock:
             old = self._cache
             if not settings.enabled:
                 self._cache = self._key = None
             elif old is None or key != self._key:
-                timing = WatchTiming(watch_seconds=settings.watch_seconds)
+                timing = WatchTiming(
+                    watch_seconds=settings.watch_seconds, relist_seconds=settings.relist_interval_seconds
+                )
                 self._cache = WatchCache(
                     self._api,
                     annotations,

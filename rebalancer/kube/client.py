@@ -53,6 +53,9 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> kubern
     else:
         _load_kubeconfig(os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG, context, configuration)
     configuration.retries = RETRIES
+    # TCP keepalive with client-go's timings: an open watch whose peer vanished (no FIN) fails within
+    # minutes instead of at its read timeout, so the watch cache learns that it is down
+    configuration.keep_alive = True
     client = kubernetes.client.ApiClient(configuration=configuration)
     client.user_agent = f"rebalancer/{__version__}"
     return client

@@ -1,13 +1,14 @@
 """The serve mode's view of the cluster: nodes, pods, ReplicaSets and budgets kept current by watches.
 
 A cycle reads :meth:`WatchCache.facts` from memory instead of listing 150,000 pods again: the list
-happens once at start (and after a 410), then watch events keep each map current, and the pods grouped
-by node (with their request sums) and by workload (:mod:`rebalancer.kube.pod_index`), so that a cycle
-does not regroup them. The facts are
-refused (:class:`KubeUnavailable`, so no eviction follows) until every collection is listed, and
-whenever one has had no word from the API server for ``max_stale`` seconds; a bookmark counts as a
-word, so a quiet but healthy watch stays fresh. The evictor still reads each pod afresh before
-evicting it, so a slightly late cache can skip an eviction, never misdirect one.
+happens once at start (then after a 410, and every ``timing.relist_seconds`` as the fallback for lost
+events), then watch events keep each map current, and the pods grouped by node (with their request
+sums) and by workload (:mod:`rebalancer.kube.pod_index`), so that a cycle does not regroup them. The
+facts are refused (:class:`KubeUnavailable`, so no eviction follows) until every collection is listed,
+and whenever one has had no watch open for ``max_stale`` seconds (its watcher cannot re-open it) or
+its watcher has died. An open watch is fresh however quiet its collection: ReplicaSets and budgets may
+not change for hours. The evictor still reads each pod afresh before evicting it, so a slightly late
+cache can skip an eviction, never misdirect one.
 """
 
 from __future__ import annotations
@@ -183,7 +184,7 @@ class WatchCache:
         return sum(i.relists for i in self._all)
 
     def stats(self) -> list[tuple[str, int, int, float | None]]:
-        """(collection, events applied, relists, seconds since the last word) per watched collection."""
+        """(collection, events applied, relists, seconds without an open watch) per watched collection."""
         return [(i.what, i.events, i.relists, i.seconds_since_contact()) for i in self._all]
 
     def _resolve_owners(self) -> None:

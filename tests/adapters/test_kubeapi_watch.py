@@ -3,6 +3,7 @@ if the stream were not the real wire format, the client's generated models would
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
@@ -113,3 +114,45 @@ def test_a_selected_watch_sees_objects_enter_and_leave_the_selection(
     threading.Thread(target=move).start()
     seen = events(core(kubeconfig), 2, resource_version=start, field_selector="spec.nodeName=node-1")
     assert [(t, n) for t, n, _ in seen] == [("DELETED", "a"), ("ADDED", "c")]
+
+
+def test_a_silenced_watch_says_nothing_and_then_what_changed_meanwhile(
+    kube_server: TestApiServer, kubeconfig: Path
+) -> None:
+    kube_server.bookmark_interval = 0.1
+    kube_server.add(b.node("node-1"))
+    start = str(kube_server.store.revision)
+    kube_server.silence_watches(1.0)
+    kube_server.add(b.pod("during"))
+    api = core(kubeconfig)
+    started = time.monotonic()
+    response = api.list_pod_for_all_namespaces(
+        watch=True, resource_version=start, allow_watch_bookmarks=True, timeout_seconds=2, _preload_content=False
+    )
+    first = next(response.stream(65536))
+    assert time.monotonic() - started >= 0.9  # no event and no bookmark while silent
+    assert first.startswith(b'{"type":"ADDED"') and b'"name":"during"' in first
+
+
+def test_an_unwatched_write_is_listed_but_never_reported(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    kube_server.add(b.node("node-1"), b.pod("a"))
+    start = str(kube_server.store.revision)
+    pod = kube_server.store.get("pods", "a", "default")
+    assert pod is not None
+    pod["metadata"]["labels"] = {"changed": "unseen"}
+    kube_server.write_unwatched(pod)
+    kube_server.add(b.pod("b"))
+    api = core(kubeconfig)
+    assert [(t, n) for t, n, _ in events(api, 1, resource_version=start)] == [("ADDED", "b")]
+    listed = {p.metadata.name: p.metadata.labels for p in api.list_pod_for_all_namespaces().items if p.metadata}
+    assert listed["a"] == {"changed": "unseen"}
+
+
+def test_a_watch_connection_is_kept_alive_by_tcp_probes(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    """A watch is quiet for minutes: TCP keepalive finds a peer that vanished without closing it."""
+    response = core(kubeconfig).list_node(watch=True, timeout_seconds=1, _preload_content=False)
+    try:
+        sock = response.connection.sock
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    finally:
+        response.release_conn()

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes.client
+import msgspec
 import pytest
 
 from rebalancer.errors import KubeUnavailable
-from rebalancer.kube import KubeSource, connect
-from rebalancer.kube.informer import WatchTiming
+from rebalancer.kube import KubeSource, connect, decode, wire
+from rebalancer.kube.informer import Informer, WatchTiming
+from rebalancer.kube.lister import ListCall
 from rebalancer.kube.watch_cache import WatchCache
-from rebalancer.model import ClusterFacts, WorkloadRef
+from rebalancer.model import ClusterFacts, Node, WorkloadRef
 from rebalancer.protections import Protections
 from rebalancer.settings import ProtectionSettings
 from rebalancer.snapshot import group_pods
@@ -37,6 +43,18 @@ def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def synced_cache(kubeconfig: Path, timing: WatchTiming = FAST, max_stale: float = 1.0) -> Iterator[WatchCache]:
+    """A watch cache started and listed, stopped on the way out."""
+    watch_cache = WatchCache(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, timing=timing, max_stale=max_stale)
+    try:
+        watch_cache.start()
+        assert watch_cache.wait_synced(5)
+        yield watch_cache
+    finally:
+        watch_cache.stop()
 
 
 def pod_names(facts: ClusterFacts) -> set[str]:
@@ -196,9 +214,126 @@ def test_an_unreachable_api_server_makes_the_cache_stale(kube_server: TestApiSer
     cache.facts()
     kube_server.stop()
     time.sleep(3.5)
-    with pytest.raises(KubeUnavailable, match="no word from the API server") as caught:
+    with pytest.raises(
+        KubeUnavailable, match=r"no watch open on the API server for [34] s: .*Connection refused"
+    ) as caught:
         cache.facts()
     assert "pods" in str(caught.value) and "nodes" in str(caught.value)
+
+
+def test_a_quiet_watch_stays_fresh_past_every_staleness_limit(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    """No event and no bookmark for longer than max_stale and than a watch request lasts: the watches are
+    open (and renewed when the server ends them), so the cache is fresh all along."""
+    populate(kube_server)
+    kube_server.bookmark_interval = float("inf")  # as a real server on a quiet collection: no bookmark either
+    with synced_cache(kubeconfig) as quiet:
+        kube_server.silence_watches(4.5)  # > max_stale (1 s) and > watchSeconds (2 s)
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            assert len(quiet.facts().pods) == 4  # never refused as stale
+            assert all(down is not None and down < 0.5 for _, _, _, down in quiet.stats())  # only a renewal's gap
+            time.sleep(0.1)
+        renewed = [r for r in kube_server.requests if r.path == "/api/v1/nodes" and r.query.get("watch") == "true"]
+        assert len(renewed) >= 2  # the server ended a watch at its timeoutSeconds, silently, and it was opened again
+        kube_server.add(b.pod("after-the-quiet", node="node-1"))
+        eventually(lambda: "after-the-quiet" in pod_names(quiet.facts()))
+        assert quiet.relists == 0
+
+
+def test_watches_that_cannot_be_opened_again_make_the_cache_stale(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    populate(kube_server)
+    with synced_cache(kubeconfig) as failing:
+        kube_server.set_fault("/api/v1/nodes", Fault(code=500, times=None))
+        kube_server.close_watches()
+        time.sleep(0.5)
+        failing.facts()  # down for less than max_stale: still trusted
+        time.sleep(1.5)
+        with pytest.raises(KubeUnavailable, match=r"watch cache: nodes: no watch open .* for \d s: .*HTTP 500"):
+            failing.facts()
+        assert failing.problem() is not None and "pods" not in str(failing.problem())  # the others re-opened
+        kube_server.clear_faults()
+        eventually(lambda: failing.problem() is None)
+
+
+def test_a_periodic_relist_brings_a_change_the_watch_missed(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    populate(kube_server)
+    seen: list[int] = []
+    refused: list[str] = []
+    reading = threading.Event()
+
+    def read_all_along(cache: WatchCache) -> None:
+        while not reading.is_set():
+            try:
+                seen.append(len(cache.facts().pods))
+            except KubeUnavailable as exc:
+                refused.append(str(exc))
+            time.sleep(0.01)
+
+    with synced_cache(kubeconfig, dataclasses.replace(FAST, relist_seconds=3.0)) as relisting:
+        reader = threading.Thread(target=read_all_along, args=(relisting,))
+        reader.start()
+        try:
+            node = kube_server.store.get("nodes", "node-2")
+            assert node is not None
+            node["spec"]["unschedulable"] = True
+            kube_server.write_unwatched(node)  # its event is lost ...
+            kube_server.add(b.pod("later", node="node-1"))  # ... while a later one arrives
+            eventually(lambda: "later" in pod_names(relisting.facts()))
+            assert not any(n.unschedulable for n in relisting.facts().nodes)  # the watch missed it
+            eventually(lambda: any(n.unschedulable for n in relisting.facts().nodes), timeout=8)
+            assert relisting.relists >= 1
+        finally:
+            reading.set()
+            reader.join()
+    assert refused == [] and min(seen) == 4  # the listing replaced the maps whole: never empty nor refused
+
+
+def test_a_failing_periodic_relist_keeps_the_watch_and_is_tried_again(
+    kube_server: TestApiServer, kubeconfig: Path
+) -> None:
+    populate(kube_server)
+
+    def node_lists() -> int:
+        return len([r for r in kube_server.requests if r.path == "/api/v1/nodes" and "watch" not in r.query])
+
+    with synced_cache(kubeconfig, dataclasses.replace(FAST, relist_seconds=1.5)) as relisting:
+        kube_server.set_fault("/api/v1/nodes", Fault(code=500, times=None, watch=False))  # lists fail, watches work
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            relisting.facts()  # never refused: the watch keeps the nodes current
+            time.sleep(0.1)
+        assert node_lists() >= 3  # the first, then tried again at every relist_seconds
+        kube_server.add(b.node("node-3"))
+        eventually(lambda: "node-3" in {n.name for n in relisting.nodes()})
+        kube_server.clear_faults()
+        eventually(lambda: relisting.stats()[0][2] >= 1)  # nodes listed again once the server answers
+
+
+def test_a_watcher_that_dies_makes_its_collection_stale(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    kube_server.add(b.node("node-1"))
+
+    def convert(w: wire.Node) -> tuple[str, Node]:
+        if w.metadata.name == "poison":
+            raise ValueError("cannot convert this node")
+        return w.metadata.name, decode.node(w)
+
+    api = kubernetes.client.CoreV1Api(connect(kubeconfig=str(kubeconfig)))
+    nodes = Informer(
+        ListCall("nodes", "node", api.list_node, wire.NODE_LIST),
+        msgspec.json.Decoder(wire.Node),
+        convert,
+        host=kube_server.url,
+        timing=FAST,
+    )
+    try:
+        nodes.start()
+        assert nodes.wait_synced(5)
+        assert nodes.problem(60.0) is None
+        kube_server.add(b.node("poison"))
+        eventually(lambda: nodes.problem(60.0) is not None)
+        assert nodes.problem(60.0) == "nodes: the watcher stopped (ValueError: cannot convert this node)"
+    finally:
+        nodes.stop()
 
 
 def test_facts_are_refused_until_every_collection_is_listed(kube_server: TestApiServer, cache: WatchCache) -> None:

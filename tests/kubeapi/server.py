@@ -23,6 +23,7 @@ import re
 import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -83,7 +84,7 @@ class Fault:
     ``delay``: wait this long first (a client timeout); ``drop``: close the connection without
     an answer. ``times``: how many requests it hits (None: until cleared);
     ``method``: only this method; ``with_continue``: only requests carrying (True) or not
-    carrying (False) a continue token.
+    carrying (False) a continue token; ``watch``: only watches (True) or only other requests (False).
     """
 
     error: ApiError | None = None
@@ -97,9 +98,12 @@ class Fault:
     times: int | None = None
     method: str | None = None
     with_continue: bool | None = None
+    watch: bool | None = None
 
     def applies(self, request: Request) -> bool:
         if self.method is not None and request.method != self.method:
+            return False
+        if self.watch is not None and (request.query.get("watch") in ("1", "true")) != self.watch:
             return False
         return self.with_continue is None or bool(request.query.get("continue")) == self.with_continue
 
@@ -121,6 +125,8 @@ class TestApiServer:
         self.record_requests = True  # benchmarks turn it off: millions of requests would pile up
         self.bookmark_interval = 1.0  # seconds between BOOKMARK events on a watch (the real server: ~60)
         self._watch_epoch = 0  # close_watches() moves it on: streams opened before it are cut
+        self._silent_until = 0.0  # time.monotonic(): until then open watches say nothing (silence_watches)
+        self._unwatched: set[int] = set()  # revisions no watch reports (write_unwatched)
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self._faults: dict[str, list[Fault]] = {}
         self._hooks: list[Callable[[Request], None]] = []
@@ -186,6 +192,24 @@ class TestApiServer:
         """Cut every open watch stream mid-way (no final chunk), as a restarting API server or a proxy does."""
         with self._lock:
             self._watch_epoch += 1
+
+    def silence_watches(self, seconds: float) -> None:
+        """For ``seconds``, every watch stream stays open without a word: no event, no bookmark (changes made
+        meanwhile follow afterwards), as a real API server's watch on a quiet collection. Streams still end at
+        their ``timeoutSeconds``, silently too, and new ones open."""
+        with self._lock:
+            self._silent_until = time.monotonic() + seconds
+
+    def _silent(self) -> bool:
+        return time.monotonic() < self._silent_until
+
+    def write_unwatched(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Update a stored object without any watch reporting it: a watch event lost on the way (listings see
+        the change)."""
+        stored = self.store.update(obj)
+        with self._lock:
+            self._unwatched.add(int(stored["metadata"]["resourceVersion"]))
+        return stored
 
     def _watch_cut(self) -> Callable[[], bool]:
         with self._lock:
@@ -368,6 +392,8 @@ class TestApiServer:
                 bookmark_interval=self.bookmark_interval,
                 timeout=watch.parse_timeout(q.get("timeoutSeconds", "")),
                 cut=self._watch_cut(),
+                silent=self._silent,
+                unwatched=self._unwatched.__contains__,
             )
             return Response(200, b"", stream=events)
         try:

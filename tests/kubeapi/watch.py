@@ -9,6 +9,7 @@ Newline-delimited JSON objects ``{"type": ..., "object": ...}`` over a chunked r
   with a watch event of type ERROR"). A client re-lists then.
 - ``allowWatchBookmarks=true``: ``BOOKMARK`` events (an object of the kind carrying only
   ``metadata.resourceVersion``) every ``bookmark_interval`` seconds, so a quiet watch still advances.
+- While ``silent()``, nothing is sent (changes wait, no bookmark): a quiet watch, open and answering.
 - ``timeoutSeconds``: the stream ends cleanly after that long (default 1800, the server's minimum
   request timeout).
 - Field and label selectors filter as on a list; an object that stops matching is reported DELETED and
@@ -69,6 +70,8 @@ def stream(
     bookmark_interval: float,
     timeout: float,
     cut: Callable[[], bool],
+    silent: Callable[[], bool] = lambda: False,
+    unwatched: Callable[[int], bool] = lambda revision: False,
 ) -> Iterator[bytes]:
     """The event lines of one watch, until ``timeout`` or a 410; :class:`Cut` when ``cut()`` says so."""
     prefix = f"{namespace}/" if namespace and rtype.namespaced else ""
@@ -87,13 +90,16 @@ def stream(
         left = deadline - time.monotonic()
         if left <= 0:
             return
+        if silent():
+            time.sleep(min(left, 0.05))
+            continue
         try:
             changes, current = store.changes_after(rtype.plural, position, min(left, bookmark_interval, 0.5))
         except ApiError as error:  # compacted: one ERROR event, then the end of the stream
             yield _encode({"type": "ERROR", "object": error.body})
             return
         for change in changes:
-            line = _event(change, rtype, prefix, predicate)
+            line = None if unwatched(change.revision) else _event(change, rtype, prefix, predicate)
             if line is not None:
                 yield line
             position = change.revision

@@ -9,15 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from rebalancer.errors import KubeUnavailable
+from rebalancer.evictor import DryRun
 from rebalancer.kube import KubeSource, connect
 from rebalancer.metrics import Metrics
-from rebalancer.policy import Policy, parse_policy
-from rebalancer.serve import _ClusterCache, _KnownNodes, _UsageSource
+from rebalancer.policy import Policy, load_policy, parse_policy
+from rebalancer.runner import Trigger
+from rebalancer.serve import _ClusterCache, _Cycles, _KnownNodes, _UsageSource
 from rebalancer.settings import PrometheusSettings
+from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
 from tests.fake_clock import FakeClock
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
 from tests.kubeapi.server import Fault
+from tests.service.scenario import END, HISTORY, build_cluster, write_policy
 
 BASE = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 50}}\n"
 
@@ -127,3 +132,41 @@ def test_one_prometheus_source_is_kept_between_cycles_until_its_settings_change(
     usage.close()
     assert usage.get(first) is not changed
     usage.close()
+
+
+@pytest.fixture(scope="module")
+def prometheus(start_prometheus: StartPrometheus) -> PrometheusServer:
+    return start_prometheus(HISTORY.series())
+
+
+def test_schedule_cycles_keep_running_while_the_api_server_says_nothing(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    """A quiet cluster: no event and no bookmark for four times maxStaleSeconds (time scaled: 1 s), and
+    past a watch's renewal. Every cycle plans from the cache; once the API server is gone they fail."""
+    build_cluster(kube_server)
+    kube_server.bookmark_interval = float("inf")
+    quiet = "service: {watchCache: {maxStaleSeconds: 1, watchSeconds: 10}}\n"
+    policy = load_policy(write_policy(tmp_path / "policy.yaml", prometheus.url, extra=quiet))
+    api = connect(kubeconfig=str(kubeconfig))
+    cache = _ClusterCache(api)
+    known = _KnownNodes(KubeSource(api, frozenset()), cache, time.monotonic)
+    cycles = _Cycles(api, DryRun.CLIENT, lambda: END, known, cache, lambda: True, "test")
+    schedule = Trigger("schedule", (0,))
+    try:
+        first = cycles(policy, schedule)
+        assert [e.name for e in first.plan.evictions] == ["api-1"]
+        kube_server.silence_watches(4.0)
+        planned = []
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            planned.append([e.name for e in cycles(policy, schedule).plan.evictions])
+            time.sleep(0.25)
+        assert len(planned) >= 6 and all(names == ["api-1"] for names in planned)
+        kube_server.stop()  # connection refused from now on: the watches cannot be opened again
+        time.sleep(1.8)
+        with pytest.raises(KubeUnavailable, match=r"watch cache: nodes: no watch open on the API server .*refused"):
+            cycles(policy, schedule)
+    finally:
+        cycles.close()
+        cache.stop()

@@ -112,6 +112,11 @@ BAD = [
         "service.maxConcurrentRequests",
         "greater than or equal to 1",
     ),
+    (
+        "service: {watchCache: {relistIntervalSeconds: 10}}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "service.watchCache.relistIntervalSeconds",
+        "greater than or equal to 60",
+    ),
     ("a: 1\na: 2\n", "", "duplicate key 'a'"),
     ("- just a list\n", "", "must be a YAML mapping"),
 ]
