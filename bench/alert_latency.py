@@ -292,7 +292,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     log_path = workdir / "serve.log"
     log = log_path.open("w")
     serve = subprocess.Popen(
-        [sys.executable, "-m", "rebalancer.cli", "--log-level", "INFO", "serve", "--policy", str(policy),
+        [sys.executable, "-m", "rebalancer.cli", "serve", "--log-level", "DEBUG", "--policy", str(policy),
          "--kubeconfig", kubeconfig(kube_url)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

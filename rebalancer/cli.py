@@ -22,12 +22,29 @@ if TYPE_CHECKING:
     from rebalancer.predict.usage import Progress
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_CONFIG, EXIT_SOURCE, EXIT_FAILED = 0, 1, 2, 3, 4
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, command: bool) -> None:
+    """The options every command takes, before or after its name. On a command they default to nothing
+    (``SUPPRESS``), so that a value given before the command's name is kept; given after, it wins."""
+    parser.add_argument("--version", action="version", version=f"rebalancer {__version__}")
+    parser.add_argument(
+        "--log-level",
+        default=argparse.SUPPRESS if command else None,
+        choices=LOG_LEVELS,
+        help="default: INFO for serve (a line per cycle), WARNING for the other commands",
+    )
+
+
+def log_level(args: argparse.Namespace) -> str:
+    """The level asked for, else the command's default: a service logs its cycles, a command its problems."""
+    return str(args.log_level or ("INFO" if args.command == "serve" else "WARNING"))
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rebalancer", description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--version", action="version", version=f"rebalancer {__version__}")
-    parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    _add_global_options(parser, command=False)
     sub = parser.add_subparsers(dest="command", required=True)
 
     check = sub.add_parser("check-config", help="validate policy files; exit 2 naming each bad field")
@@ -78,6 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     from rebalancer.simulate.options import add_parser as add_simulate_parser
 
     add_simulate_parser(sub)
+    for command in sub.choices.values():
+        _add_global_options(command, command=True)
     return parser
 
 
@@ -163,7 +182,7 @@ def _predict_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=log_level(args), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "check-config":
             return _check_config(args.files)

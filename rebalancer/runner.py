@@ -22,6 +22,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from rebalancer.cycle_summary import cycle_line
 from rebalancer.errors import ConfigError, RebalancerError
 from rebalancer.evictor import EvictorReport
 from rebalancer.limits.settings import duration_seconds
@@ -102,18 +103,16 @@ def schedule_trigger(schedule: Schedule, zone: ZoneInfo) -> CronTrigger | Interv
     return IntervalTrigger(seconds=duration_seconds(schedule.interval), timezone=zone)
 
 
-def _outcomes(report: EvictorReport | None) -> str:
-    if report is None:
-        return "no evictor"
-    counts = {r.outcome.value: 0 for r in report.results}
-    for r in report.results:
-        counts[r.outcome.value] += 1
-    text = ", ".join(f"{n} {o}" for o, n in counts.items()) or "nothing evicted"
-    return text + (f" (aborted: {report.aborted})" if report.aborted else "")
+def _job_id(index: int, kind: str) -> str:
+    return f"strategy-{index}-{kind}"
 
 
 class Service:
-    """Schedules, alerts and reloads; runs at most one cycle at a time, only while leading."""
+    """Schedules, alerts and reloads; runs at most one cycle at a time, only while leading.
+
+    With ``runOnStart`` each strategy runs once at start; a replica that does not lead yet runs that cycle
+    when it first leads (:meth:`leadership_changed`), however much later that is.
+    """
 
     def __init__(
         self,
@@ -143,6 +142,9 @@ class Service:
             job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": 60},
         )
         self._worker = threading.Thread(target=self._alert_loop, name="alert-cycles", daemon=True)
+        self._on_start_lock = threading.Lock()  # the scheduler's threads and the leader election's
+        self._on_start: set[str] = set()  # jobs whose run-on-start cycle has not run yet (waiting to lead)
+        self._skips_noted = False  # a follower says once that it skips cycles, not at every tick
 
     @property
     def policy(self) -> Policy:
@@ -154,7 +156,10 @@ class Service:
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._schedule(self._policy, first_run_now=self._policy.service.run_on_start)
+        jobs = self._schedule(self._policy, first_run_now=self._policy.service.run_on_start)
+        if self._policy.service.run_on_start:
+            with self._on_start_lock:
+                self._on_start = set(jobs)
         self._scheduler.add_job(
             self.reload, IntervalTrigger(seconds=self._policy.service.reload_interval_seconds), id="reload"
         )
@@ -174,24 +179,44 @@ class Service:
         if self._worker.is_alive():
             self._worker.join(timeout)
 
-    def _schedule(self, policy: Policy, first_run_now: bool = False) -> None:
-        """One job per enabled strategy; at start each runs once at once, then on its schedule."""
+    def _schedule(self, policy: Policy, first_run_now: bool = False) -> list[str]:
+        """One job per enabled strategy; at start each runs once at once, then on its schedule. Returns
+        the jobs' ids."""
         zone = ZoneInfo(policy.service.time_zone)
         extra = {"next_run_time": datetime.now(zone)} if first_run_now else {}
         for job in self._scheduler.get_jobs():
             if job.id.startswith("strategy-"):
                 job.remove()
+        jobs: list[str] = []
         for index, strategy in enumerate(policy.strategies):
             if not strategy.enabled:
                 continue
+            jobs.append(_job_id(index, strategy.kind))
             self._scheduler.add_job(
                 self.run,
                 schedule_trigger(strategy.schedule, zone),
                 args=(Trigger("schedule", (index,)),),
-                id=f"strategy-{index}-{strategy.kind}",
+                id=jobs[-1],
                 name=f"{strategy.kind} ({strategy.schedule.cron or 'every ' + str(strategy.schedule.interval)})",
                 **extra,
             )
+        return jobs
+
+    def leadership_changed(self, leading: bool) -> None:
+        """Called by the leader election: on becoming leader, the run-on-start cycles that have not run yet
+        (this replica did not lead at start) run now, once; after that each strategy keeps its schedule."""
+        if not leading:
+            return
+        with self._on_start_lock:
+            waiting = sorted(self._on_start)
+        for job_id in waiting:
+            job = self._scheduler.get_job(job_id)
+            if job is None:  # the strategy went with a reload
+                with self._on_start_lock:
+                    self._on_start.discard(job_id)
+                continue
+            # a job of its own: the strategy's job may be finishing the run it skipped (one instance at a time)
+            self._scheduler.add_job(self._run, args=(*job.args, job_id), id=f"on-start-{job_id}", replace_existing=True)
 
     # -- hot reload -------------------------------------------------------------------------------
 
@@ -235,13 +260,24 @@ class Service:
     # -- cycles -----------------------------------------------------------------------------------
 
     def run(self, trigger: Trigger) -> CycleResult | None:
+        return self._run(trigger)
+
+    def _run(self, trigger: Trigger, on_start_of: str | None = None) -> CycleResult | None:
+        """``on_start_of``: the run-on-start cycle of that job, run only if it has not run yet."""
         with self._cycle_lock:
             if self._stopping.is_set():
                 return None
             if not self._is_leader():
-                log.info("not the leader: %s cycle skipped", trigger.kind)
+                self._note_skipped(trigger)
                 return None
+            if on_start_of is not None:
+                with self._on_start_lock:
+                    if on_start_of not in self._on_start:
+                        return None  # the strategy's own job ran it meanwhile
+            self._skips_noted = False
             policy = self._policy
+            if trigger.kind == "schedule":
+                self._ran_on_start(policy, trigger)
             started = self._clock()
             try:
                 result = self._run_cycle(policy, trigger)
@@ -251,14 +287,30 @@ class Service:
                 return None
             seconds = self._clock() - started
             self._metrics.observe_cycle(trigger.kind, seconds, result.plan, result.report)
-            log.info("%s cycle%s: %d planned, %s in %.2f s", trigger.kind,
-                     f" for {', '.join(sorted(trigger.nodes))}" if trigger.nodes else "", len(result.plan.evictions),
-                     _outcomes(result.report), seconds)  # fmt: skip
+            log.info("%s", cycle_line(trigger.kind, trigger.nodes, result.plan, result.report, seconds))
             if result.timeline is not None:
-                log.info("%s cycle timings (ms): %s", trigger.kind, result.timeline.text())
+                log.debug("%s cycle timings (ms): %s", trigger.kind, result.timeline.text())
             if not result.plan.blocked:
                 self._ready.set()
             return result
+
+    def _ran_on_start(self, policy: Policy, trigger: Trigger) -> None:
+        done = {_job_id(i, policy.strategies[i].kind) for i in trigger.strategies if i < len(policy.strategies)}
+        with self._on_start_lock:
+            self._on_start -= done
+
+    def _note_skipped(self, trigger: Trigger) -> None:
+        """A follower skips cycles: said at INFO once while following (at every alert: they are rare)."""
+        if self._skips_noted and trigger.kind != "alert":
+            log.debug("not the leader: %s cycle skipped", trigger.kind)
+            return
+        self._skips_noted = True
+        with self._on_start_lock:
+            waiting = bool(self._on_start)
+        if waiting and trigger.kind == "schedule":
+            log.info("not the leader yet: the run-on-start cycle runs once this replica leads")
+        else:
+            log.info("not the leader: %s cycles are skipped while another replica leads", trigger.kind)
 
     # -- alerts -----------------------------------------------------------------------------------
 

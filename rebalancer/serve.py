@@ -294,6 +294,24 @@ def _release_marks(
         log.info("landing guard at shutdown: %s", report.summary())
 
 
+def _leader_election(
+    policy: Policy, api: ApiClient, identity: str, on_change: Callable[[bool], None]
+) -> LeaderElection | None:
+    """The election on the policy's Lease; None when leader election is off (this replica always leads)."""
+    lease = policy.service.leader_election
+    if not lease.enabled:
+        return None
+    elector = LeaderElector(
+        # a request must not outlast a retry period, or a lapse of leadership is noticed late
+        LeaseClient(api, state_namespace(policy.state.namespace), lease.lease_name, lease.retry_period_seconds),
+        identity,
+        lease.lease_duration_seconds,
+        lease.renew_deadline_seconds,
+        lease.retry_period_seconds,
+    )
+    return LeaderElection(elector, on_change=on_change)
+
+
 def serve(
     policy_path: Path,
     connection: ClusterConnection,
@@ -303,6 +321,8 @@ def serve(
 ) -> int:
     """Run until SIGTERM / SIGINT (or ``stop``); returns the exit code."""
     stop = stop or threading.Event()
+    if not log.isEnabledFor(logging.DEBUG):  # APScheduler logs each job it runs: the reload check every 10 s
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
     api = connect(connection.kubeconfig, connection.context)
     cache = _ClusterCache(api, on_pods_listed=freeze_heap)
     known = _KnownNodes(KubeSource(api, frozenset()), cache, time.monotonic)
@@ -331,18 +351,13 @@ def serve(
     policy = service.policy
     cache.ensure(policy)  # listing starts now, on followers too: a new leader has the cluster at hand
     settings = policy.service
-    if settings.leader_election.enabled:
-        lease = settings.leader_election
-        elector = LeaderElector(
-            # a request must not outlast a retry period, or a lapse of leadership is noticed late
-            LeaseClient(api, state_namespace(policy.state.namespace), lease.lease_name, lease.retry_period_seconds),
-            identity,
-            lease.lease_duration_seconds,
-            lease.renew_deadline_seconds,
-            lease.retry_period_seconds,
-        )
-        election = LeaderElection(elector, on_change=metrics.set_leader)
-    else:
+
+    def leadership_changed(leading: bool) -> None:
+        metrics.set_leader(leading)
+        service.leadership_changed(leading)  # a run-on-start cycle waiting for leadership runs now
+
+    election = _leader_election(policy, api, identity, leadership_changed)
+    if election is None:
         metrics.set_leader(True)
 
     def submit(alerts: Sequence[NodeAlert]) -> Sequence[AlertDecision]:

@@ -4,18 +4,24 @@ off) -> `rebalancer serve` (its own process, leader by a Lease) -> evictions on 
 
 from __future__ import annotations
 
+import json
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from threading import Thread
 
 import pytest
 
+from rebalancer.kube import LeaseClient, connect
+from rebalancer.leader import LeaseRecord
 from tests.adapters.prom_fixture import ServerProcess, free_port, require_binary, run_promtool
 from tests.kubeapi import TestApiServer
 from tests.service.scenario import LOADS, NODES, build_cluster, live_pods
@@ -216,6 +222,15 @@ def requesters(server: TestApiServer) -> list[str]:
     return [r.annotations.get("rebalancer.io/requested-by", "") for r in server.eviction.records if r.code == 201]
 
 
+def listening(port: int) -> bool:
+    """Whether a process accepts connections on the port (a replica may still be starting)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
 def wait_for(condition: object, seconds: float, what: str, logs: list[Path]) -> None:
     deadline = time.monotonic() + seconds
     while not condition():  # type: ignore[operator]
@@ -240,6 +255,7 @@ def test_two_replicas_only_the_leader_evicts_and_a_killed_leader_hands_over(
         first = holder(kube_server)
         assert set(requesters(kube_server)) == {f"rebalancer/{first}"}  # only the leader evicted
         for port in ports:  # the follower is ready too (its watch cache is listed): a rollout does not stall
+            wait_for(partial(listening, port), 30, f"nothing listening on {port}", logs)
             assert urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status == 200
         leader = next(p for p, log in replicas if f"{first} is now the leader" in log.read_text())
         survivor_port = ports[[p for p, _ in replicas].index(leader) - 1]
@@ -259,3 +275,59 @@ def test_two_replicas_only_the_leader_evicts_and_a_killed_leader_hands_over(
                 process.wait(timeout=30)
         alertmanager.stop()
         prometheus.stop()
+
+
+def samples_of(prometheus_url: str, query: str) -> int:
+    """How many samples the first series of a range ``query`` has (0 when it has none yet)."""
+    url = f"{prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    result = json.loads(urllib.request.urlopen(url, timeout=5).read())["data"]["result"]
+    return len(result[0]["values"]) if result else 0
+
+
+def test_serve_runs_on_start_once_it_leads_and_logs_each_cycle_at_the_default_level(
+    kube_server: TestApiServer, kubeconfig: Path, exporter: int, tmp_path: Path
+) -> None:
+    """No --log-level: serve's default still shows a line per cycle. A Lease another replica still holds
+    makes the run-on-start cycle wait for it; it runs as soon as this replica leads."""
+    build_cluster(kube_server)
+    now = time.time()
+    LeaseClient(connect(kubeconfig=str(kubeconfig)), "rebalancer", "rebalancer").create(
+        LeaseRecord("departed-replica", 3, now, now, 0)
+    )
+    prometheus = start_prometheus(tmp_path, exporter, free_port())  # no Alertmanager: the schedule only
+    port = free_port()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        f"prometheus: {{url: '{prometheus.url}', window: 10s, step: 1s, rateWindow: 5s, maxDataAgeSeconds: 60}}\n"
+        "protections: {evictableNamespaces: {exclude: [kube-system, monitoring]}}\n"
+        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 50}, "
+        "schedule: {interval: 1h}}\n"
+        "state: {namespace: rebalancer}\n"
+        f"service: {{host: 127.0.0.1, port: {port}, leaderElection: {{leaseDurationSeconds: 3, "
+        "renewDeadlineSeconds: 2, retryPeriodSeconds: 0.5}}\n"
+    )
+    deadline = time.monotonic() + 60  # a usage window's worth of samples before the first cycle
+    while samples_of(prometheus.url, 'container_cpu_usage_seconds_total{id="/",node="hot-1"}[1m]') < 12:
+        assert time.monotonic() < deadline, "Prometheus scraped too little"
+        time.sleep(0.5)
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log:
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "rebalancer.cli", "serve", "--policy", str(policy), "--kubeconfig", str(kubeconfig)],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_for(lambda: "schedule cycle:" in log_path.read_text(), 60, "no cycle logged", [log_path])
+        time.sleep(1)
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        code = serve.wait(timeout=30)
+        prometheus.stop()
+    text = log_path.read_text()
+    assert code == 0, text
+    assert text.index("not the leader yet") < text.index("is now the leader") < text.index("schedule cycle:"), text
+    [line] = [line for line in text.splitlines() if "schedule cycle:" in line]  # once: the next is an hour away
+    assert " INFO rebalancer.runner: schedule cycle: 1 hot node(s), " in line, line
+    evicted = sum(1 for r in kube_server.eviction.records if r.code == 201)
+    assert evicted and f"{evicted} evicted" in line, line
+    assert "apscheduler" not in text  # no line per job run (the policy file is checked every 10 s)

@@ -12,6 +12,7 @@ the other takes over at its next attempt.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -25,6 +26,13 @@ from pathlib import Path
 
 import pytest
 
+from rebalancer.evictor import EvictorReport
+from rebalancer.kube import LeaseClient, connect
+from rebalancer.leader import LeaderElection, LeaderElector, LeaseRecord
+from rebalancer.metrics import Metrics
+from rebalancer.plan import EvictionPlan
+from rebalancer.policy import Policy
+from rebalancer.runner import CycleResult, Service, Trigger
 from tests.kubeapi import TestApiServer
 from tests.kubeapi.server import Request
 
@@ -222,3 +230,46 @@ def test_a_stopped_leader_releases_and_the_other_takes_over_at_once(launch: Laun
     assert len(released) == 1
     takeover = next(w for w in writes if w.method == "PUT" and w.holder == follower.identity)
     assert released[0].at <= takeover.at and takeover.transitions == 1
+
+
+def test_serves_run_on_start_cycle_runs_as_soon_as_the_lease_is_held(
+    kube_server: TestApiServer, kubeconfig: Path, writes: list[Write], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Lease still held by a replica that went away: the run-on-start cycle waits for it, then runs at
+    once (not an interval later); the service's cycles and the real election, in this process."""
+    caplog.set_level(logging.INFO, logger="rebalancer")
+    leases = LeaseClient(connect(kubeconfig=str(kubeconfig)), NS, NAME, request_timeout=0.5)
+    now = time.time()
+    leases.create(LeaseRecord("departed", 2, now, now, 0))  # expires 2 s after a candidate first sees it
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}, "
+        "schedule: {interval: 1h}}\n"
+    )
+    ran: list[float] = []
+
+    def cycle(_: Policy, trigger: Trigger) -> CycleResult:
+        ran.append(time.monotonic())
+        return CycleResult(EvictionPlan(time.time(), ()), EvictorReport())
+
+    def leading() -> bool:
+        return election.is_leader()
+
+    service = Service(policy, cycle, Metrics(), leading)
+    election = LeaderElection(LeaderElector(leases, "replica-a", 2, 1.5, 0.2), on_change=service.leadership_changed)
+    election.start()
+    service.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not ran:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.02)
+        time.sleep(0.5)
+    finally:
+        service.stop()
+        election.stop(release=True)
+    acquired = next(w.at for w in writes if w.holder == "replica-a")
+    assert len(ran) == 1  # once: the strategy's own schedule is an hour away
+    assert acquired <= ran[0] <= acquired + 1.0, ran[0] - acquired  # at once, and never before leading
+    log = caplog.text
+    assert log.index("not the leader yet") < log.index("replica-a is now the leader") < log.index("schedule cycle:")

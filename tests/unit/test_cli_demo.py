@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.cli import main
+from rebalancer.cli import _parser, log_level, main
 
 
 def test_demo_plan_json_has_hot_nodes_and_evictions_from_them(capsys: pytest.CaptureFixture[str]) -> None:
@@ -63,3 +63,36 @@ def test_demo_plan_shows_the_landing_guard_marks_of_its_evictions(
     assert "== landing guard: " in capsys.readouterr().out
     assert main(["plan", "--demo", "--output", "json"]) == 0
     assert "landingGuard" not in json.loads(capsys.readouterr().out)  # no guard, no mark: nothing shown
+
+
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [
+        (["serve", "--log-level", "DEBUG", "--policy", "p.yaml"], "DEBUG"),
+        (["--log-level", "ERROR", "serve", "--policy", "p.yaml"], "ERROR"),
+        (["--log-level", "ERROR", "plan", "--log-level", "DEBUG", "--demo"], "DEBUG"),  # the later one wins
+        (["plan", "--demo", "--log-level", "INFO"], "INFO"),
+        (["run", "--once", "--policy", "p.yaml", "--log-level", "ERROR"], "ERROR"),
+        (["serve", "--policy", "p.yaml"], "INFO"),  # a service logs a line per cycle by default
+        (["plan", "--demo"], "WARNING"),
+    ],
+)
+def test_log_level_is_taken_before_and_after_the_command(argv: list[str], level: str) -> None:
+    assert log_level(_parser().parse_args(argv)) == level
+
+
+def test_every_commands_help_shows_the_global_options(capsys: pytest.CaptureFixture[str]) -> None:
+    commands = ["check-config", "plan", "run", "serve", "explain-scale-down", "predict", "report", "simulate"]
+    for command in commands:
+        with pytest.raises(SystemExit):
+            _parser().parse_args([command, "--help"])
+        shown = capsys.readouterr().out
+        assert "--log-level {DEBUG,INFO,WARNING,ERROR}" in shown and "--version" in shown, command
+
+
+def test_plan_takes_the_log_level_after_the_command_end_to_end() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "rebalancer.cli", "plan", "--demo", "--log-level", "DEBUG"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "planned eviction(s)" in out.stdout

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -11,7 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from rebalancer.evictor import EvictorReport
-from rebalancer.plan import EvictionPlan
+from rebalancer.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult, Unrelieved
 from rebalancer.policy import Policy
 from rebalancer.runner import CycleResult, Service, Trigger, cron_trigger
 
@@ -176,3 +178,96 @@ def test_housekeeping_runs_at_start_only_while_leading_and_a_failure_is_logged(
     assert "housekeeping failed: KubeUnavailable: the API server did not answer" in caplog.text
     svc.housekeep()
     assert len(swept) == 1  # stopped: no more
+
+
+def test_a_follower_runs_the_run_on_start_cycle_when_it_first_leads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="rebalancer.runner")
+    path = tmp_path / "policy.yaml"
+    path.write_text(GOOD)  # every hour: a cycle within the test is the run-on-start one
+    leading = {"now": False}
+    cycles = Cycles()
+    svc = Service(path, cycles, RecordingMetrics(), lambda: leading["now"])
+    svc.start()
+    try:
+        wait_until(lambda: "not the leader yet" in caplog.text)  # the first run came while following
+        assert cycles.triggers == []
+        leading["now"] = True
+        svc.leadership_changed(True)
+        assert cycles.entered.wait(5), "the run-on-start cycle runs once leading, not an hour later"
+        assert cycles.triggers == [Trigger("schedule", (0,))]
+        leading["now"] = False
+        svc.leadership_changed(False)
+        leading["now"] = True
+        svc.leadership_changed(True)  # leading again: the schedule goes on, no second start-up cycle
+        time.sleep(0.5)
+        assert cycles.triggers == [Trigger("schedule", (0,))]
+    finally:
+        svc.stop()
+
+
+def test_a_replica_leading_at_start_runs_the_run_on_start_cycle_once(tmp_path: Path) -> None:
+    svc, cycles, _, _ = service(tmp_path)
+    svc.start()
+    try:
+        assert cycles.entered.wait(5)
+        svc.leadership_changed(True)  # the election reports leadership after the first run
+        time.sleep(0.5)
+        assert cycles.triggers == [Trigger("schedule", (0,))]
+    finally:
+        svc.stop()
+
+
+def test_without_run_on_start_leading_runs_nothing_before_the_schedule(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(GOOD + "service: {runOnStart: false}\n")
+    cycles = Cycles()
+    svc = Service(path, cycles, RecordingMetrics(), lambda: True)
+    svc.start()
+    try:
+        svc.leadership_changed(True)
+        time.sleep(0.5)
+        assert cycles.triggers == []
+    finally:
+        svc.stop()
+
+
+def test_a_follower_says_once_that_it_skips_cycles(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="rebalancer.runner")
+    svc, _, _, _ = service(tmp_path, leader=False)
+    for _ in range(3):
+        assert svc.run(Trigger("schedule", (0,))) is None
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "not the leader" in r.getMessage()]
+    assert said[0] == (logging.INFO, "not the leader: schedule cycles are skipped while another replica leads")
+    assert [level for level, _ in said[1:]] == [logging.DEBUG, logging.DEBUG]  # no line per tick at INFO
+
+
+def test_each_cycle_logs_one_info_line_saying_why_nothing_was_done(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="rebalancer.runner")
+    path = tmp_path / "policy.yaml"
+    path.write_text(GOOD)
+    decision = NodeDecision("LowNodeUtilization", "n1", "general", NodeClass.HOT, "hot", 3500, 4000, 87.5, 20, 70)
+    plan = EvictionPlan(
+        0.0, (StrategyResult("LowNodeUtilization", (), (decision,), (), (), {"n1": Unrelieved.NO_ROOM}),)
+    )
+
+    def cycle(policy: Policy, trigger: Trigger) -> CycleResult:
+        return CycleResult(plan, EvictorReport())
+
+    svc = Service(path, cycle, RecordingMetrics(), lambda: True)
+    assert svc.run(Trigger("alert", (0,), frozenset({"n1"}))) is not None
+    [line] = [r for r in caplog.records if r.getMessage().startswith("alert cycle")]
+    assert line.levelno == logging.INFO
+    assert line.getMessage().startswith(
+        "alert cycle for n1: 1 hot node(s), 0 planned, nothing done: not relieved: no-room (n1); "
+    )
+
+
+def wait_until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.02)
