@@ -19,7 +19,8 @@ from pathlib import Path
 from rebalancer.app import Clock, ClusterConnection, run_cycle, state_namespace
 from rebalancer.app_guard import release_marks, sweep
 from rebalancer.app_prediction import HistoryCache
-from rebalancer.errors import RebalancerError
+from rebalancer.app_state_access import StateAccess
+from rebalancer.errors import KubeForbidden, KubeUnavailable, RebalancerError
 from rebalancer.evictor import DryRun
 from rebalancer.guard.applier import GuardReport
 from rebalancer.kube import ApiClient, KubeSource, connect
@@ -203,7 +204,9 @@ class _Cycles:
         efficiency: EfficiencyPublisher | None = None,
         on_steering: Callable[[SteeringReport], None] | None = None,
         on_guard: Callable[[GuardReport], None] | None = None,
+        state_access: StateAccess | None = None,
     ) -> None:
+        self._state_access = state_access or StateAccess(api)
         self._on_guard = on_guard
         self._efficiency = efficiency
         self._on_steering = on_steering
@@ -246,6 +249,7 @@ class _Cycles:
                 prometheus=self._usage.get(policy.prometheus),
                 trigger=trigger.kind,
                 steering_buckets=self._steering_buckets,
+                state_access=self._state_access,
             )
         if self._efficiency is not None:
             with timeline.step("rates"):
@@ -292,6 +296,19 @@ def _release_marks(
         log.info("landing guard at shutdown: %s", report.summary())
 
 
+def check_state_at_start(state_access: StateAccess, policy: Policy) -> None:
+    """A missing state namespace or permission stops `serve` before it leads or plans (the Lease lives in
+    that namespace too); an API server that does not answer yet is left to the cycles, which check first.
+    The Lease is checked as the policy serve starts with asks for it (the elector is built from it)."""
+    state_access.lease = policy.service.leader_election.enabled
+    try:
+        state_access.check(policy, state_namespace(policy.state.namespace))
+    except KubeUnavailable as exc:
+        if isinstance(exc, KubeForbidden) or exc.status == 404:
+            raise
+        log.warning("state access not checked at start, the first cycle checks it: %s", exc)
+
+
 def serve(
     policy_path: Path,
     connection: ClusterConnection,
@@ -313,10 +330,10 @@ def serve(
         return election.is_leader() if election is not None else True
 
     pauses = CollectorPauses()
-    gc.callbacks.append(pauses.callback)
+    state_access = StateAccess(api)
     cycles = _Cycles(
         api, dry_run, clock, known, cache, is_leader, identity, pauses, EfficiencyPublisher(metrics),
-        metrics.observe_steering, metrics.observe_guard,
+        metrics.observe_steering, metrics.observe_guard, state_access,
     )  # fmt: skip
     owner = f"rebalancer/{identity}"  # the evictions' requester and the landing guard's marks' owner
 
@@ -327,6 +344,8 @@ def serve(
 
     service = Service(policy_path, cycles, metrics, is_leader, clock, housekeeping=sweep_marks)
     policy = service.policy
+    check_state_at_start(state_access, policy)
+    gc.callbacks.append(pauses.callback)
     cache.ensure(policy)  # listing starts now, on followers too: a new leader has the cluster at hand
     settings = policy.service
     if settings.leader_election.enabled:
