@@ -15,6 +15,7 @@ from typing import Literal
 from rebalancer.app_efficiency import RECORDS_KEY, Earlier, EfficiencyRecorder, Recorded
 from rebalancer.app_guard import guard_after_cycle, guard_before_evictions, preview
 from rebalancer.app_prediction import HistoryCache, needs_prediction, predicted_load
+from rebalancer.app_state_access import StateAccess
 from rebalancer.cycle import plan_cycle
 from rebalancer.demo import load_demo, load_demo_history
 from rebalancer.errors import ConfigError, SourceError
@@ -192,15 +193,19 @@ def run_cycle(
     prometheus: PrometheusUsageSource | None = None,
     trigger: str = "schedule",
     steering_buckets: dict[str, TokenBucket] | None = None,
+    state_access: StateAccess | None = None,
 ) -> RunOutcome:
-    """Snapshot, plan, limits, evict, persist, then the efficiency records, on an existing connection
-    (CronJob and service alike).
+    """Check that the state can be written, then snapshot, plan, limits, evict, persist, then the efficiency
+    records, on an existing connection (CronJob and service alike); dry runs check the state too.
 
     ``may_act`` is asked before every eviction and every pod-deletion-cost patch (the service passes "still
     the leader"). ``trigger`` (schedule, alert, once) is kept in the efficiency records.
-    ``steering_buckets``: the steerer's token buckets, kept by the service between cycles."""
+    ``steering_buckets``: the steerer's token buckets, kept by the service between cycles. ``state_access``:
+    the state check, kept by the service (it asks again only when the policy changes what it covers)."""
     timeline = timeline or Timeline()
     namespace = state_namespace(policy.state.namespace)
+    with timeline.step("state-access"):
+        (state_access or StateAccess(api)).check(policy, namespace)
     recorder = EfficiencyRecorder(
         TimedStore(ConfigMapStateStore(api, namespace, policy.state.efficiency_config_map, RECORDS_KEY), timeline,
                    "efficiency"),

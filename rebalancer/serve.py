@@ -19,7 +19,8 @@ from pathlib import Path
 from rebalancer.app import Clock, ClusterConnection, run_cycle, state_namespace
 from rebalancer.app_guard import release_marks, sweep
 from rebalancer.app_prediction import HistoryCache
-from rebalancer.errors import RebalancerError
+from rebalancer.app_state_access import StateAccess
+from rebalancer.errors import KubeForbidden, KubeUnavailable, RebalancerError
 from rebalancer.evictor import DryRun
 from rebalancer.guard.applier import GuardReport
 from rebalancer.kube import ApiClient, KubeSource, connect
@@ -205,7 +206,9 @@ class _Cycles:
         efficiency: EfficiencyPublisher | None = None,
         on_steering: Callable[[SteeringReport], None] | None = None,
         on_guard: Callable[[GuardReport], None] | None = None,
+        state_access: StateAccess | None = None,
     ) -> None:
+        self._state_access = state_access or StateAccess(api)
         self._on_guard = on_guard
         self._efficiency = efficiency
         self._on_steering = on_steering
@@ -248,6 +251,7 @@ class _Cycles:
                 prometheus=self._usage.get(policy.prometheus),
                 trigger=trigger.kind,
                 steering_buckets=self._steering_buckets,
+                state_access=self._state_access,
             )
         if self._efficiency is not None:
             with timeline.step("rates"):
@@ -312,6 +316,30 @@ def _leader_election(
     return LeaderElection(elector, on_change=on_change)
 
 
+def check_state_at_start(state_access: StateAccess, policy: Policy) -> None:
+    """A missing state namespace or permission stops `serve` before it leads or plans (the Lease lives in
+    that namespace too); an API server that does not answer yet is left to the cycles, which check first.
+    The Lease is checked as the policy serve starts with asks for it (the elector is built from it)."""
+    state_access.lease = policy.service.leader_election.enabled
+    try:
+        state_access.check(policy, state_namespace(policy.state.namespace))
+    except KubeUnavailable as exc:
+        if isinstance(exc, KubeForbidden) or exc.status == 404:
+            raise
+        log.warning("state access not checked at start, the first cycle checks it: %s", exc)
+
+
+def _quiet_scheduler_log() -> None:
+    """APScheduler logs each job it runs (the reload check every 10 s): only at DEBUG do we keep that."""
+    if not log.isEnabledFor(logging.DEBUG):
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+
 def serve(
     policy_path: Path,
     connection: ClusterConnection,
@@ -321,8 +349,7 @@ def serve(
 ) -> int:
     """Run until SIGTERM / SIGINT (or ``stop``); returns the exit code."""
     stop = stop or threading.Event()
-    if not log.isEnabledFor(logging.DEBUG):  # APScheduler logs each job it runs: the reload check every 10 s
-        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    _quiet_scheduler_log()
     api = connect(connection.kubeconfig, connection.context)
     cache = _ClusterCache(api, on_pods_listed=freeze_heap)
     known = _KnownNodes(KubeSource(api, frozenset()), cache, time.monotonic)
@@ -335,10 +362,10 @@ def serve(
         return election.is_leader() if election is not None else True
 
     pauses = CollectorPauses()
-    gc.callbacks.append(pauses.callback)
+    state_access = StateAccess(api)
     cycles = _Cycles(
         api, dry_run, clock, known, cache, is_leader, identity, pauses, EfficiencyPublisher(metrics),
-        metrics.observe_steering, metrics.observe_guard,
+        metrics.observe_steering, metrics.observe_guard, state_access,
     )  # fmt: skip
     owner = f"rebalancer/{identity}"  # the evictions' requester and the landing guard's marks' owner
 
@@ -349,8 +376,9 @@ def serve(
 
     service = Service(policy_path, cycles, metrics, is_leader, clock, housekeeping=sweep_marks)
     policy = service.policy
+    check_state_at_start(state_access, policy)
+    gc.callbacks.append(pauses.callback)
     cache.ensure(policy)  # listing starts now, on followers too: a new leader has the cluster at hand
-    settings = policy.service
 
     def leadership_changed(leading: bool) -> None:
         metrics.set_leader(leading)
@@ -370,19 +398,18 @@ def serve(
         ready=lambda: service.ready() or known.source_ok(),
         known_nodes=known.names,
         node_addresses=known.addresses,
-        node_labels=settings.webhook.node_labels,
-        token=TokenFile(Path(settings.webhook.token_file)) if settings.webhook.token_file else None,
+        node_labels=policy.service.webhook.node_labels,
+        token=TokenFile(Path(policy.service.webhook.token_file)) if policy.service.webhook.token_file else None,
     )
     http = serve_http(
         app,
-        settings.host,
-        settings.port,
-        max_concurrent_requests=settings.max_concurrent_requests,
+        policy.service.host,
+        policy.service.port,
+        max_concurrent_requests=policy.service.max_concurrent_requests,
         on_refused=metrics.http_connection_refused,
     )
-    log.info("serving on %s:%d (webhook, /metrics, /healthz, /readyz)", settings.host, http.port)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    log.info("serving on %s:%d (webhook, /metrics, /healthz, /readyz)", policy.service.host, http.port)
+    _stop_on_signals(stop)
     if election is not None:
         election.start()
     service.start()

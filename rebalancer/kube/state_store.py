@@ -8,7 +8,9 @@ writers that read the same version exactly one succeeds and the other gets :clas
 it must load again, decide again, and save again. The store never retries on its own.
 
 Other keys of the ConfigMap and its labels and annotations, as last loaded, are written back
-unchanged. RBAC needed: get, create and update on configmaps in that namespace.
+unchanged. :meth:`ConfigMapStateStore.check_create` asks, before anything is decided, whether a create
+would be taken, without writing: the namespace exists, the create is authorized and admitted.
+RBAC needed: get, create and update on configmaps in that namespace.
 """
 
 from __future__ import annotations
@@ -74,19 +76,7 @@ class ConfigMapStateStore:
         created, or deleted) the ConfigMap since that version.
         """
         seen = self._seen if self._seen is not None and self._seen.resource_version == resource_version else None
-        meta = kubernetes.client.V1ObjectMeta(
-            name=self.name,
-            namespace=self.namespace,
-            labels={**(seen.labels if seen else {}), **MANAGED_BY},
-            annotations=(seen.annotations or None) if seen else None,
-            resource_version=resource_version,
-        )
-        body = kubernetes.client.V1ConfigMap(
-            api_version="v1",
-            kind="ConfigMap",
-            metadata=meta,
-            data={**(seen.other_data if seen else {}), self.key: text},
-        )
+        body = self._body(text, resource_version, seen)
         if resource_version is None:
             action = f"create state {self._what}"
             reply = send(
@@ -114,6 +104,43 @@ class ConfigMapStateStore:
         if not cm.metadata.resource_version:
             raise KubeUnavailable(f"{action}: the answer carries no resourceVersion", reason="Malformed")
         return cm.metadata.resource_version
+
+    def _body(self, text: str, resource_version: str | None, seen: _Seen | None) -> kubernetes.client.V1ConfigMap:
+        meta = kubernetes.client.V1ObjectMeta(
+            name=self.name,
+            namespace=self.namespace,
+            labels={**(seen.labels if seen else {}), **MANAGED_BY},
+            annotations=(seen.annotations or None) if seen else None,
+            resource_version=resource_version,
+        )
+        return kubernetes.client.V1ConfigMap(
+            api_version="v1",
+            kind="ConfigMap",
+            metadata=meta,
+            data={**(seen.other_data if seen else {}), self.key: text},
+        )
+
+    def check_create(self) -> None:
+        """Create the ConfigMap with ``dryRun=All``: the API server authorizes, admits and validates it and
+        stores nothing. An existing ConfigMap (409) passes. Raises :class:`KubeUnavailable` (404) naming the
+        namespace when it does not exist (the NamespaceLifecycle admission refuses creates there),
+        :class:`KubeForbidden` when the create is not authorized, the error for any other refusal."""
+        action = f"create state {self._what} with dryRun=All"
+        reply = send(
+            action, self._host, self._timeout, self._core.create_namespaced_config_map, self.namespace,
+            self._body("", None, None), dry_run="All",
+        )  # fmt: skip
+        if reply.ok or reply.code == 409:
+            return
+        details = reply.status().details
+        if reply.code == 404 and details is not None and details.kind == "namespaces":
+            raise KubeUnavailable(
+                f"the state namespace {self.namespace} does not exist (create it, or set state.namespace): "
+                + describe(action, reply),
+                status=404,
+                reason="NotFound",
+            )
+        raise http_error(action, reply, verb="create", resource="configmaps", namespace=self.namespace)
 
     def _remember(self, action: str, body: bytes) -> wire.ConfigMap:
         cm: wire.ConfigMap = decode(action, wire.CONFIG_MAP, body)

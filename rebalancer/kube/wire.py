@@ -394,6 +394,20 @@ class Lease(_Wire):
     spec: LeaseSpec = msgspec.field(default_factory=LeaseSpec)
 
 
+# --- SelfSubjectAccessReview (authorization.k8s.io/v1): the authorizer's answer -------------------------
+
+
+class AccessReviewStatus(_Wire):
+    allowed: bool = False
+    denied: bool = False  # only an authorizer that denies explicitly sets it (RBAC never does)
+    reason: str = ""
+    evaluation_error: str = ""
+
+
+class AccessReview(_Wire):
+    status: AccessReviewStatus = msgspec.field(default_factory=AccessReviewStatus)
+
+
 # --- pods with the annotations one reader keeps -------------------------------------------------
 
 
@@ -454,3 +468,4 @@ STATUS = msgspec.json.Decoder(type=Status)
 REPLICA_SET = msgspec.json.Decoder(type=ReplicaSet)
 CONFIG_MAP = msgspec.json.Decoder(type=ConfigMap)
 LEASE = msgspec.json.Decoder(type=Lease)
+ACCESS_REVIEW = msgspec.json.Decoder(type=AccessReview)

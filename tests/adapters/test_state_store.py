@@ -148,3 +148,39 @@ def test_failures_are_the_projects_errors(kube_server: TestApiServer, kubeconfig
         s.load()
     with pytest.raises(RebalancerError):
         s.save("y", version)
+
+
+# --- check_create: would a create be taken? (dryRun=All, nothing stored) ---------------------------
+
+
+def test_check_create_passes_and_stores_nothing(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    kube_server.keep_namespaces(NS)
+    store(kubeconfig).check_create()
+    assert kube_server.objects("configmaps", NS) == []
+    [probe] = [r for r in kube_server.requests if r.method == "POST"]
+    assert probe.query == {"dryRun": "All"}
+
+
+def test_check_create_passes_when_the_configmap_exists(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    kube_server.keep_namespaces(NS)
+    version = store(kubeconfig).save("kept", None)
+    store(kubeconfig).check_create()  # 409 AlreadyExists: the namespace is there and the create was authorized
+    assert store(kubeconfig).load() == ("kept", version)
+
+
+def test_check_create_names_a_missing_namespace(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    kube_server.keep_namespaces("elsewhere")
+    with pytest.raises(KubeUnavailable) as caught:
+        store(kubeconfig).check_create()
+    message = str(caught.value)
+    assert message.startswith("the state namespace rebalancer does not exist (create it, or set state.namespace)")
+    assert 'namespaces "rebalancer" not found' in message
+    assert "\n" not in message
+    assert caught.value.status == 404
+
+
+def test_check_create_names_a_refused_create(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    kube_server.forbid("create", "configmaps", namespace=NS)
+    with pytest.raises(KubeForbidden, match="grant verb create on configmaps") as caught:
+        store(kubeconfig).check_create()
+    assert (caught.value.verb, caught.value.resource, caught.value.namespace) == ("create", "configmaps", NS)

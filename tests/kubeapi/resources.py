@@ -85,6 +85,14 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType(
         "",
         "v1",
+        "namespaces",
+        "Namespace",
+        False,
+        {"metadata.name": _path("metadata", "name"), "status.phase": _path("status", "phase")},
+    ),
+    ResourceType(
+        "",
+        "v1",
         "nodes",
         "Node",
         False,

@@ -10,7 +10,9 @@ Routing is a small table of (method, path regex, handler); :meth:`TestApiServer.
 it. Writable types (ConfigMaps, Events, Leases) get create/update/delete with resourceVersion
 conflicts (:mod:`tests.kubeapi.writes`); pods get the eviction subresource with PodDisruptionBudget
 semantics (:mod:`tests.kubeapi.eviction`, ``server.eviction``); :meth:`TestApiServer.forbid` makes
-the RBAC authorizer refuse a verb on a resource (:mod:`tests.kubeapi.rbac`).
+the RBAC authorizer refuse a verb on a resource (:mod:`tests.kubeapi.rbac`), and a SelfSubjectAccessReview
+reports what it refuses; :meth:`TestApiServer.keep_namespaces` makes namespaces objects, a create in a
+missing one answering 404 as the NamespaceLifecycle admission does (:mod:`tests.kubeapi.authorization`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
 
-from tests.kubeapi import patch, rbac, resources, selectors, status, watch, writes
+from tests.kubeapi import authorization, patch, rbac, resources, selectors, status, watch, writes
 from tests.kubeapi.disruption import DisruptionController
 from tests.kubeapi.eviction import EvictionSubresource
 from tests.kubeapi.resources import ResourceType
@@ -131,6 +133,7 @@ class TestApiServer:
         self._faults: dict[str, list[Fault]] = {}
         self._hooks: list[Callable[[Request], None]] = []
         self._denied: list[rbac.Deny] = []
+        self._namespaces_kept = False  # False: every namespace exists (no Namespace objects needed)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self.disruption = DisruptionController(self.store)
@@ -140,6 +143,7 @@ class TestApiServer:
         self.route("POST", f"/api/v1/namespaces/{_NS}/pods/{_NAME}/eviction", self._evict)
         self.route("PATCH", f"/api/v1/namespaces/{_NS}/pods/{_NAME}", self._patch_pod)
         self.route("PATCH", f"/api/v1/nodes/{_NAME}", self._patch_node)
+        self.route("POST", f"/apis/{authorization.GROUP}/v1/selfsubjectaccessreviews", self._access_review)
         self._http = _HTTPServer(self)
         self._thread = threading.Thread(target=self._http.serve_forever, args=(0.05,), name="kubeapi", daemon=True)
         self._thread.start()
@@ -185,6 +189,20 @@ class TestApiServer:
     def allow_all(self) -> None:
         with self._lock:
             self._denied.clear()
+
+    # --- namespaces -------------------------------------------------------------------------
+
+    def keep_namespaces(self, *names: str) -> None:
+        """From now on namespaces are objects: ``names`` and the immortal ones (default, kube-system, ...)
+        exist, and a create in any other answers 404 ``namespaces "<name>" not found``."""
+        for name in (*authorization.IMMORTAL_NAMESPACES, *names):
+            if self.store.get("namespaces", name) is None:
+                self.store.create(authorization.namespace(name))
+        self._namespaces_kept = True
+
+    def _admit_create(self, namespace: str | None) -> None:
+        exists = not self._namespaces_kept or self.store.get("namespaces", namespace or "") is not None
+        authorization.admit_create(namespace, exists)
 
     # --- faults and hooks -------------------------------------------------------------------
 
@@ -333,11 +351,14 @@ class TestApiServer:
     # --- the write handlers -----------------------------------------------------------------
 
     def _create(self, rtype: ResourceType, request: Request) -> Response:
+        self._admit_create(request.params["namespace"])
         obj = writes.create(self.store, rtype, _json(request), request.params["namespace"], request.query)
         return Response.of(201, obj)
 
     def _update(self, rtype: ResourceType, request: Request) -> Response:
         params = request.params
+        if rtype.create_on_update and self.store.get(rtype.plural, params["name"], params["namespace"]) is None:
+            self._admit_create(params["namespace"])  # this update creates
         code, obj = writes.update(self.store, rtype, _json(request), params["namespace"], params["name"], request.query)
         return Response.of(code, obj)
 
@@ -358,6 +379,11 @@ class TestApiServer:
             self.store, request.params["name"], request.body, request.headers.get("content-type", ""), request.query
         )
         return Response.of(200, obj)
+
+    def _access_review(self, request: Request) -> Response:
+        with self._lock:
+            denied = list(self._denied)
+        return Response.of(201, authorization.review(_json(request), denied))
 
     def _evict(self, request: Request) -> Response:
         params = request.params

@@ -279,3 +279,23 @@ def test_a_second_run_right_after_counts_what_the_first_moved_and_evicts_nothing
     # `rebalancer plan` reads the same records and says why hot-1 is left alone
     planned = app.plan_now(policy, connection, clock=lambda: END + 90)
     assert [c.node for c in planned.plan.in_flight] == ["hot-1"] and planned.plan.in_flight_off is None
+
+
+def test_with_efficiency_off_the_records_are_never_read_written_or_warned_about(
+    kube_server: TestApiServer,
+    kubeconfig: Path,
+    prometheus: PrometheusServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    build_cluster(kube_server)
+    policy = write_policy(tmp_path / "p.yaml", prometheus.url, target=50, extra="efficiency: {enabled: false}\n")
+    for dry_run in (DryRun.OFF, DryRun.SERVER, DryRun.CLIENT):
+        result = run(kubeconfig, policy, dry_run)
+        assert result.efficiency.state is None and result.efficiency.problem is None
+
+    assert [r for r in kube_server.eviction.records if r.code == 201 and not r.dry_run], "the first run evicted"
+    records = "rebalancer-efficiency"
+    assert not [r for r in kube_server.requests if records in r.path or records.encode() in r.body]
+    assert kube_server.store.get("configmaps", records, "rebalancer") is None
+    assert not [m for m in caplog.messages if "efficiency" in m]
