@@ -8,10 +8,15 @@ idle < n1 < n2 < n3).
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
 from rebalancer.cycle import plan_cycle
-from rebalancer.model import ClusterFacts, Pod, Taint
-from rebalancer.plan import EvictionPlan, NodeClass
+from rebalancer.model import ClusterFacts, Pod, Taint, UsageReport
+from rebalancer.plan import EvictionPlan, NodeClass, PlannedEviction
+from rebalancer.scheduler_model import SchedulerModel
 from tests.builders import budget, node, pod, policy, usage
+from tests.unit.test_planner_properties import clusters
 
 HNU = """
 kind: HighNodeUtilization
@@ -175,3 +180,55 @@ def test_group_landing_risk_is_capped_over_all_replacements():
         "maxLandingRisk 40%, this replacement predicted to land on n2 (33%"
     )
     assert reason.endswith("landing risk 33%: on cold c 33% (score 649/700)"), reason
+
+
+@st.composite
+def consolidation_clusters(draw: st.DrawFn) -> tuple[ClusterFacts, UsageReport]:
+    """A few idle nodes (some soft-tainted or cordoned by an autoscaler) beside busier ones, pods of three
+    workloads with random requests, every pod's usage known."""
+    nodes, pods, node_usage = [], [], {}
+    for i in range(draw(st.integers(2, 8))):
+        idle = i < 2 or draw(st.booleans())
+        mark = draw(st.sampled_from(["none", "none", "taint", "cordon"])) if idle else "none"
+        name = f"n{i}"
+        nodes.append(
+            node(name, taints=[SCALE_DOWN_CANDIDATE] if mark == "taint" else [], unschedulable=mark == "cordon")
+        )
+        for j in range(draw(st.integers(1, 4))):  # over-requested idle pods: the node looks full until vacated
+            app = draw(st.sampled_from(["llm-router", "feature-cache", "web"]))
+            request = draw(st.integers(500, 3000) if idle else st.integers(0, 2000))
+            pods.append(pod(f"{name}-p{j}", name, workload=app, cpu_request_m=request))
+        node_usage[name] = draw(st.integers(100, 1500)) if idle else draw(st.integers(2500, 6500))
+    pod_usage = {p.name: draw(st.integers(0, 400)) for p in pods}
+    return ClusterFacts(tuple(nodes), tuple(pods), ()), usage(node_usage, pod_usage)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(consolidation_clusters(), clusters()), st.sampled_from([0.0, 0.1, 0.5]))
+def test_no_group_leaves_when_its_replacements_risk_landing_back_above_the_cap(
+    cluster: tuple[ClusterFacts, UsageReport], cap: float
+) -> None:
+    """Replayed on a scheduler model of its own, node by node (every node scored), each emptied group:
+    its pods leave together, each replacement is bound where the plan says it lands, and the
+    probability that any of them lands back on the emptied node is at most maxLandingRisk; each landing
+    is a node the scheduler can choose, never the emptied node."""
+    facts, report = cluster
+    snap, plan = plan_cycle(facts, report, policy(HNU + f"maxLandingRisk: {cap}\n"), 1_700_000_000.0)
+    model = SchedulerModel(snap, percentage_of_nodes_to_score=100)
+    groups: dict[str, list[PlannedEviction]] = {}
+    for e in plan.evictions:
+        groups.setdefault(e.node, []).append(e)
+    event(f"nodes emptied: {len(groups)}")
+    for emptied, evictions in groups.items():
+        pods = {p.key: p for p in snap.pods_on(emptied)}
+        leaving = [pods[e.key] for e in evictions]
+        for p in leaving:
+            model.remove(p)
+        stays = 1.0
+        for e, p in zip(evictions, leaving, strict=True):
+            odds = model.full_distribution(p, vacate=True).as_dict()
+            assert e.landing is not None and e.landing == e.room_on != emptied
+            assert odds.get(e.landing, 0.0) > 0.0, f"{e.name} predicted on {e.landing}, which cannot win: {odds}"
+            stays *= 1.0 - odds.get(emptied, 0.0)
+            model.add(p, e.landing)
+        assert 1.0 - stays <= cap + 1e-9, f"{emptied}: landing-back risk {1.0 - stays:.3f} > {cap}"
