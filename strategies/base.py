@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import Field, model_validator
 
@@ -65,6 +65,19 @@ class StrategySettings(Model):
     enabled: bool = Field(default=True, description="Disabled strategies are validated but not run.")
     schedule: Schedule = Field(
         default_factory=lambda: Schedule(interval="5m"), description="When `serve` runs it (default every 5m)."
+    )
+
+
+def percentage_of_nodes_to_score_field() -> Any:
+    """The ``percentageOfNodesToScore`` setting of the strategies that predict placement."""
+    return Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="With predictPlacement: the cluster scheduler's percentageOfNodesToScore (its "
+        "KubeSchedulerConfiguration), how many of the feasible nodes it scores before choosing. Unset or 0: the "
+        "scheduler's adaptive default (50% minus 1% per 125 nodes, at least 5% and at least 100 nodes); 100: "
+        "every node. Below 100 nodes every node is scored whatever the setting.",
     )
 
 

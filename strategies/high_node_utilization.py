@@ -1,14 +1,21 @@
 """HighNodeUtilization on real CPU usage: empty nodes that are nearly idle onto nodes with real room,
 so that a cluster autoscaler can remove them.
 
-No placement prediction here (unlike LowNodeUtilization): the node being emptied is not cordoned, and
-under the default scheduler's least-allocated scoring (the only scoring the scheduler model knows) the
-replacements would go back to it or to other underutilized nodes. This strategy assumes a scheduler
-profile that packs (MostAllocated / RequestedToCapacityRatio), as the descheduler's does.
+Where the group goes. The node is not cordoned, so its replacements can come right back: with its pods
+gone it is the least requested node and holds none of their workloads' pods. With ``predictPlacement``
+(the default) the replacements are placed one after another by the scheduler model
+(:mod:`strategies.group_landing`), and the node is emptied only when the probability that any of them
+lands back on it, on another underutilized node, or on a destination without the real-usage room is at
+most ``maxLandingRisk``; each move's usage is committed to its predicted landing (``room_on`` and
+``landing`` name the same node). The model scores as the default scheduler does (least allocated): a
+cluster whose scheduler profile packs (``MostAllocated``, ``RequestedToCapacityRatio``) sets
+``predictPlacement: false``, and then any destination with room is enough (a
+:class:`~strategies.placement.RoomTracker` search, best fit decreasing).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -18,8 +25,10 @@ from rebalancer.plan import NodeClass, NodeDecision, PlannedEviction, PodDecisio
 from rebalancer.protections import Protections
 from rebalancer.settings import FieldProblems, ResourceThresholds
 from rebalancer.snapshot import ClusterSnapshot
-from strategies.base import Offload, StrategySettings
+from strategies.base import Offload, StrategySettings, percentage_of_nodes_to_score_field
 from strategies.candidates import BudgetLedger, Candidate, screen
+from strategies.group_landing import GroupLanding
+from strategies.landing import LandingPredictor, LandingVerdict, percent
 from strategies.placement import RoomTracker
 from strategies.thresholds import Band, PoolThresholds, cap_millis, classify_nodes, pool_bands
 
@@ -44,6 +53,26 @@ class HighNodeUtilizationSettings(StrategySettings, PoolThresholds):
     max_nodes_to_empty: int | None = Field(
         default=None, ge=1, description="At most this many nodes emptied per cycle (per strategy)."
     )
+    predict_placement: bool = Field(
+        default=True,
+        description="Predict where the default scheduler puts the replacements of the node's group, placed one "
+        "after another as they are created together (the node being emptied stays schedulable and, its pods "
+        "gone, is the least requested), and empty the node only when the probability that any replacement lands "
+        "back on it, on another underutilized node or on a destination without the real-usage room is at most "
+        "maxLandingRisk; otherwise the node is passed over, its pods' records naming the likely landing. false: "
+        "any destination with room is enough; set it when the cluster's scheduler profile packs (MostAllocated or "
+        "RequestedToCapacityRatio scoring), which the model does not score.",
+    )
+    max_landing_risk: float = Field(
+        default=0.1,
+        ge=0.0,
+        lt=1.0,
+        description="With predictPlacement: the highest accepted probability that some replacement of the node's "
+        "group lands where the move empties nothing (back on the node, on another underutilized node, on a node "
+        "of another pool or of unknown usage, or on a destination without the real-usage room). 0: no chance of "
+        "a bad landing is accepted.",
+    )
+    percentage_of_nodes_to_score: int | None = percentage_of_nodes_to_score_field()
 
     @model_validator(mode="after")
     def _valid(self) -> HighNodeUtilizationSettings:
@@ -92,7 +121,8 @@ class HighNodeUtilization:
         evictions: list[PlannedEviction] = []
         pod_decisions: list[PodDecision] = []
         ledger = BudgetLedger(snapshot.budgets)
-        emptied = 0
+        predictor = self._predictor(snapshot, decisions) if s.predict_placement else None
+        emptied = landing_back = 0
         for pool in snapshot.pools():
             in_pool = [d for d in ordered if d.pool == pool]
             low = sorted((d for d in in_pool if d.node_class is NodeClass.COLD), key=lambda d: d.usage_pct or 0.0)
@@ -101,79 +131,159 @@ class HighNodeUtilization:
                     f"pool {pool}: {len(low)} underutilized node(s), not more than numberOfNodes {s.number_of_nodes}"
                 )
                 continue
-            caps = {
-                d.node: cap_millis(d.allocatable_m, d.high_pct or 0.0)
-                for d in in_pool
-                if d.node_class is NodeClass.NORMAL
-            }
-            tracker = RoomTracker(snapshot, caps, pack=True)
+            tracker = RoomTracker(snapshot, _caps(in_pool), pack=True)
             for decision in low:
                 if s.max_nodes_to_empty is not None and emptied >= s.max_nodes_to_empty:
                     notes.append(f"maxNodesToEmpty {s.max_nodes_to_empty} reached")
                     break
-                chosen, records = _empty(decision, snapshot, protections, ledger, tracker)
+                group = _Group(decision, tracker, ledger, predictor, s.max_landing_risk)
+                chosen, records = group.empty(snapshot, protections)
                 pod_decisions.extend(records)
+                landing_back += group.landed_back
                 if chosen:
                     evictions.extend(chosen)
                     emptied += 1
+        if landing_back:
+            notes.append(
+                f"{landing_back} node(s) passed over: a replacement is predicted to land back on the node or off the "
+                "destinations (the default scheduler's least-allocated scoring; with a scheduler profile that packs, "
+                "set predictPlacement: false)"
+            )
         return StrategyResult(KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes))
 
+    def _predictor(self, snapshot: ClusterSnapshot, decisions: dict[str, NodeDecision]) -> LandingPredictor:
+        """Destinations: the nodes that are not underutilized, with the room their real usage has under
+        targetThresholds (of the emptied node's pool; unknown usage: never a destination)."""
+        room = {}
+        for name, cap in _caps(decisions.values()).items():
+            usage_m = snapshot.load[name].usage_m
+            if usage_m is not None:
+                room[name] = cap - usage_m
+        s = self.settings
+        return LandingPredictor(
+            snapshot,
+            decisions,
+            room,
+            same_pool=True,
+            max_risk=s.max_landing_risk,
+            percentage_of_nodes_to_score=s.percentage_of_nodes_to_score,
+        )
 
-def _empty(
-    decision: NodeDecision,
-    snapshot: ClusterSnapshot,
-    protections: Protections,
-    ledger: BudgetLedger,
-    tracker: RoomTracker,
-) -> tuple[list[PlannedEviction], list[PodDecision]]:
-    """All of the node's movable pods, or none: a node half emptied cannot be removed."""
-    node = decision.node
-    candidates, records, blocking = screen(KIND, node, snapshot, protections, ledger, need_usage=False)
-    if blocking:
-        pod, why = blocking[0]
-        reason = f"node cannot be emptied: {pod} stays ({why})"
-        return [], records + [_passed(c, node, reason) for c in candidates]
-    if not candidates:
-        return [], records
-    room_checkpoint, budget_checkpoint = tracker.checkpoint(), ledger.checkpoint()
-    placed: list[tuple[Candidate, str]] = []
-    for candidate in sorted(candidates, key=lambda c: -c.usage_m):  # best-fit decreasing
-        placement = tracker.find(candidate.pod, candidate.usage_m, exclude=(node,))
-        blocked = ledger.blocker(candidate.pod)
-        if placement.node is None or blocked is not None:
-            tracker.rollback(room_checkpoint)
-            ledger.rollback(budget_checkpoint)
-            why = blocked or f"has nowhere to go ({placement.reason})"
-            reason = f"node cannot be emptied: {candidate.pod} {why}"
+
+def _caps(decisions: Iterable[NodeDecision]) -> dict[str, int]:
+    """The destinations (nodes that are not underutilized) and the real usage each may reach."""
+    return {
+        d.node: cap_millis(d.allocatable_m, d.high_pct or 0.0) for d in decisions if d.node_class is NodeClass.NORMAL
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Placed:
+    """A move of the group: its destination, its predicted landing (None: not predicted), and why there."""
+
+    candidate: Candidate
+    room_on: str
+    landing: str | None
+    room: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """Why the group stays, and whether it is that a replacement would land back on the node."""
+
+    why: str
+    lands_back: bool = False
+
+
+@dataclass(slots=True)
+class _Group:
+    """One underutilized node's movable pods, emptied all together or not at all."""
+
+    decision: NodeDecision
+    tracker: RoomTracker
+    ledger: BudgetLedger
+    predictor: LandingPredictor | None
+    max_risk: float
+    landed_back: bool = False  # passed over because a replacement is predicted to land back or elsewhere
+
+    def empty(
+        self, snapshot: ClusterSnapshot, protections: Protections
+    ) -> tuple[list[PlannedEviction], list[PodDecision]]:
+        """All of the node's movable pods, or none: a node half emptied cannot be removed."""
+        node = self.decision.node
+        candidates, records, blocking = screen(KIND, node, snapshot, protections, self.ledger, need_usage=False)
+        if blocking:
+            pod, why = blocking[0]
+            reason = f"node cannot be emptied: {pod} stays ({why})"
             return [], records + [_passed(c, node, reason) for c in candidates]
-        tracker.commit(placement.node, candidate.pod, candidate.usage_m)
-        ledger.take(candidate.pod)
-        placed.append((candidate, placement.node))
-    tracker.remove(node)
-    chosen = []
-    for candidate, room_on in placed:
-        reason = f"emptying {node} ({decision.usage_pct:.1f}% < {decision.low_pct:.1f}%); room on {room_on}"
-        records.append(
-            PodDecision(KIND, candidate.pod.namespace, candidate.pod.name, node, True, reason, candidate.usage_m)
+        if not candidates:
+            return [], records
+        ordered = sorted(candidates, key=lambda c: -c.usage_m)  # best-fit decreasing
+        room_checkpoint, budget_checkpoint = self.tracker.checkpoint(), self.ledger.checkpoint()
+        group = (
+            None
+            if self.predictor is None
+            else GroupLanding(self.predictor, node, [c.pod for c in ordered], self.max_risk)
         )
-        pod = candidate.pod
-        chosen.append(
-            PlannedEviction(
-                KIND,
-                pod.namespace,
-                pod.name,
-                pod.uid,
-                node,
-                decision.pool,
-                pod.workload,
-                candidate.usage_m,
-                reason,
-                room_on,
-            )
-        )
-    return chosen, records
+        placed: list[_Placed] = []
+        for candidate in ordered:
+            where = self._place(candidate, group)
+            if isinstance(where, _Refused):
+                self.tracker.rollback(room_checkpoint)
+                self.ledger.rollback(budget_checkpoint)
+                if group is not None:
+                    group.abandon()
+                reason = f"node cannot be emptied: {candidate.pod} {where.why}"
+                back = where.lands_back
+                return [], records + [_passed(c, node, reason, lands_back=back and c is candidate) for c in candidates]
+            if where.room_on in self.tracker:
+                self.tracker.commit(where.room_on, candidate.pod, candidate.usage_m)
+            self.ledger.take(candidate.pod)
+            placed.append(where)
+        self.tracker.remove(node)
+        return self._evictions(placed, records, group)
+
+    def _place(self, candidate: Candidate, group: GroupLanding | None) -> _Placed | _Refused:
+        """Where ``candidate``'s move goes: some destination with room, and with a group prediction the
+        one its replacement most probably lands on; or why the group stays."""
+        node = self.decision.node
+        placement = self.tracker.find(candidate.pod, candidate.usage_m, exclude=(node,))
+        blocked = self.ledger.blocker(candidate.pod)
+        if blocked is not None:
+            return _Refused(blocked)
+        if placement.node is None:
+            return _Refused(f"has nowhere to go ({placement.reason})")
+        if group is None:
+            return _Placed(candidate, placement.node, None, f"room on {placement.node}")
+        predicted = group.land(candidate.pod, candidate.usage_m)
+        if predicted.node is None:
+            self.landed_back = True
+            return _Refused(f"replacement: {predicted.reason}", predicted.refused is LandingVerdict.BACK)
+        return _Placed(candidate, predicted.node, predicted.node, predicted.reason)
+
+    def _evictions(
+        self,
+        placed: list[_Placed],
+        records: list[PodDecision],
+        group: GroupLanding | None,
+    ) -> tuple[list[PlannedEviction], list[PodDecision]]:
+        d = self.decision
+        risk = "" if group is None else f"; the group's landing risk {percent(group.risk)}"
+        chosen = []
+        for move in placed:
+            candidate = move.candidate
+            reason = f"emptying {d.node} ({d.usage_pct:.1f}% < {d.low_pct:.1f}%); {move.room}{risk}"
+            pod = candidate.pod
+            records.append(PodDecision(KIND, pod.namespace, pod.name, d.node, True, reason, candidate.usage_m))
+            chosen.append(
+                PlannedEviction(
+                    KIND, pod.namespace, pod.name, pod.uid, d.node, d.pool, pod.workload, candidate.usage_m,
+                    reason, move.room_on, move.landing,
+                )
+            )  # fmt: skip
+        return chosen, records
 
 
-def _passed(candidate: Candidate, node: str, reason: str) -> PodDecision:
+def _passed(candidate: Candidate, node: str, reason: str, *, lands_back: bool = False) -> PodDecision:
     pod = candidate.pod
-    return PodDecision(KIND, pod.namespace, pod.name, node, False, reason, candidate.usage_m)
+    return PodDecision(KIND, pod.namespace, pod.name, node, False, reason, candidate.usage_m, lands_back)

@@ -75,12 +75,13 @@ _OK, _BACK, _ELSEWHERE, _NO_ROOM = (int(k) for k in _Kind)
 
 
 class Landing(msgspec.Struct, frozen=True, gc=False):
-    """The predicted landing node (None: refused), why (the landing risk included), and the refusal kind
-    (None: accepted)."""
+    """The predicted landing node (None: refused), why (the landing risk included), the refusal kind
+    (None: accepted), and the landing risk (1 when the replacement would not be scheduled)."""
 
     node: str | None
     reason: str
     refused: LandingVerdict | None = None
+    risk: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +147,8 @@ class LandingPredictor:
         self._cache: dict[tuple[object, ...], LandingGroups] = {}
         self._kinds: dict[tuple[int, int, int], _BucketKinds] = {}
         self._described: dict[tuple[int, int, int, int, float], str] = {}
-        self._over_cap = f" > maxLandingRisk {_pct(max_risk)}: "
+        self._over_cap = f" > maxLandingRisk {percent(max_risk)}: "
+        self._journal: list[tuple[Pod, str | None, str | None, int]] = []  # pod, node before, landing, usage
 
     def land(self, pod: Pod, source: str, usage_m: int) -> Landing:
         """Where ``pod``'s replacement most probably lands among the acceptable destinations if it is
@@ -154,7 +156,7 @@ class LandingPredictor:
         found = self._groups(pod, source)
         if found.feasible == 0:
             why = found.reason
-            return Landing(None, f"its replacement would not be scheduled ({why})", LandingVerdict.UNSCHEDULABLE)
+            return Landing(None, f"its replacement would not be scheduled ({why})", LandingVerdict.UNSCHEDULABLE, 1.0)
         s = self._index[source]
         tally = self._tally(found, s, usage_m)
         risk = tally.risk
@@ -164,21 +166,44 @@ class LandingPredictor:
             bad = tally.masses[_BACK:]
             # the likeliest kind of bad landing; masses equal but for float sums go to the first (back first)
             worst = _KINDS[next(k for k, mass in enumerate(bad) if mass >= max(bad) - TOLERANCE) + _BACK]
-            text = f"predicted landing risk {_pct(risk)}{self._over_cap}{self._bad(found, tally, s, usage_m, risk)}{sampled}"
-            return Landing(None, text, _VERDICTS.get(worst, LandingVerdict.NO_ROOM))
+            text = f"predicted landing risk {percent(risk)}{self._over_cap}{self._bad(found, tally, s, usage_m, risk)}{sampled}"
+            return Landing(None, text, _VERDICTS.get(worst, LandingVerdict.NO_ROOM), risk)
         i, group = self._likeliest_good(found, tally, s, usage_m)
         node = self._model.names[i]
-        scored = f"{_pct(group.probability)}, scheduler score {group.total}/{MAX_SCORE}{sampled}"
+        scored = f"{percent(group.probability)}, scheduler score {group.total}/{MAX_SCORE}{sampled}"
         reason = f"predicted to land on {node} ({scored}), {self._room[i]}m of real-usage room"
         if risk > 0:
-            reason += f"; landing risk {_pct(risk)}: {self._bad(found, tally, s, usage_m, risk)}"
-        return Landing(node, reason)
+            reason += f"; landing risk {percent(risk)}: {self._bad(found, tally, s, usage_m, risk)}"
+        return Landing(node, reason, risk=risk)
 
     def commit(self, pod: Pod, landing: str, usage_m: int) -> None:
         """The move is planned: the replacement is bound to ``landing`` and uses its room."""
+        self._journal.append((pod, self._model.node_of(pod), landing, usage_m))
         self._model.remove(pod)
         self._model.add(pod, landing)
         self._room[self._index[landing]] -= usage_m
+        self._cache.clear()
+
+    def vacate(self, pods: Iterable[Pod]) -> None:
+        """The pods leave their nodes together (a node's group evicted at once, replacements created
+        while none of them is bound yet): later landings are predicted with all of them gone."""
+        for pod in pods:
+            self._journal.append((pod, self._model.node_of(pod), None, 0))
+            self._model.remove(pod)
+        self._cache.clear()
+
+    def checkpoint(self) -> int:
+        return len(self._journal)
+
+    def rollback(self, checkpoint: int) -> None:
+        """Undo the commits and vacates made since ``checkpoint``, latest first."""
+        while len(self._journal) > checkpoint:
+            pod, before, after, usage_m = self._journal.pop()
+            self._model.remove(pod)
+            if before is not None:
+                self._model.add(pod, before)
+            if after is not None:
+                self._room[self._index[after]] += usage_m
         self._cache.clear()
 
     def _groups(self, pod: Pod, source: str) -> LandingGroups:
@@ -304,7 +329,7 @@ class LandingPredictor:
         parts = [self._named(i, group, s, usage_m) for i, group in named]
         if count > len(named):
             rest = risk - sum(group.probability for _, group in named)
-            parts.append(f"{count - len(named)} more node(s) {_pct(rest)}")
+            parts.append(f"{count - len(named)} more node(s) {percent(rest)}")
         return ", ".join(parts)
 
     def _named(self, i: int, group: Group, s: int, usage_m: int) -> str:
@@ -337,10 +362,10 @@ class LandingPredictor:
 @functools.lru_cache(maxsize=4096)
 def _group_pct(p: float) -> str:
     """:func:`_pct` of a group's probability (the same few floats for every pod of a node)."""
-    return _pct(p)
+    return percent(p)
 
 
-def _pct(p: float) -> str:
+def percent(p: float) -> str:
     """A probability as a short percentage that never rounds a possibility away."""
     if p <= 0:
         return "0%"

@@ -25,7 +25,7 @@ from rebalancer.predicted import ClassifyBy, usage_view
 from rebalancer.protections import Protections
 from rebalancer.settings import FieldProblems
 from rebalancer.snapshot import ClusterSnapshot
-from strategies.base import Offload, StrategySettings
+from strategies.base import Offload, StrategySettings, percentage_of_nodes_to_score_field
 from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
 from strategies.placement import RoomTracker
@@ -92,15 +92,7 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         "cold nodes with real-usage room are good landings (on clusters where most nodes are neither hot nor "
         "cold, almost every pod is then passed over).",
     )
-    percentage_of_nodes_to_score: int | None = Field(
-        default=None,
-        ge=0,
-        le=100,
-        description="With predictPlacement: the cluster scheduler's percentageOfNodesToScore (its "
-        "KubeSchedulerConfiguration), how many of the feasible nodes it scores before choosing. Unset or 0: the "
-        "scheduler's adaptive default (50% minus 1% per 125 nodes, at least 5% and at least 100 nodes); 100: "
-        "every node. Below 100 nodes every node is scored whatever the setting.",
-    )
+    percentage_of_nodes_to_score: int | None = percentage_of_nodes_to_score_field()
 
     @model_validator(mode="after")
     def _thresholds_ordered(self) -> LowNodeUtilizationSettings:

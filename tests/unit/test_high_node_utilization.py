@@ -1,11 +1,22 @@
-"""HighNodeUtilization on real usage: empty nearly idle nodes, all or nothing."""
+"""HighNodeUtilization on real usage: empty nearly idle nodes, all or nothing; with placement
+prediction only when the group's replacements are predicted to leave the node.
+
+Room and all-or-nothing cases run with ``predictPlacement: false`` (any destination with room); the
+prediction cases build clusters whose landings the scheduler model decides (node names sort
+idle < n1 < n2 < n3).
+"""
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
 from rebalancer.cycle import plan_cycle
-from rebalancer.model import ClusterFacts
-from rebalancer.plan import EvictionPlan, NodeClass
+from rebalancer.model import ClusterFacts, Pod, Taint, UsageReport
+from rebalancer.plan import EvictionPlan, NodeClass, PlannedEviction
+from rebalancer.scheduler_model import SchedulerModel
 from tests.builders import budget, node, pod, policy, usage
+from tests.unit.test_planner_properties import clusters
 
 HNU = """
 kind: HighNodeUtilization
@@ -14,7 +25,10 @@ targetThresholds: {cpu: 70}
 """
 
 
-def run(nodes, pods, report, extra: str = "", budgets=()) -> EvictionPlan:
+NO_PREDICTION = "predictPlacement: false\n"
+
+
+def run(nodes, pods, report, extra: str = NO_PREDICTION, budgets=()) -> EvictionPlan:
     facts = ClusterFacts(tuple(nodes), tuple(pods), tuple(budgets))
     return plan_cycle(facts, report, policy(HNU + extra), 1_700_000_000.0)[1]
 
@@ -63,8 +77,8 @@ def test_number_of_nodes_and_max_nodes_to_empty():
     nodes = [node("i1"), node("i2"), node("i3"), node("busy", cpu_m=100_000)]
     pods = [pod("a", "i1"), pod("b", "i2"), pod("c", "i3")]
     report = usage({"i1": 100, "i2": 200, "i3": 300, "busy": 30_000}, {"a": 50, "b": 50, "c": 50})
-    assert run(nodes, pods, report, "numberOfNodes: 3\n").evictions == ()
-    plan = run(nodes, pods, report, "maxNodesToEmpty: 2\n")
+    assert run(nodes, pods, report, NO_PREDICTION + "numberOfNodes: 3\n").evictions == ()
+    plan = run(nodes, pods, report, NO_PREDICTION + "maxNodesToEmpty: 2\n")
     assert sorted(e.node for e in plan.evictions) == ["i1", "i2"]  # least used first
 
 
@@ -73,3 +87,148 @@ def test_budget_all_or_nothing():
     report = usage({"idle": 800, "busy": 4000}, {"a": 300, "b": 300, "x": 3000})
     plan = run([node("idle"), node("busy")], pods, report, budgets=[budget("db", {"app": "db"}, allowed=1)])
     assert plan.evictions == ()  # one of the two would stay: the node could not be removed anyway
+
+
+# --- placement prediction: the group's replacements, placed one after another by the scheduler model
+
+# the cluster autoscaler's soft taint on a node it considers removing
+SCALE_DOWN_CANDIDATE = Taint("DeletionCandidateOfClusterAutoscaler", "1700000000", "PreferNoSchedule")
+
+
+def group(node_name: str) -> list[Pod]:
+    """Two llm-router pods and one feature-cache pod, 1000m requested each."""
+    return [
+        pod("router-1", node_name, workload="llm-router", cpu_request_m=1000),
+        pod("router-2", node_name, workload="llm-router", cpu_request_m=1000),
+        pod("cache-1", node_name, workload="feature-cache", cpu_request_m=1000),
+    ]
+
+
+def busy(node_name: str) -> list[Pod]:
+    """Four pods of their own workloads, 1000m requested each and 1200m used each."""
+    return [pod(f"{node_name}-w{i}", node_name, workload=f"{node_name}-w{i}", cpu_request_m=1000) for i in range(4)]
+
+
+def prediction_cluster(*idle_taints: Taint) -> tuple[list, list[Pod], object]:
+    nodes = [node("idle", taints=idle_taints), node("n1"), node("n2"), node("n3")]
+    pods = group("idle") + busy("n1") + busy("n2") + busy("n3")
+    pod_usage = {"router-1": 300, "router-2": 300, "cache-1": 200}
+    pod_usage |= {p.name: 1200 for p in pods if p.node_name != "idle"}
+    report = usage({"idle": 900, "n1": 5000, "n2": 5000, "n3": 5000}, pod_usage)
+    return nodes, pods, report
+
+
+def test_group_whose_replacements_would_land_back_is_passed_over_with_the_reason():
+    """Requests follow usage: with its group gone, idle is the least requested node and holds no
+    llm-router or feature-cache pod, so the first replacement lands back on it."""
+    nodes, pods, report = prediction_cluster()
+    plan = run(nodes, pods, report, extra="")
+    assert plan.evictions == ()
+    result = plan.results[0]
+    records = {d.name: d for d in result.pod_decisions if d.node == "idle"}
+    assert set(records) == {"router-1", "router-2", "cache-1"} and not any(d.chosen for d in records.values())
+    reason = records["router-1"].reason
+    assert reason.startswith("node cannot be emptied: default/router-1 replacement: predicted landing risk 100%")
+    assert "back on idle 100%" in reason
+    assert records["router-1"].lands_back and not records["cache-1"].lands_back
+    assert any("1 node(s) passed over" in note and "predictPlacement: false" in note for note in result.notes)
+
+
+def test_same_cluster_without_prediction_empties_the_node_anyway():
+    nodes, pods, report = prediction_cluster()
+    plan = run(nodes, pods, report)
+    assert sorted(e.name for e in plan.evictions) == ["cache-1", "router-1", "router-2"]
+    assert all(e.landing is None for e in plan.evictions)
+
+
+def test_group_predicted_to_leave_is_emptied_with_each_replacements_landing():
+    """The autoscaler's PreferNoSchedule taint keeps the replacements off idle; they are placed one
+    after another, so the second llm-router replacement avoids the node the first one landed on."""
+    nodes, pods, report = prediction_cluster(SCALE_DOWN_CANDIDATE)
+    plan = run(nodes, pods, report, extra="")
+    landed = [(e.name, e.landing) for e in plan.evictions]
+    assert landed == [("router-1", "n1"), ("router-2", "n2"), ("cache-1", "n3")]
+    assert all(e.room_on == e.landing for e in plan.evictions)
+    first = plan.evictions[0].reason
+    assert first.startswith("emptying idle (9.0% < 20.0%); predicted to land on n1 (33%, scheduler score")
+    assert first.endswith("the group's landing risk 0%")
+
+
+def test_group_landing_risk_is_capped_over_all_replacements():
+    """Equal requests on three destinations and another underutilized node c: the first replacement
+    risks 1/4 (c among four tied nodes), the second, n1 now fuller, 1/3; the group 1 - 3/4 * 2/3 = 50%."""
+    nodes = [node("idle", taints=[SCALE_DOWN_CANDIDATE]), node("c"), node("n1"), node("n2"), node("n3")]
+    pods = [
+        pod("router-1", "idle", workload="llm-router", cpu_request_m=1000),
+        pod("cache-1", "idle", workload="feature-cache", cpu_request_m=1000),
+        *busy("c"),
+        *busy("n1"),
+        *busy("n2"),
+        *busy("n3"),
+    ]
+    pod_usage = {"router-1": 300, "cache-1": 200} | {p.name: 1200 for p in pods if p.node_name != "idle"}
+    report = usage({"idle": 900, "c": 1500, "n1": 5000, "n2": 5000, "n3": 5000}, pod_usage)
+    plan = run(nodes, pods, report, extra="maxLandingRisk: 0.5\n")
+    from_idle = [e for e in plan.evictions if e.node == "idle"]
+    assert [(e.name, e.landing) for e in from_idle] == [("router-1", "n1"), ("cache-1", "n2")]
+    assert from_idle[1].reason.endswith("the group's landing risk 50%")
+    refused = run(nodes, pods, report, extra="maxLandingRisk: 0.4\n")
+    assert [e for e in refused.evictions if e.node == "idle"] == []
+    reason = next(d.reason for d in refused.results[0].pod_decisions if d.name == "router-1")
+    assert reason.startswith(
+        "node cannot be emptied: default/cache-1 replacement: the group's predicted landing risk 50% > "
+        "maxLandingRisk 40%, this replacement predicted to land on n2 (33%"
+    )
+    assert reason.endswith("landing risk 33%: on cold c 33% (score 649/700)"), reason
+
+
+@st.composite
+def consolidation_clusters(draw: st.DrawFn) -> tuple[ClusterFacts, UsageReport]:
+    """A few idle nodes (some soft-tainted or cordoned by an autoscaler) beside busier ones, pods of three
+    workloads with random requests, every pod's usage known."""
+    nodes, pods, node_usage = [], [], {}
+    for i in range(draw(st.integers(2, 8))):
+        idle = i < 2 or draw(st.booleans())
+        mark = draw(st.sampled_from(["none", "none", "taint", "cordon"])) if idle else "none"
+        name = f"n{i}"
+        nodes.append(
+            node(name, taints=[SCALE_DOWN_CANDIDATE] if mark == "taint" else [], unschedulable=mark == "cordon")
+        )
+        for j in range(draw(st.integers(1, 4))):  # over-requested idle pods: the node looks full until vacated
+            app = draw(st.sampled_from(["llm-router", "feature-cache", "web"]))
+            request = draw(st.integers(500, 3000) if idle else st.integers(0, 2000))
+            pods.append(pod(f"{name}-p{j}", name, workload=app, cpu_request_m=request))
+        node_usage[name] = draw(st.integers(100, 1500)) if idle else draw(st.integers(2500, 6500))
+    pod_usage = {p.name: draw(st.integers(0, 400)) for p in pods}
+    return ClusterFacts(tuple(nodes), tuple(pods), ()), usage(node_usage, pod_usage)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(consolidation_clusters(), clusters()), st.sampled_from([0.0, 0.1, 0.5]))
+def test_no_group_leaves_when_its_replacements_risk_landing_back_above_the_cap(
+    cluster: tuple[ClusterFacts, UsageReport], cap: float
+) -> None:
+    """Replayed on a scheduler model of its own, node by node (every node scored), each emptied group:
+    its pods leave together, each replacement is bound where the plan says it lands, and the
+    probability that any of them lands back on the emptied node is at most maxLandingRisk; each landing
+    is a node the scheduler can choose, never the emptied node."""
+    facts, report = cluster
+    snap, plan = plan_cycle(facts, report, policy(HNU + f"maxLandingRisk: {cap}\n"), 1_700_000_000.0)
+    model = SchedulerModel(snap, percentage_of_nodes_to_score=100)
+    groups: dict[str, list[PlannedEviction]] = {}
+    for e in plan.evictions:
+        groups.setdefault(e.node, []).append(e)
+    event(f"nodes emptied: {len(groups)}")
+    for emptied, evictions in groups.items():
+        pods = {p.key: p for p in snap.pods_on(emptied)}
+        leaving = [pods[e.key] for e in evictions]
+        for p in leaving:
+            model.remove(p)
+        stays = 1.0
+        for e, p in zip(evictions, leaving, strict=True):
+            odds = model.full_distribution(p, vacate=True).as_dict()
+            assert e.landing is not None and e.landing == e.room_on != emptied
+            assert odds.get(e.landing, 0.0) > 0.0, f"{e.name} predicted on {e.landing}, which cannot win: {odds}"
+            stays *= 1.0 - odds.get(emptied, 0.0)
+            model.add(p, e.landing)
+        assert 1.0 - stays <= cap + 1e-9, f"{emptied}: landing-back risk {1.0 - stays:.3f} > {cap}"

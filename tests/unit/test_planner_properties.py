@@ -97,6 +97,8 @@ def policies(draw: st.DrawFn) -> Policy:
             extra += "useDeviationThresholds: true\n"
         if draw(st.booleans()):
             extra += "predictPlacement: false\n"
+    elif draw(st.booleans()):
+        extra += "predictPlacement: false\n"
     yaml = f"kind: {kind}\nthresholds: {{cpu: {low}}}\ntargetThresholds: {{cpu: {high}}}\n{extra}"
     protections = ""
     if draw(st.booleans()):

@@ -1,0 +1,119 @@
+"""HighNodeUtilization's predicted landings end to end: `plan` and `run --once` with the real clients
+against the test API server and a real Prometheus with cAdvisor-shaped history.
+
+idle (4 cores) runs two llm-router pods and one feature-cache pod at about 11%; busy-1..3 run two pods
+each at about 57%. Every pod requests 200m, so with its group gone idle is the least requested node: the
+replacements would land back, and the node is passed over. With the cluster autoscaler's soft taint on
+idle they land on the busy nodes, one after another, and the node is emptied.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from rebalancer import app
+from rebalancer.evictor import DryRun, Outcome
+from rebalancer.policy import load_policy
+from rebalancer.render import plan_table
+from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
+from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
+from tests.kubeapi import TestApiServer
+from tests.kubeapi import builders as b
+
+END = 1_700_000_000.0
+NODES = ("idle", "busy-1", "busy-2", "busy-3")
+GROUP = {"llm-router-0", "llm-router-1", "feature-cache-0"}
+LOADS = {  # pod -> (node, workload, cores)
+    "llm-router-0": ("idle", "llm-router", 0.06),
+    "llm-router-1": ("idle", "llm-router", 0.06),
+    "feature-cache-0": ("idle", "feature-cache", 0.03),
+    **{f"{n}-w{i}": (n, f"{n}-w{i}", 1.0) for n in NODES[1:] for i in range(2)},
+}
+HISTORY = CadvisorHistory(
+    nodes=tuple(NodeSpec(n, 0.3) for n in NODES),
+    pods=tuple(
+        PodSpec("ml", name, node, (Container("app", constant(cores)),)) for name, (node, _, cores) in LOADS.items()
+    ),
+    start=END - 3600,
+    end=END,
+)
+SCALE_DOWN_CANDIDATE = b.taint("DeletionCandidateOfClusterAutoscaler", "PreferNoSchedule", "1699999000")
+
+
+@pytest.fixture(scope="module")
+def prometheus(start_prometheus: StartPrometheus) -> PrometheusServer:
+    return start_prometheus(HISTORY.series())
+
+
+def build(server: TestApiServer, *, idle_taints: list[dict[str, str]]) -> None:
+    for name in NODES:
+        server.add(b.node(name, cpu="4", memory="16Gi", taints=idle_taints if name == "idle" else ()))
+    replicas = Counter(w for _, w, _ in LOADS.values())
+    for workload, count in sorted(replicas.items()):
+        server.add(
+            b.deployment(workload, "ml", replicas=count),
+            b.replica_set(f"{workload}-rs", "ml", deployment=workload, replicas=count),
+        )
+    for name, (node, workload, _) in LOADS.items():
+        server.add(
+            b.pod(name, namespace="ml", node=node, owners=[b.owner("ReplicaSet", f"{workload}-rs")],
+                  labels={"app": workload}, containers=[b.container(cpu="200m", memory="256Mi")])
+        )  # fmt: skip
+    server.disruption.sync_all()
+
+
+def write_policy(path: Path, prometheus_url: str) -> Path:
+    path.write_text(
+        f"prometheus: {{url: '{prometheus_url}', maxDataAgeSeconds: 600}}\n"
+        "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}}\n"
+        "state: {namespace: rebalancer}\n"
+    )
+    return path
+
+
+def test_a_group_that_would_land_back_is_passed_over_and_nothing_is_evicted(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build(kube_server, idle_taints=[])
+    policy = load_policy(write_policy(tmp_path / "policy.yaml", prometheus.url))
+
+    planned = app.plan_live(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
+
+    assert planned.plan.evictions == ()
+    records = {d.name: d for d in planned.plan.results[0].pod_decisions if d.node == "idle"}
+    assert set(records) == GROUP and not any(d.chosen for d in records.values())
+    first = records["llm-router-0"]
+    assert first.reason.startswith("node cannot be emptied: ml/llm-router-0 replacement: predicted landing risk 100%")
+    assert "back on idle 100%" in first.reason and first.lands_back
+    table = plan_table(planned.plan, planned.source)
+    assert "back on idle" in table and "predictPlacement: false" in table
+
+    ran = app.run_once(policy, app.ClusterConnection(str(kubeconfig)), DryRun.OFF, clock=lambda: END)
+    assert ran.report.results == ()
+    assert kube_server.eviction.records == []
+
+
+def test_a_group_predicted_to_leave_is_emptied_with_each_replacements_landing(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build(kube_server, idle_taints=[SCALE_DOWN_CANDIDATE])
+    policy = load_policy(write_policy(tmp_path / "policy.yaml", prometheus.url))
+
+    planned = app.plan_live(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
+
+    landed = {e.name: e.landing for e in planned.plan.evictions}
+    assert set(landed) == GROUP
+    # placed one after another: each replacement lands on a different busy node
+    assert sorted(landed.values()) == ["busy-1", "busy-2", "busy-3"]
+    assert all(e.room_on == e.landing and "predicted to land on" in e.reason for e in planned.plan.evictions)
+    table = plan_table(planned.plan, planned.source)
+    assert "PREDICTED LANDING" in table
+    assert all(f"ml/{name}" in table for name in GROUP)
+
+    ran = app.run_once(policy, app.ClusterConnection(str(kubeconfig)), DryRun.OFF, clock=lambda: END)
+    assert {r.eviction.name: r.outcome for r in ran.report.results} == dict.fromkeys(GROUP, Outcome.EVICTED)
+    assert {r.name for r in kube_server.eviction.records} == GROUP
+    assert all(r.annotations["rebalancer.io/strategy"] == "HighNodeUtilization" for r in kube_server.eviction.records)
