@@ -101,7 +101,7 @@ class CadvisorHistory:
             base = {"job": "kubelet", "metrics_path": "/metrics/cadvisor", "instance": f"{node.name}:10250"}
             base[self.node_label] = node.name
             stamps = self.times(node.name)
-            out.append(Series(METRIC, {**base, "id": "/"}, _counter(self.node_usage(node.name), stamps)))
+            out.append(Series(METRIC, {**base, "id": "/"}, counter(self.node_usage(node.name), stamps)))
             for pod in (p for p in self.pods if p.node == node.name):
                 cgroup = f"/kubepods/burstable/pod{pod.uid}"
                 labels = {**base, "namespace": pod.namespace, "pod": pod.name}
@@ -111,7 +111,7 @@ class CadvisorHistory:
                         Series(
                             METRIC,
                             {**labels, "container": container.name, "id": f"{cgroup}/{cid}", "image": "app:1"},
-                            _counter(container.cores, stamps),
+                            counter(container.cores, stamps),
                         )
                     )
                 pause = f"{cgroup}/{pod.uid[:8]}pause"
@@ -119,15 +119,15 @@ class CadvisorHistory:
                     Series(
                         METRIC,
                         {**labels, "container": "POD", "id": pause, "image": "registry.k8s.io/pause:3.9"},
-                        _counter(constant(pod.pause_cores), stamps),
+                        counter(constant(pod.pause_cores), stamps),
                     )
                 )
                 whole = add(pod.usage(), constant(pod.pause_cores))
-                out.append(Series(METRIC, {**labels, "container": "", "id": cgroup}, _counter(whole, stamps)))
+                out.append(Series(METRIC, {**labels, "container": "", "id": cgroup}, counter(whole, stamps)))
         return out
 
 
-def _counter(rate: Rate, stamps: Sequence[float]) -> list[tuple[float, float]]:
+def counter(rate: Rate, stamps: Sequence[float]) -> list[tuple[float, float]]:
     samples: list[tuple[float, float]] = []
     value = COUNTER_START
     for i, t in enumerate(stamps):
