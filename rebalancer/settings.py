@@ -166,13 +166,24 @@ DEFAULT_NODE_FRESHNESS_QUERY = (
     'max by ({node_label}) (max_over_time(timestamp(container_cpu_usage_seconds_total{{id="/"}})[{window}:{step}]))'
 )
 
+# A series younger than rateWindow makes rate() spread a short history over the whole window (a node with
+# 70 s of data reads a fraction of its usage): present now, absent {data_span} earlier is too young to read.
+_POD_SERIES = 'container_cpu_usage_seconds_total{{container!="", container!="POD"{pod_filter}}}'
+DEFAULT_YOUNG_POD_QUERY = (
+    f"group by (namespace, pod) ({_POD_SERIES}) unless group by (namespace, pod) ({_POD_SERIES} offset {{data_span}})"
+)
+_NODE_SERIES = 'container_cpu_usage_seconds_total{{id="/"}}'
+DEFAULT_YOUNG_NODE_QUERY = (
+    f"group by ({{node_label}}) ({_NODE_SERIES}) unless group by ({{node_label}}) ({_NODE_SERIES} offset {{data_span}})"
+)
 
 _REGEX_SPECIAL = re.compile(r"([.\\\\+*?()|\[\]{}^$])")
 
 
 class UsageQueries(Model):
-    """PromQL templates. Placeholders: {quantile} {window} {step} {rate_window} {node_label}, and in podCpu
-    {pod_filter}: empty, or `, <nodeLabel>=~"a|b"` when a cycle needs only some nodes' pods (an alert's)."""
+    """PromQL templates. Placeholders: {quantile} {window} {step} {rate_window} {node_label} {pod_node_label}
+    {data_span} (rateWindow + step, in seconds), and in podCpu and youngPods {pod_filter}: empty, or
+    `, <podNodeLabel>=~"a|b"` when a cycle needs only some nodes' pods (an alert's)."""
 
     pod_cpu: str = Field(
         default=DEFAULT_POD_CPU_QUERY,
@@ -188,6 +199,17 @@ class UsageQueries(Model):
         default=DEFAULT_NODE_FRESHNESS_QUERY,
         description="Per-node time of the newest raw sample; nodes older than maxDataAgeSeconds are unknown.",
     )
+    young_nodes: str | None = Field(
+        default=DEFAULT_YOUNG_NODE_QUERY,
+        description="Nodes whose data began less than {data_span} (rateWindow + step) ago: one series per node "
+        "(label nodeLabel), for example present now and absent {data_span} earlier. Their usage is unknown: "
+        "rate() would spread the short history over the whole rateWindow and read them cold. null: not checked.",
+    )
+    young_pods: str | None = Field(
+        default=DEFAULT_YOUNG_POD_QUERY,
+        description="The same for pods, one series per (namespace, pod), with {pod_filter} as in podCpu; their "
+        "usage is unknown. null: not checked.",
+    )
 
 
 class PrometheusSettings(Model):
@@ -201,7 +223,18 @@ class PrometheusSettings(Model):
     rate_window: Duration = Field(
         default="5m", description="rate() window; at least two scrape intervals or rate() returns nothing."
     )
-    node_label: str = Field(default="node", min_length=1, description="Label that carries the node name.")
+    node_label: str = Field(
+        default="node",
+        min_length=1,
+        description="Label that carries the node name on the nodeCpu and nodeFreshness answers (node_exporter "
+        "series: `instance`, relabelled to the node name by kube-prometheus).",
+    )
+    pod_node_label: str = Field(
+        default="node",
+        min_length=1,
+        description="Label that carries the node name on the per-pod series (cAdvisor's, `node` under "
+        "kube-prometheus; their `instance` is the kubelet's address): {pod_filter} matches it.",
+    )
     max_data_age_seconds: float = Field(
         default=300,
         gt=0,
@@ -215,19 +248,28 @@ class PrometheusSettings(Model):
         if nodes:
             # node names are DNS subdomains: only "." is special in the RE2 pattern; the PromQL string doubles "\\"
             pattern = "|".join(_REGEX_SPECIAL.sub(r"\\\\\1", n) for n in sorted(nodes))
-            pod_filter = f', {self.node_label}=~"{pattern}"'
+            pod_filter = f', {self.pod_node_label}=~"{pattern}"'
         return template.format(
             quantile=self.quantile,
             window=self.window,
             step=self.step,
             rate_window=self.rate_window,
             node_label=self.node_label,
+            pod_node_label=self.pod_node_label,
             pod_filter=pod_filter,
+            data_span=f"{self.data_span_seconds}s",
         )
+
+    @property
+    def data_span_seconds(self) -> int:
+        """How much history a series needs before its usage is read: rateWindow plus one step."""
+        from rebalancer.limits.settings import duration_seconds  # here: the limits settings import this module
+
+        return duration_seconds(self.rate_window) + duration_seconds(self.step)
 
     @model_validator(mode="after")
     def _templates_render(self) -> PrometheusSettings:
-        for name in ("pod_cpu", "node_cpu", "node_freshness"):
+        for name in ("pod_cpu", "node_cpu", "node_freshness", "young_nodes", "young_pods"):
             template = getattr(self.queries, name)
             if template is None:
                 continue

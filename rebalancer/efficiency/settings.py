@@ -8,12 +8,12 @@ from rebalancer.limits.settings import duration_seconds
 from rebalancer.settings import Duration, FieldProblems, Model
 
 DEFAULT_REFERENCE_QUERY = (
-    'sum by ({node_label}) (rate(container_cpu_usage_seconds_total{{id="/"}}[5m]))'
-    ' / on ({node_label}) sum by ({node_label}) (kube_node_status_allocatable{{resource="cpu"}}) > 0.8'
+    'sum by ({pod_node_label}) (rate(container_cpu_usage_seconds_total{{id="/"}}[5m]))'
+    ' / on ({pod_node_label}) sum by ({pod_node_label}) (kube_node_status_allocatable{{resource="cpu"}}) > 0.8'
 )
 DEFAULT_REFERENCE_DATA_QUERY = (
-    'count by ({node_label}) (kube_node_status_allocatable{{resource="cpu"}})'
-    ' and on ({node_label}) count by ({node_label}) (container_cpu_usage_seconds_total{{id="/"}})'
+    'count by ({pod_node_label}) (kube_node_status_allocatable{{resource="cpu"}})'
+    ' and on ({pod_node_label}) count by ({pod_node_label}) (container_cpu_usage_seconds_total{{id="/"}})'
 )
 """Hot by the reference: the node's 5-minute average CPU (cAdvisor's root cgroup) above 80% of its
 allocatable CPU (kube-state-metrics). A comparison filter: a node has a sample only while hot."""
@@ -24,26 +24,27 @@ class ReferenceSettings(Model):
 
     query: str | None = Field(
         default=DEFAULT_REFERENCE_QUERY,
-        description="PromQL with one series per node (label prometheus.nodeLabel, placeholder {node_label}) at "
-        "each instant the node is hot, none otherwise (end it with a comparison such as > 0.8). null: no "
-        "reference, the discovery rate is not computed.",
+        description="PromQL with one series per node, named by the label prometheus.podNodeLabel (placeholder "
+        "{pod_node_label}; the label cAdvisor and kube-state-metrics series carry; {node_label} is "
+        "prometheus.nodeLabel), at each instant the node is hot, none otherwise (end it with a comparison such "
+        "as > 0.8). null: no reference, the discovery rate is not computed.",
     )
     step: Duration = Field(default="1m", description="Resolution at which the reference is evaluated over the period.")
     data_query: str = Field(
         default=DEFAULT_REFERENCE_DATA_QUERY,
-        description="PromQL that answers at least one series when the reference's inputs exist (placeholder "
-        "{node_label}). An empty reference then means no hot node; without data the reference is unknown, "
-        "never zero hot nodes.",
+        description="PromQL that answers at least one series when the reference's inputs exist (placeholders "
+        "{pod_node_label}, {node_label}). An empty reference then means no hot node; without data the "
+        "reference is unknown, never zero hot nodes.",
     )
     refresh_interval: Duration = Field(
         default="10m", description="Serve mode re-reads the reference over the period at most this often."
     )
 
-    def render(self, node_label: str) -> str | None:
-        return None if self.query is None else self.query.format(node_label=node_label)
+    def render(self, node_label: str, pod_node_label: str) -> str | None:
+        return None if self.query is None else self.query.format(node_label=node_label, pod_node_label=pod_node_label)
 
-    def render_data(self, node_label: str) -> str:
-        return self.data_query.format(node_label=node_label)
+    def render_data(self, node_label: str, pod_node_label: str) -> str:
+        return self.data_query.format(node_label=node_label, pod_node_label=pod_node_label)
 
     @property
     def step_seconds(self) -> float:
@@ -53,8 +54,8 @@ class ReferenceSettings(Model):
     def _renders(self) -> ReferenceSettings:
         if self.query is not None:
             try:
-                self.render("node")
-                self.render_data("node")
+                self.render("node", "node")
+                self.render_data("node", "node")
             except (KeyError, IndexError, ValueError) as exc:
                 raise FieldProblems([("query", f"cannot fill the template: {exc!r}")]) from exc
         return self

@@ -47,19 +47,19 @@ class HistorySettings(Model):
     pod_query: str = Field(
         default=DEFAULT_HISTORY_POD_QUERY,
         description="Per-pod CPU cores as an instant vector, one series per (namespace, pod); each day's peak is "
-        "a subquery over it at `resolution`. Placeholders: {rate_window} and {node_label} (from prometheus:), "
-        '{pod_filter} (`, <nodeLabel>=~"a|b"` for a batch of nodes; without it there is one batch).',
+        "a subquery over it at `resolution`. Placeholders: {rate_window}, {node_label} and {pod_node_label} (from "
+        'prometheus:), {pod_filter} (`, <podNodeLabel>=~"a|b"` for a batch of nodes; without it there is one batch).',
     )
     recording_rule: str | None = Field(
         default=None,
         pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
-        description="A recorded per-pod CPU series (labels namespace, pod and the node label), for example "
+        description="A recorded per-pod CPU series (labels namespace, pod and prometheus.podNodeLabel), for example "
         "`namespace_pod:cpu_usage:rate5m`: its samples are read directly, no subquery (the cheap way for "
         "large clusters). Overrides podQuery.",
     )
     system_query: str | None = Field(
         default=None,
-        description="Per-node non-pod CPU cores (kubelet, runtime, daemons), one series per node label, as an "
+        description="Per-node non-pod CPU cores (kubelet, runtime, daemons), one series per prometheus.nodeLabel, as an "
         "instant vector; its daily peaks become the nodes' predicted system usage. null: systemCpuM.",
     )
     resolution: Duration = Field(
@@ -84,7 +84,7 @@ class HistorySettings(Model):
             if template is None:
                 continue
             try:
-                template.format(rate_window="5m", node_label="node", pod_filter="")
+                template.format(rate_window="5m", node_label="node", pod_node_label="node", pod_filter="")
             except (KeyError, IndexError, ValueError) as exc:
                 problems.append((name, f"cannot fill the template: {exc!r}"))
         if problems:

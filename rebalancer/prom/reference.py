@@ -33,12 +33,13 @@ class ReferenceSource:
 
     def hot_minutes(self, start: float, end: float) -> dict[str, float]:
         """Node -> minutes hot by the reference in (start, end]; raises a ``SourceError`` when unknown."""
-        label = self._prometheus.node_label
-        query = self._reference.render(label)
+        prometheus = self._prometheus
+        label = prometheus.pod_node_label  # the reference's series are cAdvisor's and kube-state-metrics'
+        query = self._reference.render(prometheus.node_label, label)
         if query is None:
             raise MetricsStale("efficiency.reference.query is null: no reference definition")
         self._client.authorize()
-        data = self._reference.render_data(label)
+        data = self._reference.render_data(prometheus.node_label, label)
         if not self._client.vector(f"{NAME}_data", data, end):
             raise MetricsStale(
                 f"the reference's inputs have no data at {iso(end)} (efficiency.reference.dataQuery answered no "

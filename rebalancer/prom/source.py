@@ -14,6 +14,9 @@ doubtful raises a :class:`~rebalancer.errors.SourceError`, so the cycle makes no
 
 A single node whose newest sample is too old (or that has no freshness sample while a freshness
 query is configured) goes into ``node_problems`` and is left out of ``node_cpu_m``: unknown, not 0.
+So does a node whose data began less than rateWindow + step ago (``youngNodes``): rate() would spread
+its short history over the whole window and read it cold. Such pods (``youngPods``) are left out of
+``pod_cpu_m``. Both checks are one instant query each that answers only the young series.
 """
 
 from __future__ import annotations
@@ -64,6 +67,9 @@ class PrometheusUsageSource:
         queries = settings.queries
         self._client.authorize()
         problems: dict[str, str] = {}
+        if queries.young_nodes is not None:
+            young_nodes = self._client.large_vector("young_nodes", settings.render(queries.young_nodes), at)
+            problems.update(dict.fromkeys(by_node("young_nodes", young_nodes, settings.node_label), self._too_young()))
         fresh: dict[str, float] | None = None
         if queries.node_freshness is not None:
             fresh = self._by_node("node_freshness", settings.render(queries.node_freshness), at)
@@ -78,9 +84,14 @@ class PrometheusUsageSource:
                     )
                 if node not in problems:
                     node_cpu_m[node] = _millicores(cores)
-        pods = self._by_pod(settings.render(queries.pod_cpu, nodes if queries.node_cpu is not None else None), at)
+        pod_nodes = nodes if queries.node_cpu is not None else None
+        pods = self._by_pod(settings.render(queries.pod_cpu, pod_nodes), at)
         pod_cpu_m = {key: round(cores * 1000) for key, cores in pods.items()}  # _millicores, inlined: 150,000 pods
         del pods
+        young_pods = 0
+        if queries.young_pods is not None:
+            for key in self._client.pod_values("young_pods", settings.render(queries.young_pods, pod_nodes), at):
+                young_pods += pod_cpu_m.pop(key, None) is not None
         _untrack_young()
         return UsageReport(
             node_cpu_m=MappingProxyType(node_cpu_m),
@@ -89,10 +100,17 @@ class PrometheusUsageSource:
             failure=None,
             node_from_pods=queries.node_cpu is None,
             fresh_nodes=None if fresh is None else frozenset(fresh),
-            description=self._describe(at),
+            description=self._describe(at, young_pods),
         )
 
     # -- staleness ---------------------------------------------------------------------------
+
+    def _too_young(self) -> str:
+        s = self._settings
+        return (
+            f"less than {s.data_span_seconds}s of data (rateWindow {s.rate_window} + step {s.step}): rate() would "
+            "spread the short history over the whole window and read it low, so usage is unknown"
+        )
 
     def _stale_nodes(self, fresh: Mapping[str, float], at: float) -> dict[str, str]:
         limit = self._settings.max_data_age_seconds
@@ -119,7 +137,7 @@ class PrometheusUsageSource:
     def _vector(self, name: str, promql: str, at: float) -> Vector:
         return _some(name, promql, at, self._client.large_vector(name, promql, at))  # 5,000 nodes: msgspec
 
-    def _describe(self, at: float) -> str:
+    def _describe(self, at: float, young_pods: int) -> str:
         s = self._settings
         q = s.queries
 
@@ -141,7 +159,11 @@ class PrometheusUsageSource:
                 f"node freshness: newest sample within {s.max_data_age_seconds:g}s"
                 f"{custom(q.node_freshness, DEFAULT_NODE_FRESHNESS_QUERY)}"
             )
-        return f"Prometheus {self._url} at {iso(at)}; {pods}; {nodes}; {freshness}"
+        if q.young_pods is None:
+            young = "pods' data span: not checked"
+        else:
+            young = f"{young_pods} pod(s) with less than {s.data_span_seconds}s of data: usage unknown"
+        return f"Prometheus {self._url} at {iso(at)}; {pods}; {nodes}; {freshness}; {young}"
 
 
 _Found = TypeVar("_Found", Vector, dict[PodKey, float])

@@ -100,15 +100,15 @@ class CadvisorHistory:
         for node in self.nodes:
             base = node_labels(node.name, self.node_label)
             stamps = self.times(node.name)
-            out.append(Series(METRIC, {**base, "id": "/"}, _counter(self.node_usage(node.name), stamps)))
+            out.append(Series(METRIC, {**base, "id": "/"}, counter(self.node_usage(node.name), stamps)))
             for pod in (p for p in self.pods if p.node == node.name):
                 names = tuple(c.name for c in pod.containers)
                 cgroups = PodCgroups.of(base, pod.namespace, pod.name, pod.uid, names)
                 for labels, container in zip(cgroups.containers, pod.containers, strict=True):
-                    out.append(Series(METRIC, labels, _counter(container.cores, stamps)))
-                out.append(Series(METRIC, cgroups.pause, _counter(constant(pod.pause_cores), stamps)))
+                    out.append(Series(METRIC, labels, counter(container.cores, stamps)))
+                out.append(Series(METRIC, cgroups.pause, counter(constant(pod.pause_cores), stamps)))
                 whole = add(pod.usage(), constant(pod.pause_cores))
-                out.append(Series(METRIC, cgroups.whole, _counter(whole, stamps)))
+                out.append(Series(METRIC, cgroups.whole, counter(whole, stamps)))
         return out
 
 
@@ -140,7 +140,7 @@ class PodCgroups:
         )
 
 
-def _counter(rate: Rate, stamps: Sequence[float]) -> list[tuple[float, float]]:
+def counter(rate: Rate, stamps: Sequence[float]) -> list[tuple[float, float]]:
     samples: list[tuple[float, float]] = []
     value = COUNTER_START
     for i, t in enumerate(stamps):

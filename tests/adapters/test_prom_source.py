@@ -66,8 +66,12 @@ def prom(start_prometheus: StartPrometheus) -> PrometheusServer:
     return start_prometheus(HISTORY.series())
 
 
+ONLY_QUERIES = ("pod_cpu", "node_cpu", "node_freshness", "young_nodes", "young_pods")
+POD_QUERY_ONLY = {"node_cpu": None, "node_freshness": None, "young_nodes": None, "young_pods": None}
+
+
 def settings_for(url: str, **queries: Any) -> PrometheusSettings:
-    options = {k: queries.pop(k) for k in list(queries) if k not in ("pod_cpu", "node_cpu", "node_freshness")}
+    options = {k: queries.pop(k) for k in list(queries) if k not in ONLY_QUERIES}
     return PrometheusSettings(url=url, queries=UsageQueries(**queries), **options)
 
 
@@ -335,7 +339,7 @@ def test_no_library_exception_leaks(
     canned_http.reply(status, body)
 
     with pytest.raises(SourceError) as caught:
-        read(canned_http.url, node_cpu=None, node_freshness=None)
+        read(canned_http.url, **POD_QUERY_ONLY)
 
     assert type(caught.value) is error
     caught.match(message)
@@ -349,7 +353,7 @@ def test_bearer_token_time_and_timeout_are_sent(canned_http: CannedHttpServer, t
     canned_http.reply(200, answer({"metric": AB, "value": [END, "0.2504"]}))
     token = tmp_path / "token"
     token.write_text("s3cret\n")
-    settings = settings_for(canned_http.url, node_cpu=None, node_freshness=None, bearer_token_file=str(token))
+    settings = settings_for(canned_http.url, **POD_QUERY_ONLY, bearer_token_file=str(token))
 
     with PrometheusUsageSource(settings) as source:
         report = source.read(END)
@@ -384,3 +388,89 @@ def test_pod_filter_escapes_node_names_for_the_regex() -> None:
     rendered = settings.render(settings.queries.pod_cpu, frozenset({"ip-10-0-0-1.ec2.internal"}))
     assert 'node=~"ip-10-0-0-1\\\\.ec2\\\\.internal"' in rendered
     assert "{pod_filter}" not in settings.render(settings.queries.pod_cpu)
+
+
+def test_pod_filter_matches_the_pod_series_node_label_not_the_node_queries() -> None:
+    settings = PrometheusSettings(node_label="instance", pod_node_label="node")
+    rendered = settings.render(settings.queries.pod_cpu, frozenset({"node-02"}))
+    assert 'node=~"node-02"' in rendered
+    assert "instance" not in rendered
+    assert "sum by (instance)" in settings.render(settings.queries.node_cpu or "")
+
+
+# -- less history than the rate window -----------------------------------------------------------
+
+YOUNG_AGE = 70  # new-1, fresh-1 and late-1 have been scraped for this long at END
+SHORT = CadvisorHistory(
+    nodes=(NodeSpec("old-1", 0.3),),
+    pods=(PodSpec("shop", "steady-1", "old-1", (Container("app", constant(1.0)),)),),
+    start=END - 3600,
+    end=END,
+)
+YOUNG_NODE = CadvisorHistory(
+    nodes=(NodeSpec("new-1", 0.3),),
+    pods=(PodSpec("shop", "fresh-1", "new-1", (Container("app", constant(6.5)),)),),
+    start=END - YOUNG_AGE,
+    end=END,
+    step=10,
+)
+LATE_POD = CadvisorHistory(  # a pod that started on old-1 70 s ago (old-1's own series come from SHORT)
+    nodes=(NodeSpec("old-1", 0.3),),
+    pods=(PodSpec("shop", "late-1", "old-1", (Container("app", constant(2.0)),)),),
+    start=END - YOUNG_AGE,
+    end=END,
+    step=10,
+)
+SETTLED = CadvisorHistory(  # 400 s of data: more than rateWindow + step (360 s)
+    nodes=(NodeSpec("settled-1", 0.4),),
+    pods=(PodSpec("shop", "settled-pod", "settled-1", (Container("app", constant(3.0)),)),),
+    start=END - 400,
+    end=END,
+)
+
+
+@pytest.fixture(scope="module")
+def short_prom(start_prometheus: StartPrometheus) -> PrometheusServer:
+    late = [s for s in LATE_POD.series() if s.labels.get("id") != "/"]
+    return start_prometheus([*SHORT.series(), *YOUNG_NODE.series(), *late, *SETTLED.series()])
+
+
+def test_a_node_with_less_than_the_rate_window_of_data_is_unknown_never_cold(short_prom: PrometheusServer) -> None:
+    settings = PrometheusSettings(url=short_prom.url)
+    # the trap: rate() spreads 70 s of data over the whole 5m window, a node at 6.8 cores reads about 1.5
+    raw = short_prom.query(settings.render(settings.queries.node_cpu or ""), END)
+    assert isinstance(raw, dict)
+    naive = {r["metric"]["node"]: float(r["value"][1]) for r in raw["result"]}
+    assert naive["new-1"] < 0.3 * YOUNG_NODE.node_usage("new-1")(END)
+
+    report = read(short_prom.url)
+
+    assert "new-1" not in report.node_cpu_m
+    reason = report.node_problems["new-1"]
+    assert "less than 360s of data (rateWindow 5m + step 1m)" in reason
+    assert "usage is unknown" in reason
+    assert abs(report.node_cpu_m["old-1"] - 1302) <= 2  # system 0.3 + steady-1 1.0 + pause
+    assert abs(report.node_cpu_m["settled-1"] - 3402) <= 2  # 400 s of data: read, and read right
+    assert "old-1" not in report.node_problems
+
+
+def test_a_pod_with_less_than_the_rate_window_of_data_is_unknown(short_prom: PrometheusServer) -> None:
+    report = read(short_prom.url)
+
+    assert set(report.pod_cpu_m) == {("shop", "steady-1"), ("shop", "settled-pod")}
+    assert report.pod_cpu_m[("shop", "steady-1")] == 1000
+    assert "2 pod(s) with less than 360s of data: usage unknown" in report.description
+
+
+def test_an_alert_cycle_leaves_the_alerted_nodes_young_pods_unknown(short_prom: PrometheusServer) -> None:
+    with PrometheusUsageSource(PrometheusSettings(url=short_prom.url)) as source:
+        report = source.read(END, frozenset({"old-1"}))
+    assert set(report.pod_cpu_m) == {("shop", "steady-1")}  # late-1 is on old-1 but 70 s old
+    assert "1 pod(s) with less than 360s" in report.description
+
+
+def test_the_data_span_checks_can_be_switched_off(short_prom: PrometheusServer) -> None:
+    report = read(short_prom.url, young_nodes=None, young_pods=None)
+    assert report.node_cpu_m["new-1"] < 300 * YOUNG_NODE.node_usage("new-1")(END)  # the trap, knowingly (m)
+    assert ("shop", "late-1") in report.pod_cpu_m
+    assert "pods' data span: not checked" in report.description

@@ -35,7 +35,7 @@ groups:
   rules:
   - alert: NodeCPUHigh
     expr: sum by (node) (rate(container_cpu_usage_seconds_total{id="/"}[5s])) > 2
-    for: 0s
+    for: 8s  # the nodes need rateWindow + step (6 s) of data before their usage is read
     labels: {severity: warning}
 """
 
