@@ -499,3 +499,19 @@ def test_overshoot_counts_a_node_relieved_again_while_pending_and_driven_cold() 
 
 def test_overshoot_of_a_single_relief_below_cold_counts_what_could_stay() -> None:
     assert _overshoot_of({0: 4}) == Overshoot(evictions=3, below_cold=1, again=0)
+
+
+def test_cli_runs_the_shipped_group(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--group", "shipped", "--nodes", "4", "--pods-per-node", "4", "--days", "1",
+            "--utilization", "0.4", "--repeat", "2"]  # fmt: skip
+    assert main([*argv, "--output", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {p["name"]: p for p in data["policies"]}
+    assert list(rows) == [v.name for v in SHIPPED]
+    assert [rows[n]["intervalSeconds"] for n in ("shipped-10m", "shipped-5m", "shipped-1m")] == [600, 300, 60]
+    assert rows["none"]["overshoot"] is None and rows["shipped-1m"]["overshoot"]["evictions"] >= 0
+    summary = {f["name"]: f for f in data["summary"]}
+    assert summary["shipped-1m"]["overshoot"] is not None and summary["none"]["overshoot"] is None
+    assert main([*argv, "--variant", "none", "--variant", "shipped-alert"]) == 0
+    text = capsys.readouterr().out
+    assert "overshoot" in text and "ev/pod/day" in text and "alert-driven cycles: shipped-alert" in text
