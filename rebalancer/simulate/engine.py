@@ -1,10 +1,10 @@
 """The closed loop (pure): every step the pods' usage moves on; every cycle interval (the variant's, else the
-command's) a rebalancer cycle runs
-the production code path on the simulated cluster: ``plan_cycle`` -> ``Evictor.apply`` (production
-limiters, limiter state kept in an in-memory ConfigMap) -> efficiency records (``judge_followups``,
-``observe_landings``, ``observe_cycle``); with a landing guard, its production rules mark and clear nodes
-after each evictor and sweep expired marks at every other step (``landing_guard.SimGuard``); the
-replacements of evicted pods are bound by the scheduler model, which reads the guard's taints. An
+command's) a rebalancer cycle runs the production code path on the simulated cluster: ``plan_cycle`` ->
+``Evictor.apply`` (production limiters, limiter state kept in an in-memory ConfigMap) -> efficiency records
+(``judge_followups``, ``observe_landings``, ``observe_cycle``); with a landing guard, its production rules
+mark and clear nodes after each evictor and sweep expired marks at every other step
+(``landing_guard.SimGuard``); the replacements of evicted pods are bound by the scheduler model, which reads
+the guard's taints. An
 alert-driven variant also runs a focused cycle (``plan_cycle``'s ``focus``) on the nodes serve queues from
 the simulated alert path (:mod:`rebalancer.simulate.alerts`) at that step. At the end, the evictions beyond
 need are judged on the real usage (:mod:`rebalancer.simulate.overshoot`).
@@ -121,7 +121,7 @@ class _Run:
         every = self.interval // config.step_seconds
         steps = cluster.usage.shape[1] - first
         hot_series = np.zeros(steps, dtype=np.int64)
-        truth = np.zeros((len(cluster.nodes), steps))
+        real = np.zeros((len(cluster.nodes), steps))  # each node's real usage at each step, for the overshoot
         reference = np.zeros(len(cluster.nodes))
         run = np.zeros(len(cluster.nodes), dtype=np.int64)  # steps each node has been hot in a row
         lag_steps = (self.samples.window * config.step_seconds + self.interval) // config.step_seconds
@@ -131,7 +131,7 @@ class _Run:
             self.now = cluster.time_of(step)
             usage = node_usage(self.world, step)
             self.samples.add(usage)
-            truth[:, i] = usage
+            real[:, i] = usage
             hot = usage > capacity
             hot_series[i] = int(hot.sum())
             reference += hot * (config.step_seconds / 60)
@@ -157,7 +157,7 @@ class _Run:
                                   self.blocked, self.records if self.variant.usage else None)  # fmt: skip
         result = replace(result, early_minutes=early * config.step_seconds / 60,
                          lag_minutes=lag_steps * config.step_seconds / 60, interval_seconds=self.interval,
-                         overshoot=self._overshoot(truth, first),
+                         overshoot=self._overshoot(real, first),
                          focused_cycles=self.focused,
                          notifications=0 if self.alerts is None else self.alerts.notifications)  # fmt: skip
         if self.guard is None:
