@@ -24,7 +24,7 @@ from rebalancer.simulate.render import comparison_json, comparison_table
 from rebalancer.simulate.result import VariantResult
 from rebalancer.simulate.shapes import Shapes, bitbrains_shapes, synthetic_shapes
 from rebalancer.simulate.summary import figures, summary_table
-from rebalancer.simulate.variants import VARIANTS, variant_named
+from rebalancer.simulate.variants import GROUPS, variant_named
 from rebalancer.traces import TraceError
 
 EXIT_OK = 0
@@ -89,7 +89,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         raise ConfigError("command line", [("--repeat", "must be at least 1")])
     threshold = hot_threshold(args, policy)
-    variants = [variant_named(n) for n in args.variant] if args.variant else list(VARIANTS)
+    variants = [variant_named(n) for n in args.variant] if args.variant else list(GROUPS[args.group])
     seeds = [config.seed + i for i in range(args.repeat)]
     traces = load_shapes(args, config) if args.traces else None  # the same files for every seed
     runs: list[tuple[Cluster | None, tuple[VariantResult, ...]]] = []  # only the first cluster is kept
@@ -113,7 +113,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     header = (
         f"Simulation: {cluster.description}\n"
         f"{config.days} day(s) measured after {config.history_days} of history, step {config.step_seconds} s, "
-        f"a cycle every {config.interval_seconds} s; hot = real CPU above {threshold:g}% of allocatable; "
+        f"a cycle every {config.interval_seconds} s unless the variant sets its own; hot = real CPU above {threshold:g}% of allocatable; "
         f"policy {args.policy or 'simulate/policy.yaml'}"
     )
     text = comparison_table(results, f"{header}; seed {config.seed}")

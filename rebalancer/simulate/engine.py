@@ -1,9 +1,13 @@
-"""The closed loop (pure): every step the pods' usage moves on; every ``interval`` a rebalancer cycle runs
-the production code path on the simulated cluster: ``plan_cycle`` -> ``Evictor.apply`` (production
-limiters, limiter state kept in an in-memory ConfigMap) -> efficiency records (``judge_followups``,
-``observe_landings``, ``observe_cycle``); with a landing guard, its production rules mark and clear nodes
-after each evictor and sweep expired marks at every other step (``landing_guard.SimGuard``); the
-replacements of evicted pods are bound by the scheduler model, which reads the guard's taints.
+"""The closed loop (pure): every step the pods' usage moves on; every cycle interval (the variant's, else the
+command's) a rebalancer cycle runs the production code path on the simulated cluster: ``plan_cycle`` ->
+``Evictor.apply`` (production limiters, limiter state kept in an in-memory ConfigMap) -> efficiency records
+(``judge_followups``, ``observe_landings``, ``observe_cycle``); with a landing guard, its production rules
+mark and clear nodes after each evictor and sweep expired marks at every other step
+(``landing_guard.SimGuard``); the replacements of evicted pods are bound by the scheduler model, which reads
+the guard's taints. An
+alert-driven variant also runs a focused cycle (``plan_cycle``'s ``focus``) on the nodes serve queues from
+the simulated alert path (:mod:`rebalancer.simulate.alerts`) at that step. At the end, the evictions beyond
+need are judged on the real usage (:mod:`rebalancer.simulate.overshoot`).
 
 All variants start from the same cluster, the same traces and the same seed.
 """
@@ -21,6 +25,7 @@ from rebalancer.efficiency.ledger import judge_followups, observe_cycle
 from rebalancer.efficiency.moves import recently_moved
 from rebalancer.efficiency.rates import compute_rates
 from rebalancer.efficiency.records import EfficiencyState
+from rebalancer.errors import ConfigError
 from rebalancer.evictor import DryRun, Evictor, Outcome
 from rebalancer.inflight import EarlierReliefs
 from rebalancer.limits.settings import duration_seconds
@@ -30,11 +35,13 @@ from rebalancer.predict.history import DailyPeaks
 from rebalancer.predict.predictor import predict
 from rebalancer.predicted import PredictedLoad
 from rebalancer.protections import Protections
+from rebalancer.simulate.alerts import AlertPath
 from rebalancer.simulate.cluster import Cluster
 from rebalancer.simulate.landing_guard import SimGuard
+from rebalancer.simulate.overshoot import Bounds, Overshoot, Truth, overshoot
 from rebalancer.simulate.readings import NodeSamples, daily_table, node_usage, pod_history, usage_report
 from rebalancer.simulate.result import GuardFigures, VariantResult
-from rebalancer.simulate.variants import VARIANTS, Variant, variant_policy
+from rebalancer.simulate.variants import VARIANTS, Variant, cpu_thresholds, variant_base, variant_policy
 from rebalancer.simulate.world import MemoryStore, SimActions, World
 from rebalancer.snapshot import PoolResolver, build_snapshot
 
@@ -57,7 +64,8 @@ def simulate(
     pools = sorted({resolver.pool_of(node) for node in cluster.nodes})
     results = []
     for variant in variants:
-        results.append(_Run(cluster, variant_policy(base, variant, pools), variant, hot_pct, table).run())
+        policy = variant_policy(variant_base(base, variant), variant, pools)
+        results.append(_Run(cluster, policy, variant, hot_pct, table).run())
         if progress is not None:
             progress(variant.name)
     return tuple(results)
@@ -84,33 +92,61 @@ class _Run:
         self.per_cycle: list[int] = []
         self.blocked: dict[str, int] = {}
         self.guard = SimGuard(self.world, policy) if policy.landing_guard.enabled else None
+        self.interval = variant.interval_seconds or config.interval_seconds
+        if self.interval < config.step_seconds or self.interval % config.step_seconds:
+            raise ConfigError(f"variant {variant.name}", [("interval", f"{self.interval} s is not a multiple of "
+                                                                        f"the step {config.step_seconds} s")])  # fmt: skip
+        self.thresholds = cpu_thresholds(policy)
+        self.alerts = self._alert_path()
+        self.focused = 0
+
+    def _alert_path(self) -> AlertPath | None:
+        rule = self.variant.alert
+        if rule is None:
+            return None
+        if self.thresholds is None:
+            raise ConfigError(f"variant {self.variant.name}", [("alert", "needs a strategy with cpu thresholds")])
+        target = self._allocatable() * self.thresholds[1] / 100
+        cooldown = duration_seconds(self.policy.service.webhook.alert_node_cooldown)
+        return AlertPath(rule, target, self.cluster.config.step_seconds, cooldown)
+
+    def _allocatable(self) -> np.ndarray:
+        return np.array([n.allocatable_cpu_m for n in self.cluster.nodes], dtype=np.float64)
 
     def run(self) -> VariantResult:
         cluster, config = self.cluster, self.cluster.config
         first = cluster.measured_from
         for step in range(max(0, first - self.samples.window), first):  # the window before the start
             self.samples.add(node_usage(self.world, step))
-        capacity = np.array([n.allocatable_cpu_m for n in cluster.nodes], dtype=np.float64) * self.hot_pct / 100
-        every = config.interval_seconds // config.step_seconds
+        capacity = self._allocatable() * self.hot_pct / 100
+        every = self.interval // config.step_seconds
         steps = cluster.usage.shape[1] - first
         hot_series = np.zeros(steps, dtype=np.int64)
+        real = np.zeros((len(cluster.nodes), steps))  # each node's real usage at each step, for the overshoot
         reference = np.zeros(len(cluster.nodes))
         run = np.zeros(len(cluster.nodes), dtype=np.int64)  # steps each node has been hot in a row
-        lag_steps = (self.samples.window * config.step_seconds + config.interval_seconds) // config.step_seconds
+        lag_steps = (self.samples.window * config.step_seconds + self.interval) // config.step_seconds
         early = 0  # hot steps within the detection lag of their episode's start
         for i in range(steps):
             step = first + i
             self.now = cluster.time_of(step)
             usage = node_usage(self.world, step)
             self.samples.add(usage)
+            real[:, i] = usage
             hot = usage > capacity
             hot_series[i] = int(hot.sum())
             reference += hot * (config.step_seconds / 60)
             run = np.where(hot, run + 1, 0)
             early += int((hot & (run <= lag_steps)).sum())
-            if self.variant.usage is not None and i % every == 0:
+            alerted = self.alerts.step_at(self.now, usage) if self.alerts is not None else frozenset()
+            scheduled = self.variant.usage is not None and i % every == 0
+            if scheduled:
                 self._cycle(step)
-            elif self.guard is not None:
+            if alerted and self.alerts is not None:
+                self._cycle(step, frozenset(self.world.node_names[n] for n in alerted))
+                self.alerts.handled(alerted, self.now)
+                self.focused += 1
+            if not (scheduled or alerted) and self.guard is not None:
                 self.guard.sweep(self.now)  # serve's housekeeping, every minute (a step is 1 to 5)
             self.world.bind_due(self.now, self.variant.ideal_placement)
         end = cluster.time_of(first + steps)
@@ -121,12 +157,28 @@ class _Run:
         result = VariantResult.of(self.variant, self.world, hot_series, config.step_seconds, rates, self.per_cycle,
                                   self.blocked, self.records if self.variant.usage else None)  # fmt: skip
         result = replace(result, early_minutes=early * config.step_seconds / 60,
-                         lag_minutes=lag_steps * config.step_seconds / 60)  # fmt: skip
+                         lag_minutes=lag_steps * config.step_seconds / 60, interval_seconds=self.interval,
+                         overshoot=self._overshoot(real, first),
+                         focused_cycles=self.focused,
+                         notifications=0 if self.alerts is None else self.alerts.notifications)  # fmt: skip
         if self.guard is None:
             return result
         return replace(result, guard=GuardFigures.of(self.guard, self.now))  # the last step: its sweep ran
 
-    def _cycle(self, step: int) -> None:
+    def _overshoot(self, nodes: np.ndarray, first: int) -> Overshoot | None:
+        if self.variant.usage is None or self.thresholds is None:
+            return None
+        cluster, policy = self.cluster, self.policy
+        slots = cluster.usage[:, first : first + nodes.shape[1]]
+        truth = Truth(nodes, slots, cluster.time_of(first), cluster.config.step_seconds)
+        cold, target = self.thresholds
+        bounds = Bounds(self._allocatable() * cold / 100, self._allocatable() * target / 100)
+        index = {name: i for i, name in enumerate(self.world.node_names)}
+        return overshoot(self.world.moves, index, truth, bounds, policy.prometheus.quantile,
+                         duration_seconds(policy.prometheus.window), policy.efficiency.follow_up_seconds)  # fmt: skip
+
+    def _cycle(self, step: int, focus: frozenset[str] | None = None) -> None:
+        """One cycle; ``focus``: an alert-driven cycle relieving only these nodes, as the webhook's."""
         assert self.variant.usage is not None
         world, policy = self.world, self.policy
         facts = world.facts()
@@ -136,7 +188,7 @@ class _Run:
         predicted = self._predicted(facts, step) if self.predictive else None
         moved = recently_moved(self.records, facts, self.now, policy.efficiency)
         earlier = EarlierReliefs(self.records.reliefs)
-        snapshot, plan = plan_cycle(facts, usage, policy, self.now, None, predicted, None, moved, reliefs=earlier)
+        snapshot, plan = plan_cycle(facts, usage, policy, self.now, focus, predicted, None, moved, reliefs=earlier)
         self.actions.now = self.now
         marked = snapshot if self.guard is None else self.guard.before_evictions(snapshot, plan)
         report = self.evictor.apply(plan, snapshot)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from rebalancer.simulate.config import SimConfig
-from rebalancer.simulate.variants import VARIANTS
+from rebalancer.simulate.variants import GROUPS
 
 DEFAULT_POLICY = Path(__file__).with_name("policy.yaml")
 
@@ -15,7 +15,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("simulate", help="closed-loop simulation: rebalancing policies compared side by side")
     p.add_argument("--traces", metavar="DIR", help="Bitbrains trace directory (default: synthetic diurnal shapes)")
     p.add_argument("--policy", metavar="FILE", help=f"base policy (default: {DEFAULT_POLICY.name} in the package)")
-    p.add_argument("--variant", action="append", choices=[v.name for v in VARIANTS], help="only these (repeatable)")
+    p.add_argument("--group", choices=list(GROUPS), default="base",
+                   help="base: the policies on the simulation's policy; shipped: the shipped default policy at "
+                        "several cycle intervals and alert-driven; all: both")  # fmt: skip
+    p.add_argument("--variant", action="append", choices=[v.name for v in GROUPS["all"]],
+                   help="only these, from any group (repeatable)")  # fmt: skip
     defaults = SimConfig()
     p.add_argument("--nodes", type=int, default=defaults.nodes)
     p.add_argument("--pods-per-node", type=int, default=defaults.pods_per_node)
@@ -23,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--step", default="1m", help="simulation step, 1m to 5m (Bitbrains samples are 5m apart: interpolated)"
     )
-    p.add_argument("--interval", default="10m", help="a rebalancer cycle every this long")
+    p.add_argument("--interval", default="10m", help="a rebalancer cycle every this long (unless the variant sets one)")
     p.add_argument("--utilization", type=float, default=defaults.utilization, help="mean CPU usage / allocatable")
     p.add_argument("--hot-threshold", type=float, metavar="PCT",
                    help="hot above this %% of allocatable (default: the policy's first targetThresholds cpu)")  # fmt: skip

@@ -34,6 +34,11 @@ class NodeSamples:
         self._filled += 1
         self.last = node_usage
 
+    def mean(self) -> npt.NDArray[np.float64]:
+        filled = min(self._filled, self.window)
+        out: npt.NDArray[np.float64] = self._ring[:, :filled].mean(axis=1)
+        return out
+
     def quantile(self, q: float) -> npt.NDArray[np.float64]:
         filled = min(self._filled, self.window)
         out: npt.NDArray[np.float64] = np.quantile(self._ring[:, :filled], q, axis=1)

@@ -9,7 +9,7 @@ import msgspec
 
 from rebalancer.efficiency.render import percent
 from rebalancer.simulate.result import VariantResult
-from rebalancer.simulate.summary import aligned
+from rebalancer.simulate.summary import OVERSHOOT, aligned
 
 HEADERS = (
     "policy",
@@ -18,6 +18,7 @@ HEADERS = (
     "vs none",
     "evictions",
     "ev/cooled",
+    "overshoot",
     "landed back",
     "landing hits",
     "discovery",
@@ -41,6 +42,7 @@ def _row(result: VariantResult, none: VariantResult | None) -> list[str]:
         versus,
         str(result.evictions),
         "-" if per_cooled is None else f"{per_cooled:.2f}",
+        "-" if (o := result.overshoot) is None else f"{o.evictions} ({o.below_cold} cold, {o.again} again)",
         "-" if r is None else f"{result.landed_back} ({percent(result.landed_back_share)})",
         "-" if r is None else percent(r.landing_hit_rate),
         "-" if r is None else percent(r.discovery),
@@ -55,9 +57,15 @@ def comparison_table(results: Sequence[VariantResult], header: str) -> str:
     rows = [list(HEADERS), *(_row(r, none) for r in results)]
     lines = [header, "", *aligned(rows), ""]
     if results:
-        lines.append(f"early: hot-node-minutes within the first {results[0].lag_minutes:g} minutes of their node's hot episode "
+        lags = {r.lag_minutes for r in results}
+        first = f"first {lags.pop():g} minutes" if len(lags) == 1 else "usage window plus the variant's cycle interval"
+        lines.append(f"early: hot-node-minutes within the {first} of their node's hot episode "
                      "(the usage window plus one cycle: before a reactive cycle can see them)")  # fmt: skip
-        lines.append("")
+        lines.extend([OVERSHOOT, ""])
+        focused = [f"{r.name} {r.focused_cycles} of {r.cycles} ({r.notifications} notifications)"
+                   for r in results if r.notifications]  # fmt: skip
+        if focused:
+            lines.extend(["alert-driven cycles: " + ", ".join(focused), ""])
     lines.extend(_why_not_cooled(results))
     lines.extend(goal_lines(results))
     return "\n".join(lines) + "\n"

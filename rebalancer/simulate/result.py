@@ -11,7 +11,9 @@ import numpy.typing as npt
 
 from rebalancer.efficiency.rates import PoolRates
 from rebalancer.efficiency.records import EfficiencyState
+from rebalancer.simulate.config import DAY
 from rebalancer.simulate.landing_guard import SimGuard
+from rebalancer.simulate.overshoot import Overshoot
 from rebalancer.simulate.variants import Variant
 from rebalancer.simulate.world import Move, World
 
@@ -56,6 +58,10 @@ class VariantResult:
     early_minutes: float = 0.0  # hot-node-minutes within the first lag_minutes of their hot episode
     lag_minutes: float = 0.0  # the usage window plus a cycle interval: how late a reactive cycle finds a hot node
     guard: GuardFigures | None = None  # None: no landing guard in this variant
+    interval_seconds: int = 0  # a scheduled cycle every this long
+    overshoot: Overshoot | None = None  # evictions beyond need (None: never ran, or no cpu thresholds to judge by)
+    focused_cycles: int = 0  # alert-driven cycles (also counted in cycles)
+    notifications: int = 0  # alert notifications the webhook received
 
     @classmethod
     def of(
@@ -97,6 +103,15 @@ class VariantResult:
         return self.evictions / self.rates.cooled
 
     @property
+    def evictions_per_pod_day(self) -> float | None:
+        days = len(self.hot_series) * self.step_seconds / DAY
+        return self.evictions / self.pods / days if self.pods and days else None
+
+    @property
+    def overshoot_evictions(self) -> float | None:
+        return None if self.overshoot is None else float(self.overshoot.evictions)
+
+    @property
     def landed_on_marked(self) -> int:
         """Replacements bound on a node that carried the guard's taint at that moment."""
         return sum(1 for m in self.moves if m.marked is not None)
@@ -114,6 +129,17 @@ class VariantResult:
             "hotNodeMinutesEarly": self.early_minutes,
             "detectionLagMinutes": self.lag_minutes,
             "evictions": self.evictions,
+            "evictionsPerPodPerDay": self.evictions_per_pod_day,
+            "intervalSeconds": self.interval_seconds,
+            "overshoot": None
+            if self.overshoot is None
+            else {
+                "evictions": self.overshoot.evictions,
+                "belowCold": self.overshoot.below_cold,
+                "again": self.overshoot.again,
+            },
+            "focusedCycles": self.focused_cycles,
+            "alertNotifications": self.notifications,
             "landedBack": self.landed_back,
             "landedBackShare": self.landed_back_share,
             "unbound": self.unbound,

@@ -44,11 +44,23 @@ def figures(runs: Runs) -> list[dict[str, Any]]:
                 "hotNodeMinutes": figure(per_seed, lambda r: r.hot_node_minutes),
                 "versusNone": spread(versus),
                 "evictions": figure(per_seed, lambda r: float(r.evictions)),
+                "evictionsPerPodPerDay": figure(per_seed, lambda r: r.evictions_per_pod_day),
+                "overshoot": figure(per_seed, lambda r: r.overshoot_evictions),
+                "overshootBelowCold": figure(
+                    per_seed, lambda r: None if r.overshoot is None else r.overshoot.below_cold
+                ),
+                "overshootAgain": figure(per_seed, lambda r: None if r.overshoot is None else r.overshoot.again),
                 "landedBackShare": figure(per_seed, lambda r: r.landed_back_share),
                 "effective": figure(per_seed, lambda r: None if r.rates is None else r.rates.effective),
             }
         )
     return out
+
+
+OVERSHOOT = (
+    "overshoot: evictions beyond need on the real usage (below cold: reliefs that left their node under "
+    "the cold threshold; again: evictions from a node relieved again within the usage window while not hot)"
+)
 
 
 def cell(value: Spread | None, percent: bool = False, signed: bool = False, digits: int = 0) -> str:
@@ -62,7 +74,8 @@ def cell(value: Spread | None, percent: bool = False, signed: bool = False, digi
 
 
 def summary_table(runs: Runs, seeds: Sequence[int], header: str) -> str:
-    headers = ["policy", "hot-node-min", "vs none", "evictions", "landed back", "effective"]
+    headers = ["policy", "hot-node-min", "vs none", "evictions", "ev/pod/day", "overshoot", "below cold", "again",
+               "landed back", "effective"]  # fmt: skip
     rows = [headers]
     for f in figures(runs):
         rows.append(
@@ -71,11 +84,15 @@ def summary_table(runs: Runs, seeds: Sequence[int], header: str) -> str:
                 cell(f["hotNodeMinutes"]),
                 cell(f["versusNone"], percent=True, signed=True),
                 cell(f["evictions"]),
+                cell(f["evictionsPerPodPerDay"], digits=3),
+                cell(f["overshoot"]),
+                cell(f["overshootBelowCold"]),
+                cell(f["overshootAgain"]),
                 cell(f["landedBackShare"], percent=True),
                 cell(f["effective"], percent=True),
             ]
         )
-    lines = [header, f"mean [min, max] over seeds {', '.join(map(str, seeds))}", "", *aligned(rows)]
+    lines = [header, f"mean [min, max] over seeds {', '.join(map(str, seeds))}", "", *aligned(rows), "", OVERSHOOT]
     return "\n".join(lines) + "\n"
 
 

@@ -25,6 +25,17 @@ planner expects a replacement to land) and in the landing guard (taints that ste
 * ``current-ideal``: ``current-unguarded`` with every replacement bound on the node the plan counted room on
   (when its filters allow): not something the default scheduler does, the upper bound of landing control.
 
+The ``shipped`` group runs the shipped default policy as it is (``config/low-node-utilization.yaml``,
+packaged as ``shipped-policy.yaml``: no limits, so no node cooldown), each variant at its own cycle interval:
+
+* ``shipped-10m``, ``shipped-5m``, ``shipped-1m``: a cycle every 10 minutes (the chart's CronJob schedule),
+  5 minutes (serve's default schedule) and every minute.
+* ``shipped-alert``: serve with alerts: the 5-minute schedule, plus a focused cycle on the nodes an
+  Alertmanager notification names, for the rule "node above targetThresholds for 2 minutes"
+  (:class:`~rebalancer.simulate.alert_rule.AlertRule`, :mod:`rebalancer.simulate.alerts`).
+* ``chart-5m``: the chart's default policy (the same strategy with ``limits.global.maxPerCycle: 10`` and
+  ``limits.node.cooldown: 10m``) on serve's 5-minute schedule, what a Helm install runs.
+
 To compare another mechanism, add a :class:`Variant` with the ``overrides`` its policy needs (any policy
 field, in the YAML's spelling) to :data:`VARIANTS`, or pass a list to
 :func:`rebalancer.simulate.engine.simulate`.
@@ -34,13 +45,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from rebalancer.errors import ConfigError
-from rebalancer.policy import Policy, validation_problems
+from rebalancer.policy import Policy, load_policy, validation_problems
 from rebalancer.predicted import ClassifyBy
+from rebalancer.simulate.alert_rule import AlertRule
 
 UsageMode = Literal["requests", "instant", "window"]
 
@@ -55,6 +69,9 @@ class Variant:
     predict_placement: bool | None = None  # every LowNodeUtilization's predictPlacement (None: as the policy says)
     guard: bool = False  # the landing guard: the base policy's landingGuard, or its defaults on every pool
     overrides: Mapping[str, Any] = field(default_factory=dict)  # merged into the policy (YAML spelling)
+    shipped: bool = False  # derives from the shipped default policy instead of the simulation's base policy
+    interval_seconds: int | None = None  # a scheduled cycle every this long (None: the command's --interval)
+    alert: AlertRule | None = None  # alert-driven: a focused cycle on the nodes each notification names
 
 
 VARIANTS: tuple[Variant, ...] = (
@@ -77,12 +94,52 @@ VARIANTS: tuple[Variant, ...] = (
 )  # fmt: skip
 BEFORE, AFTER = "current-unguarded", "current-predicted-guard"  # issue #10's comparison
 
+SHIPPED_POLICY = Path(__file__).with_name("shipped-policy.yaml")  # config/low-node-utilization.yaml, byte for byte
+CHART_LIMITS = {"global": {"maxPerCycle": 10}, "node": {"cooldown": "10m"}}  # charts/rebalancer/values.yaml
+SHIPPED: tuple[Variant, ...] = (
+    VARIANTS[0],
+    Variant("shipped-10m", "shipped default policy, a cycle every 10 minutes (the chart's CronJob)", "window",
+            shipped=True, interval_seconds=600),
+    Variant("shipped-5m", "shipped default policy, a cycle every 5 minutes (serve's default schedule)", "window",
+            shipped=True, interval_seconds=300),
+    Variant("shipped-1m", "shipped default policy, a cycle every minute", "window", shipped=True,
+            interval_seconds=60),
+    Variant("shipped-alert", "shipped default policy in serve: 5-minute schedule and alert-driven focused cycles",
+            "window", shipped=True, interval_seconds=300, alert=AlertRule()),
+    Variant("chart-5m", "the chart's default policy (10 a cycle, 10-minute node cooldown), 5-minute schedule",
+            "window", shipped=True, interval_seconds=300, overrides={"limits": CHART_LIMITS}),
+)  # fmt: skip
+GROUPS: dict[str, tuple[Variant, ...]] = {"base": VARIANTS, "shipped": SHIPPED, "all": VARIANTS + SHIPPED[1:]}
+
 
 def variant_named(name: str) -> Variant:
-    for variant in VARIANTS:
+    known = GROUPS["all"]
+    for variant in known:
         if variant.name == name:
             return variant
-    raise ConfigError("--variant", [("", f"unknown variant {name!r}; known: {', '.join(v.name for v in VARIANTS)}")])
+    raise ConfigError("--variant", [("", f"unknown variant {name!r}; known: {', '.join(v.name for v in known)}")])
+
+
+@cache
+def shipped_policy() -> Policy:
+    return load_policy(SHIPPED_POLICY)
+
+
+def cpu_thresholds(policy: Policy) -> tuple[float, float] | None:
+    """(thresholds.cpu, targetThresholds.cpu) of the policy's first strategy with both in percent (None:
+    no such strategy)."""
+    for strategy in policy.strategies:
+        low, high = getattr(strategy, "thresholds", None), getattr(strategy, "target_thresholds", None)
+        if low is None or high is None or getattr(strategy, "use_deviation_thresholds", False):
+            continue
+        if getattr(low, "cpu", None) is not None and getattr(high, "cpu", None) is not None:
+            return float(low.cpu), float(high.cpu)
+    return None
+
+
+def variant_base(base: Policy, variant: Variant) -> Policy:
+    """The policy a variant derives from: the shipped default policy or the simulation's ``base``."""
+    return shipped_policy() if variant.shipped else base
 
 
 def variant_policy(base: Policy, variant: Variant, pools: Sequence[str] = ()) -> Policy:

@@ -11,30 +11,47 @@ from types import MappingProxyType
 
 import numpy as np
 import pytest
+import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rebalancer.cli import main
 from rebalancer.cycle import plan_cycle
-from rebalancer.errors import EvictionRejected, StateConflict
+from rebalancer.errors import ConfigError, EvictionRejected, StateConflict
 from rebalancer.evictor import EvictorReport
 from rebalancer.guard.marks import GUARD_KEY, Mark, read_mark
+from rebalancer.limits.settings import duration_seconds
 from rebalancer.model import ClusterFacts, Node, Taint, UsageReport, WorkloadRef
 from rebalancer.policy import Policy, parse_policy
 from rebalancer.scheduler_model import SchedulerModel
 from rebalancer.settings import PoolSettings
+from rebalancer.simulate.alert_rule import AlertRule
+from rebalancer.simulate.alerts import AlertPath
 from rebalancer.simulate.before_after import ROWS as BEFORE_AFTER_ROWS
 from rebalancer.simulate.before_after import before_after, before_after_table
 from rebalancer.simulate.cluster import NAMESPACE, Cluster, Workload, build_cluster, make_pod
 from rebalancer.simulate.config import GI, SimConfig
 from rebalancer.simulate.engine import simulate
 from rebalancer.simulate.landing_guard import OWNER, SimGuard
+from rebalancer.simulate.overshoot import Bounds, Overshoot, Truth, overshoot
 from rebalancer.simulate.readings import NodeSamples, daily_table, node_usage, pod_history, usage_report
 from rebalancer.simulate.result import VariantResult
 from rebalancer.simulate.shapes import synthetic_shapes
 from rebalancer.simulate.summary import figures, summary_table
-from rebalancer.simulate.variants import AFTER, BEFORE, VARIANTS, Variant
-from rebalancer.simulate.world import MemoryStore, SimActions, World
+from rebalancer.simulate.variants import (
+    AFTER,
+    BEFORE,
+    GROUPS,
+    SHIPPED,
+    SHIPPED_POLICY,
+    VARIANTS,
+    Variant,
+    shipped_policy,
+    variant_base,
+    variant_named,
+    variant_policy,
+)
+from rebalancer.simulate.world import MemoryStore, Move, SimActions, World
 from rebalancer.snapshot import build_snapshot
 from tests.shared_data import TRACE_DIR
 
@@ -346,3 +363,155 @@ def test_before_after_rows_and_text(results: tuple[VariantResult, ...]) -> None:
     assert f"  {AFTER}: {'met' if data['rows'][-1]['goalMet'] else 'not met'}" in text
     assert before_after([[r for r in results if r.name != AFTER]]) is None
     assert before_after_table([[r for r in results if r.name != AFTER]]) == ""
+
+
+# -- the shipped default policy, alert-driven cycles, overshoot ----------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+HOT_FROM = 10  # the step from which n0's pods use 800m instead of 600m (n0: 67.5% -> 87.5% of 4000m)
+
+
+def _hot_cluster(hot_from: int = HOT_FROM, taint_n0: bool = False) -> Cluster:
+    """n0 with four 800m-request pods, n1 and n2 with one 400m pod each (17.5%, cold under the shipped
+    policy's 20%); n0's pods use 600m until ``hot_from``, then 800m (87.5%, over the target of 70%)."""
+    config = SimConfig(nodes=3, pods_per_node=2, days=1, history_days=0, budgets=False)
+    taints = (Taint("keep-off", "", "NoSchedule"),) if taint_n0 else ()
+    nodes = tuple(
+        Node(f"n{i}", {"kubernetes.io/hostname": f"n{i}"}, 4000, 16 * GI, 110, taints if i == 0 else ())
+        for i in range(3)
+    )
+    requests = (800, 800, 800, 800, 400, 400)
+    workloads = tuple(
+        Workload(WorkloadRef("Deployment", NAMESPACE, f"w{i}"), 1, cpu, GI, (i,)) for i, cpu in enumerate(requests)
+    )
+    initial = tuple(make_pod(w, f"{w.ref.name}-0", ("n0", "n0", "n0", "n0", "n1", "n2")[i], 0.0)
+                    for i, w in enumerate(workloads))  # fmt: skip
+    usage = np.empty((6, config.steps_per_day), dtype=np.float32)
+    usage[:4, :hot_from], usage[:4, hot_from:], usage[4:] = 600, 800, 400
+    return Cluster(config, 0.0, nodes, workloads, tuple(range(6)), usage, initial, "one node turning hot")
+
+
+def test_shipped_variants_take_the_shipped_policy_as_it_is() -> None:
+    assert SHIPPED_POLICY.read_bytes() == (REPO / "config" / "low-node-utilization.yaml").read_bytes()
+    intervals = {v.name: v.interval_seconds for v in SHIPPED if v.shipped}
+    assert intervals == {"shipped-10m": 600, "shipped-5m": 300, "shipped-1m": 60, "shipped-alert": 300,
+                         "chart-5m": 300}  # fmt: skip
+    shipped = variant_policy(variant_base(policy(), variant_named("shipped-1m")), variant_named("shipped-1m"))
+    assert shipped.limits.node.cooldown is None and shipped.limits.cluster.max_per_cycle is None  # no hidden cooldown
+    assert shipped.strategies == shipped_policy().strategies
+    alert = variant_named("shipped-alert")
+    assert alert.interval_seconds == duration_seconds(shipped_policy().strategies[0].schedule.interval or "")
+    assert GROUPS["base"] == VARIANTS and GROUPS["shipped"][0] == VARIANTS[0]
+
+
+def test_the_chart_variant_runs_the_charts_default_policy() -> None:
+    values = yaml.safe_load((REPO / "charts" / "rebalancer" / "values.yaml").read_text())
+    chart = Policy.model_validate(values["policy"])
+    variant = variant_named("chart-5m")
+    simulated = variant_policy(variant_base(policy(), variant), variant)
+    assert simulated.limits == chart.limits and simulated.strategies == chart.strategies
+    assert simulated.prometheus.window == chart.prometheus.window
+    assert simulated.prometheus.quantile == chart.prometheus.quantile
+
+
+def test_shipped_variants_run_at_their_own_intervals_and_old_ones_at_the_commands() -> None:
+    cluster = _hot_cluster()
+    ran = simulate(cluster, policy(), 70.0, [*SHIPPED[1:4], variant_named("current-predicted")])
+    steps = cluster.config.steps_per_day
+    assert [(r.name, r.cycles, r.interval_seconds) for r in ran] == [
+        ("shipped-10m", steps // 10, 600), ("shipped-5m", steps // 5, 300), ("shipped-1m", steps, 60),
+        ("current-predicted", steps // 10, cluster.config.interval_seconds),
+    ]  # fmt: skip
+    assert all(r.focused_cycles == 0 and r.notifications == 0 for r in ran)
+
+
+def test_a_variant_interval_that_is_not_a_multiple_of_the_step_is_refused() -> None:
+    with pytest.raises(ConfigError, match="shipped-1m"):
+        simulate(tiny(2), policy(), 70.0, [variant_named("shipped-1m")])  # tiny steps 5 minutes
+
+
+def test_the_alert_fires_after_two_minutes_above_target_and_repeats_as_alertmanager_does() -> None:
+    path = AlertPath(AlertRule(), np.array([2800.0, 2800.0]), 60, 300)
+    usage = [np.array([2700.0, 1000.0])] * 5 + [np.array([3500.0, 1000.0])] * 30  # hot from step 5
+    queued = [path.step_at(60.0 * i, u) for i, u in enumerate(usage)]
+    # the 5-minute mean is over the target from step 5 on (2860 > 2800): pending, then firing 2 minutes later
+    assert [i for i, q in enumerate(queued) if q] == [7] and queued[7] == {0}
+    assert path.notifications == 1  # still firing: the next notification after repeatInterval (4h)
+    for i in range(35, 45):  # cooled: resolved once the mean is under the target again
+        path.step_at(60.0 * i, np.array([1000.0, 1000.0]))
+    assert not path.groups
+    again = [path.step_at(60.0 * i, np.array([3500.0, 1000.0])) for i in range(45, 53)]
+    # the mean is over the target again from step 48 (3000m), a new firing 2 minutes later: notified at once
+    assert [45 + i for i, q in enumerate(again) if q] == [50]
+
+
+def test_serve_drops_an_alert_for_a_node_handled_within_the_cooldown() -> None:
+    rule = AlertRule(group_interval_seconds=60, repeat_interval_seconds=60)  # a notification every step
+    path = AlertPath(rule, np.array([2800.0]), 60, 300)
+    handled = []
+    for i in range(20):
+        if queued := path.step_at(60.0 * i, np.array([3500.0])):
+            path.handled(queued, 60.0 * i)
+            handled.append(i)
+    assert handled == [2, 7, 12, 17]  # every 5 minutes (alertNodeCooldown), the notifications between dropped
+    assert path.notifications == 18 and path.dropped == 14
+
+
+def test_the_alert_driven_variant_runs_a_focused_cycle_only_after_two_minutes_above_target() -> None:
+    cluster = _hot_cluster()
+    alert_only = replace(variant_named("shipped-alert"), name="alert-only", interval_seconds=86_400)
+    (result,) = simulate(cluster, policy(), 70.0, [alert_only])
+    assert result.notifications >= 1 and result.focused_cycles >= 1
+    assert result.cycles == 1 + result.focused_cycles  # the one scheduled cycle at the start found n0 normal
+    # the mean over 5 minutes is over 70% from step 10 on: the focused cycle runs at step 12, not before
+    assert min(m.at for m in result.moves) == cluster.time_of(HOT_FROM + 2)
+    assert {m.source for m in result.moves} == {"n0"}
+
+
+def _drive(cluster: Cluster, evictions: dict[int, int], steps: int = 40) -> tuple[list[Move], Truth]:
+    """Evict ``evictions[step]`` pods of n0 at those steps (no planner): the moves and the real usage."""
+    world = World(cluster)
+    nodes = np.zeros((len(cluster.nodes), steps))
+    for step in range(steps):
+        nodes[:, step] = node_usage(world, step)
+        for pod in [p for p in world.pods if p.node_name == "n0"][: evictions.get(step, 0)]:
+            world.evict(pod, cluster.time_of(step))
+        world.bind_due(cluster.time_of(step))
+    return world.moves, Truth(nodes, cluster.usage[:, :steps], cluster.start, cluster.config.step_seconds)
+
+
+def _overshoot_of(evictions: dict[int, int]) -> Overshoot:
+    moves, truth = _drive(_hot_cluster(hot_from=0, taint_n0=True), evictions)
+    bounds = Bounds(np.full(3, 800.0), np.full(3, 2800.0))  # 20% and 70% of 4000m
+    return overshoot(moves, {"n0": 0, "n1": 1, "n2": 2}, truth, bounds, 0.95, 600, 900)
+
+
+def test_overshoot_is_zero_when_a_relief_takes_just_what_was_needed() -> None:
+    assert _overshoot_of({0: 1}) == Overshoot(0, 0, 0)  # 3500m -> 2700m: under the target, not cold
+    assert _overshoot_of({0: 1, 12: 1}) == Overshoot(0, 0, 0)  # relieved again after the usage window: a new relief
+
+
+def test_overshoot_counts_a_node_relieved_again_while_pending_and_driven_cold() -> None:
+    # 3500m -> 2700m at step 0 (enough), then the three others at step 2 (the window still reads 3500m): 300m
+    result = _overshoot_of({0: 1, 2: 3})
+    assert result == Overshoot(evictions=3, below_cold=1, again=3)  # three of the four put back: 2700m <= 2800m
+
+
+def test_overshoot_of_a_single_relief_below_cold_counts_what_could_stay() -> None:
+    assert _overshoot_of({0: 4}) == Overshoot(evictions=3, below_cold=1, again=0)
+
+
+def test_cli_runs_the_shipped_group(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--group", "shipped", "--nodes", "4", "--pods-per-node", "4", "--days", "1",
+            "--utilization", "0.4", "--repeat", "2"]  # fmt: skip
+    assert main([*argv, "--output", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {p["name"]: p for p in data["policies"]}
+    assert list(rows) == [v.name for v in SHIPPED]
+    assert [rows[n]["intervalSeconds"] for n in ("shipped-10m", "shipped-5m", "shipped-1m")] == [600, 300, 60]
+    assert rows["none"]["overshoot"] is None and rows["shipped-1m"]["overshoot"]["evictions"] >= 0
+    summary = {f["name"]: f for f in data["summary"]}
+    assert summary["shipped-1m"]["overshoot"] is not None and summary["none"]["overshoot"] is None
+    assert main([*argv, "--variant", "none", "--variant", "shipped-alert"]) == 0
+    text = capsys.readouterr().out
+    assert "overshoot" in text and "ev/pod/day" in text and "alert-driven cycles: shipped-alert" in text
