@@ -1,4 +1,4 @@
-"""Regenerate rebalancer/demo/cluster.json from the real Bitbrains CPU trace (shared/data).
+"""Regenerate rebalancer/demo/cluster.json from the real Bitbrains CPU trace (data/).
 
 Each demo pod takes one real VM's CPU usage (P95 over 10 minutes at the chosen instant, in millicores);
 pods are placed by requests with a least-allocated rule, as the default scheduler would, so requests are
@@ -30,7 +30,7 @@ from rebalancer.labels import LabelSelector  # noqa: E402
 from rebalancer.model import ClusterFacts, DisruptionBudget, Node, Pod, Taint, Toleration, WorkloadRef  # noqa: E402
 from rebalancer.traces import Trace, load_bitbrains  # noqa: E402
 
-TRACES = ROOT.parent / "shared" / "data" / "bitbrains-rnd-2013-07"
+TRACES = ROOT / "data" / "bitbrains-rnd-2013-07"
 GI = 2**30
 SYSTEM_M = 300  # kubelet, runtime and daemons on every node (cAdvisor's root cgroup sees them)
 SCALE = 2.0

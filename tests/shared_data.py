@@ -1,9 +1,10 @@
-"""Where the shared real-usage sample lives (``../shared/data`` beside the project; REBALANCER_DATA_DIR overrides)."""
+"""Where the real-usage samples live inside the repository: the Bitbrains trace in ``data/`` (also used by
+the documented commands) and the Alertmanager webhook body in ``tests/data/``."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-DATA_DIR = Path(os.environ.get("REBALANCER_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
-TRACE_DIR = DATA_DIR / "bitbrains-rnd-2013-07"
+ROOT = Path(__file__).resolve().parents[1]
+TRACE_DIR = ROOT / "data" / "bitbrains-rnd-2013-07"
+WEBHOOK_SAMPLE = ROOT / "tests" / "data" / "alertmanager-webhook-v4.json"

@@ -194,7 +194,7 @@ class TraceLoad:
 
 
 def bitbrains_vm(vm: int, directory: Path = TRACE_DIR) -> TraceLoad:
-    """One VM of the shared trace, read by the project's own reader (cores, not millicores)."""
+    """One VM of the Bitbrains sample, read by the project's own reader (cores, not millicores)."""
     path = directory / f"{vm}.csv.gz"
     trace = load_bitbrains(path)
     if trace is None:

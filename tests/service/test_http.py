@@ -38,9 +38,9 @@ from rebalancer.service import (
     make_app,
     serve_http,
 )
-from tests.shared_data import DATA_DIR
+from tests.shared_data import WEBHOOK_SAMPLE
 
-SAMPLE = (DATA_DIR / "alertmanager-webhook-v4.json").read_bytes()
+SAMPLE = WEBHOOK_SAMPLE.read_bytes()
 TOKEN = "s3cret-token"
 NODES = frozenset({"node-hot", "node-a", "node-b"})
 

@@ -1,5 +1,5 @@
-"""The rolling back-test on hand-made usage (exact expectations), on a few VMs of the shared Bitbrains
-sample, and `rebalancer predict` on the command line (tables, JSON, progress, plot, errors)."""
+"""The rolling back-test on hand-made usage (exact expectations), on a few VMs of the Bitbrains sample
+in data/, and `rebalancer predict` on the command line (tables, JSON, progress, plot, errors)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The simulation engine: pods are never lost, replacements go where the scheduler model says, limiter caps
-hold inside the loop, landed-back evictions are detected; and the CLI on a subset of the shared sample."""
+hold inside the loop, landed-back evictions are detected; and the CLI on a subset of the Bitbrains sample."""
 
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ def test_a_variant_list_can_grow() -> None:
     assert result.name == "current-no-guard" and result.cycles > 0
 
 
-def test_cli_compares_the_policies_on_the_shared_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_compares_the_policies_on_the_bitbrains_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     traces = tmp_path / "traces"
     traces.mkdir()
     for number in range(1, 31):

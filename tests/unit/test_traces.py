@@ -65,7 +65,7 @@ def test_missing_file_is_a_trace_error(tmp_path: Path) -> None:
         load_bitbrains(tmp_path / "nope.csv.gz")
 
 
-def test_shared_sample_vm_with_unprovisioned_hours_is_kept() -> None:
+def test_bitbrains_vm_with_unprovisioned_hours_is_kept() -> None:
     trace = load_bitbrains(TRACE_DIR / "138.csv.gz")  # 4,052 rows, a few hundred with 0 cores
     assert trace is not None
     assert trace.unprovisioned > 0

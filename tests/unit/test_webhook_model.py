@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from rebalancer.policy import validation_problems
 from rebalancer.service import NodeAlert, WebhookPayload, node_alerts, strip_port
-from tests.shared_data import DATA_DIR
+from tests.shared_data import WEBHOOK_SAMPLE
 
-SAMPLE = DATA_DIR / "alertmanager-webhook-v4.json"
+SAMPLE = WEBHOOK_SAMPLE
 NODES = frozenset({"node-hot", "node-a", "node-b", "ip-10-0-0-7"})
 
 
