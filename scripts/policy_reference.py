@@ -180,7 +180,7 @@ def _is_duration(annotation: Any, metadata: list[Any]) -> bool:
     return False
 
 
-def type_text(annotation: Any, links: dict[tuple[type[BaseModel], str | None], str], kinds: bool = False) -> str:
+def type_text(annotation: Any, links: dict[tuple[type[BaseModel], str | None], str]) -> str:
     """A field's type in words, models as links to their sections."""
     annotation, metadata = _strip(annotation)
     if _is_duration(annotation, metadata):
@@ -194,9 +194,12 @@ def type_text(annotation: Any, links: dict[tuple[type[BaseModel], str | None], s
     if origin in (tuple, list, set, frozenset):
         inner = args[0]
         member, member_metadata = _strip(inner)
-        if _is_union(member) and any(isinstance(m, FieldInfo) and m.discriminator for m in member_metadata):
-            choices = ", ".join(links[(m, _kind(m, "kind"))] for m in get_args(member))
-            return f"list of strategies, by `kind`: {choices}"
+        tags = [
+            m.discriminator for m in member_metadata if isinstance(m, FieldInfo) and isinstance(m.discriminator, str)
+        ]
+        if _is_union(member) and tags:
+            choices = ", ".join(links[(m, _kind(m, tags[0]))] for m in get_args(member))
+            return f"list of strategies, by `{tags[0]}`: {choices}"
         return f"list of {type_text(inner, links)}"
     if origin is dict:
         return f"map of {type_text(args[0], links)} to {type_text(args[1], links)}"
