@@ -53,7 +53,7 @@ POLICY = (
     "strategies:\n- {{kind: LowNodeUtilization, thresholds: {{cpu: 20}}, targetThresholds: {{cpu: 50}}}}\n"
 )
 
-# the README's recommended pairing: placement prediction with a landing guard on the pools it rebalances
+# the recommended pairing (docs/user-guide.md): placement prediction with a landing guard on the pools it rebalances
 # (the planner models the guard's PreferNoSchedule mark on hot nodes, so replacements can land elsewhere)
 GUARD = "landingGuard:\n  pools:\n" + "".join(
     f"  - {{pool: {pool}, effect: PreferNoSchedule, maxMarkedFraction: 0.5}}\n"

@@ -2,7 +2,7 @@
 
 Pydantic v2 models on the project's ``Model`` base (frozen, unknown fields rejected, camelCase in YAML,
 every field described). Field names follow the descheduler and Koordinator where the meaning is the same;
-the README documents each limiter with an example. Pure: no I/O, no clock.
+docs/user-guide.md documents each limiter with an example. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations

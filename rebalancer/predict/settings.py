@@ -18,7 +18,7 @@ from rebalancer.settings import Duration, FieldProblems, Model, Percent
 
 Aggregation = Literal["weighted_mean", "max_daily", "pooled_p95", "same_weekday"]
 AGGREGATIONS: tuple[Aggregation, ...] = ("weighted_mean", "max_daily", "pooled_p95", "same_weekday")
-# the back-test on the Bitbrains sample supports max_daily (README, "Predictor"): best F1 and recall at
+# the back-test on the Bitbrains sample supports max_daily (docs/user-guide.md, "Predictor"): best F1 and recall at
 # thresholds 70 and 90, the only one that catches most days that turn hot after a quiet day
 DEFAULT_AGGREGATION: Aggregation = "max_daily"
 
@@ -111,7 +111,7 @@ class PredictorSettings(Model):
         default=DEFAULT_AGGREGATION,
         description="weighted_mean: weighted mean of the daily peaks; max_daily: the highest daily peak; "
         "pooled_p95: one quantile over the whole window; same_weekday: weighted mean with the days of the "
-        "predicted day's weekday weighted sameWeekdayFactor times more. See the README's back-test table.",
+        "predicted day's weekday weighted sameWeekdayFactor times more. See the back-test table in docs/user-guide.md.",
     )
     safety_margin: float = Field(
         default=0.0, ge=0, le=10, description="Predictions from history are multiplied by 1 + safetyMargin."

@@ -1,4 +1,4 @@
-"""Issue #10's before/after (pure): rebalancer without placement prediction and landing guard, with each,
+"""The landing-control before/after (pure): rebalancer without placement prediction and landing guard, with each,
 and with both, over the same seeds: landed-back share, effective rate, hot-node-minutes against ``none``
 and ``requests-lnu``, evictions, evictions per cooled relief, the guard's marks. Each figure is the mean
 and range over the seeds (one seed: the three are equal)."""
@@ -35,7 +35,7 @@ def _marks(action: str) -> Any:
 
 
 def before_after(runs: Runs) -> dict[str, Any] | None:
-    """The rows present (None: neither the before nor the after variant ran) and the verdict on issue #10."""
+    """The rows present (None: neither the before nor the after variant ran) and the verdict on the landing-control goal."""
     names = [r.name for r in runs[0]]
     if BEFORE not in names or AFTER not in names:
         return None
@@ -64,7 +64,7 @@ def before_after(runs: Runs) -> dict[str, Any] | None:
 
 
 def _met(row: dict[str, Any]) -> bool:
-    """Issue #10's goal, on the means over the seeds: effective at least 85 %, fewer than 5 % landed back."""
+    """The landing-control goal, on the means over the seeds: effective at least 85 %, fewer than 5 % landed back."""
     effective, landed_back = row["effective"], row["landedBackShare"]
     return (
         effective is not None
@@ -78,7 +78,7 @@ def before_after_table(runs: Runs) -> str:
     data = before_after(runs)
     if data is None:
         return ""
-    lines = [f"Before/after (issue #10): {BEFORE} (no placement prediction, no landing guard) -> {AFTER}", ""]
+    lines = [f"Before/after: {BEFORE} (no placement prediction, no landing guard) -> {AFTER}", ""]
     table = [list(HEADERS)]
     for row in data["rows"]:
         table.append(
@@ -99,7 +99,7 @@ def before_after_table(runs: Runs) -> str:
     lines += [
         "",
         "on marked: replacements bound on a node carrying the guard's taint (PreferNoSchedule: no other node fit)",
-        f"issue #10's goal, on the means: effective at least {GOAL_EFFECTIVE:.0%} and fewer than "
+        f"landing-control goal, on the means: effective at least {GOAL_EFFECTIVE:.0%} and fewer than "
         f"{GOAL_LANDED_BACK:.0%} landed back (against {BEFORE}: effective "
         f"{cell(data['rows'][0]['effective'], percent=True)}, landed back "
         f"{cell(data['rows'][0]['landedBackShare'], percent=True)})",

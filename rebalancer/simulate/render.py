@@ -89,7 +89,7 @@ def _why_not_cooled(results: Sequence[VariantResult]) -> list[str]:
 
 
 def goal_lines(results: Sequence[VariantResult]) -> list[str]:
-    """Each rebalancer variant against the goals of issue #6 and #10."""
+    """Each rebalancer variant against the hot-node goal (against requests-lnu) and the landing-control goal."""
     by_name = {r.name: r for r in results}
     base = by_name.get(GOAL_BASELINE)
     out = []

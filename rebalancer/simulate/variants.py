@@ -13,12 +13,12 @@ planner expects a replacement to land) and in the landing guard (taints that ste
   Both descheduler variants run without placement prediction, as the descheduler does.
 * ``current-unguarded``: rebalancer's P95 window per node and pod, ``predictPlacement: false`` and no
   landing guard: any cold node with room is enough, the scheduler places the replacement where it will
-  (the "before" of issue #10).
+  (the "before" of the landing-control comparison).
 * ``current-predicted``: the same with ``predictPlacement: true`` (the default): a pod is only evicted when
   the scheduler model sends its replacement to a cold node with room.
 * ``current-guard``: ``current-unguarded`` with the landing guard on every pool (the base policy's
   ``landingGuard`` when it sets one, else the defaults): hot and relieved nodes carry the guard's taint.
-* ``current-predicted-guard``: both (the "after" of issue #10). Placement prediction sees the guard's
+* ``current-predicted-guard``: both (the "after" of the landing-control comparison). Placement prediction sees the guard's
   taints through the scheduler model, as it does in production.
 * ``predictive``: ``current-predicted`` with ``classifyBy: max`` (the higher of the current window and the
   predictor's next daily peak, from the simulation's own history of the pods).
@@ -79,20 +79,20 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("requests-lnu", "LowNodeUtilization on requests (descheduler)", "requests", predict_placement=False),
     Variant("instant-lnu", "LowNodeUtilization on one instant node value (descheduler Prometheus mode)", "instant",
             predict_placement=False),
-    Variant("current-unguarded", "rebalancer: P95 window, no placement prediction, no guard (#10 before)", "window",
+    Variant("current-unguarded", "rebalancer: P95 window, no placement prediction, no guard", "window",
             predict_placement=False),
     Variant("current-predicted", "rebalancer: P95 window, placement prediction (the default)", "window",
             predict_placement=True),
     Variant("current-guard", "rebalancer: P95 window, landing guard, no placement prediction", "window",
             predict_placement=False, guard=True),
-    Variant("current-predicted-guard", "rebalancer: P95 window, placement prediction and landing guard (#10 after)",
+    Variant("current-predicted-guard", "rebalancer: P95 window, placement prediction and landing guard",
             "window", predict_placement=True, guard=True),
     Variant("predictive", "rebalancer: classifyBy max (window and predicted peak), placement prediction", "window",
             "max", predict_placement=True),
     Variant("current-ideal", "rebalancer unguarded, replacements land where planned (upper bound)", "window",
             ideal_placement=True, predict_placement=False),
 )  # fmt: skip
-BEFORE, AFTER = "current-unguarded", "current-predicted-guard"  # issue #10's comparison
+BEFORE, AFTER = "current-unguarded", "current-predicted-guard"  # the landing-control comparison
 
 SHIPPED_POLICY = Path(__file__).with_name("shipped-policy.yaml")  # config/low-node-utilization.yaml, byte for byte
 CHART_LIMITS = {"global": {"maxPerCycle": 10}, "node": {"cooldown": "10m"}}  # charts/rebalancer/values.yaml

