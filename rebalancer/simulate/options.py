@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rebalancer.output import add_output_option
 from rebalancer.simulate.config import SimConfig
 from rebalancer.simulate.variants import VARIANTS
 
@@ -32,5 +33,5 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--seed", type=int, default=defaults.seed)
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run seeds SEED .. SEED+N-1 and add a mean [min, max] summary (one run can be noise)")  # fmt: skip
-    p.add_argument("--output", choices=["table", "json"], default="table")
+    add_output_option(p)
     p.add_argument("--plot", metavar="FILE", help="FILE.html (self-contained) or FILE.png (needs matplotlib)")
