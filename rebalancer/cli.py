@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="rebalancer", description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter
     )
     _add_global_options(parser, command=False)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="each takes --help")
 
     check = sub.add_parser("check-config", help="validate policy files; exit 2 naming each bad field")
     check.add_argument("files", nargs="+", metavar="FILE", help="policy YAML files")
@@ -90,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="classify nodes and print the evictions a cycle would make (evicts nothing)")
     plan.add_argument(
-        "--policy", metavar="FILE", help="policy YAML, required unless --demo (default with --demo: the demo's)"
+        "--policy", metavar="FILE", help="policy YAML, required unless --demo (default: with --demo, the demo's)"
     )
     plan.add_argument("--demo", action="store_true", help="plan on the embedded demo snapshot, no cluster needed")
     _add_cluster_options(plan)
