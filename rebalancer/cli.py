@@ -1,4 +1,4 @@
-"""Command line: a thin front over the composition root.
+"""The ``rebalancer`` command line: parses the options and hands each command to the composition root.
 
 Exit codes: 0 done (nothing to do included); 2 invalid configuration; 3 a source failed, the plan is blocked or
 the cycle was aborted; 4 some evictions failed; 1 unexpected.
@@ -11,9 +11,9 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from rebalancer import __version__
+from rebalancer import __version__, output
 from rebalancer.errors import ConfigError, RebalancerError
 from rebalancer.policy import Policy, load_policy
 
@@ -23,6 +23,27 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_CONFIG, EXIT_SOURCE, EXIT_FAILED = 0, 1, 2, 3, 4
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+DESCRIPTION = "Rebalance Kubernetes nodes on their real CPU usage, evicting only through the Eviction API."
+EPILOG = (
+    "exit codes: 0 done (nothing to do included), 1 unexpected, 2 invalid configuration, 3 a source failed, "
+    "the plan is blocked or the cycle was aborted, 4 some evictions failed"
+)
+KUBECONFIG_HELP = "kubeconfig (default: in-cluster, then ~/.kube/config)"
+DRY_RUN_HELP = (
+    "off: act; client (what --dry-run alone means): plan and record, change nothing; "
+    "server: send with dryRun=All so that the API server checks budgets and admission"
+)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Each option's help ends with its default, unless the text says it already (``default:``) or there is
+    none to say (a flag, or an option left unset by default)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default:" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def _add_global_options(parser: argparse.ArgumentParser, *, command: bool) -> None:
@@ -35,49 +56,79 @@ def _add_global_options(parser: argparse.ArgumentParser, *, command: bool) -> No
         choices=LOG_LEVELS,
         help="default: INFO for serve (a line per cycle), WARNING for the other commands",
     )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS if command else 0,
+        help="log more: each -v one level below --log-level or the default (-v INFO, -vv DEBUG)",
+    )
 
 
 def log_level(args: argparse.Namespace) -> str:
-    """The level asked for, else the command's default: a service logs its cycles, a command its problems."""
-    return str(args.log_level or ("INFO" if args.command == "serve" else "WARNING"))
+    """The level asked for, else the command's default (a service logs its cycles, a command its problems),
+    lowered one level per ``-v``."""
+    base = str(args.log_level or ("INFO" if args.command == "serve" else "WARNING"))
+    return LOG_LEVELS[max(0, LOG_LEVELS.index(base) - args.verbose)]
+
+
+def _add_cluster_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", metavar="FILE", help=KUBECONFIG_HELP)
+    parser.add_argument("--context", help="kubeconfig context (default: the kubeconfig's current context)")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rebalancer", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="rebalancer", description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter
+    )
     _add_global_options(parser, command=False)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="each takes --help")
 
     check = sub.add_parser("check-config", help="validate policy files; exit 2 naming each bad field")
-    check.add_argument("files", nargs="+", metavar="FILE")
+    check.add_argument("files", nargs="+", metavar="FILE", help="policy YAML files")
+    output.add_output_option(check)
 
     plan = sub.add_parser("plan", help="classify nodes and print the evictions a cycle would make (evicts nothing)")
-    plan.add_argument("--policy", metavar="FILE", help="policy YAML (default with --demo: the demo's policy)")
+    plan.add_argument(
+        "--policy", metavar="FILE", help="policy YAML, required unless --demo (default: with --demo, the demo's)"
+    )
     plan.add_argument("--demo", action="store_true", help="plan on the embedded demo snapshot, no cluster needed")
-    plan.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
-    plan.add_argument("--context", help="kubeconfig context")
-    plan.add_argument("--output", choices=["table", "json"], default="table")
+    _add_cluster_options(plan)
+    output.add_output_option(plan)
 
     run = sub.add_parser("run", help="one cycle: plan, limiters, evict through the Eviction API (CronJob mode)")
-    run.add_argument("--once", action="store_true", help="run one cycle and exit (required: `serve` runs on)")
-    run.add_argument("--policy", metavar="FILE", required=True, help="policy YAML")
-    run.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
-    run.add_argument("--context", help="kubeconfig context")
-    run.add_argument(
-        "--dry-run",
-        nargs="?",
-        const="client",
-        default="off",
-        choices=["off", "client", "server"],
-        help="client (the default when given): plan and record, change nothing; "
-        "server: evict with dryRun=All so the API server checks budgets",
-    )
-    run.add_argument("--output", choices=["summary", "json"], default="summary")
+    run.add_argument("--once", action="store_true", help="accepted for older scripts: a run is always one cycle")
+    run.add_argument("--policy", metavar="FILE", required=True, help="policy YAML (required)")
+    _add_cluster_options(run)
+    run.add_argument("--dry-run", nargs="?", const="client", default="off", choices=["off", "client", "server"],
+                     help=DRY_RUN_HELP)  # fmt: skip
+    output.add_output_option(run)
 
     serve = sub.add_parser("serve", help="run on the strategies' schedules and on Alertmanager webhooks")
-    serve.add_argument("--policy", metavar="FILE", required=True, help="policy YAML (reloaded when it changes)")
-    serve.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
-    serve.add_argument("--context", help="kubeconfig context")
-    serve.add_argument("--dry-run", nargs="?", const="client", default="off", choices=["off", "client", "server"])
+    serve.add_argument(
+        "--policy", metavar="FILE", required=True, help="policy YAML, reloaded when it changes (required)"
+    )
+    _add_cluster_options(serve)
+    serve.add_argument("--dry-run", nargs="?", const="client", default="off", choices=["off", "client", "server"],
+                       help=DRY_RUN_HELP)  # fmt: skip
+    _explain_parser(sub)
+    _predict_parser(sub)
+    _report_parser(sub)
+    from rebalancer.simulate.options import add_parser as add_simulate_parser
+
+    add_simulate_parser(sub)
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script: source <(rebalancer completion bash)",
+    )
+    completion.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete in")
+    for command in sub.choices.values():
+        _add_global_options(command, command=True)
+        command.formatter_class = HelpFormatter
+    return parser
+
+
+def _explain_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     explain = sub.add_parser(
         "explain-scale-down",
         help="the N pods the ReplicaSet controller would delete on a scale-down, now and after deletion-cost steering",
@@ -86,18 +137,9 @@ def _parser() -> argparse.ArgumentParser:
                          "NAMESPACE/KIND/NAME (KIND deployment or replicaset)")  # fmt: skip
     explain.add_argument("count", metavar="N", type=int, help="replicas removed by the scale-down")
     explain.add_argument("--policy", metavar="FILE", help="policy YAML; with a DeletionCostSteering strategy the "
-                         "order after steering is shown too")  # fmt: skip
-    explain.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
-    explain.add_argument("--context", help="kubeconfig context")
-    explain.add_argument("--output", choices=["table", "json"], default="table")
-    _predict_parser(sub)
-    _report_parser(sub)
-    from rebalancer.simulate.options import add_parser as add_simulate_parser
-
-    add_simulate_parser(sub)
-    for command in sub.choices.values():
-        _add_global_options(command, command=True)
-    return parser
+                         "order after steering is shown too (default: none, only the order now)")  # fmt: skip
+    _add_cluster_options(explain)
+    output.add_output_option(explain)
 
 
 def _report_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -106,10 +148,9 @@ def _report_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="efficiency over a period: discovery, eviction and effective rates with reasons, bounce-backs",
     )
     report.add_argument(
-        "--policy", metavar="FILE", required=True, help="policy YAML (efficiency:, state:, prometheus:)"
+        "--policy", metavar="FILE", required=True, help="policy YAML with efficiency:, state:, prometheus: (required)"
     )
-    report.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
-    report.add_argument("--context", help="kubeconfig context")
+    _add_cluster_options(report)
     report.add_argument("--period", metavar="DURATION", help="e.g. 24h, 7d (default: efficiency.period)")
     report.add_argument("--bucket", metavar="DURATION", default="1h", help="time step of the figures over time")
     report.add_argument(
@@ -117,8 +158,10 @@ def _report_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         metavar="TIME",
         help="end of the period: ISO 8601 (2026-11-22T08:00:00Z) or epoch seconds (default: now)",
     )
-    report.add_argument("--output", choices=["table", "json"], default="table")
-    report.add_argument("--plot", metavar="FILE", help="FILE.html (self-contained) or FILE.png (needs matplotlib)")
+    output.add_output_option(report)
+    report.add_argument(
+        "--plot", metavar="FILE", help="FILE.html (self-contained) or FILE.png (needs matplotlib) (default: none)"
+    )
 
 
 def _predict_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -129,18 +172,20 @@ def _predict_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="predicted utilization of each node at the next peak; --backtest DATA evaluates the aggregations",
     )
     predict.add_argument(
-        "--policy", metavar="FILE", help="policy YAML: its predictor: section, and prometheus: for a live cluster"
+        "--policy",
+        metavar="FILE",
+        help="policy YAML: its predictor: section, and prometheus: for a live cluster "
+        "(default: the predictor's defaults; required on a live cluster)",
     )
-    predict.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
-    predict.add_argument("--context", help="kubeconfig context")
+    _add_cluster_options(predict)
     predict.add_argument("--demo", action="store_true", help="predict on the embedded demo, no cluster needed")
     predict.add_argument(
         "--backtest",
         metavar="DATA",
         help="rolling back-test on recorded usage: a Bitbrains directory, or a CSV / Parquet table with "
-        "columns entity, timestamp, usage, capacity",
+        "columns entity, timestamp, usage, capacity (default: predict, no back-test)",
     )
-    predict.add_argument("--output", choices=["table", "json"], default="table")
+    output.add_output_option(predict)
     predict.add_argument(
         "--aggregation",
         action="append",
@@ -155,12 +200,24 @@ def _predict_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="back-test at this safety margin (repeatable; default: the policy's safetyMargin)",
     )
     predict.add_argument(
-        "--threshold", type=float, metavar="PCT", help="hot above this percent (default: hotThreshold)"
+        "--hot-threshold",
+        "--threshold",
+        dest="threshold",
+        type=float,
+        metavar="PCT",
+        help="hot above this percent (default: the policy's hotThreshold)",
     )
     predict.add_argument("--days", type=int, help="days of history per prediction (default: the policy's days)")
-    predict.add_argument("--min-history-days", type=int, metavar="N", help="default: the policy's minHistoryDays")
-    predict.add_argument("--limit", type=int, metavar="N", help="back-test only the first N entities")
-    predict.add_argument("--entities", metavar="A,B,...", help="back-test only these entities (VM numbers)")
+    predict.add_argument(
+        "--min-history-days",
+        type=int,
+        metavar="N",
+        help="days a pod needs of its own history (default: the policy's minHistoryDays)",
+    )
+    predict.add_argument("--limit", type=int, metavar="N", help="back-test only the first N entities (default: all)")
+    predict.add_argument(
+        "--entities", metavar="A,B,...", help="back-test only these entities, VM numbers (default: all)"
+    )
     predict.add_argument(
         "--time-zone", metavar="TZ", help="calendar days of the data (default: Bitbrains Europe/Amsterdam, tables UTC)"
     )
@@ -169,9 +226,11 @@ def _predict_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=float,
         default=0.5,
         metavar="F",
-        help="a day with samples over less than this fraction of it is missing (default 0.5)",
+        help="a day with samples over less than this fraction of it is missing",
     )
-    predict.add_argument("--plot", metavar="FILE.png", help="draw predicted against actual (needs matplotlib)")
+    predict.add_argument(
+        "--plot", metavar="FILE.png", help="draw predicted against actual (needs matplotlib) (default: none)"
+    )
     predict.add_argument(
         "--progress",
         choices=["auto", "always", "never"],
@@ -181,11 +240,17 @@ def _predict_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=log_level(args), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        if args.command == "completion":
+            from rebalancer.completion import completion_script
+
+            sys.stdout.write(completion_script(parser, args.shell))
+            return EXIT_OK
         if args.command == "check-config":
-            return _check_config(args.files)
+            return _check_config(args.files, args.output)
         if args.command == "run":
             return _run(args)
         if args.command == "serve":
@@ -211,24 +276,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_SOURCE
 
 
-def _check_config(files: Sequence[str]) -> int:
+def _check_config(files: Sequence[str], shown: str) -> int:
     status = EXIT_OK
+    checked: list[dict[str, Any]] = []
     for name in files:
         try:
             policy = load_policy(name)
         except ConfigError as exc:
             print(exc, file=sys.stderr)
             status = EXIT_CONFIG
+            problems = [{"field": field, "message": message} for field, message in exc.problems]
+            checked.append({"file": name, "valid": False, "strategies": [], "problems": problems})
             continue
-        kinds = ", ".join(s.kind for s in policy.strategies)
-        print(f"{name}: ok ({kinds})")
+        checked.append({"file": name, "valid": True, "strategies": [s.kind for s in policy.strategies], "problems": []})
+
+    def table() -> str:
+        return "".join(f"{c['file']}: ok ({', '.join(c['strategies'])})\n" for c in checked if c["valid"])
+
+    output.write(shown, "ConfigCheck", lambda: {"files": checked}, table)
     return status
 
 
 def _plan(args: argparse.Namespace) -> int:
     from rebalancer import app
     from rebalancer.demo import demo_policy_path
-    from rebalancer.render import plan_json, plan_table
+    from rebalancer.render import PLAN_KIND, plan_record, plan_table
 
     if args.demo:
         policy = load_policy(args.policy or demo_policy_path())
@@ -241,10 +313,8 @@ def _plan(args: argparse.Namespace) -> int:
         policy = load_policy(args.policy)
         outcome = app.plan_now(policy, connection)
     guard = app.guard_preview(policy, outcome)
-    if args.output == "json":
-        sys.stdout.buffer.write(plan_json(outcome.plan, outcome.source, guard))
-    else:
-        sys.stdout.write(plan_table(outcome.plan, outcome.source, guard))
+    shown = (outcome.plan, outcome.source, guard)
+    output.write(args.output, PLAN_KIND, lambda: plan_record(*shown), lambda: plan_table(*shown))
     if outcome.plan.blocked:
         print(f"rebalancer: plan blocked: {outcome.plan.blocked}", file=sys.stderr)
         return EXIT_SOURCE
@@ -253,7 +323,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _explain_scale_down(args: argparse.Namespace) -> int:
     from rebalancer import app
-    from rebalancer.explain import explanation_json, explanation_table
+    from rebalancer.explain import KIND, explanation_record, explanation_table
 
     if args.count < 1:
         print("rebalancer explain-scale-down: N must be at least 1", file=sys.stderr)
@@ -261,10 +331,7 @@ def _explain_scale_down(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy) if args.policy else None
     connection = app.ClusterConnection(args.kubeconfig, args.context)
     explanation = app.explain_scale_down(policy, connection, args.workload, args.count)
-    if args.output == "json":
-        sys.stdout.buffer.write(explanation_json(explanation))
-    else:
-        sys.stdout.write(explanation_table(explanation))
+    output.write(args.output, KIND, lambda: explanation_record(explanation), lambda: explanation_table(explanation))
     return EXIT_OK
 
 
@@ -280,7 +347,7 @@ def _report(args: argparse.Namespace) -> int:
     from rebalancer import app
     from rebalancer.app_report import efficiency_report
     from rebalancer.efficiency.plot import write_plot
-    from rebalancer.efficiency.render import report_json, report_table
+    from rebalancer.efficiency.render import KIND, report_record, report_table
     from rebalancer.settings import DURATION_PATTERN
 
     for name in ("period", "bucket"):
@@ -296,10 +363,7 @@ def _report(args: argparse.Namespace) -> int:
     connection = app.ClusterConnection(args.kubeconfig, args.context)
     data = efficiency_report(policy, connection, args.period, args.bucket, (lambda: until) if until else time.time)
     text = report_table(data.report, data.timeline)
-    if args.output == "json":
-        sys.stdout.buffer.write(report_json(data.report, data.timeline))
-    else:
-        sys.stdout.write(text)
+    output.write(args.output, KIND, lambda: report_record(data.report, data.timeline), lambda: text)
     if args.plot:
         print(f"plot written to {write_plot(args.plot, data.timeline, text)}", file=sys.stderr)
     if data.report.reference_problem:
@@ -334,18 +398,13 @@ def _run(args: argparse.Namespace) -> int:
     from rebalancer import app
     from rebalancer.evictor import DryRun, Outcome
     from rebalancer.guard.applier import GuardOutcome
-    from rebalancer.render import run_json, run_summary
+    from rebalancer.render import RUN_KIND, run_record, run_summary, run_table
     from rebalancer.steerer import SteerOutcome
 
-    if not args.once:
-        print("rebalancer run: pass --once (one cycle, CronJob mode)", file=sys.stderr)
-        return EXIT_CONFIG
     connection = app.ClusterConnection(args.kubeconfig, args.context)
     outcome = app.run_once(load_policy(args.policy), connection, DryRun(args.dry_run))
-    if args.output == "json":
-        sys.stdout.buffer.write(
-            run_json(outcome.planned.plan, outcome.report, outcome.planned.source, outcome.steering, outcome.guard)
-        )
+    shown = (outcome.planned.plan, outcome.report, outcome.planned.source, outcome.steering, outcome.guard)
+    output.write(args.output, RUN_KIND, lambda: run_record(*shown), lambda: run_table(outcome.report, outcome.steering))
     summary = run_summary(outcome.planned.plan, outcome.report, DryRun(args.dry_run), outcome.steering, outcome.guard)
     print(summary, file=sys.stderr)
     if outcome.planned.plan.blocked or outcome.report.aborted or outcome.steering.aborted:

@@ -11,10 +11,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-import msgspec
-
 from rebalancer.render import text_table
 from rebalancer.scale_down import Ranked, RankedPod, deletion_order
+
+KIND = "ScaleDownExplanation"  # of its machine-readable document
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +128,3 @@ def explanation_record(e: ScaleDownExplanation) -> dict[str, Any]:
         "afterSteering": None if e.after is None else ranks(e.after),
         "afterSteeringNote": e.after_note,
     }
-
-
-def explanation_json(e: ScaleDownExplanation) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(explanation_record(e)), indent=2) + b"\n"

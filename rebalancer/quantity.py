@@ -69,8 +69,6 @@ def memory_bytes(text: str) -> int:
     return math.ceil(parse_quantity(text))
 
 
-def format_millis(millis: int) -> str:
-    """Millicores in the usual short form: 1500 -> '1500m', 2000 -> '2'."""
-    if millis % 1000 == 0:
-        return str(millis // 1000)
-    return f"{millis}m"
+def format_cores(millis: float) -> str:
+    """Millicores as cores with three decimals, exact to the millicore: 1500 -> '1.500', 5 -> '0.005'."""
+    return f"{millis / 1000:.3f}"

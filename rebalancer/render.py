@@ -1,4 +1,4 @@
-"""Plans for people (a text table) and for machines (the whole decision record as JSON)."""
+"""Plans for people (a text table, CPU in cores) and for machines (the whole decision record as a document)."""
 
 from __future__ import annotations
 
@@ -6,41 +6,44 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import msgspec
-
 from rebalancer.evictor import DryRun, EvictorReport, Outcome
 from rebalancer.guard.applier import GuardReport
 from rebalancer.guard.decide import Action
 from rebalancer.guard.marks import rfc3339
 from rebalancer.inflight import Correction
+from rebalancer.output import plain
 from rebalancer.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult
-from rebalancer.quantity import format_millis
+from rebalancer.quantity import format_cores
 from rebalancer.steerer import SteeringReport, steering_summary
 
 _CLASS_ORDER = {NodeClass.HOT: 0, NodeClass.UNKNOWN: 1, NodeClass.NORMAL: 2, NodeClass.COLD: 3}
+PLAN_KIND, RUN_KIND = "Plan", "Run"  # the ``kind`` of their machine-readable documents
 
 
-def plan_record(plan: EvictionPlan, source: str) -> dict[str, Any]:
-    """Everything the plan decided and why, as plain data."""
-    return {
+def plan_record(plan: EvictionPlan, source: str, guard: GuardReport | None = None) -> dict[str, Any]:
+    """Everything the plan decided and why, as plain data (with the landing guard's marks, when given)."""
+    record = {
         "takenAt": datetime.fromtimestamp(plan.taken_at, UTC).isoformat(),
         "source": source,
         "blocked": plan.blocked,
         "inFlight": [_correction_record(c) for c in plan.in_flight],
         "inFlightOff": plan.in_flight_off,
-        "evictions": [msgspec.to_builtins(e) for e in plan.evictions],
+        "evictions": plain(plan.evictions),
         "strategies": [
             {
                 "strategy": r.strategy,
                 "notes": list(r.notes),
-                "nodes": [msgspec.to_builtins(d) for d in r.node_decisions],
-                "pods": [msgspec.to_builtins(d) for d in r.pod_decisions],
-                "evictions": [msgspec.to_builtins(e) for e in r.evictions],
-                "costPatches": [msgspec.to_builtins(p) for p in r.cost_patches],
+                "nodes": plain(r.node_decisions),
+                "pods": plain(r.pod_decisions),
+                "evictions": plain(r.evictions),
+                "costPatches": plain(r.cost_patches),
             }
             for r in plan.results
         ],
     }
+    if guard is not None:
+        record["landingGuard"] = guard_record(guard)
+    return record
 
 
 def _correction_record(c: Correction) -> dict[str, Any]:
@@ -57,16 +60,9 @@ def _correction_record(c: Correction) -> dict[str, Any]:
     }
 
 
-def plan_json(plan: EvictionPlan, source: str, guard: GuardReport | None = None) -> bytes:
-    record = plan_record(plan, source)
-    if guard is not None:
-        record["landingGuard"] = guard_record(guard)
-    return msgspec.json.format(msgspec.json.encode(record), indent=2) + b"\n"
-
-
 def plan_table(plan: EvictionPlan, source: str, guard: GuardReport | None = None) -> str:
     when = datetime.fromtimestamp(plan.taken_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    lines = [f"Plan at {when} from {source}"]
+    lines = [f"Plan at {when} from {source}", "CPU in cores."]
     if plan.blocked:
         lines.append(f"BLOCKED: {plan.blocked}")
     if plan.in_flight_off:
@@ -107,6 +103,7 @@ def _strategy_section(result: StrategyResult, in_flight: Mapping[str, str]) -> l
         out += text_table(
             ["NODE", "POOL", "USAGE", "ALLOC", "USE%", "CLASS", "WHY"],
             [_node_row(d, in_flight.get(d.node)) for d in nodes],
+            frozenset({2, 3, 4}),
         )
     else:  # deletion-cost steering classifies no node
         out = [f"== {result.strategy}"]
@@ -116,14 +113,14 @@ def _strategy_section(result: StrategyResult, in_flight: Mapping[str, str]) -> l
             [
                 f"{e.namespace}/{e.name}",
                 e.node,
-                format_millis(e.usage_m),
+                format_cores(e.usage_m),
                 e.room_on,
                 e.landing or "-",  # "-": not predicted (predictPlacement off)
                 str(e.workload or "-"),
             ]
             for e in result.evictions
         ]
-        out += text_table(["POD", "FROM", "USAGE", "ROOM ON", "PREDICTED LANDING", "WORKLOAD"], rows)
+        out += text_table(["POD", "FROM", "USAGE", "ROOM ON", "PREDICTED LANDING", "WORKLOAD"], rows, frozenset({2}))
     if result.cost_patches:
         out += ["", f"-- {result.strategy}: {len(result.cost_patches)} planned pod-deletion-cost patch(es)"]
         rows = [
@@ -141,10 +138,10 @@ def _strategy_section(result: StrategyResult, in_flight: Mapping[str, str]) -> l
 
 
 def _node_row(d: NodeDecision, in_flight: str | None) -> list[str]:
-    usage = "?" if d.usage_m is None else format_millis(d.usage_m)
+    usage = "?" if d.usage_m is None else format_cores(d.usage_m)
     pct = "?" if d.usage_pct is None else f"{d.usage_pct:.1f}"
     why = d.reason if in_flight is None else f"{d.reason} ({in_flight})"
-    return [d.node, d.pool, usage, format_millis(d.allocatable_m), pct, d.node_class.value, why]
+    return [d.node, d.pool, usage, format_cores(d.allocatable_m), pct, d.node_class.value, why]
 
 
 def text_table(header: list[str], rows: list[list[str]], right: frozenset[int] = frozenset()) -> list[str]:
@@ -225,14 +222,25 @@ def guard_record(guard: GuardReport) -> dict[str, Any]:
     }
 
 
-def run_json(
-    plan: EvictionPlan,
-    report: EvictorReport,
-    source: str,
-    steering: SteeringReport | None = None,
-    guard: GuardReport | None = None,
-) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(run_record(plan, report, source, steering, guard)), indent=2) + b"\n"
+def run_table(report: EvictorReport, steering: SteeringReport | None = None) -> str:
+    """What the evictor did with each planned eviction, and the steerer with each pod-deletion-cost."""
+    lines = [f"Evictions: {len(report.results)}"]
+    if report.results:
+        rows = [
+            [f"{r.eviction.namespace}/{r.eviction.name}", r.eviction.node, r.eviction.strategy,
+             r.outcome.value + (f" ({r.limiter})" if r.limiter else ""), r.detail]
+            for r in report.results
+        ]  # fmt: skip
+        lines += text_table(["POD", "NODE", "STRATEGY", "OUTCOME", "DETAIL"], rows)
+    if steering is not None and steering.results:
+        rows = [
+            [f"{r.patch.namespace}/{r.patch.name}", r.patch.node, r.patch.strategy, str(r.patch.cost),
+             r.outcome.value, r.detail]
+            for r in steering.results
+        ]  # fmt: skip
+        lines += ["", f"Pod-deletion-cost patches: {len(steering.results)}"]
+        lines += text_table(["POD", "NODE", "STRATEGY", "COST", "OUTCOME", "DETAIL"], rows)
+    return "\n".join(lines) + "\n"
 
 
 def run_summary(

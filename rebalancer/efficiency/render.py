@@ -1,15 +1,16 @@
-"""`rebalancer report` as text and JSON (pure)."""
+"""`rebalancer report` as a table and as a record (pure)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict
 from datetime import UTC, datetime
-
-import msgspec
+from typing import Any
 
 from rebalancer.efficiency.rates import EfficiencyReport, PoolRates
 from rebalancer.efficiency.series import Bucket
+from rebalancer.output import plain
+
+KIND = "EfficiencyReport"  # of its machine-readable document
 
 _COLUMNS = (
     ("pool", 12),
@@ -126,23 +127,22 @@ def report_table(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> s
     return "\n".join(lines) + "\n"
 
 
-def _pool_json(p: PoolRates) -> dict[str, object]:
-    data = asdict(p)
+def _pool_record(p: PoolRates) -> dict[str, Any]:
+    data: dict[str, Any] = plain(p)
     data.update(discovery=p.discovery, eviction=p.eviction, effective=p.effective)
     data.update(landedBackRate=p.landed_back_rate, landingHitRate=p.landing_hit_rate)
     data.update(overshootRate=p.overshoot_rate)
     return data
 
 
-def report_json(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> bytes:
-    doc = {
+def report_record(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> dict[str, Any]:
+    return {
         "start": report.start,
         "end": report.end,
         "referenceProblem": report.reference_problem,
-        "pools": [_pool_json(p) for p in report.pools],
-        "timeline": [{"start": b.start, "end": b.end, "cluster": _pool_json(b.report.cluster)} for b in timeline],
+        "pools": [_pool_record(p) for p in report.pools],
+        "timeline": [{"start": b.start, "end": b.end, "cluster": _pool_record(b.report.cluster)} for b in timeline],
     }
-    return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
 
 
 def _avoided(p: PoolRates) -> dict[str, int]:

@@ -16,16 +16,19 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ValidationError
 
+from rebalancer import output
 from rebalancer.errors import ConfigError
 from rebalancer.policy import Policy, load_policy, validation_problems
 from rebalancer.predict.backtest import backtest
 from rebalancer.predict.predictor import Prediction
 from rebalancer.predict.render import (
+    BACKTEST_KIND,
     CURRENT,
+    PREDICTION_KIND,
     ProgressBar,
-    backtest_json,
+    backtest_record,
     backtest_table,
-    prediction_json,
+    prediction_record,
     prediction_table,
 )
 from rebalancer.predict.settings import AGGREGATIONS, PredictorSettings
@@ -89,10 +92,8 @@ def _live(args: argparse.Namespace, policy: Policy, live: LivePredict) -> int:
             bar.close()
     if result.current_problem:
         print(f"rebalancer predict: {result.current_problem}", file=sys.stderr)
-    if args.output == "json":
-        sys.stdout.buffer.write(prediction_json(result.prediction, result.description, result.current_pct, CURRENT))
-    else:
-        sys.stdout.write(prediction_table(result.prediction, result.description, result.current_pct, CURRENT))
+    shown = (result.prediction, result.description, result.current_pct, CURRENT)
+    output.write(args.output, PREDICTION_KIND, lambda: prediction_record(*shown), lambda: prediction_table(*shown))
     timings = ", ".join(f"{step} {seconds:.2f} s" for step, seconds in result.seconds.items())
     print(f"rebalancer predict: {timings}", file=sys.stderr)
     return EXIT_OK
@@ -113,10 +114,8 @@ def _demo(args: argparse.Namespace, settings: PredictorSettings) -> int:
     facts = load_demo().facts
     prediction = predict(facts, history.pod_history(settings.days), settings, history.system_history(settings.days))
     actual = history.actual_utilization(facts)
-    if args.output == "json":
-        sys.stdout.buffer.write(prediction_json(prediction, history.description, actual))
-    else:
-        sys.stdout.write(prediction_table(prediction, history.description, actual))
+    shown = (prediction, history.description, actual)
+    output.write(args.output, PREDICTION_KIND, lambda: prediction_record(*shown), lambda: prediction_table(*shown))
     return EXIT_OK
 
 
@@ -148,10 +147,7 @@ def _backtest(args: argparse.Namespace, settings: PredictorSettings) -> int:
         if bar is not None:
             bar.close()
     done = time.perf_counter()
-    if args.output == "json":
-        sys.stdout.buffer.write(backtest_json(report))
-    else:
-        sys.stdout.write(backtest_table(report))
+    output.write(args.output, BACKTEST_KIND, lambda: backtest_record(report), lambda: backtest_table(report))
     if args.plot:
         from rebalancer.predict.plot import plot_backtest
 

@@ -1,4 +1,4 @@
-"""Predictions and back-tests for people (text tables) and machines (JSON), and a progress bar."""
+"""Predictions and back-tests for people (text tables, CPU in cores) and machines (records), and a progress bar."""
 
 from __future__ import annotations
 
@@ -6,15 +6,21 @@ import math
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-import msgspec
-
+from rebalancer.output import plain
 from rebalancer.predict.backtest import BacktestReport, BacktestRow
 from rebalancer.predict.predictor import Prediction
+from rebalancer.quantity import format_cores
 from rebalancer.render import text_table
+
+PREDICTION_KIND, BACKTEST_KIND = "Prediction", "Backtest"  # of their machine-readable documents
 
 
 def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def _cores(millis: float | None) -> str:
+    return "-" if millis is None or math.isnan(millis) else format_cores(millis)
 
 
 ACTUAL, CURRENT = "actual", "current"  # the real peak (the demo knows it), or the usage now (a live cluster)
@@ -24,7 +30,7 @@ def prediction_record(
     prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None, compared: str = ACTUAL
 ) -> dict[str, Any]:
     """The whole prediction as plain data; ``actual_pct``: node -> the ``compared`` utilization %."""
-    record: dict[str, Any] = msgspec.to_builtins(prediction)
+    record: dict[str, Any] = plain(prediction)
     record["source"] = source
     record["hotNodes"] = list(prediction.hot_nodes())
     if actual_pct is not None:
@@ -32,19 +38,12 @@ def prediction_record(
     return record
 
 
-def prediction_json(
-    prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None, compared: str = ACTUAL
-) -> bytes:
-    record = prediction_record(prediction, source, actual_pct, compared)
-    return msgspec.json.format(msgspec.json.encode(record), indent=2) + b"\n"
-
-
 def prediction_table(
     prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None, compared: str = ACTUAL
 ) -> str:
     lines = [
         f"Predicted next peak from {source}: {prediction.aggregation} of {prediction.days} day(s), "
-        f"safety margin {prediction.safety_margin:g}, hot above {prediction.hot_threshold:g}%",
+        f"safety margin {prediction.safety_margin:g}, hot above {prediction.hot_threshold:g}%; CPU in cores",
         "",
     ]
     rows = []
@@ -57,15 +56,15 @@ def prediction_table(
                 n.node,
                 _fmt(n.utilization_pct),
                 *actual,
-                _fmt(n.cpu_m, ".0f"),
-                str(n.allocatable_cpu_m),
-                f"{n.system_cpu_m:.0f} ({n.system_source.value})",
+                _cores(n.cpu_m),
+                format_cores(n.allocatable_cpu_m),
+                f"{format_cores(n.system_cpu_m)} ({n.system_source.value})",
                 state,
                 sources or "no pods",
             ]
         )
-    header = ["node", "pred %", *([] if actual_pct is None else [f"{compared} %"]), "pred m", "alloc m"]
-    header += ["system m", "class", "pods by source"]
+    header = ["node", "pred %", *([] if actual_pct is None else [f"{compared} %"]), "pred", "alloc"]
+    header += ["system", "class", "pods by source"]
     lines += text_table(header, rows, right=frozenset(range(1, len(header) - 3)))
     hot = prediction.hot_nodes()
     lines += ["", f"Predicted hot: {len(hot)} node(s)" + (f": {', '.join(hot)}" if hot else "")]
@@ -136,10 +135,6 @@ def backtest_record(report: BacktestReport) -> dict[str, Any]:
             for r in report.rows
         ],
     }
-
-
-def backtest_json(report: BacktestReport) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(backtest_record(report)), indent=2) + b"\n"
 
 
 class ProgressBar:

@@ -124,7 +124,7 @@ def build_cluster(config: SimConfig, shapes: Shapes) -> Cluster:
     initial = _place(nodes, workloads, shapes.start, config.seed)
     return Cluster(
         config, shapes.start, nodes, tuple(workloads), tuple(slot_workload), usage, initial,
-        f"{config.nodes} nodes x {config.node_cpu_m}m, {total} pods of {len(workloads)} Deployments; usage: "
+        f"{config.nodes} nodes x {config.node_cpu_m / 1000:g} cores, {total} pods of {len(workloads)} Deployments; usage: "
         f"{shapes.description}",
     )  # fmt: skip
 

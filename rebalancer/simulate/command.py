@@ -10,6 +10,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from rebalancer import output
 from rebalancer.errors import ConfigError
 from rebalancer.limits.settings import duration_seconds
 from rebalancer.policy import Policy, load_policy
@@ -20,7 +21,7 @@ from rebalancer.simulate.config import SimConfig
 from rebalancer.simulate.engine import simulate
 from rebalancer.simulate.options import DEFAULT_POLICY
 from rebalancer.simulate.plot import write_plot
-from rebalancer.simulate.render import comparison_json, comparison_table
+from rebalancer.simulate.render import KIND, comparison_record, comparison_table
 from rebalancer.simulate.result import VariantResult
 from rebalancer.simulate.shapes import Shapes, bitbrains_shapes, synthetic_shapes
 from rebalancer.simulate.summary import figures, summary_table
@@ -121,7 +122,8 @@ def simulate_command(args: argparse.Namespace) -> int:
         text += "\n" + summary_table([r for _, r in runs], seeds, "All seeds:")
     if table := before_after_table([r for _, r in runs]):
         text += "\n" + table
-    if args.output == "json":
+
+    def record() -> dict[str, Any]:
         meta = {"cluster": cluster.description, "days": config.days, "historyDays": config.history_days,
                 "stepSeconds": config.step_seconds, "intervalSeconds": config.interval_seconds,
                 "hotThresholdPct": threshold, "seed": config.seed, "start": start}  # fmt: skip
@@ -129,9 +131,9 @@ def simulate_command(args: argparse.Namespace) -> int:
                  "summary": figures([r for _, r in runs])}  # fmt: skip
         extra = extra if len(runs) > 1 else {}
         extra["beforeAfter"] = before_after([r for _, r in runs])
-        sys.stdout.buffer.write(comparison_json(results, meta, extra))
-    else:
-        sys.stdout.write(text)
+        return comparison_record(results, meta, extra)
+
+    output.write(args.output, KIND, record, lambda: text)
     if args.plot:
         print(f"plot written to {write_plot(args.plot, results, start, text)}", file=sys.stderr)
     return EXIT_OK

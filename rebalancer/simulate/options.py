@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rebalancer.output import add_output_option
 from rebalancer.simulate.config import SimConfig
 from rebalancer.simulate.variants import GROUPS
 
@@ -21,8 +22,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--variant", action="append", choices=[v.name for v in GROUPS["all"]],
                    help="only these, from any group (repeatable)")  # fmt: skip
     defaults = SimConfig()
-    p.add_argument("--nodes", type=int, default=defaults.nodes)
-    p.add_argument("--pods-per-node", type=int, default=defaults.pods_per_node)
+    p.add_argument("--nodes", type=int, default=defaults.nodes, help="nodes of the simulated cluster")
+    p.add_argument("--pods-per-node", type=int, default=defaults.pods_per_node, help="pods per node at the start")
     p.add_argument("--days", type=int, default=defaults.days, help="measured days, after predictor.days of history")
     p.add_argument(
         "--step", default="1m", help="simulation step, 1m to 5m (Bitbrains samples are 5m apart: interpolated)"
@@ -33,8 +34,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="hot above this %% of allocatable (default: the policy's first targetThresholds cpu)")  # fmt: skip
     p.add_argument("--replacement-delay", default="0", help="from an eviction to its replacement's binding")
     p.add_argument("--no-budgets", action="store_true", help="no PodDisruptionBudgets")
-    p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--seed", type=int, default=defaults.seed, help="seed of the cluster's layout and synthetic usage")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run seeds SEED .. SEED+N-1 and add a mean [min, max] summary (one run can be noise)")  # fmt: skip
-    p.add_argument("--output", choices=["table", "json"], default="table")
-    p.add_argument("--plot", metavar="FILE", help="FILE.html (self-contained) or FILE.png (needs matplotlib)")
+    add_output_option(p)
+    p.add_argument("--plot", metavar="FILE", help="FILE.html (self-contained) or FILE.png (needs matplotlib) "
+                   "(default: none)")  # fmt: skip

@@ -1,11 +1,9 @@
-"""The comparison table and its JSON (pure)."""
+"""The comparison table and its record (pure)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-
-import msgspec
 
 from rebalancer.efficiency.render import percent
 from rebalancer.simulate.result import VariantResult
@@ -26,6 +24,7 @@ HEADERS = (
     "effective",
     "bounces",
 )
+KIND = "SimulationComparison"  # of its machine-readable document
 GOAL_BASELINE, GOAL_HOT_CUT, GOAL_EFFECTIVE, GOAL_LANDED_BACK = "requests-lnu", 0.5, 0.85, 0.05
 
 
@@ -114,6 +113,6 @@ def goal_lines(results: Sequence[VariantResult]) -> list[str]:
     return out
 
 
-def comparison_json(results: Sequence[VariantResult], meta: dict[str, Any], extra: dict[str, Any]) -> bytes:
+def comparison_record(results: Sequence[VariantResult], meta: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """The first seed's policies, and with several seeds each seed's and the summary (``extra``)."""
-    return msgspec.json.encode({"simulation": meta, "policies": [r.record() for r in results], **extra}) + b"\n"
+    return {"simulation": meta, "policies": [r.record() for r in results], **extra}

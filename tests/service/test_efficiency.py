@@ -304,8 +304,8 @@ def test_report_reads_the_records_back_with_reasons_and_plots(
     doc = json.loads(report(capsys, policy, kubeconfig, "--output", "json"))
     cluster = next(p for p in doc["pools"] if p["pool"] == "*")
     assert (cluster["discovery"], cluster["eviction"], cluster["effective"]) == pytest.approx((0.75, 2 / 3, 0.5))
-    assert cluster["missed_nodes"] == ["cold-2"]
-    assert cluster["unacted_nodes"] == {"hot-2": "no-evictable-pod"}
+    assert cluster["missedNodes"] == ["cold-2"]
+    assert cluster["unactedNodes"] == {"hot-2": "no-evictable-pod"}
     assert cluster["uncooled"] == {"landed-back": 1}
     assert doc["referenceProblem"] is None
     assert len(doc["timeline"]) == 6  # 6 h in 1 h buckets
@@ -313,7 +313,7 @@ def test_report_reads_the_records_back_with_reasons_and_plots(
     assert (last["found"], last["acted"], last["evictions"]) == (3, 2, 2)
     spike_hour = next(t["cluster"] for t in doc["timeline"] if t["start"] <= SPIKE[0] < t["end"])
     # rebalancer did not run in that hour: every node hot by the reference then was missed
-    assert spike_hour["found"] == 0 and spike_hour["missed_nodes"] == ["cold-2", "hot-1", "hot-2", "hot-3"]
+    assert spike_hour["found"] == 0 and spike_hour["missedNodes"] == ["cold-2", "hot-1", "hot-2", "hot-3"]
     first = doc["timeline"][0]["cluster"]  # before the history starts: unknown, not "no hot node"
     assert first["reference"] is None and first["discovery"] is None
 

@@ -60,7 +60,7 @@ def test_prometheus_down_blocks_the_plan_and_the_cli_says_why(
     record = json.loads(captured.out)
     assert record["evictions"] == []
     assert "MetricsUnavailable" in record["blocked"]
-    assert {n["node_class"] for n in record["strategies"][0]["nodes"]} == {"unknown"}
+    assert {n["nodeClass"] for n in record["strategies"][0]["nodes"]} == {"unknown"}
     assert "plan blocked" in captured.err
 
 

@@ -174,11 +174,11 @@ def test_predict_on_the_live_cluster_prints_each_node_and_the_predicted_hot_ones
     record = json.loads(captured.out)
     assert record["hotNodes"] == ["peak-1"]
     nodes = {n["node"]: n for n in record["nodes"]}
-    assert nodes["peak-1"]["utilization_pct"] == pytest.approx(85, abs=0.2)
+    assert nodes["peak-1"]["utilizationPct"] == pytest.approx(85, abs=0.2)
     assert nodes["cold-1"]["sources"] == {"history": 1}
     assert record["currentUtilizationPct"]["peak-1"] == pytest.approx(35, abs=1)
     report = next(p for p in record["pods"] if p["name"] == "report-0")
-    assert report["source"] == "history" and report["cpu_m"] == pytest.approx(2200, abs=2)
+    assert report["source"] == "history" and report["cpuM"] == pytest.approx(2200, abs=2)
     assert seen == list(range(1, 9))  # 8 daily queries, one batch
     assert "history" in captured.err and "8/8" in captured.err
 

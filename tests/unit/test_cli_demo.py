@@ -17,12 +17,12 @@ def test_demo_plan_json_has_hot_nodes_and_evictions_from_them(capsys: pytest.Cap
     record = json.loads(capsys.readouterr().out)
     assert record["blocked"] is None
     nodes = {n["node"]: n for n in record["strategies"][0]["nodes"]}
-    hot = {name for name, n in nodes.items() if n["node_class"] == "hot"}
+    hot = {name for name, n in nodes.items() if n["nodeClass"] == "hot"}
     assert hot
     assert record["evictions"]
     for eviction in record["evictions"]:
         assert eviction["node"] in hot
-        assert nodes[eviction["room_on"]]["node_class"] == "cold"
+        assert nodes[eviction["roomOn"]]["nodeClass"] == "cold"
         assert eviction["reason"]
     passed = [p for p in record["strategies"][0]["pods"] if not p["chosen"]]
     assert any(p["reason"] == "DaemonSet pod" for p in passed)
@@ -54,7 +54,7 @@ def test_demo_plan_shows_the_landing_guard_marks_of_its_evictions(
     assert main(["plan", "--demo", "--policy", str(policy), "--output", "json"]) == 0
     record = json.loads(capsys.readouterr().out)
     relieved = {e["node"] for e in record["evictions"]}
-    hot = {n["node"] for n in record["strategies"][0]["nodes"] if n["node_class"] == "hot" and n["pool"] == "general"}
+    hot = {n["node"] for n in record["strategies"][0]["nodes"] if n["nodeClass"] == "hot" and n["pool"] == "general"}
     changes = record["landingGuard"]["changes"]
     assert relieved and {c["node"] for c in changes} == relieved | hot
     assert all(c["action"] == "set" and c["outcome"] == "dry-run" for c in changes)

@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 
 from rebalancer.efficiency import EfficiencyState, compute_rates
 from rebalancer.efficiency.records import COOLED, TOO_LITTLE_MOVED, EvictedPod, Relief
-from rebalancer.efficiency.render import report_json, report_table
+from rebalancer.efficiency.render import report_record, report_table
 from rebalancer.metrics import Metrics
 
 T0 = 1_700_000_000.0
@@ -51,8 +51,8 @@ def test_report_shows_the_overshoot() -> None:
     table = report_table(report)
     assert "overshoot" in table and "2 40%" in table
     assert "Reliefs beyond need: again while pending 1, below the cold threshold 1" in table
-    pools = {p["pool"]: p for p in json.loads(report_json(report))["pools"]}
-    assert pools["general"]["overshootRate"] == 0.5 and pools["general"]["overshoot_repeat"] == 1
+    pools = {p["pool"]: p for p in report_record(report)["pools"]}
+    assert pools["general"]["overshootRate"] == 0.5 and pools["general"]["overshootRepeat"] == 1
 
 
 def test_metrics_expose_the_overshoot() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from rebalancer import cli
 from rebalancer.efficiency import EfficiencyState, compute_rates, observe_cycle
 from rebalancer.efficiency.plot import charts, write_plot
-from rebalancer.efficiency.render import report_json, report_table
+from rebalancer.efficiency.render import report_record, report_table
 from rebalancer.efficiency.series import bucket_bounds, buckets
 from rebalancer.errors import ConfigError
 from tests.unit.test_efficiency import SETTINGS, T0, evict_all, plan_at, scene
@@ -48,7 +47,7 @@ def test_table_and_json_name_the_reasons_and_never_show_unknown_as_zero() -> Non
     assert cluster_row.split()[1] == "?" and cluster_row.split()[4] == "-"  # hot(ref) unknown, no discovery
     assert "reference: Prometheus down" in table
     assert "stuck: no-evictable-pod" in table
-    doc = json.loads(report_json(report))
+    doc = report_record(report)
     assert doc["referenceProblem"] == "Prometheus down"
     assert doc["pools"][0]["discovery"] is None and doc["pools"][0]["eviction"] == 0.5
 

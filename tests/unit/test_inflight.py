@@ -3,8 +3,6 @@ landed on it, until the usage window has caught up (pure function, planner, land
 
 from __future__ import annotations
 
-import json
-
 import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,7 +15,7 @@ from rebalancer.guard.decide import guarded_nodes
 from rebalancer.inflight import EarlierReliefs, Flight, corrected, in_flight
 from rebalancer.model import ClusterFacts, UsageReport
 from rebalancer.plan import EvictionPlan, NodeClass
-from rebalancer.render import plan_json, plan_table
+from rebalancer.render import plan_record, plan_table
 from rebalancer.snapshot import ClusterSnapshot
 from tests.builders import node, pod, policy, usage
 
@@ -159,7 +157,7 @@ def test_a_second_cycle_right_after_a_relief_leaves_the_node_alone_while_expecte
     (correction,) = second.in_flight
     assert correction.note.startswith("relieved 86 s ago: 2.5 cores moved; reads 90.0%, expected 65.0%")
     assert "relieved 86 s ago" in plan_table(second, "test")
-    assert json.loads(plan_json(second, "test"))["inFlight"][0]["correctedM"] == 6500
+    assert plan_record(second, "test")["inFlight"][0]["correctedM"] == 6500
     assert [s.node for s in state.sightings if s.last == T0 + 86] == []  # not found hot again
     assert len(state.reliefs) == 1
 
@@ -218,7 +216,7 @@ def test_without_records_the_plan_says_the_correction_is_off() -> None:
     _, plan = plan_cycle(facts, report, policy(LNU), T0, reliefs=off)
     assert plan.in_flight_off == "efficiency.enabled is false"
     assert "in-flight correction off: efficiency.enabled is false" in plan_table(plan, "test")
-    assert json.loads(plan_json(plan, "test"))["inFlightOff"] == "efficiency.enabled is false"
+    assert plan_record(plan, "test")["inFlightOff"] == "efficiency.enabled is false"
 
 
 def test_the_landing_guard_sees_the_corrected_usage() -> None:

@@ -358,12 +358,10 @@ def test_deciding_again_on_what_was_written_writes_nothing(nodes: list[GuardedNo
 
 
 def test_run_summary_and_json_show_the_guard() -> None:
-    import json as json_module
-
     from rebalancer.evictor import DryRun, EvictorReport
     from rebalancer.guard.applier import GuardOutcome, GuardReport, GuardResult
     from rebalancer.plan import EvictionPlan
-    from rebalancer.render import run_json, run_summary
+    from rebalancer.render import run_record, run_summary
 
     decision = decide([plain("n", HOT), marked("m", NORMAL, MarkReason.HOT, NOW + 60), *FILLER], guard(), ME, NOW)
     outcomes = (GuardOutcome.APPLIED, GuardOutcome.FAILED)
@@ -371,7 +369,7 @@ def test_run_summary_and_json_show_the_guard() -> None:
     plan = EvictionPlan(NOW, ())
     line = run_summary(plan, EvictorReport(), DryRun.OFF, None, report)
     assert "landing guard: clear m (cooled): applied; set n (hot): failed" in line
-    record = json_module.loads(run_json(plan, EvictorReport(), "test", None, report))
+    record = run_record(plan, EvictorReport(), "test", None, report)
     assert record["landingGuard"]["changes"] == [
         {"node": "m", "pool": "p", "action": "clear", "reason": "cooled", "expires": None, "outcome": "applied",
          "detail": "x"},

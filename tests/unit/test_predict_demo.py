@@ -17,13 +17,13 @@ def test_demo_prediction_json(capsys: pytest.CaptureFixture[str]) -> None:
     record = json.loads(capsys.readouterr().out)
     nodes = {n["node"]: n for n in record["nodes"]}
     assert record["aggregation"] == "max_daily"
-    hot = {name for name, n in nodes.items() if n["utilization_pct"] is not None and n["utilization_pct"] > 70}
+    hot = {name for name, n in nodes.items() if n["utilizationPct"] is not None and n["utilizationPct"] > 70}
     assert set(record["hotNodes"]) == hot and hot
     sources = {p["source"] for p in record["pods"]}
     assert {"history", "workload", "request", "partial"} <= sources  # the demo's young pods and coredns
     for n in nodes.values():
-        assert n["cpu_m"] == pytest.approx(n["pods_cpu_m"] + n["system_cpu_m"])
-        assert n["utilization_pct"] == pytest.approx(100 * n["cpu_m"] / n["allocatable_cpu_m"])
+        assert n["cpuM"] == pytest.approx(n["podsCpuM"] + n["systemCpuM"])
+        assert n["utilizationPct"] == pytest.approx(100 * n["cpuM"] / n["allocatableCpuM"])
     assert set(record["actualUtilizationPct"]) == set(nodes)
 
 
@@ -52,7 +52,7 @@ def test_plan_demo_with_a_predictive_strategy_classifies_by_the_demo_prediction(
     assert main(["plan", "--demo", "--policy", str(policy), "--output", "json"]) == 0
     record = json.loads(capsys.readouterr().out)
     nodes = record["strategies"][0]["nodes"]
-    hot = {n["node"] for n in nodes if n["node_class"] == "hot"}
+    hot = {n["node"] for n in nodes if n["nodeClass"] == "hot"}
     assert hot == predicted_hot and hot
-    assert all(n["reason"].startswith("predicted peak usage") for n in nodes if n["node_class"] != "unknown")
+    assert all(n["reason"].startswith("predicted peak usage") for n in nodes if n["nodeClass"] != "unknown")
     assert record["evictions"] and {e["node"] for e in record["evictions"]} <= hot

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from rebalancer.labels import LabelSelector, NodeSelectorTerm, Requirement
-from rebalancer.quantity import QuantityError, cpu_millis, format_millis, memory_bytes
+from rebalancer.quantity import QuantityError, cpu_millis, format_cores, memory_bytes
 
 
 @pytest.mark.parametrize(
@@ -39,9 +39,10 @@ def test_bad_quantities(bad: str) -> None:
         cpu_millis(bad)
 
 
-def test_format_millis() -> None:
-    assert format_millis(2000) == "2"
-    assert format_millis(1500) == "1500m"
+def test_format_cores_is_exact_to_the_millicore() -> None:
+    assert format_cores(2000) == "2.000"
+    assert format_cores(1500) == "1.500"
+    assert format_cores(5) == "0.005"
 
 
 def test_selector_semantics() -> None:
