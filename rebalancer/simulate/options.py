@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="base: the policies on the simulation's policy; shipped: the shipped default policy at "
                         "several cycle intervals and alert-driven; all: both")  # fmt: skip
     p.add_argument("--variant", action="append", choices=[v.name for v in GROUPS["all"]],
-                   help="only these, from any group (repeatable)")  # fmt: skip
+                   help="only these, from any group (repeatable; default: every variant of --group)")  # fmt: skip
     defaults = SimConfig()
     p.add_argument("--nodes", type=int, default=defaults.nodes, help="nodes of the simulated cluster")
     p.add_argument("--pods-per-node", type=int, default=defaults.pods_per_node, help="pods per node at the start")
