@@ -68,7 +68,8 @@ def test_serve_runs_unauthenticated_only_when_told_and_says_so(
     port, metrics_port = free_port(), free_port()
     policy = write_policy(
         tmp_path / "policy.yaml",
-        f"host: 127.0.0.1, port: {port}, metricsPort: {metrics_port}, webhook: {{allowUnauthenticated: true}}",
+        f"host: 127.0.0.1, port: {port}, metricsPort: {metrics_port}, webhook: {{allowUnauthenticated: true}}, "
+        "reloadIntervalSeconds: 0.2",
     )
     log = tmp_path / "serve.log"
     process = start_serve(policy, kubeconfig, log)
@@ -92,11 +93,20 @@ def test_serve_runs_unauthenticated_only_when_told_and_says_so(
         )
         with urllib.request.urlopen(request, timeout=5) as answer:
             assert answer.status == 202  # no token asked for
+        time.sleep(1.5)  # seven reload checks of an unchanged file: not a line
+        assert "reload" not in log.read_text().lower()
+        policy.write_text(policy.read_text() + "# changed\n")
+        while "policy reloaded" not in log.read_text():
+            assert time.monotonic() < deadline + 30, log.read_text()
+            time.sleep(0.1)
+        time.sleep(1)
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=30)
     text = log.read_text()
     assert code == 0, text
+    assert len([line for line in text.splitlines() if "reload" in line.lower()]) == 1  # the change only
+    assert "apscheduler" not in text
     [warning] = [line for line in text.splitlines() if "WITHOUT a token" in line]
     assert " WARNING rebalancer.serve: the webhook accepts requests WITHOUT a token" in warning
     assert f"127.0.0.1:{port}" in warning
