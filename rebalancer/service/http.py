@@ -8,9 +8,9 @@ answered. Every collaborator is injected (no globals): the metrics, the runner's
 
 The webhook answers, in this order: 401 (bearer token configured and missing or wrong; 500 while the
 token file is unreadable or empty: never open), 415 (not ``application/json``), 411 (no
-Content-Length, or a transfer encoding; 400 for Content-Length headers that disagree), 413 (over the body limit; nothing of it is read), 408/400 (a
-body that stalls or ends before the announced length), 400 (not JSON), 422 (not a version-4 payload;
-field paths listed), 503 with Retry-After (this instance is not the leader), 202 (handed to the
+Content-Length, or a transfer encoding), 400 (Content-Length headers that disagree), 413 (over the
+body limit; nothing of it is read), 408/400 (a body that stalls or ends before the announced length),
+400 (not JSON), 422 (not a version-4 payload; field paths listed), 503 with Retry-After (this instance is not the leader), 202 (handed to the
 runner; the summary says per alert what it did). Input is checked before leadership, so a sender
 learns about a bad body whichever replica it reaches. Each refusal is counted by reason; the log has at
 most one line a minute per client address (:mod:`rebalancer.service.refusal_log`).
