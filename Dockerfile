@@ -32,6 +32,6 @@ ENV PATH=/opt/rebalancer/bin:$PATH \
 COPY --from=build /opt/rebalancer /opt/rebalancer
 # A numeric, non-root user (no name to resolve: Kubernetes' runAsNonRoot can check it).
 USER 65532:65532
-EXPOSE 8080
+EXPOSE 8080 9102
 ENTRYPOINT ["rebalancer"]
 CMD ["--help"]

@@ -181,7 +181,10 @@ def post_alert(port: int, node: str, i: int) -> None:
         assert answer.status == 202, answer.status
 
 
-def write_policy(path: Path, prometheus_url: str, port: int, interval: str = "24h", max_per_cycle: int = 0) -> None:
+def write_policy(
+    path: Path, prometheus_url: str, ports: tuple[int, int], interval: str = "24h", max_per_cycle: int = 0
+) -> None:
+    """``ports``: the webhook's (posted to without a token: loopback only), then /metrics'."""
     limits = f"limits: {{cluster: {{maxPerCycle: {max_per_cycle}}}}}\n" if max_per_cycle else ""
     path.write_text(
         f"prometheus: {{url: '{prometheus_url}', maxDataAgeSeconds: 600}}\n"
@@ -194,8 +197,8 @@ def write_policy(path: Path, prometheus_url: str, port: int, interval: str = "24
         # marks the hot node ahead of the eviction (a node patch on the alert path, timed with it)
         "landingGuard: {pools: [{pool: general}]}\n"
         "state: {namespace: rebalancer}\n"
-        f"service: {{host: 127.0.0.1, port: {port}, alertFactsMaxAgeSeconds: 3600, reloadIntervalSeconds: 1, "
-        "leaderElection: {enabled: false}}\n"
+        f"service: {{host: 127.0.0.1, port: {ports[0]}, metricsPort: {ports[1]}, alertFactsMaxAgeSeconds: 3600, "
+        "reloadIntervalSeconds: 1, webhook: {allowUnauthenticated: true}, leaderElection: {enabled: false}}\n"
     )
 
 
@@ -287,10 +290,10 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     model = CannedPrometheus(args.nodes, args.pods)
     prometheus = serve_prometheus(model)
     prometheus_url = f"http://127.0.0.1:{prometheus.server_address[1]}"
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     workdir = Path(tempfile.mkdtemp())
     policy = workdir / "policy.yaml"
-    write_policy(policy, prometheus_url, port)
+    write_policy(policy, prometheus_url, (port, metrics_port))
     log_path = workdir / "serve.log"
     log = log_path.open("w")
     serve = subprocess.Popen(
@@ -299,7 +302,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     )  # fmt: skip
     try:
         started = time.monotonic()
-        while not _first_cycle_done(port):  # alerts must not queue behind the start-up cycle
+        while not _first_cycle_done(metrics_port):  # alerts must not queue behind the start-up cycle
             if serve.poll() is not None or time.monotonic() - started > 600:
                 raise SystemExit("serve never finished its first cycle:\n" + log_path.read_text()[-3000:])
             time.sleep(0.2)
@@ -332,7 +335,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         if args.steady_cycles:
             before = len(cycle_timings(log_text, "schedule"))
             model.armed.update(general[args.alerts :: 50])  # some hot nodes: the plan has work to do
-            write_policy(policy, prometheus_url, port, interval="4s", max_per_cycle=1)
+            write_policy(policy, prometheus_url, (port, metrics_port), interval="4s", max_per_cycle=1)
             deadline = time.monotonic() + 60 + 20 * args.steady_cycles
             while len(steady_cycles(log_path.read_text(), before, args.steady_cycles)) < args.steady_cycles:
                 if serve.poll() is not None or time.monotonic() > deadline:

@@ -314,6 +314,19 @@ class Metrics:
             ("code",),
             registry=registry,
         )
+        self.webhook_refused = Counter(
+            "rebalancer_webhook_refused",
+            "Webhook requests refused, by reason (unauthenticated, token-unavailable, content-type, "
+            "length-required, bad-length, too-large, timeout, truncated, not-json, invalid-payload, not-leader, "
+            "no-such-path, method, internal); the log says at most once a minute per client address.",
+            ("reason",),
+            registry=registry,
+        )
+        self.webhook_unauthenticated = Gauge(
+            "rebalancer_webhook_unauthenticated",
+            "1 when the webhook accepts requests without a token (service.webhook.allowUnauthenticated), else 0.",
+            registry=registry,
+        )
         self.http_connections_refused = Counter(
             "rebalancer_http_connections_refused",
             "Connections answered 503 at once, unread (so not in rebalancer_webhook_requests_total), because "
@@ -455,6 +468,12 @@ class Metrics:
 
     def webhook_answered(self, code: int) -> None:
         self.webhook_requests.labels(str(code)).inc()
+
+    def webhook_refused_for(self, reason: str) -> None:
+        self.webhook_refused.labels(_checked("reason", reason)).inc()
+
+    def set_webhook_unauthenticated(self, unauthenticated: bool) -> None:
+        self.webhook_unauthenticated.set(1 if unauthenticated else 0)
 
     def http_connection_refused(self) -> None:
         self.http_connections_refused.inc()

@@ -24,7 +24,14 @@ class WebhookSettings(Model):
     """The Alertmanager webhook of `rebalancer serve`."""
 
     token_file: str | None = Field(
-        default=None, description="File with the bearer token (a mounted Secret); when set, requests must carry it."
+        default=None,
+        description="File with the bearer token (a mounted Secret); requests must carry it. `serve` refuses to "
+        "start without it unless allowUnauthenticated is true.",
+    )
+    allow_unauthenticated: bool = Field(
+        default=False,
+        description="Without tokenFile, accept webhook requests from anyone who can reach the port (warned at "
+        "start and exposed as rebalancer_webhook_unauthenticated 1). Ignored when tokenFile is set.",
     )
     node_labels: tuple[str, ...] = Field(
         default=("node", "instance"), min_length=1, description="Alert labels naming the node, tried in order."
@@ -83,14 +90,25 @@ class ServiceSettings(Model):
     """`rebalancer serve`: schedules, the webhook, leader election, hot reload."""
 
     time_zone: str = Field(default="UTC", description="Time zone of the strategies' cron schedules.")
-    host: str = Field(default="0.0.0.0", description="Listen address of the webhook, /metrics and probes.")
-    port: int = Field(default=8080, ge=1, le=65535, description="Listen port.")
+    host: str = Field(default="0.0.0.0", description="Listen address of the webhook.")
+    port: int = Field(default=8080, ge=1, le=65535, description="Port of the webhook (and nothing else).")
+    metrics_host: str | None = Field(
+        default=None, description="Listen address of /metrics, /healthz and /readyz (default: host)."
+    )
+    metrics_port: int = Field(
+        default=9102,
+        ge=1,
+        le=65535,
+        description="Port of /metrics and the probes /healthz and /readyz, apart from the webhook's, so that no "
+        "webhook client can keep a probe from being answered.",
+    )
     max_concurrent_requests: int = Field(
         default=64,
         ge=1,
         le=1024,
-        description="HTTP requests served at once, a thread each; a connection beyond that is answered 503 with "
-        "Retry-After at once, without a thread. Read at start, like host and port (a change needs a restart).",
+        description="Webhook requests served at once, a thread each; a connection beyond that is answered 503 "
+        "with Retry-After at once, without a thread. Read at start, like the addresses and ports (a change needs "
+        "a restart).",
     )
     webhook: WebhookSettings = Field(default_factory=WebhookSettings, description="Alertmanager webhook.")
     leader_election: LeaderElectionSettings = Field(
@@ -116,6 +134,12 @@ class ServiceSettings(Model):
             ZoneInfo(self.time_zone)
         except (ZoneInfoNotFoundError, ValueError):
             raise FieldProblems([("timeZone", f"unknown time zone {self.time_zone!r}")]) from None
+        return self
+
+    @model_validator(mode="after")
+    def _ports_apart(self) -> ServiceSettings:
+        if self.metrics_port == self.port:
+            raise FieldProblems([("metricsPort", f"must differ from port ({self.port}): the webhook has its own")])
         return self
 
 

@@ -1,7 +1,7 @@
 """Composition root of `rebalancer serve`: the long-running Deployment form.
 
-Builds the real clients once, then hands them to the runner (schedules, alerts, hot reload), the HTTP
-app (webhook, /metrics, probes) and leader election; stops gracefully on SIGTERM.
+Builds the real clients once, then hands them to the runner (schedules, alerts, hot reload), the two HTTP
+listeners (the webhook; /metrics and the probes) and leader election; stops gracefully on SIGTERM.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
+from wsgiref.types import WSGIApplication
 
 from rebalancer.app import Clock, ClusterConnection, run_cycle, state_namespace
 from rebalancer.app_guard import release_marks, sweep
 from rebalancer.app_prediction import HistoryCache
 from rebalancer.app_state_access import StateAccess
-from rebalancer.errors import KubeForbidden, KubeUnavailable, RebalancerError
+from rebalancer.errors import ConfigError, KubeForbidden, KubeUnavailable, RebalancerError
 from rebalancer.evictor import DryRun
 from rebalancer.guard.applier import GuardReport
 from rebalancer.kube import ApiClient, KubeSource, connect
@@ -36,7 +38,16 @@ from rebalancer.prom import PrometheusUsageSource
 from rebalancer.protections import Protections
 from rebalancer.runner import AlertDecision, CycleResult, Service, Trigger
 from rebalancer.serve_efficiency import EfficiencyPublisher
-from rebalancer.service import NodeAlert, TokenFile, make_app, serve_http
+from rebalancer.service import (
+    STATUS_MAX_CONCURRENT_REQUESTS,
+    STATUS_TIMEOUTS,
+    HttpServer,
+    NodeAlert,
+    TokenFile,
+    make_app,
+    make_status_app,
+    serve_http,
+)
 from rebalancer.settings import PrometheusSettings
 from rebalancer.steerer import SteeringReport, TokenBucket, steering_summary
 from rebalancer.timeline import CollectorPauses, Timeline
@@ -329,6 +340,80 @@ def check_state_at_start(state_access: StateAccess, policy: Policy) -> None:
         log.warning("state access not checked at start, the first cycle checks it: %s", exc)
 
 
+def webhook_token(policy: Policy, source: str, metrics: Metrics) -> TokenFile | None:
+    """The webhook's token file; None only when the policy says explicitly that the webhook may run
+    without one (then warned, and ``rebalancer_webhook_unauthenticated`` is 1). Read at start."""
+    webhook = policy.service.webhook
+    metrics.set_webhook_unauthenticated(webhook.token_file is None)
+    if webhook.token_file:
+        return TokenFile(Path(webhook.token_file))
+    if not webhook.allow_unauthenticated:
+        raise ConfigError(
+            source,
+            [
+                (
+                    "service.webhook.tokenFile",
+                    "not set: the webhook would take alerts from anyone who can reach its port; set it to a file "
+                    "holding the bearer token Alertmanager sends, or set service.webhook.allowUnauthenticated: "
+                    "true to run without one",
+                )
+            ],
+        )
+    log.warning(
+        "the webhook accepts requests WITHOUT a token (service.webhook.allowUnauthenticated): anyone who can "
+        "reach %s:%d can trigger rebalancing cycles",
+        policy.service.host,
+        policy.service.port,
+    )
+    return None
+
+
+def _listen(app: WSGIApplication, address: tuple[str, int, str], source: str, **options: Any) -> HttpServer:
+    """serve_http on (host, port); a port that cannot be bound is a ConfigError naming the field."""
+    host, port, field = address
+    try:
+        return serve_http(app, host, port, **options)
+    except OSError as exc:
+        raise ConfigError(source, [(field, f"cannot listen on {host}:{port}: {exc.strerror or exc}")]) from exc
+
+
+def _serve_http(
+    policy: Policy, source: str, webhook: WSGIApplication, ready: Callable[[], bool], metrics: Metrics
+) -> Callable[[], None]:
+    """Start the webhook's listener and the status listener (/metrics and the probes), both or neither;
+    returns what stops both (no new requests, the ones in flight finish)."""
+    settings = policy.service
+    status_host = settings.metrics_host if settings.metrics_host is not None else settings.host
+    status_http = _listen(
+        make_status_app(metrics=metrics, ready=ready),
+        (status_host, settings.metrics_port, "service.metricsPort"),
+        source,
+        max_concurrent_requests=STATUS_MAX_CONCURRENT_REQUESTS,
+        timeouts=STATUS_TIMEOUTS,
+    )
+    try:
+        http = _listen(
+            webhook,
+            (settings.host, settings.port, "service.port"),
+            source,
+            max_concurrent_requests=settings.max_concurrent_requests,
+            on_refused=metrics.http_connection_refused,
+        )
+    except BaseException:
+        status_http.stop()
+        raise
+    log.info(
+        "serving the webhook on %s:%d; /metrics, /healthz and /readyz on %s:%d",
+        settings.host, http.port, status_host, status_http.port,
+    )  # fmt: skip
+
+    def stop() -> None:
+        http.stop()
+        status_http.stop()
+
+    return stop
+
+
 def _quiet_scheduler_log() -> None:
     """APScheduler logs each job it runs (the reload check every 10 s): only at DEBUG do we keep that."""
     if not log.isEnabledFor(logging.DEBUG):
@@ -376,6 +461,7 @@ def serve(
 
     service = Service(policy_path, cycles, metrics, is_leader, clock, housekeeping=sweep_marks)
     policy = service.policy
+    token = webhook_token(policy, str(policy_path), metrics)
     check_state_at_start(state_access, policy)
     gc.callbacks.append(pauses.callback)
     cache.ensure(policy)  # listing starts now, on followers too: a new leader has the cluster at hand
@@ -391,24 +477,16 @@ def serve(
     def submit(alerts: Sequence[NodeAlert]) -> Sequence[AlertDecision]:
         return service.submit_alerts((a.node, a.status, a.reason_if_unusable or "") for a in alerts)
 
-    app = make_app(
+    webhook = make_app(
         metrics=metrics,
         submit=submit,
         is_leader=is_leader,
-        ready=lambda: service.ready() or known.source_ok(),
         known_nodes=known.names,
         node_addresses=known.addresses,
         node_labels=policy.service.webhook.node_labels,
-        token=TokenFile(Path(policy.service.webhook.token_file)) if policy.service.webhook.token_file else None,
+        token=token,
     )
-    http = serve_http(
-        app,
-        policy.service.host,
-        policy.service.port,
-        max_concurrent_requests=policy.service.max_concurrent_requests,
-        on_refused=metrics.http_connection_refused,
-    )
-    log.info("serving on %s:%d (webhook, /metrics, /healthz, /readyz)", policy.service.host, http.port)
+    stop_http = _serve_http(policy, str(policy_path), webhook, lambda: service.ready() or known.source_ok(), metrics)
     _stop_on_signals(stop)
     if election is not None:
         election.start()
@@ -417,7 +495,7 @@ def serve(
         stop.wait()
     finally:
         log.info("stopping: no new requests, finishing the cycle in flight, releasing the lease")
-        http.stop()
+        stop_http()
         service.stop()
         _release_marks(service.policy, api, owner, dry_run, is_leader(), metrics)
         cycles.close()

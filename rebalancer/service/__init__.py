@@ -1,18 +1,23 @@
-"""`rebalancer serve`: the HTTP side (Alertmanager webhook, /metrics, probes) and its parts."""
+"""`rebalancer serve`: the HTTP side (the Alertmanager webhook; /metrics and the probes on their own port)."""
 
 from rebalancer.service.http import (
     MAX_BODY_BYTES,
     MAX_CONCURRENT_REQUESTS,
     REQUEST_THREAD_NAME,
+    STATUS_MAX_CONCURRENT_REQUESTS,
+    STATUS_TIMEOUTS,
     WEBHOOK_PATH,
     HttpServer,
     RebalancerApp,
     RequestTimeouts,
+    StatusApp,
     TokenFile,
     TokenUnavailable,
     make_app,
+    make_status_app,
     serve_http,
 )
+from rebalancer.service.refusal_log import RefusalLog
 from rebalancer.service.webhook import (
     DEFAULT_NODE_LABELS,
     QUEUED,
@@ -32,6 +37,8 @@ __all__ = [
     "MAX_CONCURRENT_REQUESTS",
     "QUEUED",
     "REQUEST_THREAD_NAME",
+    "STATUS_MAX_CONCURRENT_REQUESTS",
+    "STATUS_TIMEOUTS",
     "WEBHOOK_PATH",
     "Ack",
     "Alert",
@@ -40,11 +47,14 @@ __all__ = [
     "HttpServer",
     "NodeAlert",
     "RebalancerApp",
+    "RefusalLog",
     "RequestTimeouts",
+    "StatusApp",
     "TokenFile",
     "TokenUnavailable",
     "WebhookPayload",
     "make_app",
+    "make_status_app",
     "node_alerts",
     "serve_http",
     "strip_port",

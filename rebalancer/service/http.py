@@ -1,16 +1,19 @@
-"""The service's HTTP side: one small WSGI app and a threaded stdlib server to run it.
+"""The service's HTTP side: two small WSGI apps and a threaded stdlib server to run each.
 
-Endpoints: ``POST /webhook/alertmanager``, ``GET /metrics``, ``GET /healthz``, ``GET /readyz``.
-Every collaborator is injected into :func:`make_app` (no globals): the metrics, the runner's
+The webhook app (:func:`make_app`) serves ``POST /webhook/alertmanager`` only; the status app
+(:func:`make_status_app`) serves ``GET /metrics``, ``GET /healthz`` and ``GET /readyz`` on a port of
+its own, so that no webhook client, however many or slow, can keep a probe or a scrape from being
+answered. Every collaborator is injected (no globals): the metrics, the runner's
 :class:`~rebalancer.service.webhook.AlertSink`, leadership and readiness checks, the known nodes.
 
 The webhook answers, in this order: 401 (bearer token configured and missing or wrong; 500 while the
 token file is unreadable or empty: never open), 415 (not ``application/json``), 411 (no
-Content-Length, or a transfer encoding), 413 (over the body limit; nothing of it is read), 408/400 (a
-body that stalls or ends before the announced length), 400 (not JSON), 422 (not a version-4 payload;
-field paths listed), 503 with Retry-After (this instance is not the leader), 202 (handed to the
+Content-Length, or a transfer encoding), 400 (Content-Length headers that disagree), 413 (over the
+body limit; nothing of it is read), 408/400 (a body that stalls or ends before the announced length),
+400 (not JSON), 422 (not a version-4 payload; field paths listed), 503 with Retry-After (this instance is not the leader), 202 (handed to the
 runner; the summary says per alert what it did). Input is checked before leadership, so a sender
-learns about a bad body whichever replica it reaches.
+learns about a bad body whichever replica it reaches. Each refusal is counted by reason; the log has at
+most one line a minute per client address (:mod:`rebalancer.service.refusal_log`).
 
 The server serves at most ``max_concurrent_requests`` requests at once, a thread each; a connection
 beyond that gets 503 with Retry-After from the accept thread, unread (:mod:`rebalancer.service.admission`).
@@ -43,6 +46,7 @@ from rebalancer.metrics import Metrics
 from rebalancer.policy import validation_problems
 from rebalancer.service.admission import LINGER_SECONDS, Admission
 from rebalancer.service.deadline import DeadlineReader
+from rebalancer.service.refusal_log import RefusalLog
 from rebalancer.service.webhook import (
     DEFAULT_NODE_LABELS,
     QUEUED,
@@ -60,6 +64,8 @@ MAX_BODY_BYTES = 1 << 20
 REQUEST_TIMEOUT_SECONDS = 10.0  # a client silent this long mid-request is dropped (slow clients)
 REQUEST_DEADLINE_SECONDS = 30.0  # the whole request (head and body) must arrive within this long
 MAX_CONCURRENT_REQUESTS = 64  # requests served at once (a thread each); the policy's default too
+STATUS_MAX_CONCURRENT_REQUESTS = 8  # of the status port: probes and scrapes are few and quick
+CONTENT_LENGTHS = "rebalancer.content_lengths"  # environ key: every Content-Length header the request had
 BUSY_RETRY_AFTER_SECONDS = 5  # Retry-After of the 503 a connection gets when every slot is busy
 REQUEST_THREAD_NAME = "rebalancer-http-request"
 LINGER_MAX_BYTES = 16 << 20
@@ -106,16 +112,21 @@ class _Response:
     content_type: str = _JSON
     headers: tuple[tuple[str, str], ...] = ()
     problem: str = ""  # why a request was refused, for the log
+    reason: str = ""  # the same as one word, for the metric
 
 
 def _json(
-    status: int, document: Mapping[str, Any], headers: tuple[tuple[str, str], ...] = (), problem: str = ""
+    status: int,
+    document: Mapping[str, Any],
+    headers: tuple[tuple[str, str], ...] = (),
+    problem: str = "",
+    reason: str = "",
 ) -> _Response:
-    return _Response(status, json.dumps(document, indent=1).encode() + b"\n", _JSON, headers, problem)
+    return _Response(status, json.dumps(document, indent=1).encode() + b"\n", _JSON, headers, problem, reason)
 
 
-def _error(status: int, message: str, headers: tuple[tuple[str, str], ...] = ()) -> _Response:
-    return _json(status, {"error": message}, headers, message)
+def _error(status: int, message: str, reason: str, headers: tuple[tuple[str, str], ...] = ()) -> _Response:
+    return _json(status, {"error": message}, headers, message, reason)
 
 
 class _Addresses(Mapping[str, str]):
@@ -141,54 +152,14 @@ class _Addresses(Mapping[str, str]):
         return len(self._all())
 
 
-class RebalancerApp:
-    """The WSGI application; build it with :func:`make_app`."""
+class _Routes:
+    """A WSGI app over a table of path -> (method, handler); 404 and 405 for the rest."""
 
-    def __init__(
-        self,
-        *,
-        metrics: Metrics,
-        submit: AlertSink,
-        is_leader: Callable[[], bool],
-        ready: Callable[[], bool],
-        known_nodes: Callable[[], Collection[str]],
-        node_labels: tuple[str, ...],
-        instance_map: Mapping[str, str],
-        node_addresses: Callable[[], Mapping[str, str]],
-        token: TokenFile | None,
-        max_body_bytes: int,
-        retry_after_seconds: int,
-    ) -> None:
-        self._metrics = metrics
-        self._submit = submit
-        self._is_leader = is_leader
-        self._ready = ready
-        self._known_nodes = known_nodes
-        self._node_labels = node_labels
-        self._instance_map = instance_map
-        self._node_addresses = node_addresses
-        self._token = token
-        self._max_body = max_body_bytes
-        self._retry_after = str(retry_after_seconds)
-        self._routes: dict[str, tuple[str, Callable[[WSGIEnvironment], _Response]]] = {
-            WEBHOOK_PATH: ("POST", self._webhook),
-            "/metrics": ("GET", self._metrics_page),
-            "/healthz": ("GET", self._healthz),
-            "/readyz": ("GET", self._readyz),
-        }
+    _routes: dict[str, tuple[str, Callable[[WSGIEnvironment], _Response]]]
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "")
-        response = self._dispatch(path, environ.get("REQUEST_METHOD", ""), environ)
-        if path == WEBHOOK_PATH:
-            self._metrics.webhook_answered(response.status)
-            if response.problem:
-                log.warning(
-                    "alertmanager webhook from %s refused (%d): %s",
-                    environ.get("REMOTE_ADDR", "?"),
-                    response.status,
-                    response.problem,
-                )
+        response = self._dispatch(environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", ""), environ)
+        self._answered(environ, response)
         headers = [
             ("Content-Type", response.content_type),
             ("Content-Length", str(len(response.body))),
@@ -198,20 +169,34 @@ class RebalancerApp:
         start_response(f"{response.status} {HTTPStatus(response.status).phrase}", headers)
         return [response.body]
 
+    def _answered(self, environ: WSGIEnvironment, response: _Response) -> None:
+        """Called with every answer before it is sent."""
+
     def _dispatch(self, path: str, method: str, environ: WSGIEnvironment) -> _Response:
         route = self._routes.get(path)
         if route is None:
-            return _error(404, f"no such path: {path}")
+            return _error(404, f"no such path: {path}", "no-such-path")
         allowed, handler = route
         if method != allowed:
-            return _error(405, f"{path} accepts {allowed} only", (("Allow", allowed),))
+            return _error(405, f"{path} accepts {allowed} only", "method", (("Allow", allowed),))
         try:
             return handler(environ)
         except Exception:
             log.exception("%s %s failed", method, path)
-            return _error(500, "internal error; see the rebalancer log")
+            return _error(500, "internal error; see the rebalancer log", "internal")
 
-    # -- plain endpoints ----------------------------------------------------------------------------
+
+class StatusApp(_Routes):
+    """``GET /metrics``, ``/healthz``, ``/readyz``: the status port's app; build it with :func:`make_status_app`."""
+
+    def __init__(self, metrics: Metrics, ready: Callable[[], bool]) -> None:
+        self._metrics = metrics
+        self._ready = ready
+        self._routes = {
+            "/metrics": ("GET", self._metrics_page),
+            "/healthz": ("GET", self._healthz),
+            "/readyz": ("GET", self._readyz),
+        }
 
     def _metrics_page(self, environ: WSGIEnvironment) -> _Response:
         body, content_type = self._metrics.exposition()
@@ -225,6 +210,51 @@ class RebalancerApp:
             return _Response(200, b"ready\n", "text/plain; charset=utf-8")
         return _Response(503, b"not ready: no cycle or source check has succeeded yet\n", "text/plain; charset=utf-8")
 
+
+def make_status_app(*, metrics: Metrics, ready: Callable[[], bool]) -> StatusApp:
+    """The status port's app: ``/metrics`` from ``metrics``, ``/healthz`` always 200 while the process
+    answers, ``/readyz`` 200 while ``ready()``."""
+    return StatusApp(metrics, ready)
+
+
+class RebalancerApp(_Routes):
+    """The webhook's WSGI application; build it with :func:`make_app`."""
+
+    def __init__(
+        self,
+        *,
+        metrics: Metrics,
+        submit: AlertSink,
+        is_leader: Callable[[], bool],
+        known_nodes: Callable[[], Collection[str]],
+        node_labels: tuple[str, ...],
+        instance_map: Mapping[str, str],
+        node_addresses: Callable[[], Mapping[str, str]],
+        token: TokenFile | None,
+        max_body_bytes: int,
+        retry_after_seconds: int,
+        refusal_log: RefusalLog,
+    ) -> None:
+        self._metrics = metrics
+        self._submit = submit
+        self._is_leader = is_leader
+        self._known_nodes = known_nodes
+        self._node_labels = node_labels
+        self._instance_map = instance_map
+        self._node_addresses = node_addresses
+        self._token = token
+        self._max_body = max_body_bytes
+        self._retry_after = str(retry_after_seconds)
+        self._refusal_log = refusal_log
+        self._routes = {WEBHOOK_PATH: ("POST", self._webhook)}
+
+    def _answered(self, environ: WSGIEnvironment, response: _Response) -> None:
+        self._metrics.webhook_answered(response.status)
+        if response.reason:
+            self._metrics.webhook_refused_for(response.reason)
+        if response.problem:
+            self._refusal_log.refused(str(environ.get("REMOTE_ADDR", "?")), response.status, response.problem)
+
     # -- the webhook --------------------------------------------------------------------------------
 
     def _webhook(self, environ: WSGIEnvironment) -> _Response:
@@ -233,14 +263,14 @@ class RebalancerApp:
             return denied
         media_type = str(environ.get("CONTENT_TYPE", "")).split(";", 1)[0].strip().lower()
         if media_type != _JSON:
-            return _error(415, f"Content-Type must be {_JSON}, got {media_type or 'none'}")
+            return _error(415, f"Content-Type must be {_JSON}, got {media_type or 'none'}", "content-type")
         body_or_error = self._read_body(environ)
         if isinstance(body_or_error, _Response):
             return body_or_error
         try:
             data = json.loads(body_or_error)
         except (ValueError, RecursionError) as exc:
-            return _error(400, f"the body is not JSON: {exc}")
+            return _error(400, f"the body is not JSON: {exc}", "not-json")
         try:
             payload = WebhookPayload.model_validate(data)
         except ValidationError as exc:
@@ -248,10 +278,13 @@ class RebalancerApp:
             problems = [{"field": path, "message": message} for path, message in found]
             short = "; ".join(f"{path or '(body)'}: {message}" for path, message in found[:5])
             return _json(
-                422, {"error": "not an Alertmanager webhook payload (version 4)", "problems": problems}, problem=short
+                422,
+                {"error": "not an Alertmanager webhook payload (version 4)", "problems": problems},
+                problem=short,
+                reason="invalid-payload",
             )
         if not self._is_leader():
-            return _error(503, "not the leader; retry later", (("Retry-After", self._retry_after),))
+            return _error(503, "not the leader; retry later", "not-leader", (("Retry-After", self._retry_after),))
         alerts = node_alerts(
             payload,
             known_nodes=self._known_nodes(),
@@ -274,27 +307,35 @@ class RebalancerApp:
             expected = self._token.current()
         except TokenUnavailable as exc:
             log.error("%s; refusing webhook requests", exc)
-            return _error(500, "the webhook token is not available")
+            return _error(500, "the webhook token is not available", "token-unavailable")
         scheme, _, offered = str(environ.get("HTTP_AUTHORIZATION", "")).strip().partition(" ")
         if scheme.lower() != "bearer" or not offered.strip():
-            return _error(401, "a bearer token is required", (("WWW-Authenticate", 'Bearer realm="rebalancer"'),))
+            return _error(
+                401,
+                "a bearer token is required",
+                "unauthenticated",
+                (("WWW-Authenticate", 'Bearer realm="rebalancer"'),),
+            )
         # WSGI hands headers over as latin-1 decoded text: encoding back gives the bytes that were sent
         if not hmac.compare_digest(offered.strip().encode("latin-1"), expected):
             challenge = 'Bearer realm="rebalancer", error="invalid_token"'
-            return _error(401, "the bearer token is wrong", (("WWW-Authenticate", challenge),))
+            return _error(401, "the bearer token is wrong", "unauthenticated", (("WWW-Authenticate", challenge),))
         return None
 
     def _read_body(self, environ: WSGIEnvironment) -> bytes | _Response:
         if environ.get("HTTP_TRANSFER_ENCODING"):
-            return _error(411, "send the body with a Content-Length, not a transfer encoding")
+            return _error(411, "send the body with a Content-Length, not a transfer encoding", "length-required")
+        declared = list(dict.fromkeys(str(value).strip() for value in environ.get(CONTENT_LENGTHS, ())))
+        if len(declared) > 1:  # which one would a proxy in front have used? (request smuggling)
+            return _error(400, f"Content-Length headers disagree: {', '.join(declared)}", "bad-length")
         raw = str(environ.get("CONTENT_LENGTH", "")).strip()
         if not raw:
-            return _error(411, "Content-Length is required")
+            return _error(411, "Content-Length is required", "length-required")
         if not raw.isdigit():
-            return _error(400, f"bad Content-Length: {raw!r}")
+            return _error(400, f"bad Content-Length: {raw!r}", "bad-length")
         length = int(raw)
         if length > self._max_body:
-            return _error(413, f"the body is {length} bytes; at most {self._max_body} are accepted")
+            return _error(413, f"the body is {length} bytes; at most {self._max_body} are accepted", "too-large")
         stream = environ["wsgi.input"]
         chunks: list[bytes] = []
         got = 0
@@ -306,9 +347,9 @@ class RebalancerApp:
                 chunks.append(chunk)
                 got += len(chunk)
         except OSError as exc:  # the socket timed out (slow client) or broke
-            return _error(408, f"the body did not arrive: {exc}")
+            return _error(408, f"the body did not arrive: {exc}", "timeout")
         if got < length:
-            return _error(400, f"the body ended after {got} of the {length} bytes announced")
+            return _error(400, f"the body ended after {got} of the {length} bytes announced", "truncated")
         return b"".join(chunks)
 
     def _summarize(self, payload: WebhookPayload, alerts: list[NodeAlert], acks: Sequence[Ack]) -> dict[str, Any]:
@@ -352,7 +393,6 @@ def make_app(
     metrics: Metrics,
     submit: AlertSink,
     is_leader: Callable[[], bool],
-    ready: Callable[[], bool],
     known_nodes: Callable[[], Collection[str]],
     node_labels: tuple[str, ...] = DEFAULT_NODE_LABELS,
     instance_map: Mapping[str, str] | None = None,
@@ -360,17 +400,18 @@ def make_app(
     token: TokenFile | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     retry_after_seconds: int = 10,
+    refusal_log: RefusalLog | None = None,
 ) -> RebalancerApp:
-    """The WSGI app. ``token`` None: the webhook is open (say so in the deployment); otherwise every
-    webhook request must carry it as a bearer token. ``node_addresses``: address -> node name from the
-    nodes' ``status.addresses``, asked per request; ``instance_map`` entries take precedence."""
+    """The webhook's WSGI app. ``token`` None: the webhook is open (serve allows that only when told to);
+    otherwise every webhook request must carry it as a bearer token. ``node_addresses``: address -> node
+    name from the nodes' ``status.addresses``, asked per request; ``instance_map`` entries take precedence.
+    ``refusal_log``: where refusals are logged (default: this module's logger, a line a minute per client)."""
     if not node_labels:
         raise ValueError("node_labels must name at least one label")
     return RebalancerApp(
         metrics=metrics,
         submit=submit,
         is_leader=is_leader,
-        ready=ready,
         known_nodes=known_nodes,
         node_labels=node_labels,
         instance_map=dict(instance_map or {}),
@@ -378,6 +419,7 @@ def make_app(
         token=token,
         max_body_bytes=max_body_bytes,
         retry_after_seconds=retry_after_seconds,
+        refusal_log=refusal_log or RefusalLog(log),
     )
 
 
@@ -419,6 +461,9 @@ class RequestTimeouts:
     deadline: float = REQUEST_DEADLINE_SECONDS
 
 
+STATUS_TIMEOUTS = RequestTimeouts(idle=5.0, deadline=10.0)  # a probe or a scrape request is a few hundred bytes
+
+
 class _RequestHandler(WSGIRequestHandler):
     server: _ThreadingServer
 
@@ -432,6 +477,11 @@ class _RequestHandler(WSGIRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
+
+    def get_environ(self) -> WSGIEnvironment:
+        environ = super().get_environ()
+        environ[CONTENT_LENGTHS] = tuple(self.headers.get_all("Content-Length") or ())
+        return environ
 
     def handle(self) -> None:
         """wsgiref's handle(), plus a lingering close when the body was not read (413 and the like):

@@ -116,15 +116,17 @@ def test_serve_listens_where_the_probes_and_the_service_point(variant: tuple[Doc
         assert "ports" not in rendered.container
         return
     policy = parse_policy(rendered.policy_text)
-    (port,) = rendered.container["ports"]
-    assert port["containerPort"] == policy.service.port
-    assert rendered.container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
-    assert rendered.container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}
+    ports = {p["name"]: p["containerPort"] for p in rendered.container["ports"]}
+    assert ports == {"webhook": policy.service.port, "metrics": policy.service.metrics_port}
+    # the probes on the port apart from the webhook's: no webhook client can keep them from answering
+    assert rendered.container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert rendered.container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     service = rendered.one("Service")
     assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {
-        "webhook": port["name"],
-        "metrics": port["name"],
+        "webhook": "webhook",
+        "metrics": "metrics",
     }
+    assert policy.service.webhook.token_file or policy.service.webhook.allow_unauthenticated  # else serve stops
     pod_labels = rendered.pod_template_metadata["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     for monitor in rendered.of_kind("ServiceMonitor"):
@@ -134,6 +136,49 @@ def test_serve_listens_where_the_probes_and_the_service_point(variant: tuple[Doc
         assert endpoint["port"] == "metrics"
         assert endpoint["path"] == "/metrics"
         assert monitor["metadata"]["labels"].items() >= rendered.values["serviceMonitor"]["labels"].items()
+
+
+def test_the_network_policy_admits_alertmanager_to_the_webhook_and_prometheus_to_metrics(
+    variant: tuple[Doc, Rendered],
+) -> None:
+    _, rendered = variant
+    settings = rendered.values["networkPolicy"]
+    if rendered.values["kind"] != "Deployment" or not settings["enabled"]:
+        assert not rendered.of_kind("NetworkPolicy")
+        return
+    policy = rendered.one("NetworkPolicy")
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"].items() <= rendered.pod_template_metadata["labels"].items()
+    assert spec["policyTypes"] == ["Ingress"]
+    container_ports = {p["name"] for p in rendered.container["ports"]}
+    admitted = {}
+    for rule in spec["ingress"]:
+        (peer,) = rule["from"]
+        (port,) = rule["ports"]
+        assert port["port"] in container_ports
+        admitted[port["port"]] = (
+            peer["namespaceSelector"]["matchLabels"],
+            peer["podSelector"].get("matchLabels", {}),
+        )
+    assert admitted == {
+        "webhook": (
+            {"kubernetes.io/metadata.name": settings["alertmanager"]["namespace"]},
+            settings["alertmanager"]["podLabels"],
+        ),
+        "metrics": (
+            {"kubernetes.io/metadata.name": settings["prometheus"]["namespace"]},
+            settings["prometheus"]["podLabels"],
+        ),
+    }
+
+
+def test_the_network_policy_is_optional_and_renders_for_any_pod_of_a_namespace() -> None:
+    assert not render().of_kind("NetworkPolicy")
+    spec = render({"networkPolicy": {"enabled": True}}).one("NetworkPolicy")["spec"]
+    assert [rule["from"] for rule in spec["ingress"]] == [
+        [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}, "podSelector": {}}]
+    ] * 2
+    assert not render({"kind": "CronJob", "networkPolicy": {"enabled": True}}).of_kind("NetworkPolicy")
 
 
 def test_the_webhook_token_file_is_the_mounted_secret(variant: tuple[Doc, Rendered]) -> None:

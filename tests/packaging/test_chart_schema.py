@@ -71,6 +71,10 @@ REFUSED: list[tuple[str, Doc, list[str]]] = [
     ("token file beside the chart's", {"policy": {"service": {"webhook": {"tokenFile": "/secrets/t"}}}},
      ["policy.service.webhook.tokenFile", "/etc/rebalancer/webhook/token"]),
     ("loopback listener", {"policy": {"service": {"host": "127.0.0.1"}}}, ["policy.service.host", "127.0.0.1"]),
+    ("loopback metrics listener", {"policy": {"service": {"metricsHost": "localhost"}}},
+     ["policy.service.metricsHost", "localhost", "probes"]),
+    ("webhook without a token", {"webhook": {"token": {"enabled": False}}},
+     ["webhook.token.enabled: false", "policy.service.webhook.allowUnauthenticated: true"]),
 ]  # fmt: skip
 
 

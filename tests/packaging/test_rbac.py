@@ -198,12 +198,19 @@ def test_deployment_grants_exactly_what_serve_and_its_cycles_use(
     leader_election, watch_cache = service.leader_election.enabled, service.watch_cache.enabled
 
     # `rebalancer serve` as the Deployment's container runs it: the rendered arguments, POD_NAMESPACE
-    port = free_port()
+    port = free_port()  # /metrics and the probes
     token = tmp_path / "token"
     token.write_text("t0ken")
     policy = tmp_path / "policy.yaml"
     policy.write_text(
-        rendered_policy(rendered, prometheus.url, host="127.0.0.1", port=port, webhook={"tokenFile": str(token)})
+        rendered_policy(
+            rendered,
+            prometheus.url,
+            host="127.0.0.1",
+            port=free_port(),
+            metricsPort=port,
+            webhook={"tokenFile": str(token)},
+        )
     )
     args = [str(policy) if a.endswith("/policy.yaml") else a for a in rendered.container["args"]]
     log = tmp_path / "serve.log"

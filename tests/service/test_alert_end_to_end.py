@@ -137,7 +137,7 @@ def test_hot_node_alert_leads_to_evictions_through_serve(
     build_cluster(kube_server)
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
-    serve_port = free_port()
+    serve_port, metrics_port = free_port(), free_port()
     alertmanager = start_alertmanager(tmp_path, [serve_port], token_file)
     prometheus = start_prometheus(tmp_path, exporter, alertmanager.port)
     policy = tmp_path / "policy.yaml"
@@ -147,7 +147,8 @@ def test_hot_node_alert_leads_to_evictions_through_serve(
         "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 50}, "
         "schedule: {interval: 1h}}\n"
         "state: {namespace: rebalancer}\n"
-        f"service: {{host: 127.0.0.1, port: {serve_port}, runOnStart: false, webhook: {{tokenFile: '{token_file}'}},"
+        f"service: {{host: 127.0.0.1, port: {serve_port}, metricsPort: {metrics_port}, runOnStart: false, "
+        f"webhook: {{tokenFile: '{token_file}'}},"
         " leaderElection: {leaseDurationSeconds: 3, renewDeadlineSeconds: 2, retryPeriodSeconds: 0.5}}\n"
     )
     log = (tmp_path / "serve.log").open("w")
@@ -167,7 +168,7 @@ def test_hot_node_alert_leads_to_evictions_through_serve(
         assert evicted <= {"api-0", "api-1", "web-0"}  # only from the alerted node, never the DaemonSet pod
         assert live_pods(kube_server) == {"api-0", "api-1", "web-0", "web-1", "web-2"} - evicted
         assert live_pods(kube_server, "monitoring") == {"exporter-hot-1"}
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{serve_port}/metrics", timeout=5).read().decode()
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
         assert 'rebalancer_cycle_duration_seconds_count{trigger="alert"}' in metrics
         assert 'rebalancer_alerts_total{action="queued",status="firing"}' in metrics
         assert "rebalancer_leader 1.0" in metrics
@@ -189,8 +190,9 @@ def test_hot_node_alert_leads_to_evictions_through_serve(
 
 
 def start_serve(
-    workdir: Path, index: int, port: int, prometheus_url: str, kubeconfig: Path, token_file: Path
+    workdir: Path, index: int, ports: tuple[int, int], prometheus_url: str, kubeconfig: Path, token_file: Path
 ) -> tuple[subprocess.Popen[bytes], Path]:
+    """A replica with its webhook on ``ports[0]``, /metrics and the probes on ``ports[1]``."""
     policy = workdir / f"policy-{index}.yaml"
     policy.write_text(
         f"prometheus: {{url: '{prometheus_url}', window: 10s, step: 1s, rateWindow: 5s, maxDataAgeSeconds: 60}}\n"
@@ -199,7 +201,8 @@ def start_serve(
         "schedule: {interval: 1h}}\n"
         "limits: {node: {maxPerCycle: 1, cooldown: 15s}}\n"
         "state: {namespace: rebalancer}\n"
-        f"service: {{host: 127.0.0.1, port: {port}, runOnStart: false, webhook: {{tokenFile: '{token_file}', "
+        f"service: {{host: 127.0.0.1, port: {ports[0]}, metricsPort: {ports[1]}, runOnStart: false, "
+        f"webhook: {{tokenFile: '{token_file}', "
         "alertNodeCooldown: 1s}, leaderElection: {leaseDurationSeconds: 3, renewDeadlineSeconds: 2, "
         "retryPeriodSeconds: 0.5}}\n"
     )
@@ -246,19 +249,23 @@ def test_two_replicas_only_the_leader_evicts_and_a_killed_leader_hands_over(
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
     ports = [free_port(), free_port()]
+    status_ports = [free_port(), free_port()]
     alertmanager = start_alertmanager(tmp_path, ports, token_file, repeat="2s")
     prometheus = start_prometheus(tmp_path, exporter, alertmanager.port)
-    replicas = [start_serve(tmp_path, i, port, prometheus.url, kubeconfig, token_file) for i, port in enumerate(ports)]
+    replicas = [
+        start_serve(tmp_path, i, (port, status_ports[i]), prometheus.url, kubeconfig, token_file)
+        for i, port in enumerate(ports)
+    ]
     logs = [log for _, log in replicas]
     try:
         wait_for(lambda: requesters(kube_server), 90, "no eviction", logs)
         first = holder(kube_server)
         assert set(requesters(kube_server)) == {f"rebalancer/{first}"}  # only the leader evicted
-        for port in ports:  # the follower is ready too (its watch cache is listed): a rollout does not stall
+        for port in status_ports:  # the follower is ready too (its watch cache is listed): a rollout does not stall
             wait_for(partial(listening, port), 30, f"nothing listening on {port}", logs)
             assert urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status == 200
         leader = next(p for p, log in replicas if f"{first} is now the leader" in log.read_text())
-        survivor_port = ports[[p for p, _ in replicas].index(leader) - 1]
+        survivor_port = status_ports[[p for p, _ in replicas].index(leader) - 1]
         leader.kill()  # no release: the survivor must wait for the lease to expire
         leader.wait(timeout=10)
         wait_for(lambda: holder(kube_server) not in ("", first), 15, "no takeover", logs)
@@ -303,7 +310,8 @@ def test_serve_runs_on_start_once_it_leads_and_logs_each_cycle_at_the_default_le
         "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 50}, "
         "schedule: {interval: 1h}}\n"
         "state: {namespace: rebalancer}\n"
-        f"service: {{host: 127.0.0.1, port: {port}, leaderElection: {{leaseDurationSeconds: 3, "
+        f"service: {{host: 127.0.0.1, port: {port}, metricsPort: {free_port()}, "
+        "webhook: {allowUnauthenticated: true}, leaderElection: {leaseDurationSeconds: 3, "
         "renewDeadlineSeconds: 2, retryPeriodSeconds: 0.5}}\n"
     )
     deadline = time.monotonic() + 60  # a usage window's worth of samples before the first cycle

@@ -76,7 +76,6 @@ def test_two_thousand_alerts_in_ten_seconds(tmp_path: Path) -> None:
         metrics=metrics,
         submit=lambda alerts: service.submit_alerts((a.node, a.status, a.reason_if_unusable or "") for a in alerts),
         is_leader=lambda: True,
-        ready=service.ready,
         known_nodes=lambda: frozenset((*HOT, *COLD)),
     )
     server = serve_http(app, "127.0.0.1", 0)

@@ -1,4 +1,5 @@
-"""The HTTP side of `rebalancer serve`, driven over 127.0.0.1 through the real threaded server.
+"""The HTTP side of `rebalancer serve`, driven over 127.0.0.1 through the real threaded servers: the
+webhook's, and the status port's (/metrics, /healthz, /readyz).
 
 Behind the app stands a small triage written for the test (plain code answering with the runner's own
 ``AlertDecision``), so each answer can be checked against exactly what reached the runner.
@@ -6,6 +7,7 @@ Behind the app stands a small triage written for the test (plain code answering 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import http.client
 import json
@@ -36,6 +38,7 @@ from rebalancer.service import (
     RequestTimeouts,
     TokenFile,
     make_app,
+    make_status_app,
     serve_http,
 )
 from tests.shared_data import WEBHOOK_SAMPLE
@@ -75,7 +78,8 @@ class Triage:
 
 @dataclass
 class Service:
-    server: HttpServer
+    server: HttpServer  # the webhook's
+    status: HttpServer  # /metrics and the probes
     metrics: Metrics
     triage: Triage
     token_file: Path
@@ -104,18 +108,19 @@ def running_service(tmp_path: Path, **server_options: Any) -> Iterator[Service]:
         metrics=metrics,
         submit=triage,
         is_leader=lambda: leader[0],
-        ready=lambda: ready[0],
         known_nodes=lambda: NODES,
         instance_map={"10.0.0.5": "node-a"},
         node_addresses=lambda: {"10.0.0.9": "node-b", "10.0.0.5": "node-hot"},
         token=TokenFile(token_file),
         retry_after_seconds=7,
     )
+    status = serve_http(make_status_app(metrics=metrics, ready=lambda: ready[0]), "127.0.0.1", 0)
     server = serve_http(app, "127.0.0.1", 0, on_refused=metrics.http_connection_refused, **server_options)
     try:
-        yield Service(server, metrics, triage, token_file, leader, ready)
+        yield Service(server, status, metrics, triage, token_file, leader, ready)
     finally:
         server.stop()
+        status.stop()
 
 
 @pytest.fixture
@@ -132,13 +137,16 @@ def request(
     *,
     token: str | None = TOKEN,
     content_type: str | None = "application/json",
+    server: HttpServer | None = None,
+    timeout: float = 10,
 ) -> Answer:
+    """A request to ``server`` (default: the webhook's)."""
     headers = {}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     if content_type is not None:
         headers["Content-Type"] = content_type
-    conn = http.client.HTTPConnection("127.0.0.1", svc.server.port, timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", (server or svc.server).port, timeout=timeout)
     try:
         conn.request(method, path, body=body, headers=headers)
         response = conn.getresponse()
@@ -149,6 +157,11 @@ def request(
 
 def post(svc: Service, body: bytes = SAMPLE, **kwargs: Any) -> Answer:
     return request(svc, "POST", WEBHOOK_PATH, body, **kwargs)
+
+
+def status(svc: Service, path: str, method: str = "GET", body: bytes | None = None, timeout: float = 10) -> Answer:
+    """A request to the status port."""
+    return request(svc, method, path, body, token=None, content_type=None, server=svc.status, timeout=timeout)
 
 
 def raw(svc: Service, data: bytes, *, shut_write: bool = False) -> Answer:
@@ -181,7 +194,7 @@ def payload(*alerts: dict[str, Any], **top: Any) -> bytes:
 
 
 def metric(svc: Service, name: str, **labels: str) -> float | None:
-    answer = request(svc, "GET", "/metrics", token=None, content_type=None)
+    answer = status(svc, "/metrics")
     assert answer.status == 200
     for family in text_string_to_metric_families(answer.body.decode()):
         for s in family.samples:
@@ -379,19 +392,22 @@ def test_paths_and_methods(svc: Service):
     wrong = request(svc, "GET", WEBHOOK_PATH)
     assert wrong.status == 405
     assert wrong.headers["allow"] == "POST"
-    assert request(svc, "POST", "/metrics", b"{}").status == 405
-    assert request(svc, "PUT", "/healthz", b"{}").status == 405
+    assert status(svc, "/metrics", "POST", b"{}").status == 405
+    assert status(svc, "/healthz", "PUT", b"{}").status == 405
+    assert status(svc, WEBHOOK_PATH, "POST", SAMPLE).status == 404  # each port serves its own paths only
+    for path in ("/metrics", "/healthz", "/readyz"):
+        assert request(svc, "GET", path, token=None).status == 404
 
 
 # -- probes and metrics --------------------------------------------------------------------------
 
 
 def test_health_and_readiness(svc: Service):
-    assert request(svc, "GET", "/healthz", token=None).status == 200
-    assert request(svc, "GET", "/readyz", token=None).status == 503
+    assert status(svc, "/healthz").status == 200
+    assert status(svc, "/readyz").status == 503
     svc.ready[0] = True
-    assert request(svc, "GET", "/readyz", token=None).status == 200
-    assert request(svc, "GET", "/healthz?verbose=1", token=None).status == 200
+    assert status(svc, "/readyz").status == 200
+    assert status(svc, "/healthz?verbose=1").status == 200
 
 
 def test_every_webhook_answer_is_counted_by_code(svc: Service):
@@ -403,8 +419,8 @@ def test_every_webhook_answer_is_counted_by_code(svc: Service):
     request(svc, "GET", WEBHOOK_PATH)
     svc.leader[0] = False
     post(svc)
-    request(svc, "GET", "/healthz")  # not the webhook: not counted
-    answer = request(svc, "GET", "/metrics", token=None, content_type=None)
+    status(svc, "/healthz")  # not the webhook: not counted
+    answer = status(svc, "/metrics")
     assert answer.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     counts = {
         s.labels["code"]: s.value
@@ -426,7 +442,7 @@ def test_requests_run_in_parallel_and_stop_lets_the_one_in_flight_finish(svc: Se
     in_flight = threading.Thread(target=lambda: answers.append(post(svc)))
     in_flight.start()
     assert svc.triage.entered.wait(10)
-    assert request(svc, "GET", "/healthz", token=None).status == 200  # served while the webhook is held
+    assert request(svc, "GET", WEBHOOK_PATH).status == 405  # served while the webhook is held
     stopper = threading.Thread(target=svc.server.stop)
     stopper.start()
     stopper.join(0.5)
@@ -461,14 +477,15 @@ def finish_slow_post(sock: socket.socket, body: bytes = SAMPLE) -> Answer:
         return read_answer(sock)
 
 
-def healthz(svc: Service) -> int:
-    return request(svc, "GET", "/healthz", token=None).status
+def webhook_get(svc: Service) -> int:
+    """A GET of the webhook: 405 when it was served, 503 when every slot was busy."""
+    return request(svc, "GET", WEBHOOK_PATH, token=None).status
 
 
 def wait_until_served(svc: Service) -> None:
     """Slots are released just after a finished request's connection is closed: wait for that."""
     deadline = time.monotonic() + 5
-    while healthz(svc) == 503:
+    while webhook_get(svc) == 503:
         assert time.monotonic() < deadline, "the request slots were never released"
         time.sleep(0.01)
 
@@ -482,7 +499,7 @@ def test_beyond_the_cap_a_connection_gets_503_at_once_and_the_slots_come_back(tm
         for _ in range(2):  # twice: slots are returned, never leaked
             held = [start_slow_post(svc), start_slow_post(svc)]
             started = time.monotonic()
-            refused = request(svc, "GET", "/healthz", token=None)
+            refused = request(svc, "GET", WEBHOOK_PATH, token=None)
             assert time.monotonic() - started < 1
             assert refused.status == 503
             assert refused.headers["retry-after"] == "3"
@@ -493,7 +510,7 @@ def test_beyond_the_cap_a_connection_gets_503_at_once_and_the_slots_come_back(tm
             assert len(svc.triage.received) == 2
             svc.triage.received.clear()
             wait_until_served(svc)
-            assert [healthz(svc) for _ in range(5)] == [200] * 5
+            assert [webhook_get(svc) for _ in range(5)] == [405] * 5
         assert metric(svc, "rebalancer_http_connections_refused_total") == 4
         assert metric(svc, "rebalancer_webhook_requests_total", code="503") is None  # never read: not counted
 
@@ -514,7 +531,7 @@ def test_a_silent_client_holds_its_slot_only_until_the_read_timeout(tmp_path: Pa
     with running_service(tmp_path, max_concurrent_requests=1, timeouts=RequestTimeouts(idle=1.0)) as svc:
         with socket.create_connection(("127.0.0.1", svc.server.port), timeout=10) as silent:
             started = time.monotonic()
-            assert healthz(svc) == 503  # the silent client has the only slot
+            assert webhook_get(svc) == 503  # the silent client has the only slot
             assert silent.recv(1) == b""  # then the server drops it, without an answer
             waited = time.monotonic() - started
         assert 0.8 < waited < 5
@@ -526,7 +543,7 @@ def test_a_trickling_client_is_cut_off_at_the_request_deadline(tmp_path: Path):
     timeouts = RequestTimeouts(idle=1.0, deadline=2.0)
     with running_service(tmp_path, max_concurrent_requests=1, timeouts=timeouts) as svc:
         with socket.create_connection(("127.0.0.1", svc.server.port), timeout=10) as sock:
-            sock.sendall(b"GET /healthz?")
+            sock.sendall(b"GET /webhook/alertmanager?")
             started = time.monotonic()
             cut_off = False
             while not cut_off and time.monotonic() - started < 8:
@@ -574,3 +591,63 @@ def test_threads_stay_bounded_under_200_concurrent_connections(tmp_path: Path):
         assert peak[0] == 2
         wait_until_served(svc)
         assert metric(svc, "rebalancer_http_connections_refused_total") == 198
+
+
+def test_200_slow_clients_on_the_webhook_never_fail_a_probe(svc: Service):
+    """Slow clients fill every webhook slot (a byte a second each, never silent long enough to be dropped);
+    the probes and /metrics, on the status port, still answer 200 within a probe's timeout."""
+    svc.ready[0] = True
+    slow = [socket.create_connection(("127.0.0.1", svc.server.port), timeout=10) for _ in range(200)]
+    try:
+        started = time.monotonic()
+        sent = 0
+        probes: list[tuple[str, int, float]] = []
+        while time.monotonic() - started < 4:
+            if time.monotonic() - started >= sent:  # one byte a second on every connection
+                for sock in slow:
+                    with contextlib.suppress(OSError):  # refused with 503 beyond the cap: the connection is over
+                        sock.send(b"POST /webhook/alertmanager HTTP/1.1\r\n"[sent : sent + 1])
+                sent += 1
+            assert webhook_get(svc) == 503  # the webhook is full
+            for path in ("/healthz", "/readyz", "/metrics"):
+                asked = time.monotonic()
+                answer = status(svc, path, timeout=1)
+                probes.append((path, answer.status, time.monotonic() - asked))
+            time.sleep(0.2)
+    finally:
+        for sock in slow:
+            sock.close()
+    assert len(probes) >= 30
+    assert {code for _, code, _ in probes} == {200}
+    assert max(seconds for _, _, seconds in probes) < 1
+    assert (metric(svc, "rebalancer_http_connections_refused_total") or 0) >= 136  # 200 beyond the cap of 64
+    wait_until_served(svc)
+
+
+def test_content_length_headers_that_disagree_are_refused(svc: Service):
+    head = b"POST /webhook/alertmanager HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() + (
+        b"\r\nContent-Type: application/json\r\n"
+    )  # fmt: skip
+    length = str(len(SAMPLE)).encode()
+    conflicting = raw(svc, head + b"Content-Length: " + length + b"\r\nContent-Length: 2\r\n\r\n" + SAMPLE)
+    assert conflicting.status == 400
+    assert json.loads(conflicting.body)["error"] == f"Content-Length headers disagree: {len(SAMPLE)}, 2"
+    assert svc.triage.received == []
+    repeated = raw(svc, head + b"Content-Length: " + length + b"\r\nContent-Length: " + length + b"\r\n\r\n" + SAMPLE)
+    assert repeated.status == 202  # the same length twice says nothing ambiguous
+    assert metric(svc, "rebalancer_webhook_refused_total", reason="bad-length") == 1
+
+
+def test_a_client_refused_in_a_loop_gets_one_log_line_and_every_refusal_is_counted(
+    svc: Service, caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level("WARNING", logger="rebalancer.service.http")
+    for _ in range(20):
+        assert post(svc, token="wrong").status == 401
+    for _ in range(5):
+        assert post(svc, b"{").status == 400
+    lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert lines == ["alertmanager webhook from 127.0.0.1 refused (401): the bearer token is wrong"]
+    assert metric(svc, "rebalancer_webhook_refused_total", reason="unauthenticated") == 20
+    assert metric(svc, "rebalancer_webhook_refused_total", reason="not-json") == 5
+    assert metric(svc, "rebalancer_webhook_requests_total", code="401") == 20

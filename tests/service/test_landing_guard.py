@@ -202,7 +202,8 @@ def serve_policy(tmp_path: Path, prometheus: PrometheusServer, run_on_start: boo
     path = write_policy(tmp_path / "serve.yaml", prometheus.url, GUARD)
     text = path.read_text().replace(
         "service: {watchCache: {enabled: false}}",
-        f"service: {{host: 127.0.0.1, port: {free_port()}, runOnStart: {str(run_on_start).lower()}, "
+        f"service: {{host: 127.0.0.1, port: {free_port()}, metricsPort: {free_port()}, "
+        f"webhook: {{allowUnauthenticated: true}}, runOnStart: {str(run_on_start).lower()}, "
         f"watchCache: {{enabled: {str(watch_cache).lower()}}}, leaderElection: {{enabled: false}}}}",
     )
     path.write_text(text)

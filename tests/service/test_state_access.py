@@ -151,7 +151,12 @@ def test_serve_does_not_start_without_its_state_namespace_or_lease_verbs(
     kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
     build_cluster(kube_server)
-    policy = write_policy(tmp_path / "p.yaml", prometheus.url, target=50, extra="service: {host: 127.0.0.1, port: 1}\n")
+    policy = write_policy(
+        tmp_path / "p.yaml",
+        prometheus.url,
+        target=50,
+        extra="service: {host: 127.0.0.1, port: 1, webhook: {allowUnauthenticated: true}}\n",
+    )
     kube_server.forbid("update", "leases", group="coordination.k8s.io")
     stop = threading.Event()
     stop.set()  # were it to start, it would stop at once

@@ -49,6 +49,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- dig "service" "port" 8080 .Values.policy | int }}
 {{- end }}
 
+{{- define "rebalancer.metricsPort" -}}
+{{- dig "service" "metricsPort" 9102 .Values.policy | int }}
+{{- end }}
+
 {{- define "rebalancer.leaderElection" -}}
 {{- if dig "service" "leaderElection" "enabled" true .Values.policy }}true{{ end }}
 {{- end }}
@@ -123,6 +127,14 @@ Values the chart cannot honour fail here with the value's path.
 {{- end }}
 {{- $host := dig "service" "host" "0.0.0.0" .Values.policy }}
 {{- if and (eq .Values.kind "Deployment") (or (hasPrefix "127." $host) (eq $host "localhost") (eq $host "::1")) }}
-{{- fail (printf "policy.service.host: %s is reachable only from inside the pod: the probes, the Service and Prometheus could not reach it" $host) }}
+{{- fail (printf "policy.service.host: %s is reachable only from inside the pod: the Service and Alertmanager could not reach the webhook" $host) }}
+{{- end }}
+{{- $metricsHost := dig "service" "metricsHost" $host .Values.policy | default $host }}
+{{- if and (eq .Values.kind "Deployment") (or (hasPrefix "127." $metricsHost) (eq $metricsHost "localhost") (eq $metricsHost "::1")) }}
+{{- fail (printf "policy.service.metricsHost: %s is reachable only from inside the pod: the probes and Prometheus could not reach it" $metricsHost) }}
+{{- end }}
+{{- $webhook := dig "service" "webhook" dict .Values.policy }}
+{{- if and (eq .Values.kind "Deployment") (not .Values.webhook.token.enabled) (not (get $webhook "tokenFile")) (not (get $webhook "allowUnauthenticated")) }}
+{{- fail "webhook.token.enabled: false leaves the webhook without a token, and rebalancer serve refuses to start so: keep the chart's token (webhook.token.enabled: true, or existingSecret), or set policy.service.webhook.allowUnauthenticated: true to accept anyone who can reach the webhook port" }}
 {{- end }}
 {{- end }}

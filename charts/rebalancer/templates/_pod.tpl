@@ -49,8 +49,13 @@ containers:
       {{- end }}
     {{- if include "rebalancer.serve" . }}
     ports:
-      - name: http
+      # POST /webhook/alertmanager only
+      - name: webhook
         containerPort: {{ include "rebalancer.port" . }}
+        protocol: TCP
+      # /metrics and the probes /healthz, /readyz: no webhook client can keep them from answering
+      - name: metrics
+        containerPort: {{ include "rebalancer.metricsPort" . }}
         protocol: TCP
     livenessProbe:
       {{- toYaml .Values.livenessProbe | nindent 6 }}

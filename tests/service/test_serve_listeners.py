@@ -1,0 +1,122 @@
+"""`rebalancer serve`'s two listeners and its webhook authentication, as its own process against the test
+API server: without a token it refuses to start unless told it may run unauthenticated; then it warns
+and says so on /metrics, which is served, with the probes, on a port apart from the webhook's."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from rebalancer.errors import ConfigError
+from rebalancer.policy import parse_policy
+from tests.adapters.prom_fixture import free_port
+from tests.kubeapi import TestApiServer
+from tests.service.scenario import build_cluster
+from tests.shared_data import DATA_DIR
+
+ROOT = Path(__file__).resolve().parents[2]
+STRATEGY = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}}\n"
+
+
+def write_policy(path: Path, service: str) -> Path:
+    path.write_text(
+        "prometheus: {url: 'http://127.0.0.1:9'}\n" + STRATEGY + "state: {namespace: rebalancer}\n"
+        f"service: {{runOnStart: false, leaderElection: {{enabled: false}}, {service}}}\n"
+    )
+    return path
+
+
+def start_serve(policy: Path, kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rebalancer.cli", "serve", "--policy", str(policy), "--kubeconfig", str(kubeconfig)],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_serve_refuses_to_start_without_a_token(kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path) -> None:
+    policy = write_policy(tmp_path / "policy.yaml", f"host: 127.0.0.1, port: {free_port()}, metricsPort: {free_port()}")
+    log = tmp_path / "serve.log"
+    process = start_serve(policy, kubeconfig, log)
+    assert process.wait(timeout=60) == 2, log.read_text()  # the exit code of an invalid configuration
+    text = log.read_text()
+    assert f"{policy}: service.webhook.tokenFile: not set: the webhook would take alerts from anyone" in text
+    assert "allowUnauthenticated: true" in text
+    assert "Traceback" not in text
+
+
+def test_serve_runs_unauthenticated_only_when_told_and_says_so(
+    kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    port, metrics_port = free_port(), free_port()
+    policy = write_policy(
+        tmp_path / "policy.yaml",
+        f"host: 127.0.0.1, port: {port}, metricsPort: {metrics_port}, webhook: {{allowUnauthenticated: true}}, "
+        "reloadIntervalSeconds: 0.2",
+    )
+    log = tmp_path / "serve.log"
+    process = start_serve(policy, kubeconfig, log)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "serve did not answer /healthz within 60 s:\n" + log.read_text()
+            try:
+                if get(f"http://127.0.0.1:{metrics_port}/healthz")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.2)
+        code, metrics = get(f"http://127.0.0.1:{metrics_port}/metrics")
+        assert code == 200
+        assert "rebalancer_webhook_unauthenticated 1.0" in metrics
+        assert get(f"http://127.0.0.1:{port}/metrics")[0] == 404  # the webhook's port serves the webhook only
+        sample = (DATA_DIR / "alertmanager-webhook-v4.json").read_bytes()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/webhook/alertmanager", sample, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            assert answer.status == 202  # no token asked for
+        time.sleep(1.5)  # seven reload checks of an unchanged file: not a line
+        assert "reload" not in log.read_text().lower()
+        policy.write_text(policy.read_text() + "# changed\n")
+        while "policy reloaded" not in log.read_text():
+            assert time.monotonic() < deadline + 30, log.read_text()
+            time.sleep(0.1)
+        time.sleep(1)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30)
+    text = log.read_text()
+    assert code == 0, text
+    assert len([line for line in text.splitlines() if "reload" in line.lower()]) == 1  # the change only
+    assert "apscheduler" not in text
+    [warning] = [line for line in text.splitlines() if "WITHOUT a token" in line]
+    assert " WARNING rebalancer.serve: the webhook accepts requests WITHOUT a token" in warning
+    assert f"127.0.0.1:{port}" in warning
+    assert (
+        f"serving the webhook on 127.0.0.1:{port}; /metrics, /healthz and /readyz on 127.0.0.1:{metrics_port}" in text
+    )
+
+
+def test_the_webhook_and_status_ports_must_differ() -> None:
+    with pytest.raises(ConfigError, match=re.escape("service.metricsPort: must differ from port (8080)")):
+        parse_policy(STRATEGY + "service: {port: 8080, metricsPort: 8080}\n")
+    settings = parse_policy(STRATEGY).service
+    assert (settings.host, settings.port, settings.metrics_host, settings.metrics_port) == ("0.0.0.0", 8080, None, 9102)
