@@ -20,7 +20,7 @@ from rebalancer.policy import parse_policy
 from tests.adapters.prom_fixture import free_port
 from tests.kubeapi import TestApiServer
 from tests.service.scenario import build_cluster
-from tests.shared_data import DATA_DIR
+from tests.shared_data import WEBHOOK_SAMPLE
 
 ROOT = Path(__file__).resolve().parents[2]
 STRATEGY = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}}\n"
@@ -87,7 +87,7 @@ def test_serve_runs_unauthenticated_only_when_told_and_says_so(
         assert code == 200
         assert "rebalancer_webhook_unauthenticated 1.0" in metrics
         assert get(f"http://127.0.0.1:{port}/metrics")[0] == 404  # the webhook's port serves the webhook only
-        sample = (DATA_DIR / "alertmanager-webhook-v4.json").read_bytes()
+        sample = WEBHOOK_SAMPLE.read_bytes()
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}/webhook/alertmanager", sample, {"Content-Type": "application/json"}
         )
