@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
-from rebalancer.inflight import Correction, EarlierReliefs, corrected, describe, in_flight
+from rebalancer.efficiency.landings import observe_landings
+from rebalancer.efficiency.records import EfficiencyState
+from rebalancer.inflight import Correction, EarlierReliefs, Lag, corrected, describe, in_flight, reading_lag
 from rebalancer.limits.settings import duration_seconds
 from rebalancer.model import ClusterFacts, PodKey, UsageReport
 from rebalancer.plan import EvictionPlan
@@ -42,7 +44,8 @@ def plan_cycle(
     with timeline.step("snapshot"):
         snapshot = build_snapshot(facts, usage, policy.pools, taken_at, focus)
         if reliefs is not None:
-            snapshot = with_in_flight(snapshot, reliefs, usage_reach(policy), usage.node_from_pods)
+            reliefs = with_landings(reliefs, facts, taken_at, policy.efficiency.follow_up_seconds)
+            snapshot = with_in_flight(snapshot, reliefs, usage_lag(policy), usage.node_from_pods)
         if predicted is not None:
             snapshot = replace(snapshot, predicted=predicted)
         if moved:
@@ -65,13 +68,24 @@ def plan_cycle(
     return snapshot, EvictionPlan(taken_at, tuple(results), blocked, corrections, snapshot.in_flight_off)
 
 
-def usage_reach(policy: Policy) -> float:
-    """How long before its time a usage reading still covers: the window and the rate() window before it."""
-    return float(duration_seconds(policy.prometheus.window) + duration_seconds(policy.prometheus.rate_window))
+def usage_lag(policy: Policy) -> Lag:
+    """How long a usage reading takes to show a change of a node's load (:func:`rebalancer.inflight.reading_lag`)."""
+    p = policy.prometheus
+    window, rate_window, step = (duration_seconds(d) for d in (p.window, p.rate_window, p.step))
+    return reading_lag(window, p.quantile, rate_window, step)
+
+
+def with_landings(reliefs: EarlierReliefs, facts: ClusterFacts, now: float, window_seconds: float) -> EarlierReliefs:
+    """The earlier reliefs with the replacements these facts show bound (the records learn them only after
+    the cycle): a pod whose replacement is back on its node has not left it."""
+    if not reliefs.known:
+        return reliefs
+    seen = observe_landings(EfficiencyState(reliefs=reliefs.known), facts, now, window_seconds)
+    return replace(reliefs, known=seen.reliefs)
 
 
 def with_in_flight(
-    snapshot: ClusterSnapshot, reliefs: EarlierReliefs, reach: float, node_from_pods: bool
+    snapshot: ClusterSnapshot, reliefs: EarlierReliefs, lag: Lag, node_from_pods: bool
 ) -> ClusterSnapshot:
     """The snapshot with each node's usage corrected by the earlier reliefs its reading still covers. A
     node's usage summed from its pods' (``node_from_pods``) already leaves out an evicted pod and counts
@@ -81,7 +95,7 @@ def with_in_flight(
     if node_from_pods or not reliefs.known:
         return snapshot
     now = snapshot.taken_at
-    flights = in_flight(reliefs.known, now, reach, snapshot.pod_usage)
+    flights = in_flight(reliefs.known, now, lag, snapshot.pod_usage)
     load = dict(snapshot.load)
     corrections: dict[str, Correction] = {}
     for name, flight in flights.items():

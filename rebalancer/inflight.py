@@ -1,18 +1,20 @@
 """What the planner's own recent evictions changed on a node that its usage reading does not show yet (pure).
 
-A node's usage is a statistic over a window (``prometheus.window``) of a rate over ``prometheus.rateWindow``,
-so a reading still covers that long before it: a node relieved a few minutes ago still reads as hot, and
-a node its replacements landed on may read cooler than it is. Until the reading no longer covers the time
-of the eviction, the planner uses the measured usage less what left the node and plus what is known to
-have landed on it but is not in the replacement's own reading yet.
+A node's usage is a quantile over a window (``prometheus.window``) of samples ``prometheus.step`` apart, each
+a rate over ``prometheus.rateWindow``, so a reading shows a change of the node's load only after a lag
+(:func:`reading_lag`): load that left stays in a high quantile until nearly the whole window is after the
+eviction, load that arrived shows in it within a few samples. Until then the planner uses the measured
+usage less what left the node and plus what is known to have landed on it but is not in the reading yet.
 
-What left is counted once: when the node's reading has already fallen since the relief (a statistic that
-follows a drop sooner than a high quantile does), that fall is taken as part of what left. Unknown stays
-unknown: a node whose reading is unknown stays unknown, corrections never make a number.
+An evicted pod whose replacement was seen back on its node left nothing. What left is counted once: when
+the node's reading has already fallen since the relief (a statistic that follows a drop sooner than a high
+quantile does), that fall is taken as part of what left. Unknown stays unknown: a node whose reading is
+unknown stays unknown, corrections never make a number.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -33,6 +35,28 @@ class EarlierReliefs:
 
 
 @dataclass(frozen=True, slots=True)
+class Lag:
+    """How long after a change of a node's load its usage reading still does not show it (seconds)."""
+
+    gone: float  # load that left: while a sample the quantile reads still holds it
+    landed: float  # load that arrived: until every sample the quantile reads holds it
+
+
+def reading_lag(window: float, quantile: float, rate_window: float, step: float) -> Lag:
+    """The lag of the ``quantile`` of the ``window / step`` samples of a rate over ``rate_window`` (seconds).
+
+    A sample holds what was before a change until ``rate_window`` after it. The quantile reads the samples of
+    rank ``quantile * (n - 1)`` (linear interpolation, as Prometheus): a fall shows once every sample from
+    that rank up is later, a rise once every sample from that rank up holds it (the higher ranks being the
+    later samples after a fall, the ones holding the new load after a rise)."""
+    if window <= 0 or step <= 0 or rate_window < 0 or not 0 < quantile <= 1:
+        raise ValueError(f"reading_lag: window {window}, step {step}, rate window {rate_window}, quantile {quantile}")
+    samples = max(1, int(window // step))
+    rank = round(quantile * (samples - 1), 9)
+    return Lag(rate_window + math.ceil(rank) * step, rate_window + (samples - 1 - math.floor(rank)) * step)
+
+
+@dataclass(frozen=True, slots=True)
 class Flight:
     """What earlier reliefs still in the reading's reach moved off and onto one node (millicores)."""
 
@@ -42,7 +66,7 @@ class Flight:
     baseline_m: int | None  # the node's measured usage at its first relief in reach (None: not recorded)
     relieved_at: float | None  # the latest relief of the node (None: it only received replacements)
     last_at: float  # the latest relief that moved load off or onto it
-    until: float  # from then on the reading covers only time after ``last_at``
+    until: float  # from then on the reading shows all of it
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,30 +80,32 @@ class Correction:
     note: str  # why, for the plan ("relieved 3 min ago: 4.1 cores moved, expected 52%")
 
 
-def in_flight(
-    reliefs: Iterable[Relief], now: float, reach: float, pod_usage: Mapping[PodKey, int]
-) -> dict[str, Flight]:
-    """Per node, what the reliefs made in ``(now - reach, now]`` moved off and onto it. ``pod_usage``: the
-    pods' current readings (a replacement's own reading shows how much of it the node's reading holds)."""
+def in_flight(reliefs: Iterable[Relief], now: float, lag: Lag, pod_usage: Mapping[PodKey, int]) -> dict[str, Flight]:
+    """Per node, what the reliefs made before ``now`` moved off and onto it and the reading does not show yet
+    (``lag``). ``pod_usage``: the pods' current readings (a replacement's own reading shows how much of it
+    the node's reading holds)."""
     left: dict[str, int] = {}
     landed: dict[str, int] = {}
     baseline: dict[str, tuple[float, int | None]] = {}
     relieved: dict[str, float] = {}
     last: dict[str, float] = {}
+    until: dict[str, float] = {}
     for relief in sorted(reliefs, key=lambda r: r.at):
-        if not now - reach < relief.at <= now:
-            continue
-        node = relief.node
-        baseline.setdefault(node, (relief.at, relief.measured_m))
-        relieved[node] = last[node] = relief.at
-        for pod in relief.evicted:
-            if pod.landed == node:  # came back: the reading keeps it, nothing left
-                continue
-            left[node] = left.get(node, 0) + pod.usage_m
-            if pod.landed is not None:
+        age, node = now - relief.at, relief.node
+        if 0 <= age < lag.gone:
+            baseline.setdefault(node, (relief.at, relief.measured_m))
+            relieved[node] = last[node] = relief.at
+            until[node] = max(until.get(node, 0.0), relief.at + lag.gone)
+            # a replacement seen back on the node: the reading keeps it, nothing left
+            left[node] = left.get(node, 0) + sum(p.usage_m for p in relief.evicted if p.landed != node)
+        if 0 <= age < lag.landed:
+            for pod in relief.evicted:
+                if pod.landed is None or pod.landed == node:
+                    continue
                 shown = _reading(pod.replacement, pod_usage)
                 landed[pod.landed] = landed.get(pod.landed, 0) + max(0, pod.usage_m - shown)
                 last[pod.landed] = max(last.get(pod.landed, relief.at), relief.at)
+                until[pod.landed] = max(until.get(pod.landed, 0.0), relief.at + lag.landed)
     return {
         node: Flight(
             node,
@@ -88,7 +114,7 @@ def in_flight(
             baseline[node][1] if node in baseline else None,
             relieved.get(node),
             at,
-            at + reach,
+            until[node],
         )
         for node, at in sorted(last.items())
         if left.get(node, 0) or landed.get(node, 0)

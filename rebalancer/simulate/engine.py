@@ -4,7 +4,8 @@ command's) a rebalancer cycle runs the production code path on the simulated clu
 (``judge_followups``, ``observe_landings``, ``observe_cycle``); with a landing guard, its production rules
 mark and clear nodes after each evictor and sweep expired marks at every other step
 (``landing_guard.SimGuard``); the replacements of evicted pods are bound by the scheduler model, which reads
-the guard's taints. An
+the guard's taints. The planner is told what the simulated Prometheus reads (:func:`reading_policy`), so
+its in-flight correction lasts as long as the simulated reading lags. An
 alert-driven variant also runs a focused cycle (``plan_cycle``'s ``focus``) on the nodes serve queues from
 the simulated alert path (:mod:`rebalancer.simulate.alerts`) at that step. At the end, the evictions beyond
 need are judged on the real usage (:mod:`rebalancer.simulate.overshoot`).
@@ -41,7 +42,7 @@ from rebalancer.simulate.landing_guard import SimGuard
 from rebalancer.simulate.overshoot import Bounds, Overshoot, Truth, overshoot
 from rebalancer.simulate.readings import NodeSamples, daily_table, node_usage, pod_history, usage_report
 from rebalancer.simulate.result import GuardFigures, VariantResult
-from rebalancer.simulate.variants import VARIANTS, Variant, cpu_thresholds, variant_base, variant_policy
+from rebalancer.simulate.variants import VARIANTS, UsageMode, Variant, cpu_thresholds, variant_base, variant_policy
 from rebalancer.simulate.world import MemoryStore, SimActions, World
 from rebalancer.snapshot import PoolResolver, build_snapshot
 
@@ -69,6 +70,16 @@ def simulate(
         if progress is not None:
             progress(variant.name)
     return tuple(results)
+
+
+def reading_policy(policy: Policy, usage: UsageMode, step_seconds: int) -> Policy:
+    """``policy`` with the Prometheus settings that describe the simulated reading: a sample every step of
+    that step's usage (a rate over one step), the policy's quantile over its window of them; an instant or
+    requests reading is one sample. The in-flight correction's lag comes from them."""
+    step = f"{step_seconds}s"
+    window = policy.prometheus.window if usage == "window" else step
+    prometheus = policy.prometheus.model_copy(update={"step": step, "rate_window": step, "window": window})
+    return policy.model_copy(update={"prometheus": prometheus})
 
 
 class _Run:
@@ -188,7 +199,8 @@ class _Run:
         predicted = self._predicted(facts, step) if self.predictive else None
         moved = recently_moved(self.records, facts, self.now, policy.efficiency)
         earlier = EarlierReliefs(self.records.reliefs)
-        snapshot, plan = plan_cycle(facts, usage, policy, self.now, focus, predicted, None, moved, reliefs=earlier)
+        as_read = reading_policy(policy, self.variant.usage, self.cluster.config.step_seconds)
+        snapshot, plan = plan_cycle(facts, usage, as_read, self.now, focus, predicted, None, moved, reliefs=earlier)
         self.actions.now = self.now
         marked = snapshot if self.guard is None else self.guard.before_evictions(snapshot, plan)
         report = self.evictor.apply(plan, snapshot)

@@ -4,6 +4,7 @@ landed on it, until the usage window has caught up (pure function, planner, land
 from __future__ import annotations
 
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,7 +13,7 @@ from rebalancer.efficiency import EfficiencySettings, EfficiencyState, judge_fol
 from rebalancer.efficiency.records import EvictedPod, Relief
 from rebalancer.evictor import EvictionResult, EvictorReport, Outcome
 from rebalancer.guard.decide import guarded_nodes
-from rebalancer.inflight import EarlierReliefs, Flight, corrected, in_flight
+from rebalancer.inflight import EarlierReliefs, Flight, Lag, corrected, in_flight, reading_lag
 from rebalancer.model import ClusterFacts, UsageReport
 from rebalancer.plan import EvictionPlan, NodeClass
 from rebalancer.render import plan_record, plan_table
@@ -20,7 +21,7 @@ from rebalancer.snapshot import ClusterSnapshot
 from tests.builders import node, pod, policy, usage
 
 T0 = 1_700_000_000.0
-REACH = 900.0  # the default window 10m and rateWindow 5m
+LAG = Lag(gone=840.0, landed=360.0)  # the defaults: P95 over 10m of 1m samples of rate[5m]
 LNU = """
 kind: LowNodeUtilization
 thresholds: {cpu: 20}
@@ -40,36 +41,53 @@ def evicted(name: str, usage_m: int, landed: str | None = None, replacement: str
 # -- the pure correction ---------------------------------------------------------------------------
 
 
-def test_what_left_is_subtracted_and_what_landed_is_added_until_the_window_has_caught_up() -> None:
+def test_the_lag_is_where_the_quantile_reads_in_the_window_after_the_rate_window() -> None:
+    assert reading_lag(600, 0.95, 300, 60) == Lag(840, 360)  # a fall shows once 9 of 10 samples are after it
+    assert reading_lag(600, 1.0, 60, 60) == Lag(600, 60)  # the max: the whole window, and the first sample
+    assert reading_lag(600, 0.5, 300, 60) == Lag(600, 600)  # the median: half the window either way
+    assert reading_lag(600, 0.95, 60, 300) == Lag(360, 360)  # two samples
+    assert reading_lag(60, 0.95, 60, 60) == Lag(60, 60)  # one sample: the next one shows it
+    with pytest.raises(ValueError, match="quantile 0"):
+        reading_lag(600, 0, 300, 60)
+
+
+def test_what_left_is_subtracted_and_what_landed_is_added_until_the_reading_shows_it() -> None:
     reliefs = [relief("hot", T0, evicted("big", 2500, landed="cold", replacement="default/big-2"))]
-    flights = in_flight(reliefs, T0 + 60, REACH, {("default", "big-2"): 500})
+    flights = in_flight(reliefs, T0 + 60, LAG, {("default", "big-2"): 500})
     assert flights["hot"].left_m == 2500 and flights["hot"].relieved_at == T0
     assert flights["cold"].landed_m == 2000  # 500m of it is in the replacement's reading already
-    assert flights["cold"].relieved_at is None and flights["hot"].until == T0 + REACH
+    assert flights["cold"].relieved_at is None and flights["hot"].until == T0 + LAG.gone
+    assert flights["cold"].until == T0 + LAG.landed
     assert corrected(9000, flights["hot"]) == 6500
     assert corrected(1000, flights["cold"]) == 3000
-    assert in_flight(reliefs, T0 + REACH, REACH, {}) == {}  # the reading covers only later time now
+    assert in_flight(reliefs, T0 + LAG.gone, LAG, {}) == {}  # the reading shows all of it now
+
+
+def test_a_landing_counts_only_until_the_destination_reads_it() -> None:
+    reliefs = [relief("hot", T0, evicted("big", 2500, landed="cold", replacement="default/big-2"))]
+    flights = in_flight(reliefs, T0 + LAG.landed, LAG, {})  # the replacement's own reading not known yet
+    assert set(flights) == {"hot"} and flights["hot"].left_m == 2500  # the hot node still reads it
 
 
 def test_a_replacement_that_landed_back_moved_nothing() -> None:
     reliefs = [relief("hot", T0, evicted("big", 2500, landed="hot"), evicted("small", 800))]
-    flights = in_flight(reliefs, T0 + 60, REACH, {})
+    flights = in_flight(reliefs, T0 + 60, LAG, {})
     assert set(flights) == {"hot"} and flights["hot"].left_m == 800 and flights["hot"].landed_m == 0
 
 
 def test_a_fall_the_reading_already_shows_is_not_subtracted_twice() -> None:
-    flight = in_flight([relief("hot", T0, evicted("big", 2500))], T0 + 600, REACH, {})["hot"]
+    flight = in_flight([relief("hot", T0, evicted("big", 2500))], T0 + 600, LAG, {})["hot"]
     assert corrected(9000, flight) == 6500
     assert corrected(8000, flight) == 6500  # 1000m of the 2500m already out of the reading
     assert corrected(6000, flight) == 6000  # all of it out, and more
-    unrecorded = in_flight([relief("hot", T0, evicted("big", 2500), measured_m=None)], T0 + 60, REACH, {})["hot"]
+    unrecorded = in_flight([relief("hot", T0, evicted("big", 2500), measured_m=None)], T0 + 60, LAG, {})["hot"]
     assert corrected(8000, unrecorded) == 5500  # no reading recorded: all of it still counted as in it
 
 
 def test_reliefs_add_up_and_the_first_reading_is_the_baseline() -> None:
     reliefs = [relief("hot", T0, evicted("a", 1000)), relief("hot", T0 + 120, evicted("b", 1500), measured_m=8500)]
-    flight = in_flight(reliefs, T0 + 180, REACH, {})["hot"]
-    assert (flight.left_m, flight.baseline_m, flight.relieved_at, flight.until) == (2500, 9000, T0 + 120, T0 + 1020)
+    flight = in_flight(reliefs, T0 + 180, LAG, {})["hot"]
+    assert (flight.left_m, flight.baseline_m, flight.relieved_at, flight.until) == (2500, 9000, T0 + 120, T0 + 960)
     assert corrected(8500, flight) == 6500
 
 
@@ -99,9 +117,9 @@ reliefs_st = st.lists(
 )
 def test_the_correction_never_invents_data(reliefs: list[Relief], measured: int | None, readings) -> None:
     now = T0
-    flights = in_flight(reliefs, now, REACH, readings)
+    flights = in_flight(reliefs, now, LAG, readings)
     for name, flight in flights.items():
-        covered = [r for r in reliefs if now - REACH < r.at <= now]
+        covered = [r for r in reliefs if now - LAG.gone < r.at <= now]
         assert covered, "a correction without a relief in the reading's reach"
         assert flight.until > now and flight.last_at <= now
         assert flight.left_m <= sum(p.usage_m for r in covered if r.node == name for p in r.evicted)
@@ -112,13 +130,13 @@ def test_the_correction_never_invents_data(reliefs: list[Relief], measured: int 
         else:
             assert value is not None and 0 <= value <= measured + flight.landed_m
             assert value >= measured - flight.left_m
-    later = in_flight(reliefs, max((r.at for r in reliefs), default=now) + REACH, REACH, readings)
+    later = in_flight(reliefs, max((r.at for r in reliefs), default=now) + LAG.gone, LAG, readings)
     assert later == {}  # every correction expires once the window no longer covers its eviction
 
 
 @given(st.integers(0, 40_000))
 def test_nothing_moved_corrects_nothing(measured: int) -> None:
-    assert corrected(measured, Flight("n", 0, 0, None, None, T0, T0 + REACH)) == measured
+    assert corrected(measured, Flight("n", 0, 0, None, None, T0, T0 + LAG.gone)) == measured
 
 
 # -- the planner -----------------------------------------------------------------------------------
@@ -162,6 +180,18 @@ def test_a_second_cycle_right_after_a_relief_leaves_the_node_alone_while_expecte
     assert len(state.reliefs) == 1
 
 
+def test_a_replacement_seen_back_on_its_node_before_the_records_know_it_left_nothing() -> None:
+    _, pods, report = scene()
+    _, _, state = cycle(pods, report, T0, EfficiencyState())
+    assert state.reliefs[0].evicted[0].landed is None  # the records learn landings after a cycle
+    back = msgspec.structs.replace(pod("big-2", "hot"), created=T0 + 5)  # its own usage not known yet
+    left = [p for p in pods if p.name != "big"] + [back]
+    snap, second, _ = cycle(left, usage({"hot": 9000, "cold": 1000}, {"a": 300, "b": 300}), T0 + 86, state)
+    assert second.in_flight == () and snap.load["hot"].usage_m == 9000
+    hot = next(d for d in second.results[0].node_decisions if d.node == "hot")
+    assert hot.node_class is NodeClass.HOT  # still hot: relieved again
+
+
 def test_a_node_still_hot_after_the_correction_is_relieved_again_and_counted_as_a_repeat() -> None:
     _, pods, report = scene()
     _, _, state = cycle(pods, report, T0, EfficiencyState())
@@ -178,7 +208,7 @@ def test_the_correction_expires_with_the_window() -> None:
     _, _, state = cycle(pods, report, T0, EfficiencyState())
     left = [p for p in pods if p.name != "big"]
     still = usage({"hot": 9000, "cold": 1000}, {"a": 300, "b": 300})
-    _, plan, _ = cycle(left, still, T0 + REACH, state)
+    _, plan, _ = cycle(left, still, T0 + LAG.gone, state)
     assert plan.in_flight == () and [e.name for e in plan.evictions] == ["a"]  # the reading is true again
 
 
