@@ -51,6 +51,22 @@ def test_the_lag_is_where_the_quantile_reads_in_the_window_after_the_rate_window
         reading_lag(600, 0, 300, 60)
 
 
+@given(
+    samples=st.integers(1, 120),
+    step=st.sampled_from([15, 30, 60, 300]),
+    rate_window=st.sampled_from([60, 120, 300, 600]),
+    low=st.floats(0.01, 1.0),
+    high=st.floats(0.01, 1.0),
+)
+def test_a_higher_quantile_shows_a_fall_later_and_a_rise_sooner(samples, step, rate_window, low, high) -> None:
+    low, high = min(low, high), max(low, high)
+    a, b = reading_lag(samples * step, low, rate_window, step), reading_lag(samples * step, high, rate_window, step)
+    for lag in (a, b):  # a change shows within the rate window and the whole window after it
+        assert rate_window <= lag.gone <= rate_window + samples * step
+        assert rate_window <= lag.landed <= rate_window + samples * step
+    assert a.gone <= b.gone and a.landed >= b.landed
+
+
 def test_what_left_is_subtracted_and_what_landed_is_added_until_the_reading_shows_it() -> None:
     reliefs = [relief("hot", T0, evicted("big", 2500, landed="cold", replacement="default/big-2"))]
     flights = in_flight(reliefs, T0 + 60, LAG, {("default", "big-2"): 500})
