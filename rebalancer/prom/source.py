@@ -18,7 +18,6 @@ query is configured) goes into ``node_problems`` and is left out of ``node_cpu_m
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TypeVar
@@ -81,7 +80,6 @@ class PrometheusUsageSource:
         pods = self._by_pod(settings.render(queries.pod_cpu, nodes if queries.node_cpu is not None else None), at)
         pod_cpu_m = {key: round(cores * 1000) for key, cores in pods.items()}  # _millicores, inlined: 150,000 pods
         del pods
-        _untrack_young()
         return UsageReport(
             node_cpu_m=MappingProxyType(node_cpu_m),
             pod_cpu_m=MappingProxyType(pod_cpu_m),
@@ -145,19 +143,6 @@ class PrometheusUsageSource:
 
 
 _Found = TypeVar("_Found", Vector, dict[PodKey, float])
-
-
-def _untrack_young() -> None:
-    """One young-generation pass now, when the collector is paused (a cluster listing runs alongside).
-
-    The per-pod answer made one fresh ``(namespace, pod)`` key tuple per series (150,000 of them), each
-    tracked by the cycle collector until a pass finds that it holds only strings and untracks it. Now,
-    with the keys still in the CPU cache, that pass costs about 10 ms; left for the first pass after the
-    listing (the collector is paused until then), it cost 45-65 ms of cache misses on the critical path
-    of a 150,000-pod cycle. With the collector running, its own young passes already did this.
-    """
-    if not gc.isenabled():
-        gc.collect(0)
 
 
 def _some(name: str, promql: str, at: float, found: _Found) -> _Found:
