@@ -24,7 +24,7 @@ FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="rebalancer" \
       org.opencontainers.image.description="Rebalances Kubernetes nodes on real CPU usage read from Prometheus, evicting only through the Eviction API." \
       org.opencontainers.image.licenses="Apache-2.0"
-# OPENBLAS_NUM_THREADS: the planner's numpy work is elementwise; no BLAS thread pool beside a fork().
+# OPENBLAS_NUM_THREADS: the planner's numpy work is elementwise; a BLAS thread pool would only cost memory.
 ENV PATH=/opt/rebalancer/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -9,11 +9,9 @@ Prometheus' wire format (one series per pod, 150,000 at the largest size; a quar
 hot, a quarter cold). A fresh child process then measures, each as a median of ``--runs``:
 
 - the full cycle: ``app.plan_live`` as ``rebalancer plan`` runs it (KubeSource, PrometheusUsageSource,
-  snapshot and strategies, the second half of the hot nodes in a forked planning child when the first
-  moves nothing), and its peak RSS (page workers and the planning child's private memory included: its
-  other pages are this process's, shared copy-on-write);
+  snapshot and strategies), and its peak RSS;
 - the snapshot alone (``KubeSource.read_facts``), the usage read alone (``PrometheusUsageSource.read``)
-  and the plan alone (``cycle.plan_cycle`` on them; on one CPU, and with the planning child);
+  and the plan alone (``cycle.plan_cycle`` on them), with the collector paused as ``plan_live`` pauses it;
 - the memory a listing holds beyond its result (peak minus retained RSS across the first read): pages
   are decoded as they come, so this stays flat whatever the size.
 
@@ -41,7 +39,6 @@ from bench.harness import (
     rss_mb,
     run_child,
     served_cluster,
-    workers_peak_rss_mb,
 )
 
 PODS_PER_NODE = 30
@@ -111,15 +108,17 @@ def child_cycle(kube_url: str, prom_url: str, server_pid: int, runs: int) -> dic
         out.update(plans(source, prometheus, policy, runs))
     out.update(cycles(api, policy, runs))
     out["peak_rss_mb"] = peak_rss_mb()
-    out["workers_rss_mb"] = workers_peak_rss_mb()
     return out
 
 
 def first_read(source: Any) -> dict[str, Any]:
     """The first read in this fresh process, and what a listing holds beyond its result."""
+    from rebalancer.collector import paused
+
     before = rss_mb()
     started = time.perf_counter()
-    facts = source.read_facts()
+    with paused():
+        facts = source.read_facts()
     return {
         "first_snapshot_s": time.perf_counter() - started,
         "retained_mb": rss_mb() - before,
@@ -130,17 +129,19 @@ def first_read(source: Any) -> dict[str, Any]:
 
 
 def snapshots(source: Any, server_pid: int, runs: int) -> dict[str, Any]:
+    from rebalancer.collector import paused
+
     seconds, server_cpu = [], []
     for _ in range(runs):
         cpu, started = process_cpu_s(server_pid), time.perf_counter()
-        source.read_facts()
+        with paused():
+            source.read_facts()
         seconds.append(time.perf_counter() - started)
         server_cpu.append(process_cpu_s(server_pid) - cpu)
     stats = source.last_stats
     return {
         "snapshot_s": seconds,
         "server_cpu_s": server_cpu,
-        "offloaded": stats.offloaded["pods"],
         "pages": stats.pages["pods"],
     }
 
@@ -157,30 +158,24 @@ def usage_reads(prometheus: Any, runs: int) -> dict[str, Any]:
 def plans(source: Any, prometheus: Any, policy: Any, runs: int) -> dict[str, Any]:
     """The plan alone, as configured (placement prediction on), with prediction off and with the landing
     guard modelled; with the collector paused, as ``app.plan_live`` plans."""
+    from rebalancer.collector import paused
     from rebalancer.cycle import plan_cycle
-    from rebalancer.kube.lister import gc_paused
     from rebalancer.policy import parse_policy
 
-    facts, usage = source.read_facts(), prometheus.read(time.time())
+    with paused():
+        facts = source.read_facts()
+    usage = prometheus.read(time.time())
     unpredicted = policy.model_copy(
         update={"strategies": tuple(s.model_copy(update={"predict_placement": False}) for s in policy.strategies)}
     )
     guarded = parse_policy(POLICY.format(url=policy.prometheus.url) + GUARD)
-    from rebalancer.offload import ForkOffload
-
     out: dict[str, Any] = {}
-    variants = (
-        ("plan", policy, None),
-        ("plan_split", policy, ForkOffload()),
-        ("plan_unpredicted", unpredicted, None),
-        ("plan_guarded", guarded, None),
-    )
-    for key, variant, offload in variants:
+    for key, variant in (("plan", policy), ("plan_unpredicted", unpredicted), ("plan_guarded", guarded)):
         seconds = []
         for _ in range(runs):
             started = time.perf_counter()
-            with gc_paused():
-                plan = plan_cycle(facts, usage, variant, time.time(), offload=offload)[1]
+            with paused():
+                plan = plan_cycle(facts, usage, variant, time.time())[1]
             seconds.append(time.perf_counter() - started)
         out[f"{key}_s"], out[f"{key}_planned"] = seconds, len(plan.evictions)
     return out
@@ -189,22 +184,17 @@ def plans(source: Any, prometheus: Any, policy: Any, runs: int) -> dict[str, Any
 def cycles(api: Any, policy: Any, runs: int) -> dict[str, Any]:
     """``rebalancer plan``'s cycle: app.plan_live (list, read usage, plan)."""
     from rebalancer.app import ClusterConnection, plan_live
-    from rebalancer.offload import fork_offload
 
     out: dict[str, Any] = {"cycle_s": []}
-    offload = fork_offload()  # what plan_live takes by default, kept to read its children's reports
     for _ in range(runs):
         started = time.perf_counter()
-        outcome = plan_live(policy, ClusterConnection(), api=api, offload=offload)
+        outcome = plan_live(policy, ClusterConnection(), api=api)
         out["cycle_s"].append(time.perf_counter() - started)
         if outcome.plan.blocked:
             raise SystemExit(f"the cycle made no plan: {outcome.plan.blocked}")
         out["hot"] = sum(1 for r in outcome.plan.results for d in r.node_decisions if d.node_class == "hot")
         out["planned"] = len(outcome.plan.evictions)
         del outcome
-    reports = offload.reports if offload is not None else []
-    out["children"] = [r.outcome for r in reports]
-    out["child_private_mb"] = max((r.private_mb or 0.0 for r in reports), default=0.0)
     return out
 
 
@@ -265,29 +255,20 @@ def median(values: list[float]) -> float:
 
 def report_size(pods: int, nodes: int, f: dict[str, Any], base: dict[str, Any], runs: int) -> dict[str, float]:
     cycle, snapshot, usage, plan = (median(f[k]) for k in ("cycle_s", "snapshot_s", "usage_s", "plan_s"))
-    rss = f["peak_rss_mb"] + f["workers_rss_mb"] + f["child_private_mb"]
+    rss = f["peak_rss_mb"]
     base_s = base["seconds"] / base["pods"] * pods
     print(f"== {pods} pods on {nodes} nodes ({f['series']} pod usage series), medians of {runs}")
     print(
         f"full cycle: {cycle:.2f} s ({', '.join(f'{s:.2f}' for s in f['cycle_s'])}); "
-        f"peak RSS {rss:.0f} MB ({f['workers_rss_mb']:.0f} MB of it in page workers, "
-        f"{f['child_private_mb']:.0f} MB the planning child's private memory); "
-        f"{f['hot']} hot nodes, {f['planned']} evictions planned"
-    )
-    answered = f["children"].count("answered")
-    print(
-        f"  planning child: {answered} of {len(f['cycle_s'])} cycles took its answer "
-        f"({', '.join(f['children']) or 'none forked'})"
+        f"peak RSS {rss:.0f} MB; {f['hot']} hot nodes, {f['planned']} evictions planned"
     )
     print(
-        f"  snapshot alone: {snapshot:.2f} s ({f['offloaded']} of {f['pages']} pod pages in page workers; "
-        f"test API server CPU {median(f['server_cpu_s']):.2f} s); first read in a fresh process "
+        f"  snapshot alone: {snapshot:.2f} s ({f['pages']} pod pages; test API server CPU {median(f['server_cpu_s']):.2f} s); first read in a fresh process "
         f"{f['first_snapshot_s']:.2f} s"
     )
     print(
         f"  usage read alone: {usage:.2f} s; plan alone (snapshot + strategies): {plan:.2f} s "
-        f"({f['plan_planned']} evictions), {median(f['plan_split_s']):.2f} s with the planning child "
-        f"({f['plan_split_planned']} evictions); without placement prediction {median(f['plan_unpredicted_s']):.2f} s "
+        f"({f['plan_planned']} evictions); without placement prediction {median(f['plan_unpredicted_s']):.2f} s "
         f"({f['plan_unpredicted_planned']} evictions); with the landing guard modelled "
         f"{median(f['plan_guarded_s']):.2f} s ({f['plan_guarded_planned']} evictions)"
     )

@@ -56,30 +56,6 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def peak_rss_of_mb(pid: int) -> float:
-    """The peak RSS (VmHWM) of another process that is still running; 0.0 when it is gone."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0.0
-    return int(status.split("VmHWM:")[1].split()[0]) / 1024
-
-
-def page_worker_pids() -> list[int]:
-    """The page worker processes of this process (rebalancer.kube.page_workers)."""
-    from rebalancer.kube import page_workers
-
-    return [pid for workers in page_workers._SHARED.values() for pid in workers.pids()]
-
-
-def workers_cpu_s() -> float:
-    return sum(process_cpu_s(pid) for pid in page_worker_pids())
-
-
-def workers_peak_rss_mb() -> float:
-    return sum(peak_rss_of_mb(pid) for pid in page_worker_pids())
-
-
 @dataclass(frozen=True)
 class Served:
     url: str

@@ -18,8 +18,8 @@ from typing import Any
 
 import msgspec
 
+from rebalancer.collector import paused as collector_paused
 from rebalancer.kube import KubeSource, connect, decode
-from rebalancer.kube.lister import gc_paused
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
 
@@ -55,7 +55,7 @@ def decode_only(total: int) -> None:
         pods: list[Any] = []
         started = time.perf_counter()
         if paused:
-            with gc_paused():
+            with collector_paused():
                 _decode_pages(page, total, pods)
         else:
             _decode_pages(page, total, pods)

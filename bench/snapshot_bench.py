@@ -17,27 +17,19 @@ import statistics
 import time
 from typing import Any
 
-from bench.harness import (
-    kubeconfig,
-    page_worker_pids,
-    peak_rss_mb,
-    process_cpu_s,
-    run_child,
-    served_cluster,
-    workers_cpu_s,
-    workers_peak_rss_mb,
-)
+from bench.harness import kubeconfig, peak_rss_mb, process_cpu_s, run_child, served_cluster
 
 BASELINE_PAGE = 500
-AUTO = -1  # --decode-workers: as KubeSource chooses (page_workers.auto_workers)
 
 
 # --- child measurements ----------------------------------------------------------------------
 
 
-def child_snapshot(url: str, server_pid: int, decode_workers: int) -> dict[str, Any]:
-    """One snapshot (nodes, ReplicaSets, pods, budgets) and one plan on it with synthetic usage."""
+def child_snapshot(url: str, server_pid: int) -> dict[str, Any]:
+    """One snapshot (nodes, ReplicaSets, pods, budgets) and one plan on it with synthetic usage, with
+    the collector paused as the composition root pauses it."""
     from bench.cluster_gen import pod_usage_millicores
+    from rebalancer.collector import paused
     from rebalancer.kube import KubeSource, connect
     from rebalancer.model import UsageReport
     from rebalancer.policy import parse_policy
@@ -52,25 +44,21 @@ def child_snapshot(url: str, server_pid: int, decode_workers: int) -> dict[str, 
     protections = Protections.from_settings(policy.protections)
     rss_before = peak_rss_mb()
     started = time.perf_counter()
-    source = KubeSource(
-        connect(kubeconfig(url)),
-        protections.annotations_read(),
-        decode_workers=None if decode_workers == AUTO else decode_workers,
-    )
+    source = KubeSource(connect(kubeconfig(url)), protections.annotations_read())
     setup_s = time.perf_counter() - started  # the client imports its API modules lazily, here
     started = time.perf_counter()
-    facts = source.read_facts()
+    with paused():
+        facts = source.read_facts()
     first_s = time.perf_counter() - started
     rss_snapshot = peak_rss_mb()
     del facts
-    server_cpu, client_cpu, worker_cpu = process_cpu_s(server_pid), time.process_time(), workers_cpu_s()
+    server_cpu, client_cpu = process_cpu_s(server_pid), time.process_time()
     started = time.perf_counter()
-    facts = source.read_facts()
+    with paused():
+        facts = source.read_facts()
     snapshot_s = time.perf_counter() - started
     client_cpu_s, server_cpu_s = time.process_time() - client_cpu, process_cpu_s(server_pid) - server_cpu
-    worker_cpu_s = workers_cpu_s() - worker_cpu
     stats = source.last_stats
-    workers = len(page_worker_pids())
 
     # Synthetic usage, skewed by node so that some nodes are hot and some cold.
     skew = {n.name: (0.3, 2.5, 1.0, 1.0)[i % 4] for i, n in enumerate(facts.nodes)}
@@ -94,14 +82,10 @@ def child_snapshot(url: str, server_pid: int, decode_workers: int) -> dict[str, 
         "first_s": first_s,
         "snapshot_s": snapshot_s,
         "client_cpu_s": client_cpu_s,
-        "worker_cpu_s": worker_cpu_s,
         "server_cpu_s": server_cpu_s,
         "pages": stats.pages["pods"],
-        "workers": workers,
-        "offloaded": stats.offloaded["pods"],
         "rss_before_mb": rss_before,
         "rss_snapshot_mb": rss_snapshot,
-        "rss_workers_mb": workers_peak_rss_mb(),
         "plan_s": plan_s,
         "rss_total_mb": peak_rss_mb(),
         "hot_nodes": hot,
@@ -171,22 +155,12 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=150_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline-pods", type=int, default=15_000)
-    parser.add_argument(
-        "--decode-workers", type=int, default=AUTO, help="page worker processes (default: as KubeSource chooses)"
-    )
-    parser.add_argument(
-        "--compare-workers",
-        type=int,
-        default=0,
-        metavar="N",
-        help="also read with N page worker processes, alternating with the default, same session",
-    )
     parser.add_argument("--child", choices=["snapshot", "baseline", "raw"])
     parser.add_argument("--url")
     parser.add_argument("--server-pid", type=int, default=0)
     args = parser.parse_args()
     if args.child == "snapshot":
-        print(json.dumps(child_snapshot(args.url, args.server_pid, args.decode_workers)))
+        print(json.dumps(child_snapshot(args.url, args.server_pid)))
         return
     if args.child == "raw":
         print(json.dumps(child_raw(args.url, args.server_pid)))
@@ -212,34 +186,25 @@ def report(args: argparse.Namespace, url: str, server_pid: int) -> None:
         f"{raw_s:.2f} s for {raw[0]['bytes'] / 1e6:.1f} MB in {raw[0]['pages']} pages "
         f"(test API server CPU {statistics.median(r['server_cpu_s'] for r in raw):.2f} s)"
     )
-    runs, other = [], []
-    for _ in range(args.runs):  # alternating, so that both see the same machine
-        runs.append(child("snapshot", url, *pid, "--decode-workers", str(args.decode_workers)))
-        if args.compare_workers:
-            other.append(child("snapshot", url, *pid, "--decode-workers", str(args.compare_workers)))
+    runs = [child("snapshot", url, *pid) for _ in range(args.runs)]
     base = child("baseline", url, "--baseline-pods", str(args.baseline_pods))
-    snap_s = print_snapshot(f"snapshot (narrow msgspec path, {runs[0]['workers']} page workers)", runs, args.runs)
-    if other:
-        other_s = print_snapshot(f"snapshot with {args.compare_workers} page workers", other, args.runs)
-        print(
-            f"  {args.compare_workers} page workers against the default, same session: {snap_s / other_s:.2f}x faster"
-        )
+    snap_s = print_snapshot("snapshot (narrow msgspec path)", runs, args.runs)
     first_s = statistics.median(r["first_s"] for r in runs)
     setup_s = statistics.median(r["setup_s"] for r in runs)
-    rss = statistics.median(r["rss_snapshot_mb"] + r["rss_workers_mb"] for r in runs)
+    rss = statistics.median(r["rss_snapshot_mb"] for r in runs)
     plan_s = statistics.median(r["plan_s"] for r in runs)
-    total_rss = statistics.median(r["rss_total_mb"] + r["rss_workers_mb"] for r in runs)
+    total_rss = statistics.median(r["rss_total_mb"] for r in runs)
     per_pod_narrow = snap_s / runs[0]["pods"]
     per_pod_base = base["seconds"] / base["pods"]
     scale = args.pods / base["pods"]
     base_rss_extrapolated = base["rss_before_mb"] + (base["rss_mb"] - base["rss_before_mb"]) * scale
     print(
         f"  first read in a fresh process: {first_s:.2f} s, after {setup_s:.2f} s of client start-up "
-        "(the kubernetes client imports its API modules lazily; page workers start during the read)"
+        "(the kubernetes client imports its API modules lazily)"
     )
     print(
         f"plan on it (LowNodeUtilization, {runs[0]['hot_nodes']} hot nodes, {runs[0]['planned']} evictions "
-        f"planned): {plan_s:.2f} s; peak RSS of the whole cycle {total_rss:.0f} MB (page workers included)"
+        f"planned): {plan_s:.2f} s; peak RSS of the whole cycle {total_rss:.0f} MB"
     )
     print(
         f"baseline (official client, generated models) at {base['pods']} pods: {base['seconds']:.2f} s, "
@@ -256,20 +221,18 @@ def print_snapshot(label: str, runs: list[dict[str, Any]], count: int) -> float:
     seconds = statistics.median(r["snapshot_s"] for r in runs)
     each = ", ".join(f"{r['snapshot_s']:.2f}" for r in runs)
     rss = statistics.median(r["rss_snapshot_mb"] for r in runs)
-    workers_rss = statistics.median(r["rss_workers_mb"] for r in runs)
     idle = statistics.median(r["rss_before_mb"] for r in runs)
     print(
         f"{label}, median of {count}: {seconds:.2f} s (runs: {each}); peak RSS {rss:.0f} MB "
-        f"+ {workers_rss:.0f} MB in page workers ({idle:.0f} MB before listing)"
+        f"({idle:.0f} MB before listing)"
     )
 
     def cpu(key: str) -> float:
         return statistics.median(r[key] for r in runs)
 
     print(
-        f"  CPU of that read: client {cpu('client_cpu_s'):.2f} s, page workers {cpu('worker_cpu_s'):.2f} s "
-        f"({statistics.median(r['offloaded'] for r in runs):.0f} of {runs[0]['pages']} pages), "
-        f"test API server {cpu('server_cpu_s'):.2f} s (all on the same cores)"
+        f"  CPU of that read: client {cpu('client_cpu_s'):.2f} s ({runs[0]['pages']} pod pages), "
+        f"test API server {cpu('server_cpu_s'):.2f} s (both on the same cores)"
     )
     return seconds
 

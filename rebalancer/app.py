@@ -10,8 +10,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
+from rebalancer import collector
 from rebalancer.app_efficiency import RECORDS_KEY, Earlier, EfficiencyRecorder, Recorded
 from rebalancer.app_guard import guard_after_cycle, guard_before_evictions, preview
 from rebalancer.app_prediction import HistoryCache, needs_prediction, predicted_load
@@ -24,10 +24,8 @@ from rebalancer.explain import ScaleDownExplanation, explain
 from rebalancer.guard.applier import GuardReport
 from rebalancer.inflight import EarlierReliefs
 from rebalancer.kube import ApiClient, ConfigMapStateStore, KubeActions, KubeSource, PodAnnotator, connect
-from rebalancer.kube.lister import gc_paused
 from rebalancer.kube.workload_pods import WORKLOAD_KINDS, WorkloadPodsReader
 from rebalancer.model import ClusterFacts, UsageReport
-from rebalancer.offload import ForkOffload, fork_offload
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
 from rebalancer.predict.predictor import predict
@@ -71,7 +69,6 @@ def plan_live(
     timeline: Timeline | None = None,
     prometheus: PrometheusUsageSource | None = None,
     earlier: Callable[[ClusterFacts, float], Earlier] | None = None,
-    offload: ForkOffload | Literal["auto"] | None = "auto",
 ) -> PlanOutcome:
     """Read the cluster and Prometheus (at once, when the cluster is listed), then plan. A failed usage
     read blocks evictions, not the plan.
@@ -81,18 +78,19 @@ def plan_live(
     the service's cache of the predictor's daily peaks (strategies with classifyBy predicted or max).
     ``timeline`` receives the time of each step. ``prometheus``: a usage source kept open between cycles
     (its connection stays warm), else one is opened for this cycle. ``moved``: the bounce-back guard's
-    pods for these facts and the earlier reliefs (read from the efficiency records; None: neither). ``offload``: runs independent parts of
-    the plan in a forked child (None: never); "auto" uses one for a whole listed cluster when the process
-    can fork safely and has a second whole CPU (:func:`rebalancer.offload.fork_offload`), never on the
-    watch cache or for an alert's nodes (serve mode has other threads)."""
+    pods for these facts and the earlier reliefs (read from the efficiency records; None: neither).
+    The collector is paused while the cluster is listed and while the plan is made (:mod:`rebalancer.collector`)."""
     timeline = timeline or Timeline()
     now = clock()
 
     def usage_now() -> UsageReport:
         if prometheus is not None:
-            return read_usage(lambda at: prometheus.read(at, focus), now)
-        with PrometheusUsageSource(policy.prometheus) as source:
-            return read_usage(lambda at: source.read(at, focus), now)
+            usage = read_usage(lambda at: prometheus.read(at, focus), now)
+        else:
+            with PrometheusUsageSource(policy.prometheus) as source:
+                usage = read_usage(lambda at: source.read(at, focus), now)
+        collector.untrack_young()  # its per-pod keys, while in the CPU cache, if a listing paused the collector
+        return usage
 
     if cached is not None:
         with timeline.step("facts"):
@@ -107,7 +105,8 @@ def plan_live(
             with timeline.step("facts"):
                 api = api or connect(connection.kubeconfig, connection.context)
                 kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
-                facts = read_facts(kube, focus, known)
+                with collector.paused():
+                    facts = read_facts(kube, focus, known)
             with timeline.step("usage"):  # only what the listing did not hide
                 usage = pending.result()
     predicted = None
@@ -118,10 +117,8 @@ def plan_live(
     if earlier is not None:
         with timeline.step("guard"):
             guarded, reliefs = earlier(facts, now)
-    if offload == "auto":  # a listed cycle plans with the CPUs the listing used (one thread left)
-        offload = fork_offload() if cached is None and focus is None else None
-    with gc_paused():  # planning makes little cyclic garbage; collections were 7% of a 150,000-pod plan
-        snapshot, plan = plan_cycle(facts, usage, policy, now, focus, predicted, timeline, guarded, offload, reliefs)
+    with collector.paused():  # planning makes little cyclic garbage; collections were 7% of a 150,000-pod plan
+        snapshot, plan = plan_cycle(facts, usage, policy, now, focus, predicted, timeline, guarded, reliefs=reliefs)
     return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}", facts)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from rebalancer import collector
 from rebalancer.errors import SourceError
 from rebalancer.kube import KubeSource, connect
 from rebalancer.model import ClusterFacts
@@ -106,7 +107,8 @@ def predict_live(
     now = clock()
     started = time.perf_counter()
     api = connect(kubeconfig, context)
-    facts = KubeSource(api, Protections.from_settings(policy.protections).annotations_read()).read_facts()
+    with collector.paused():
+        facts = KubeSource(api, Protections.from_settings(policy.protections).annotations_read()).read_facts()
     listed = time.perf_counter()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="current-usage") as pool:
         current = pool.submit(_current_pct, policy, facts, now)  # beside the history read: Prometheus has 2 cores

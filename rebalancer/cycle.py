@@ -18,7 +18,6 @@ from rebalancer.protections import Protections
 from rebalancer.snapshot import ClusterSnapshot, after_evictions, build_snapshot
 from rebalancer.timeline import Timeline
 from strategies import build
-from strategies.base import Offload
 
 
 def plan_cycle(
@@ -30,13 +29,11 @@ def plan_cycle(
     predicted: PredictedLoad | None = None,
     timeline: Timeline | None = None,
     moved: Mapping[PodKey, str] | None = None,
-    offload: Offload | None = None,
     reliefs: EarlierReliefs | None = None,
 ) -> tuple[ClusterSnapshot, EvictionPlan]:
     """``focus``: the nodes an alert named; only they are relieved (None: every hot node).
     ``predicted``: the next-peak load, for strategies that classify by prediction. ``moved``: pods the
-    bounce-back guard keeps in place (``efficiency.recently_moved``), with the reason. ``offload``: runs
-    parts of a strategy's plan on another CPU (the plan is the same without it). ``reliefs``: the earlier
+    bounce-back guard keeps in place (``efficiency.recently_moved``), with the reason. ``reliefs``: the earlier
     reliefs from the efficiency records; a node's usage is corrected by those its reading still covers
     (:mod:`rebalancer.inflight`), so every strategy and the landing guard plan on the same corrected usage
     (None: no records, no correction)."""
@@ -60,7 +57,7 @@ def plan_cycle(
         for settings in policy.strategies:
             if not settings.enabled:
                 continue
-            result = build(settings).plan(seen, protections, offload)
+            result = build(settings).plan(seen, protections)
             results.append(result)
             seen = after_evictions(seen, result.evictions)  # the next strategy plans on what this one moved
     blocked = f"usage source failed, no evictions this cycle: {usage.failure}" if usage.failure else None

@@ -6,7 +6,6 @@ listeners (the webhook; /metrics and the probes) and leader election; stops grac
 
 from __future__ import annotations
 
-import gc
 import logging
 import signal
 import socket
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from wsgiref.types import WSGIApplication
 
+from rebalancer import collector
 from rebalancer.app import Clock, ClusterConnection, run_cycle, state_namespace
 from rebalancer.app_guard import release_marks, sweep
 from rebalancer.app_prediction import HistoryCache
@@ -28,7 +28,6 @@ from rebalancer.guard.applier import GuardReport
 from rebalancer.kube import ApiClient, KubeSource, connect
 from rebalancer.kube.informer import WatchTiming
 from rebalancer.kube.lease import LeaseClient
-from rebalancer.kube.lister import gc_paused
 from rebalancer.kube.watch_cache import WatchCache
 from rebalancer.leader import LeaderElection, LeaderElector
 from rebalancer.metrics import Metrics, WatchStat
@@ -50,25 +49,10 @@ from rebalancer.service import (
 )
 from rebalancer.settings import PrometheusSettings
 from rebalancer.steerer import SteeringReport, TokenBucket, steering_summary
-from rebalancer.timeline import CollectorPauses, Timeline
+from rebalancer.timeline import Timeline
 
 log = logging.getLogger(__name__)
 CACHE_SYNC_WAIT_SECONDS = 60.0  # a cycle right after start waits this long for the first listing
-
-
-def freeze_heap() -> None:
-    """After the pods are listed: collect, then move every object alive out of the cyclic garbage
-    collector's generations (``gc.freeze``), so that its full passes no longer walk the cache (about
-    150,000 tracked objects at 150,000 pods). Measured at that size: the collector's time in a scheduled
-    cycle fell from about 340 to 130 ms, its p95 in an alert cycle from about 110 to 30 ms. Frozen objects
-    are still freed by reference counting when the cache drops them; only a reference cycle among them
-    would be kept, and the cache's objects form none."""
-    started = time.perf_counter()
-    gc.collect()
-    gc.freeze()
-    log.info(
-        "heap frozen after the pods listing: %d objects, %.2f s", gc.get_freeze_count(), time.perf_counter() - started
-    )
 
 
 class _ClusterCache:
@@ -213,7 +197,7 @@ class _Cycles:
         cache: _ClusterCache,
         may_act: Callable[[], bool],
         identity: str,
-        pauses: CollectorPauses | None = None,
+        pauses: collector.CollectorPauses | None = None,
         efficiency: EfficiencyPublisher | None = None,
         on_steering: Callable[[SteeringReport], None] | None = None,
         on_guard: Callable[[GuardReport], None] | None = None,
@@ -246,7 +230,7 @@ class _Cycles:
             log.warning("the watch cache is not listed yet: this cycle plans on nothing and evicts nothing")
         max_age = policy.service.alert_facts_max_age_seconds
         known = self._facts if trigger.nodes and time.monotonic() - self._facts_at < max_age else None
-        with gc_paused():  # a cycle makes little cyclic garbage; collections in it were 10% of an alert cycle
+        with collector.paused():  # a cycle makes little cyclic garbage; collections in it were 10% of an alert cycle
             outcome = run_cycle(
                 policy.model_copy(update={"strategies": chosen}),
                 self._api,
@@ -436,7 +420,7 @@ def serve(
     stop = stop or threading.Event()
     _quiet_scheduler_log()
     api = connect(connection.kubeconfig, connection.context)
-    cache = _ClusterCache(api, on_pods_listed=freeze_heap)
+    cache = _ClusterCache(api, on_pods_listed=collector.freeze_heap)
     known = _KnownNodes(KubeSource(api, frozenset()), cache, time.monotonic)
     metrics = Metrics()
     metrics.watch_cache(cache.stats)
@@ -446,7 +430,7 @@ def serve(
     def is_leader() -> bool:
         return election.is_leader() if election is not None else True
 
-    pauses = CollectorPauses()
+    pauses = collector.CollectorPauses()
     state_access = StateAccess(api)
     cycles = _Cycles(
         api, dry_run, clock, known, cache, is_leader, identity, pauses, EfficiencyPublisher(metrics),
@@ -463,7 +447,7 @@ def serve(
     policy = service.policy
     token = webhook_token(policy, str(policy_path), metrics)
     check_state_at_start(state_access, policy)
-    gc.callbacks.append(pauses.callback)
+    pauses.attach()
     cache.ensure(policy)  # listing starts now, on followers too: a new leader has the cluster at hand
 
     def leadership_changed(leading: bool) -> None:
@@ -500,7 +484,7 @@ def serve(
         _release_marks(service.policy, api, owner, dry_run, is_leader(), metrics)
         cycles.close()
         cache.stop()
-        gc.callbacks.remove(pauses.callback)
+        pauses.detach()
         if election is not None:
             election.stop(release=True)
     return 0

@@ -8,7 +8,7 @@ benchmark, the API server's own record) can line its moments up with the cycle's
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
@@ -61,20 +61,3 @@ class Timeline:
         steps = " ".join(f"{name}={seconds * 1000:.1f}" for name, seconds in self._steps.items())
         marks = " ".join(f"@{name}=+{seconds * 1000:.1f}" for name, seconds in self._marks.items())
         return f"{steps} {marks} origin={self.origin:.6f}".strip()
-
-
-class CollectorPauses:
-    """The time the cyclic garbage collector paused the process, summed (``gc.callbacks`` calls
-    :meth:`callback` at the start and end of every collection; register it once per process)."""
-
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
-        self._clock = clock
-        self._started: float | None = None
-        self.seconds = 0.0
-
-    def callback(self, phase: str, info: Mapping[str, int]) -> None:
-        if phase == "start":
-            self._started = self._clock()
-        elif self._started is not None:
-            self.seconds += self._clock() - self._started
-            self._started = None

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from pydantic import Field, model_validator
 
@@ -81,38 +80,13 @@ def percentage_of_nodes_to_score_field() -> Any:
     )
 
 
-T = TypeVar("T")
-T_co = TypeVar("T_co", covariant=True)
-
-
-class Ahead(Protocol[T_co]):
-    """Work started elsewhere: its answer (None: none usable, compute it yourself), or cancelled."""
-
-    def result(self) -> T_co | None: ...
-
-    def cancel(self) -> None: ...
-
-
-class Offload(Protocol):
-    """Runs a part of a plan ahead, on another CPU, from the state the plan is in when it starts
-    (``rebalancer.offload.ForkOffload``: a forked copy of the process). The strategy decides whether
-    the answer still holds when it gets there; the plan must be the same with or without an offload."""
-
-    min_split: int  # the fewest items (hot nodes) worth splitting
-
-    def start(self, work: Callable[[], T]) -> Ahead[T]: ...
-
-
 class Strategy(Protocol):
     """Receives an immutable snapshot, returns planned evictions and their decision record.
 
-    No I/O, no clock, no eviction: ``snapshot.taken_at`` is the only notion of time. ``offload`` may
-    run independent parts of the plan on another CPU; the result is the same without it.
+    No I/O, no clock, no eviction: ``snapshot.taken_at`` is the only notion of time.
     """
 
     @property
     def name(self) -> str: ...
 
-    def plan(
-        self, snapshot: ClusterSnapshot, protections: Protections, offload: Offload | None = None
-    ) -> StrategyResult: ...
+    def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult: ...

@@ -22,7 +22,7 @@ from rebalancer.predicted import ClassifyBy, usage_view
 from rebalancer.protections import DELETION_COST_OWNER_ANNOTATION, Protections, foreign_deletion_cost
 from rebalancer.settings import LabelSelectorSpec, Model, NamespaceFilter
 from rebalancer.snapshot import ClusterSnapshot
-from strategies.base import Offload, StrategySettings
+from strategies.base import StrategySettings
 
 KIND = "DeletionCostSteering"
 Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
@@ -99,10 +99,7 @@ class DeletionCostSteering:
     def name(self) -> str:
         return KIND
 
-    def plan(
-        self, snapshot: ClusterSnapshot, protections: Protections, offload: Offload | None = None
-    ) -> StrategyResult:
-        del offload  # nothing here is worth a second CPU
+    def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult:
         s = self.settings
         view = usage_view(snapshot, s.classify_by)
         if view.usage_failure is not None:  # costs are left as they are rather than computed from other numbers

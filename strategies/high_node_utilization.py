@@ -25,7 +25,7 @@ from rebalancer.plan import NodeClass, NodeDecision, PlannedEviction, PodDecisio
 from rebalancer.protections import Protections
 from rebalancer.settings import FieldProblems, ResourceThresholds
 from rebalancer.snapshot import ClusterSnapshot
-from strategies.base import Offload, StrategySettings, percentage_of_nodes_to_score_field
+from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
 from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.group_landing import GroupLanding
 from strategies.landing import LandingPredictor, LandingVerdict, percent
@@ -105,10 +105,7 @@ class HighNodeUtilization:
     def name(self) -> str:
         return KIND
 
-    def plan(
-        self, snapshot: ClusterSnapshot, protections: Protections, offload: Offload | None = None
-    ) -> StrategyResult:
-        del offload  # nothing here is worth a second CPU
+    def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult:
         s = self.settings
         bands = pool_bands(snapshot, s, s.pools, False)
         decisions = classify_nodes(snapshot, KIND, bands, _decide)

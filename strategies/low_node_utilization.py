@@ -25,11 +25,10 @@ from rebalancer.predicted import ClassifyBy, usage_view
 from rebalancer.protections import Protections
 from rebalancer.settings import FieldProblems
 from rebalancer.snapshot import ClusterSnapshot
-from strategies.base import Offload, StrategySettings, percentage_of_nodes_to_score_field
+from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
 from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
 from strategies.placement import RoomTracker
-from strategies.split_relief import relieve_all
 from strategies.thresholds import Band, PoolThresholds, cap_millis, classify_nodes, pool_bands
 
 KIND = "LowNodeUtilization"
@@ -136,9 +135,7 @@ class LowNodeUtilization:
     def name(self) -> str:
         return KIND
 
-    def plan(
-        self, snapshot: ClusterSnapshot, protections: Protections, offload: Offload | None = None
-    ) -> StrategyResult:
+    def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult:
         s = self.settings
         snapshot = usage_view(snapshot, s.classify_by)
         bands = pool_bands(snapshot, s, s.pools, bool(s.use_deviation_thresholds))
@@ -163,16 +160,17 @@ class LowNodeUtilization:
         hot = sorted((d for d in hot_everywhere if d.pool in active_pools), key=lambda d: -(d.usage_pct or 0.0))
         ledger = BudgetLedger(snapshot.budgets)
         predictor = self._predictor(snapshot, decisions, caps) if hot and s.predict_placement else None
-
-        def relieve(decision: NodeDecision) -> tuple[list[PlannedEviction], list[PodDecision], Unrelieved | None]:
+        evictions: list[PlannedEviction] = []
+        pod_decisions: list[PodDecision] = []
+        for decision in hot:
             tracker = trackers[decision.pool if s.destinations_in_same_pool else ""]
-            return self._relieve(decision, snapshot, protections, ledger, _Destinations(tracker, predictor))
-
-        relieved = relieve_all(hot, relieve, trackers, offload)
-        unrelieved.update(relieved.unrelieved)
-        return StrategyResult(
-            KIND, tuple(relieved.evictions), ordered, tuple(relieved.records), tuple(notes), unrelieved
-        )
+            destinations = _Destinations(tracker, predictor)
+            chosen, records, why_none = self._relieve(decision, snapshot, protections, ledger, destinations)
+            evictions.extend(chosen)
+            pod_decisions.extend(records)
+            if why_none is not None:
+                unrelieved[decision.node] = why_none
+        return StrategyResult(KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes), unrelieved)
 
     def _active_pools(
         self,

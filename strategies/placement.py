@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import msgspec
 
-from rebalancer.model import Node, Pod, PodKey
+from rebalancer.model import Node, Pod
 from rebalancer.scheduling import placement_blocker
 from rebalancer.snapshot import ClusterSnapshot
 from strategies.room_index import BLOCK, Key, Requests, Room, RoomIndex
@@ -21,15 +21,6 @@ Signature = tuple[object, ...]
 Memo = tuple[Signature, frozenset[str]]  # what a failed search is remembered by: constraints, nodes left out
 Need = tuple[int, int, int]  # usage, CPU request, memory request
 REMEMBERED = "no destination with room accepts it (a pod needing no more found none)"
-
-
-class Miss(msgspec.Struct, frozen=True, gc=False):
-    """A search that found no room and was remembered: its pod, what it needed, and what it said."""
-
-    pod: PodKey
-    memo: Memo
-    need: Need
-    reason: str
 
 
 def signature(pod: Pod) -> Signature:
@@ -59,7 +50,6 @@ class RoomTracker:
         self._journal: list[tuple[str, int, int, int]] = []
         self._allowed: dict[Signature, tuple[frozenset[str], str]] = {}
         self._failed: dict[Memo, list[Need]] = {}
-        self.misses: list[Miss] = []  # the searches remembered in _failed, in order
         for name, cap in caps_m.items():
             node = snapshot.nodes[name]
             load = snapshot.load[name]
@@ -90,7 +80,7 @@ class RoomTracker:
         excluded = allowed.intersection(exclude)
         memo = (sig, frozenset(excluded))
         need = (usage_m, pod.cpu_request_m, pod.memory_request)
-        if self.remembers(memo, need):
+        if self._remembers(memo, need):
             return Placement(None, REMEMBERED)
         for room_m, name in self._scan(usage_m, (pod.cpu_request_m, pod.memory_request, 1)):
             if name in excluded or name not in allowed:
@@ -98,11 +88,9 @@ class RoomTracker:
             if self._request_blocker(pod, name) is None:
                 return Placement(name, f"{name} has {room_m}m of real-usage room")
         self._failed.setdefault(memo, []).append(need)
-        placement = self._none_for(pod, usage_m, allowed, excluded)
-        self.misses.append(Miss(pod.key, memo, need, placement.reason))
-        return placement
+        return self._none_for(pod, usage_m, allowed, excluded)
 
-    def remembers(self, memo: Memo, need: Need) -> bool:
+    def _remembers(self, memo: Memo, need: Need) -> bool:
         """A pod needing at least as much as one that found no room (same constraints) fails at once."""
         for failed in self._failed.get(memo, ()):
             if need[0] >= failed[0] and need[1] >= failed[1] and need[2] >= failed[2]:
@@ -167,7 +155,6 @@ class RoomTracker:
     def rollback(self, checkpoint: int) -> None:
         if len(self._journal) > checkpoint:
             self._failed.clear()  # room grows back: earlier failures may now fit
-            self.misses.clear()
         while len(self._journal) > checkpoint:
             node, usage_m, cpu_m, memory = self._journal.pop()
             self._apply(node, -usage_m, -cpu_m, -memory, -1)

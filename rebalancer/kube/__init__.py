@@ -1,8 +1,8 @@
 """Kubernetes adapters: the only package that imports ``kubernetes`` and ``urllib3``.
 
 The names below are imported on first use (PEP 562): the decoders (``decode``, ``wire``, ``bodies``)
-do not need the ``kubernetes`` client, and a page worker process (:mod:`page_workers`) that imports
-only them starts without it (half a second less).
+do not need the ``kubernetes`` client, and code that imports only them starts without it (half a
+second less).
 """
 
 from __future__ import annotations

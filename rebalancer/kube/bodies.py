@@ -1,7 +1,4 @@
-"""List bodies decoded narrowly, and the error that names the object and field when one does not decode.
-
-Free of the ``kubernetes`` client: the page workers (:mod:`page_workers`) decode with it too.
-"""
+"""List bodies decoded narrowly, and the error that names the object and field when one does not decode."""
 
 from __future__ import annotations
 
@@ -16,7 +13,7 @@ _T = TypeVar("_T")
 
 
 class Named(Protocol):
-    """What a list is of, for error messages (a :class:`ListCall`, or a page worker's setup)."""
+    """What a list is of, for error messages (a :class:`~rebalancer.kube.lister.ListCall`)."""
 
     @property
     def what(self) -> str: ...  # "pods": the collection

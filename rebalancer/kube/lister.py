@@ -12,7 +12,6 @@ show a pod twice or miss one. Every library exception becomes a :class:`KubeUnav
 
 from __future__ import annotations
 
-import gc
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -29,7 +28,6 @@ from kubernetes.config import ConfigException
 from rebalancer.errors import KubeForbidden, KubeUnavailable
 from rebalancer.kube import wire
 from rebalancer.kube.bodies import decode_body
-from rebalancer.kube.split_list import Offload, PageSink, Split, split_list
 
 MAX_RELISTS = 3
 LISTING_SWITCH_INTERVAL = 0.0002
@@ -65,7 +63,6 @@ class Listed(Generic[_D]):
     resource_version: str
     pages: int
     relists: int
-    offloaded: int = 0  # pages decoded and converted by worker processes
 
 
 class _Expired(Exception):
@@ -79,7 +76,6 @@ def list_all(
     page_size: int,
     timeout: float,
     host: str,
-    offload: Offload[_D] | None = None,
 ) -> Listed[_D]:
     """Every object of ``call``'s collection, converted page by page with ``convert``.
 
@@ -88,14 +84,11 @@ def list_all(
     once). The next page is asked for as soon as this one's continue token is known, which is
     before its items are decoded when the token can be read from the bytes ahead of them
     (:func:`wire.list_head`).
-
-    With ``offload``, a list longer than one page shares its later pages with worker processes
-    (:func:`split_list.split_list`).
     """
     with fast_switching(), ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"list-{call.what}") as fetcher:
         for relists in range(MAX_RELISTS + 1):
             try:
-                return _list_once(call, convert, fetcher, _Paging(page_size, timeout, host), offload, relists)
+                return _list_once(call, convert, fetcher, _Paging(page_size, timeout, host), relists)
             except _Expired:
                 continue
     raise KubeUnavailable(
@@ -118,7 +111,6 @@ def _list_once(
     convert: Callable[[Sequence[_W]], Iterable[_D]],
     fetcher: ThreadPoolExecutor,
     paging: _Paging,
-    offload: Offload[_D] | None,
     relists: int,
 ) -> Listed[_D]:
     out: list[_D] = []
@@ -128,11 +120,6 @@ def _list_once(
     while True:
         raw = pending.result()
         head = wire.list_head(raw)
-        if pages == 0 and offload is not None and head is not None and head.continue_:
-            with offload() as sink:
-                if sink is not None:
-                    split = _split(call, convert, fetcher, paging, raw, head.continue_, sink)
-                    return Listed(split.items, head.resource_version, split.pages, relists, split.offloaded)
         if head is not None and head.continue_:
             pending = fetcher.submit(_fetch, call, paging, head.continue_)
         body: ListBody[_W] = decode_body(call, call.decoder, raw)
@@ -147,46 +134,6 @@ def _list_once(
         del body
         if token is None:
             return Listed(out, resource_version, pages, relists)
-
-
-def _split(
-    call: ListCall[_W],
-    convert: Callable[[Sequence[_W]], Iterable[_D]],
-    fetcher: ThreadPoolExecutor,
-    paging: _Paging,
-    first: bytes,
-    token: str,
-    sink: PageSink[_D],
-) -> Split[_D]:
-    """The list from its first page on, its later pages shared with ``sink`` (:func:`split_list`)."""
-
-    def here(raw: bytes) -> Iterable[_D]:
-        body: ListBody[_W] = decode_body(call, call.decoder, raw)
-        return convert(body.items)
-
-    def fetch(token: str) -> tuple[bytes, str]:
-        raw = _fetch(call, paging, token)
-        meta = wire.list_head(raw) or decode_body(call, wire.LIST_META, raw).metadata
-        return raw, meta.continue_
-
-    return split_list(lambda: here(first), token, fetch, here, sink, fetcher)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cycle collector while bulk-decoding.
-
-    Decoding creates millions of container objects and no cycles; left on, the collector runs
-    ever longer full passes over the growing result (about 20% of a 150,000-pod read here).
-    The process-wide switch is restored even on error, and never turned on if it was off.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class _SwitchInterval:

@@ -9,10 +9,9 @@ from typing import TypeVar
 import kubernetes.client
 import msgspec
 
-from rebalancer.kube import decode, page_workers, wire
-from rebalancer.kube.lister import ListCall, Listed, gc_paused, list_all
-from rebalancer.kube.split_list import Offload
-from rebalancer.model import ClusterFacts, DisruptionBudget, Node, Pod
+from rebalancer.kube import decode, wire
+from rebalancer.kube.lister import ListCall, Listed, list_all
+from rebalancer.model import ClusterFacts, DisruptionBudget, Node
 
 _W = TypeVar("_W")
 _D = TypeVar("_D")
@@ -20,12 +19,10 @@ _D = TypeVar("_D")
 
 @dataclass(frozen=True, slots=True)
 class ReadStats:
-    """How the last read went, per collection: pages fetched, restarts after a 410, pages decoded by
-    worker processes."""
+    """How the last read went, per collection: pages fetched, restarts after a 410."""
 
     pages: dict[str, int] = field(default_factory=dict)
     relists: dict[str, int] = field(default_factory=dict)
-    offloaded: dict[str, int] = field(default_factory=dict)
 
 
 def escape_field_value(value: str) -> str:
@@ -38,8 +35,8 @@ class KubeSource:
 
     ``annotations``: the pod annotation keys to keep (``Protections.annotations_read()``).
     ``request_timeout``: seconds per HTTP request (one page), not per whole list.
-    ``decode_workers``: worker processes that decode the pages of a long pod list in parallel
-    (:mod:`page_workers`); None: :func:`page_workers.auto_workers` (none on one CPU, one on two), 0: none.
+    The caller pauses the garbage collector around a read (:mod:`rebalancer.collector`): it creates
+    millions of objects and no reference cycles.
     """
 
     def __init__(
@@ -48,12 +45,9 @@ class KubeSource:
         annotations: frozenset[str],
         page_size: int = 500,
         request_timeout: float = 30.0,
-        decode_workers: int | None = None,
     ) -> None:
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
-        workers = page_workers.auto_workers() if decode_workers is None else decode_workers
-        self._workers = page_workers.shared(workers) if workers > 0 else None
         self._core = kubernetes.client.CoreV1Api(api_client)
         self._apps = kubernetes.client.AppsV1Api(api_client)
         self._policy = kubernetes.client.PolicyV1Api(api_client)
@@ -72,46 +66,40 @@ class KubeSource:
         (one field-selected list each: field selectors cannot OR). ReplicaSets and budgets are listed
         once whatever the number of nodes."""
         self.last_stats = ReadStats()
-        if node_names is None and self._workers is not None:
-            self._workers.warm_up()  # they start while nodes and ReplicaSets are listed
-        with gc_paused():
-            if node_names is None:
-                nodes = list(self._list(self._node_call(None), _nodes).items)
-            else:
-                nodes = [n for name in node_names for n in self._list(self._node_call(name), _nodes).items]
-            owners = self._list(
-                ListCall(
-                    "replicasets", "replicaset", self._apps.list_replica_set_for_all_namespaces, wire.REPLICA_SET_LIST
-                ),
-                _owners,
-            )
-            rs_owners = dict(owners.items)
-            pod_decoder = decode.PodDecoder(self._annotations, rs_owners)
-            del owners
-            offload = self._offload(rs_owners)
-            with pod_decoder.converting_list() as pod_list:
-                pod_lists = [
-                    self._list(self._pod_call(name, pod_list), decode.converted, offload)
-                    for name in (node_names if node_names is not None else (None,))
-                ]
-            # Its tables (a ReplicaSet map of ~40,000 tuples here) go before the collector is back.
-            del pod_decoder, pod_list, rs_owners, offload
-            budgets = self._list(
-                ListCall(
-                    "poddisruptionbudgets",
-                    "poddisruptionbudget",
-                    self._policy.list_pod_disruption_budget_for_all_namespaces,
-                    wire.PDB_LIST,
-                ),
-                _budgets,
-            )
-            # Built with the collector still paused: its first pass afterwards only meets the result.
-            return ClusterFacts(
-                nodes=tuple(nodes),
-                pods=tuple(p for listed in pod_lists for p in listed.items),
-                budgets=tuple(budgets.items),
-                resource_version=pod_lists[0].resource_version if pod_lists else "",
-            )
+        if node_names is None:
+            nodes = list(self._list(self._node_call(None), _nodes).items)
+        else:
+            nodes = [n for name in node_names for n in self._list(self._node_call(name), _nodes).items]
+        owners = self._list(
+            ListCall(
+                "replicasets", "replicaset", self._apps.list_replica_set_for_all_namespaces, wire.REPLICA_SET_LIST
+            ),
+            _owners,
+        )
+        pod_decoder = decode.PodDecoder(self._annotations, dict(owners.items))
+        del owners
+        with pod_decoder.converting_list() as pod_list:
+            pod_lists = [
+                self._list(self._pod_call(name, pod_list), decode.converted)
+                for name in (node_names if node_names is not None else (None,))
+            ]
+        # Its tables (a ReplicaSet map of ~40,000 tuples here) go before a paused collector is back.
+        del pod_decoder, pod_list
+        budgets = self._list(
+            ListCall(
+                "poddisruptionbudgets",
+                "poddisruptionbudget",
+                self._policy.list_pod_disruption_budget_for_all_namespaces,
+                wire.PDB_LIST,
+            ),
+            _budgets,
+        )
+        return ClusterFacts(
+            nodes=tuple(nodes),
+            pods=tuple(p for listed in pod_lists for p in listed.items),
+            budgets=tuple(budgets.items),
+            resource_version=pod_lists[0].resource_version if pod_lists else "",
+        )
 
     def read_nodes(self) -> tuple[Node, ...]:
         """The nodes alone (cheap: a few thousand small objects), for example to vet an alert's node."""
@@ -125,25 +113,14 @@ class KubeSource:
         selector = None if node is None else f"spec.nodeName={escape_field_value(node)}"
         return ListCall("pods", "pod", self._core.list_pod_for_all_namespaces, decoder, selector)
 
-    def _offload(self, rs_owners: decode.RsOwners) -> Offload[Pod] | None:
-        """Pages after the first of a long pod list go to the worker processes, if there are any."""
-        workers = self._workers
-        if workers is None:
-            return None
-        return lambda: workers.session(page_workers.pods_setup(self._annotations, rs_owners))
-
     def _list(
         self,
         call: ListCall[_W],
         convert: Callable[[Sequence[_W]], Iterable[_D]],
-        offload: Offload[_D] | None = None,
     ) -> Listed[_D]:
-        listed = list_all(
-            call, convert, page_size=self._page_size, timeout=self._timeout, host=self._host, offload=offload
-        )
+        listed = list_all(call, convert, page_size=self._page_size, timeout=self._timeout, host=self._host)
         self.last_stats.pages[call.what] = listed.pages
         self.last_stats.relists[call.what] = listed.relists
-        self.last_stats.offloaded[call.what] = listed.offloaded
         return listed
 
 

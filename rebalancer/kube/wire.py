@@ -50,12 +50,6 @@ class ListMeta(_Wire):
     remaining_item_count: int | None = None
 
 
-class ListOnly(_Wire):
-    """A list body read for its metadata alone (the items are skipped unread)."""
-
-    metadata: ListMeta = msgspec.field(default_factory=ListMeta)
-
-
 class ListHead(_Wire):
     metadata: ListMeta  # required: a prefix of a body without it is not the head of a list
 
@@ -460,7 +454,6 @@ def pod_wire(keys: frozenset[str], mirror: str) -> PodWire:
     )
 
 
-LIST_META = msgspec.json.Decoder(type=ListOnly)
 NODE_LIST = msgspec.json.Decoder(type=NodeList)
 REPLICA_SET_LIST = msgspec.json.Decoder(type=ReplicaSetList)
 PDB_LIST = msgspec.json.Decoder(type=PodDisruptionBudgetList)

@@ -21,7 +21,6 @@ its short history over the whole window and read it cold. Such pods (``youngPods
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TypeVar
@@ -92,7 +91,6 @@ class PrometheusUsageSource:
         if queries.young_pods is not None:
             for key in self._client.pod_values("young_pods", settings.render(queries.young_pods, pod_nodes), at):
                 young_pods += pod_cpu_m.pop(key, None) is not None
-        _untrack_young()
         return UsageReport(
             node_cpu_m=MappingProxyType(node_cpu_m),
             pod_cpu_m=MappingProxyType(pod_cpu_m),
@@ -167,19 +165,6 @@ class PrometheusUsageSource:
 
 
 _Found = TypeVar("_Found", Vector, dict[PodKey, float])
-
-
-def _untrack_young() -> None:
-    """One young-generation pass now, when the collector is paused (a cluster listing runs alongside).
-
-    The per-pod answer made one fresh ``(namespace, pod)`` key tuple per series (150,000 of them), each
-    tracked by the cycle collector until a pass finds that it holds only strings and untracks it. Now,
-    with the keys still in the CPU cache, that pass costs about 10 ms; left for the first pass after the
-    listing (the collector is paused until then), it cost 45-65 ms of cache misses on the critical path
-    of a 150,000-pod cycle. With the collector running, its own young passes already did this.
-    """
-    if not gc.isenabled():
-        gc.collect(0)
 
 
 def _some(name: str, promql: str, at: float, found: _Found) -> _Found:

@@ -1,8 +1,7 @@
-"""The process-wide switches a list flips while it runs: the thread switch interval and the collector."""
+"""The process-wide switch a list flips while it runs (the thread switch interval), and the paged read."""
 
 from __future__ import annotations
 
-import gc
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -13,7 +12,7 @@ import pytest
 
 from rebalancer.errors import KubeUnavailable
 from rebalancer.kube import wire
-from rebalancer.kube.lister import LISTING_SWITCH_INTERVAL, ListCall, fast_switching, gc_paused, list_all
+from rebalancer.kube.lister import LISTING_SWITCH_INTERVAL, ListCall, fast_switching, list_all
 
 DEFAULT = 0.005  # the interpreter keeps microseconds: compare lowered values with approx
 
@@ -119,21 +118,6 @@ def test_the_value_found_is_restored_exactly(found: float) -> None:
         with fast_switching():
             pass
     assert sys.getswitchinterval() == before
-
-
-def test_gc_paused_restores_the_collector_on_error_and_never_turns_it_on() -> None:
-    assert gc.isenabled()
-    with pytest.raises(RuntimeError), gc_paused():  # noqa: PT012
-        assert not gc.isenabled()
-        raise RuntimeError("boom")
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with gc_paused():
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
 
 
 # --- the continue token read ahead of the items ------------------------------------------------

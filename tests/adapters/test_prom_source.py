@@ -101,19 +101,26 @@ def test_pod_usage_counts_real_containers_only(prom: PrometheusServer) -> None:
 
 
 @pytest.mark.parametrize("collector_on", [False, True])
-def test_pod_keys_leave_the_collector_when_it_is_paused(prom: PrometheusServer, collector_on: bool) -> None:
-    """A read during a paused collector (a cluster listing alongside) untracks its key tuples at once, so
-    the first pass after the listing does not have to; a running collector is left to do it itself."""
+def test_a_read_leaves_the_collector_alone(prom: PrometheusServer, collector_on: bool) -> None:
+    """The collector is the composition root's (rebalancer.collector): a read neither flips its switch
+    nor runs a collection of its own while it is paused."""
     was_on = gc.isenabled()
     gc.enable() if collector_on else gc.disable()
+    started: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    gc.callbacks.append(count)
     try:
         report = read(prom.url)
-        assert gc.isenabled() is collector_on  # the switch is the caller's: never flipped by a read
-        keys = list(report.pod_cpu_m)
-        assert keys
+        assert gc.isenabled() is collector_on
+        assert report.pod_cpu_m
         if not collector_on:
-            assert not any(gc.is_tracked(key) for key in keys)
+            assert started == []
     finally:
+        gc.callbacks.remove(count)
         gc.enable() if was_on else gc.disable()
 
 

@@ -172,7 +172,7 @@ def test_a_compacted_resource_version_lists_again(kube_server: TestApiServer, ca
 
 
 def test_each_pods_listing_is_announced(kube_server: TestApiServer, kubeconfig: Path) -> None:
-    """serve freezes the heap after each listing of the pods (rebalancer.serve.freeze_heap)."""
+    """serve freezes the heap after each listing of the pods (rebalancer.collector.freeze_heap)."""
     populate(kube_server)
     listed: list[int] = []
     cache = WatchCache(

@@ -68,9 +68,7 @@ def test_an_alerted_node_is_read_judged_hot_and_relieved(
     build_cluster(kube_server)
     policy = on(prometheus.url, document)
 
-    outcome = app.plan_live(
-        policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END, focus=frozenset({HOT}), offload=None
-    )
+    outcome = app.plan_live(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END, focus=frozenset({HOT}))
 
     assert outcome.plan.blocked is None, outcome.plan.blocked
     assert outcome.snapshot.load[HOT].usage_m is not None, outcome.snapshot.load[HOT].unknown_reason

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import gc
 import re
 
-from rebalancer.timeline import CollectorPauses, Timeline
+from rebalancer.timeline import Timeline
 from tests.fake_clock import FakeClock
 
 
@@ -57,22 +56,3 @@ def test_the_text_is_one_line_of_name_value_pairs() -> None:
     assert "\n" not in text
     pairs = dict(re.findall(r"(@?[a-z-]+)=\+?([0-9.]+)", text))
     assert pairs == {"snapshot": "12.3", "@picked": "0.0", "@eviction-sent": "12.3", "origin": "1700000000.500000"}
-
-
-def test_collector_pauses_sum_the_collections() -> None:
-    pauses = CollectorPauses()
-    gc.callbacks.append(pauses.callback)
-    try:
-        gc.collect()
-        gc.collect()
-    finally:
-        gc.callbacks.remove(pauses.callback)
-    assert pauses.seconds > 0
-
-    clock = FakeClock()
-    counted = CollectorPauses(clock)
-    counted.callback("start", {"generation": 2})
-    clock.advance(0.05)
-    counted.callback("stop", {"generation": 2})
-    counted.callback("stop", {"generation": 0})  # a stop without its start (registered mid-collection)
-    assert counted.seconds == 0.05
