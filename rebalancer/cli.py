@@ -296,6 +296,10 @@ def _report(args: argparse.Namespace) -> int:
     connection = app.ClusterConnection(args.kubeconfig, args.context)
     data = efficiency_report(policy, connection, args.period, args.bucket, (lambda: until) if until else time.time)
     text = report_table(data.report, data.timeline)
+    if data.no_records:
+        print(f"rebalancer report: {data.no_records}", file=sys.stderr)
+        if args.output != "json":
+            return EXIT_OK  # a table of zeros would read as measured
     if args.output == "json":
         sys.stdout.buffer.write(report_json(data.report, data.timeline))
     else:
