@@ -363,6 +363,10 @@ def _report(args: argparse.Namespace) -> int:
     connection = app.ClusterConnection(args.kubeconfig, args.context)
     data = efficiency_report(policy, connection, args.period, args.bucket, (lambda: until) if until else time.time)
     text = report_table(data.report, data.timeline)
+    if data.no_records:
+        print(f"rebalancer report: {data.no_records}", file=sys.stderr)
+        if args.output == "table":
+            return EXIT_OK  # a table of zeros would read as measured
     output.write(args.output, KIND, lambda: report_record(data.report, data.timeline), lambda: text)
     if args.plot:
         print(f"plot written to {write_plot(args.plot, data.timeline, text)}", file=sys.stderr)

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from rebalancer.efficiency.settings import EfficiencySettings
 from rebalancer.errors import ConfigError
@@ -15,6 +15,7 @@ from rebalancer.guard.settings import LandingGuardSettings
 from rebalancer.limits import LimitSettings
 from rebalancer.predict.settings import PredictorSettings
 from rebalancer.settings import Duration, FieldProblems, Model, PoolSettings, PrometheusSettings, ProtectionSettings
+from rebalancer.unknown_keys import did_you_mean
 from strategies import REGISTRY, AnyStrategySettings
 
 API_VERSION: Literal["rebalancer.io/v1alpha1"] = "rebalancer.io/v1alpha1"
@@ -202,17 +203,29 @@ class Policy(Model):
     )
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of silently keeping the last one."""
+MAX_POLICY_BYTES = 1 << 20
+"""A policy is a few kilobytes; a larger file is refused unread, before any parsing."""
+MAX_PROBLEMS = 50
+"""At most this many problems are reported for one file (the count of the others follows)."""
+
+
+class _StrictLoader(yaml.CSafeLoader):
+    """libyaml's SafeLoader (fast, nesting bounded) refusing duplicate keys instead of keeping the last one."""
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "a key must be a plain value, not a list or a mapping", key_node.start_mark
+            ) from None
+        if duplicate:
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
 
@@ -220,29 +233,64 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
-    """Validate policy YAML; raise ConfigError with one (field.path, message) per problem."""
+    """Validate policy YAML; raise ConfigError with one (field.path, message) per problem, and nothing else."""
     try:
         data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(source, [("", f"not valid YAML: {exc}")]) from exc
+    except (RecursionError, MemoryError) as exc:
+        raise ConfigError(source, [("", "not a policy: the YAML is nested too deeply")]) from exc
     if not isinstance(data, dict):
-        raise ConfigError(source, [("", "the policy must be a YAML mapping")])
+        raise ConfigError(source, [("", f"the policy must be a YAML mapping, not {_yaml_type(data)}")])
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(source, validation_problems(exc)) from exc
+        raise ConfigError(source, _at_most(validation_problems(exc, Policy))) from exc
+    except RecursionError as exc:
+        raise ConfigError(source, [("", "not a policy: the YAML is nested too deeply")]) from exc
 
 
 def load_policy(path: str | Path) -> Policy:
+    """Read and validate a policy file: a file over MAX_POLICY_BYTES or not UTF-8 is refused before parsing."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as file:
+            raw = file.read(MAX_POLICY_BYTES + 1)
     except OSError as exc:
         raise ConfigError(str(path), [("", f"cannot read: {exc.strerror or exc}")]) from exc
-    return parse_policy(text, str(path))
+    if len(raw) > MAX_POLICY_BYTES:
+        raise ConfigError(str(path), [("", f"larger than {MAX_POLICY_BYTES // 1024} KiB: not a policy file")])
+    return parse_policy(decode_policy(raw, str(path)), str(path))
 
 
-def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
-    """Pydantic errors as (dotted.path, message), without the union's internal tag in the path."""
+def decode_policy(raw: bytes, source: str) -> str:
+    """The policy's text; anything but UTF-8 is a ConfigError naming the first bad byte's line and column."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = raw[: exc.start]
+        line, column = before.count(b"\n") + 1, exc.start - (before.rfind(b"\n") + 1) + 1
+        raise ConfigError(
+            source, [("", f"not UTF-8: byte 0x{raw[exc.start]:02x} at line {line}, column {column}")]
+        ) from None
+
+
+def _yaml_type(data: object) -> str:
+    if data is None:
+        return "an empty document"
+    if isinstance(data, list):
+        return "a list"
+    return f"a single value ({type(data).__name__})"
+
+
+def _at_most(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    if len(problems) <= MAX_PROBLEMS:
+        return problems
+    return [*problems[:MAX_PROBLEMS], ("", f"and {len(problems) - MAX_PROBLEMS} more problems")]
+
+
+def validation_problems(exc: ValidationError, model: type[BaseModel] | None = None) -> list[tuple[str, str]]:
+    """Pydantic errors as (dotted.path, message), without the union's internal tag in the path; with the
+    validated ``model``, an unknown key names the closest accepted one."""
     problems: list[tuple[str, str]] = []
     errors = exc.errors(include_url=False)
     for error in errors:
@@ -260,5 +308,8 @@ def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
         if isinstance(cause, FieldProblems):
             problems.extend((".".join([*parts, sub]), message) for sub, message in cause.problems)
             continue
-        problems.append((".".join(parts), error["msg"].removeprefix("Value error, ")))
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden" and model is not None:
+            message += did_you_mean(model, loc)
+        problems.append((".".join(parts), message))
     return problems

@@ -22,6 +22,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from rebalancer.cron import cron_trigger
 from rebalancer.cycle_summary import cycle_line
 from rebalancer.errors import ConfigError, RebalancerError
 from rebalancer.evictor import EvictorReport
@@ -33,7 +34,6 @@ from strategies.base import Schedule
 
 log = logging.getLogger(__name__)
 HOUSEKEEPING_SECONDS = 60.0
-_DOW = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,24 +76,6 @@ class _Alerts:
     handled_at: dict[str, float] = field(default_factory=dict)
     wake: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)  # the HTTP threads and the worker
-
-
-def cron_trigger(expression: str, zone: ZoneInfo) -> CronTrigger:
-    """A crontab expression with crontab's day-of-week numbering (0 and 7 are Sunday); APScheduler 3's
-    own ``from_crontab`` counts from Monday, which would silently shift every weekday."""
-    minute, hour, day, month, dow = expression.split()
-    for number, name in enumerate(_DOW):
-        dow = _replace_number(dow, number, name)
-    return CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=dow, timezone=zone)
-
-
-def _replace_number(field_text: str, number: int, name: str) -> str:
-    parts = []
-    for part in field_text.split(","):
-        base, slash, step = part.partition("/")
-        bounds = [name if b == str(number) else b for b in base.split("-")]
-        parts.append("-".join(bounds) + slash + step)
-    return ",".join(parts)
 
 
 def schedule_trigger(schedule: Schedule, zone: ZoneInfo) -> CronTrigger | IntervalTrigger:

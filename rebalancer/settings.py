@@ -8,13 +8,31 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, AliasGenerator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from rebalancer.labels import SELECTOR_OPERATORS, LabelSelector, Requirement
 
 Percent = Annotated[float, Field(ge=0, le=100)]
+
+
+def _http_url(text: str) -> str:
+    """An absolute http(s) URL with a host; the text is kept as written."""
+    if any(c.isspace() for c in text):
+        raise ValueError(f"{text!r} is not an http(s) URL: it contains white space")
+    try:
+        parts = urlsplit(text)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is not a number or out of range
+        valid = False
+    if not valid:
+        raise ValueError(f"{text!r} is not an http(s) URL such as http://prometheus-operated.monitoring:9090")
+    return text
+
+
+HttpUrlText = Annotated[str, AfterValidator(_http_url)]
 DURATION_PATTERN = r"^[1-9][0-9]*(s|m|h|d)$"
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, description="A PromQL duration such as 30s, 5m, 1h.")]
 
@@ -213,7 +231,7 @@ class UsageQueries(Model):
 
 
 class PrometheusSettings(Model):
-    url: str = Field(default="http://prometheus-operated.monitoring:9090", description="Prometheus base URL.")
+    url: HttpUrlText = Field(default="http://prometheus-operated.monitoring:9090", description="Prometheus base URL.")
     timeout_seconds: float = Field(default=15.0, gt=0, le=300, description="Timeout of one query.")
     bearer_token_file: str | None = Field(default=None, description="File holding a bearer token, if needed.")
     verify_tls: bool = Field(default=True, description="Verify the server certificate for https URLs.")

@@ -6,41 +6,11 @@ from typing import Any, Protocol
 
 from pydantic import Field, model_validator
 
+from rebalancer.cron import cron_problems
 from rebalancer.plan import StrategyResult
 from rebalancer.protections import Protections
 from rebalancer.settings import Duration, FieldProblems, Model
 from rebalancer.snapshot import ClusterSnapshot
-
-_CRON_FIELDS = ("minute", "hour", "day of month", "month", "day of week")
-_CRON_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
-_CRON_NAMES = (
-    (),
-    (),
-    (),
-    ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
-    ("sun", "mon", "tue", "wed", "thu", "fri", "sat"),
-)
-
-
-def cron_problem(expression: str) -> str | None:
-    """Why a five-field crontab expression is invalid, or None (pure: the service builds the trigger)."""
-    fields = expression.split()
-    if len(fields) != 5:
-        return f"expected 5 fields (minute hour day-of-month month day-of-week), got {len(fields)}"
-    for value, name, (low, high), names in zip(fields, _CRON_FIELDS, _CRON_RANGES, _CRON_NAMES, strict=True):
-        for part in value.lower().split(","):
-            base, _, step = part.partition("/")
-            if step and not (step.isdigit() and int(step) > 0):
-                return f"{name}: step {step!r} is not a positive number"
-            if base == "*":
-                continue
-            for bound in base.split("-", 1):
-                number = names.index(bound) + (1 if name == "month" else 0) if bound in names else None
-                if number is None and not bound.isdigit():
-                    return f"{name}: {bound!r} is not a number{' or a name' if names else ''}"
-                if not low <= (number if number is not None else int(bound)) <= high:
-                    return f"{name}: {bound} is outside {low}-{high}"
-    return None
 
 
 class Schedule(Model):
@@ -53,8 +23,8 @@ class Schedule(Model):
     def _one(self) -> Schedule:
         if (self.interval is None) == (self.cron is None):
             raise FieldProblems([("interval", "set exactly one of interval and cron")])
-        if self.cron is not None and (why := cron_problem(self.cron)) is not None:
-            raise FieldProblems([("cron", why)])
+        if self.cron is not None and (problems := cron_problems(self.cron)):
+            raise FieldProblems([("cron", problem) for problem in problems])
         return self
 
 

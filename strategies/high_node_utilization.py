@@ -30,7 +30,14 @@ from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.group_landing import GroupLanding
 from strategies.landing import LandingPredictor, LandingVerdict, percent
 from strategies.placement import RoomTracker
-from strategies.thresholds import Band, PoolThresholds, cap_millis, classify_nodes, pool_bands
+from strategies.thresholds import (
+    Band,
+    PoolThresholds,
+    cap_millis,
+    classify_nodes,
+    pool_bands,
+    thresholds_problems,
+)
 
 KIND = "HighNodeUtilization"
 
@@ -76,13 +83,14 @@ class HighNodeUtilizationSettings(StrategySettings, PoolThresholds):
 
     @model_validator(mode="after")
     def _valid(self) -> HighNodeUtilizationSettings:
-        problems: list[tuple[str, str]] = []
         every = [("", self), *((f"pools.{k}.", v) for k, v in self.pools.items())]
-        for prefix, pool_settings in every:
-            if pool_settings.use_deviation_thresholds:
-                problems.append((f"{prefix}useDeviationThresholds", f"not supported by {KIND}"))
-            elif (problem := pool_settings.order_problem(False)) is not None:
-                problems.append((prefix + problem[0], problem[1]))
+        problems = [
+            (f"{prefix}useDeviationThresholds", f"not supported by {KIND}")
+            for prefix, pool_settings in every
+            if pool_settings.use_deviation_thresholds
+        ]
+        if not problems:
+            problems = thresholds_problems(self, self.pools, False, targets_select_hot=False)
         if problems:
             raise FieldProblems(problems)
         return self

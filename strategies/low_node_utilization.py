@@ -29,7 +29,7 @@ from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
 from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
 from strategies.placement import RoomTracker
-from strategies.thresholds import Band, PoolThresholds, cap_millis, classify_nodes, pool_bands
+from strategies.thresholds import Band, PoolThresholds, cap_millis, classify_nodes, pool_bands, thresholds_problems
 
 KIND = "LowNodeUtilization"
 
@@ -96,12 +96,7 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
     @model_validator(mode="after")
     def _thresholds_ordered(self) -> LowNodeUtilizationSettings:
         default = bool(self.use_deviation_thresholds)
-        problems = []
-        if (problem := self.order_problem(default)) is not None:
-            problems.append(problem)
-        for pool, pool_settings in self.pools.items():
-            if (problem := pool_settings.order_problem(default)) is not None:
-                problems.append((f"pools.{pool}.{problem[0]}", problem[1]))
+        problems = thresholds_problems(self, self.pools, default, targets_select_hot=True)
         if problems:
             raise FieldProblems(problems)
         return self

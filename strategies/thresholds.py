@@ -27,16 +27,67 @@ class PoolThresholds(Model):
             return strategy_default
         return self.use_deviation_thresholds
 
-    def order_problem(self, strategy_default: bool) -> tuple[str, str] | None:
-        """Absolute thresholds must not exceed targetThresholds (deviations may): (field, message)."""
-        if self.effective_deviation(strategy_default):
-            return None
-        if self.thresholds.cpu > self.target_thresholds.cpu:
-            return (
-                "thresholds.cpu",
-                f"{self.thresholds.cpu:g} must not be above targetThresholds.cpu ({self.target_thresholds.cpu:g})",
+    def band_problems(self, strategy_default: bool, *, targets_select_hot: bool) -> list[tuple[str, str]]:
+        """Thresholds out of order, or selecting one side of the band only: (field, message) each.
+
+        A side selects no node when no usage can pass it: cold below thresholds 0 (absolute) or below the
+        mean minus 100 or more (deviation); hot above targetThresholds 100 (the band stops at 100 %). One
+        side alone then never evicts anything (hot nodes without a destination, or cold nodes nobody moves
+        to); both sides at once leave the pool alone on purpose. ``targets_select_hot``: False where
+        targetThresholds only caps the destinations (HighNodeUtilization)."""
+        deviation = self.effective_deviation(strategy_default)
+        low, high = self.thresholds.cpu, self.target_thresholds.cpu
+        problems = []
+        if not deviation and low > high:
+            problems.append(("thresholds.cpu", f"{low:g} must not be above targetThresholds.cpu ({high:g})"))
+        if not targets_select_hot or self._cold_off(deviation) == self._hot_off():
+            return problems
+        off = 100 if deviation else 0
+        alone = f"to leave the pool alone set both thresholds.cpu {off} and targetThresholds.cpu 100"
+        if self._cold_off(deviation):
+            problems.append(
+                (
+                    "thresholds.cpu",
+                    f"{low:g} makes no node cold: hot nodes have nowhere to go, nothing is evicted; {alone}",
+                )
             )
-        return None
+        else:
+            problems.append(("targetThresholds.cpu", f"{high:g} makes no node hot: nothing is ever evicted; {alone}"))
+        return problems
+
+    def selects_nothing(self, strategy_default: bool, *, targets_select_hot: bool) -> bool:
+        """No node is ever selected with these thresholds (the pool is left alone)."""
+        cold_off = self._cold_off(self.effective_deviation(strategy_default))
+        return cold_off and (self._hot_off() or not targets_select_hot)
+
+    def _cold_off(self, deviation: bool) -> bool:
+        return self.thresholds.cpu >= 100 if deviation else self.thresholds.cpu == 0
+
+    def _hot_off(self) -> bool:
+        return self.target_thresholds.cpu >= 100
+
+
+def thresholds_problems(
+    default: PoolThresholds, pools: Mapping[str, PoolThresholds], deviation_default: bool, *, targets_select_hot: bool
+) -> list[tuple[str, str]]:
+    """A strategy's band problems, the per-pool ones under ``pools.<name>.``, and one more when no pool's
+    thresholds select any node (the strategy would never evict: ``enabled: false`` says that plainly)."""
+    problems = default.band_problems(deviation_default, targets_select_hot=targets_select_hot)
+    for pool, settings in pools.items():
+        problems += [
+            (f"pools.{pool}.{path}", message)
+            for path, message in settings.band_problems(deviation_default, targets_select_hot=targets_select_hot)
+        ]
+    every = [default, *pools.values()]
+    if not problems and all(t.selects_nothing(deviation_default, targets_select_hot=targets_select_hot) for t in every):
+        problems.append(
+            (
+                "thresholds.cpu",
+                "no pool's thresholds select any node, nothing is ever evicted; to turn the "
+                "strategy off set enabled: false",
+            )
+        )
+    return problems
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,9 +95,22 @@ class Rendered:
         return text
 
 
-def render(values: Doc | None = None, *, namespace: str = NAMESPACE) -> Rendered:
-    """``helm template RELEASE charts/rebalancer -n NAMESPACE`` with ``values``; Helm's errors raise."""
+IMAGE = "registry.example.com/platform/rebalancer"
+"""The image repository the tests install (the chart has none by default: no image is published)."""
+
+
+def with_image(values: Doc | None) -> Doc:
+    """``values`` with ``image.repository`` set to IMAGE unless they name one."""
+    given = dict(values or {})
+    given["image"] = {"repository": IMAGE, **(given.get("image") or {})}
+    return given
+
+
+def render(values: Doc | None = None, *, namespace: str = NAMESPACE, image: bool = True) -> Rendered:
+    """``helm template RELEASE charts/rebalancer -n NAMESPACE`` with ``values`` (and IMAGE, unless ``image``
+    is False); Helm's errors raise."""
     chart = _chart()
+    values = with_image(values) if image else values
     manifests = chart.render(values or {}, name=RELEASE, namespace=namespace, is_install=True)
     documents: list[Doc] = []
     notes = ""
@@ -111,12 +124,12 @@ def render(values: Doc | None = None, *, namespace: str = NAMESPACE) -> Rendered
 
 def validate_schema(values: Doc) -> None:
     """values.schema.json against ``values`` (raises helm.HelmValuesError naming the path)."""
-    _chart().validate_schema(values)
+    _chart().validate_schema(with_image(values))
 
 
 def lint(values: Doc | None = None) -> list[Doc]:
     """``helm lint --strict`` messages (severity 1 info, 2 warning, 3 error)."""
-    report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE, kube_version=f"v{KUBE_VERSION}")
+    report = helm.lint(CHART, with_image(values), strict=True, namespace=NAMESPACE, kube_version=f"v{KUBE_VERSION}")
     messages: list[Doc] = report["messages"]
     return messages
 

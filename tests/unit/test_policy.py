@@ -100,8 +100,79 @@ BAD = [
     (
         "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}, schedule: {cron: '61 * * * *'}}\n",
         "strategies.0.schedule.cron",
-        "minute: 61 is outside 0-59",
+        "minute: Error validating expression '61'",
     ),
+    (
+        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 0}, targetThresholds: {cpu: 0}}\n",
+        "strategies.0.thresholds.cpu",
+        "0 makes no node cold",
+    ),
+    (
+        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 100}}\n",
+        "strategies.0.targetThresholds.cpu",
+        "100 makes no node hot",
+    ),
+    (
+        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 10}, targetThresholds: {cpu: 60},"
+        " pools: {gpu: {thresholds: {cpu: 0}, targetThresholds: {cpu: 60}}}}\n",
+        "strategies.0.pools.gpu.thresholds.cpu",
+        "0 makes no node cold",
+    ),
+    (
+        "strategies:\n- {kind: LowNodeUtilization, useDeviationThresholds: true, thresholds: {cpu: 10},"
+        " targetThresholds: {cpu: 100}}\n",
+        "strategies.0.targetThresholds.cpu",
+        "100 makes no node hot",
+    ),
+    (
+        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 0}, targetThresholds: {cpu: 100}}\n",
+        "strategies.0.thresholds.cpu",
+        "to turn the strategy off set enabled: false",
+    ),
+    (
+        "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 0}}\n",
+        "strategies.0.thresholds.cpu",
+        "no pool's thresholds select any node",
+    ),
+    (
+        "prometheus: {url: not a url}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "prometheus.url",
+        "'not a url' is not an http(s) URL",
+    ),
+    (
+        "prometheus: {url: 'ftp://prometheus:9090'}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "prometheus.url",
+        "is not an http(s) URL",
+    ),
+    (
+        "prometheus: {url: 'http://prometheus:99999'}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "prometheus.url",
+        "is not an http(s) URL",
+    ),
+    (
+        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 10}, targetTreshold: {cpu: 70}}\n",
+        "strategies.0.targetTreshold",
+        "(did you mean 'targetThresholds'?)",
+    ),
+    (
+        "prometeus: {}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "prometeus",
+        "(did you mean 'prometheus'?)",
+    ),
+    (
+        "protections: {evictPodsWithPvc: false}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "protections.evictPodsWithPvc",
+        "(did you mean 'evictPodsWithPVC'?)",
+    ),
+    (
+        "limits: {global: {maxPerCycel: 3}}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "limits.global.maxPerCycel",
+        "(did you mean 'maxPerCycle'?)",
+    ),
+    ("{[1]: 2}\n", "", "a key must be a plain value"),
+    ("7\n", "", "must be a YAML mapping, not a single value"),
+    ("", "", "must be a YAML mapping, not an empty document"),
+    ("a: " + "[" * 5000 + "]" * 5000 + "\n", "", "not valid YAML"),
     (
         "service: {timeZone: Mars/Olympus}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
         "service.timeZone",

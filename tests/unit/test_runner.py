@@ -12,10 +12,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from rebalancer.cron import cron_trigger
 from rebalancer.evictor import EvictorReport
 from rebalancer.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult, Unrelieved
 from rebalancer.policy import Policy
-from rebalancer.runner import CycleResult, Service, Trigger, cron_trigger
+from rebalancer.runner import CycleResult, Service, Trigger
 
 UTC = ZoneInfo("UTC")
 GOOD = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}, schedule: {interval: 1h}}\n"

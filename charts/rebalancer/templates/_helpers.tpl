@@ -99,6 +99,8 @@ Values the chart cannot honour fail here with the value's path.
 {{- if and $stateNamespace (ne $stateNamespace .Release.Namespace) }}
 {{- fail (printf "policy.state.namespace: %q is not the release namespace %q; the Role for the state ConfigMaps and the Lease is made in the release namespace (leave state.namespace out)" $stateNamespace .Release.Namespace) }}
 {{- end }}
+{{- include "rebalancer.checkThresholds" $policy }}
+{{- $_ := set $policy "protections" (include "rebalancer.protections" . | fromYaml) }}
 {{- if include "rebalancer.webhookToken" . }}
 {{- $service := get $policy "service" | default dict }}
 {{- $webhook := get $service "webhook" | default dict }}
@@ -136,5 +138,58 @@ Values the chart cannot honour fail here with the value's path.
 {{- $webhook := dig "service" "webhook" dict .Values.policy }}
 {{- if and (eq .Values.kind "Deployment") (not .Values.webhook.token.enabled) (not (get $webhook "tokenFile")) (not (get $webhook "allowUnauthenticated")) }}
 {{- fail "webhook.token.enabled: false leaves the webhook without a token, and rebalancer serve refuses to start so: keep the chart's token (webhook.token.enabled: true, or existingSecret), or set policy.service.webhook.allowUnauthenticated: true to accept anyone who can reach the webhook port" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The policy's protections with the chart's: the release namespace and protect.namespaces never evictable,
+and protect.monitoringPods as the protectedLabelSelector unless the policy sets its own.
+*/}}
+{{- define "rebalancer.protections" -}}
+{{- $protections := deepCopy (get .Values.policy "protections" | default dict) }}
+{{- $namespaces := get $protections "evictableNamespaces" | default dict }}
+{{- $protected := concat (.Values.protect.namespaces | default list) (list .Release.Namespace) | uniq }}
+{{- $include := get $namespaces "include" | default list }}
+{{- if $include }}
+{{- range $protected }}
+{{- if has . $include }}
+{{- fail (printf "policy.protections.evictableNamespaces.include: lists %q, which the chart protects (the release namespace and protect.namespaces): leave it out" .) }}
+{{- end }}
+{{- end }}
+{{- $_ := unset $namespaces "exclude" }}
+{{- else }}
+{{- $exclude := get $namespaces "exclude" | default (list "kube-system") }}
+{{- $_ := set $namespaces "exclude" (concat $exclude $protected | uniq) }}
+{{- end }}
+{{- $_ := set $protections "evictableNamespaces" $namespaces }}
+{{- if and .Values.protect.monitoringPods (not (get $protections "protectedLabelSelector")) }}
+{{- $monitoring := dict "key" "app.kubernetes.io/name" "operator" "In" "values" (list "prometheus" "alertmanager") }}
+{{- $_ := set $protections "protectedLabelSelector" (dict "matchExpressions" (list $monitoring)) }}
+{{- end }}
+{{- toYaml $protections }}
+{{- end }}
+
+{{/*
+Absolute thresholds above their targetThresholds (per strategy and per pool) fail with the value's path,
+as check-config would; a JSON schema cannot compare two values.
+*/}}
+{{- define "rebalancer.checkThresholds" -}}
+{{- range $i, $strategy := (.strategies | default list) }}
+{{- if has ($strategy.kind | toString) (list "LowNodeUtilization" "HighNodeUtilization") }}
+{{- $deviation := eq (toString ($strategy.useDeviationThresholds | default false)) "true" }}
+{{- $target := dig "targetThresholds" "cpu" 70 $strategy }}
+{{- $bands := list (list (printf "policy.strategies.%d" $i) $strategy $deviation $target) }}
+{{- range $pool, $settings := ($strategy.pools | default dict) }}
+{{- $own := get $settings "useDeviationThresholds" }}
+{{- $poolDeviation := ternary (eq (toString $own) "true") $deviation (kindIs "bool" $own) }}
+{{- $bands = append $bands (list (printf "policy.strategies.%d.pools.%s" $i $pool) $settings $poolDeviation (dig "targetThresholds" "cpu" 70 $settings)) }}
+{{- end }}
+{{- range $bands }}
+{{- $path := index . 0 }}{{- $low := dig "thresholds" "cpu" 0 (index . 1) }}{{- $high := index . 3 }}
+{{- if and (not (index . 2)) (gt (float64 $low) (float64 $high)) }}
+{{- fail (printf "%s.thresholds.cpu: %v must not be above targetThresholds.cpu (%v)" $path $low $high) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
