@@ -183,12 +183,13 @@ def plans(source: Any, prometheus: Any, policy: Any, runs: int) -> dict[str, Any
 
 def cycles(api: Any, policy: Any, runs: int) -> dict[str, Any]:
     """``rebalancer plan``'s cycle: app.plan_live (list, read usage, plan)."""
-    from rebalancer.app import ClusterConnection, plan_live
+    from rebalancer.app import plan_live
+    from rebalancer.runtime import Runtime
 
     out: dict[str, Any] = {"cycle_s": []}
     for _ in range(runs):
         started = time.perf_counter()
-        outcome = plan_live(policy, ClusterConnection(), api=api)
+        outcome = plan_live(Runtime(policy, api))
         out["cycle_s"].append(time.perf_counter() - started)
         if outcome.plan.blocked:
             raise SystemExit(f"the cycle made no plan: {outcome.plan.blocked}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -14,8 +13,7 @@ from pathlib import Path
 from rebalancer import collector
 from rebalancer.app_efficiency import RECORDS_KEY, Earlier, EfficiencyRecorder, Recorded
 from rebalancer.app_guard import guard_after_cycle, guard_before_evictions, preview
-from rebalancer.app_prediction import HistoryCache, needs_prediction, predicted_load
-from rebalancer.app_state_access import StateAccess
+from rebalancer.app_prediction import needs_prediction, predicted_load
 from rebalancer.cycle import plan_cycle
 from rebalancer.demo import load_demo, load_demo_history
 from rebalancer.errors import ConfigError, SourceError
@@ -23,7 +21,7 @@ from rebalancer.evictor import DryRun, Evictor, EvictorReport
 from rebalancer.explain import ScaleDownExplanation, explain
 from rebalancer.guard.applier import GuardReport
 from rebalancer.inflight import EarlierReliefs
-from rebalancer.kube import ApiClient, ConfigMapStateStore, KubeActions, KubeSource, PodAnnotator, connect
+from rebalancer.kube import ConfigMapStateStore, KubeActions, KubeSource, PodAnnotator, connect
 from rebalancer.kube.workload_pods import WORKLOAD_KINDS, WorkloadPodsReader
 from rebalancer.model import ClusterFacts, UsageReport
 from rebalancer.plan import EvictionPlan
@@ -32,15 +30,15 @@ from rebalancer.predict.predictor import predict
 from rebalancer.predicted import PredictedLoad
 from rebalancer.prom import PrometheusUsageSource
 from rebalancer.protections import Protections
+from rebalancer.runtime import Clock, Focus, Runtime
 from rebalancer.snapshot import ClusterSnapshot
-from rebalancer.steerer import Steerer, SteeringReport, TokenBucket, steering_rules
+from rebalancer.steerer import Steerer, SteeringReport, steering_rules
 from rebalancer.timed import TimedActions, TimedStore
 from rebalancer.timeline import Timeline
 
 log = logging.getLogger(__name__)
 MAX_TARGETED_NODES = 20  # more alerted nodes at once: a full listing is cheaper than one per node
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-Clock = Callable[[], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,44 +55,45 @@ class ClusterConnection:
     context: str | None = None
 
 
+def connect_runtime(
+    policy: Policy, connection: ClusterConnection, dry_run: DryRun = DryRun.OFF, clock: Clock = time.time
+) -> Runtime:
+    """The runtime of one command: a new connection to the cluster, the usage source opened per cycle."""
+    return Runtime(policy, connect(connection.kubeconfig, connection.context), clock, dry_run)
+
+
 def plan_live(
-    policy: Policy,
-    connection: ClusterConnection,
-    clock: Clock = time.time,
-    api: ApiClient | None = None,
-    focus: frozenset[str] | None = None,
-    known: ClusterFacts | None = None,
-    cached: Callable[[], ClusterFacts] | None = None,
-    history: HistoryCache | None = None,
+    runtime: Runtime,
+    focus: Focus | None = None,
+    *,
     timeline: Timeline | None = None,
-    prometheus: PrometheusUsageSource | None = None,
     earlier: Callable[[ClusterFacts, float], Earlier] | None = None,
 ) -> PlanOutcome:
     """Read the cluster and Prometheus (at once, when the cluster is listed), then plan. A failed usage
     read blocks evictions, not the plan.
 
-    ``cached``: the facts come from the serve mode's watch cache, nothing is listed. Otherwise ``focus``
-    (an alert's nodes) with ``known`` (recent facts): only those nodes are listed afresh. ``history``:
-    the service's cache of the predictor's daily peaks (strategies with classifyBy predicted or max).
-    ``timeline`` receives the time of each step. ``prometheus``: a usage source kept open between cycles
-    (its connection stays warm), else one is opened for this cycle. ``moved``: the bounce-back guard's
-    pods for these facts and the earlier reliefs (read from the efficiency records; None: neither).
-    The collector is paused while the cluster is listed and while the plan is made (:mod:`rebalancer.collector`)."""
+    With the runtime's watch cache (``watched``) nothing is listed. Otherwise with a ``focus`` (an alert's
+    nodes) and its recent facts, only those nodes are listed afresh. ``timeline`` receives the time of each
+    step. ``earlier``: the bounce-back guard's pods for these facts and the earlier reliefs (read from the
+    efficiency records; None: neither). The collector is paused while the cluster is listed and while the
+    plan is made (:mod:`rebalancer.collector`)."""
     timeline = timeline or Timeline()
-    now = clock()
+    policy, prometheus = runtime.policy, runtime.usage
+    nodes = focus.nodes if focus is not None else None
+    now = runtime.clock()
 
     def usage_now() -> UsageReport:
         if prometheus is not None:
-            usage = read_usage(lambda at: prometheus.read(at, focus), now)
+            usage = read_usage(lambda at: prometheus.read(at, nodes), now)
         else:
             with PrometheusUsageSource(policy.prometheus) as source:
-                usage = read_usage(lambda at: source.read(at, focus), now)
+                usage = read_usage(lambda at: source.read(at, nodes), now)
         collector.untrack_young()  # its per-pod keys, while in the CPU cache, if a listing paused the collector
         return usage
 
-    if cached is not None:
+    if runtime.watched is not None:
         with timeline.step("facts"):
-            facts = cached()
+            facts = runtime.watched()
         with timeline.step("usage"):
             usage = usage_now()
     else:
@@ -103,29 +102,28 @@ def plan_live(
         with ThreadPoolExecutor(1, thread_name_prefix="usage-read") as reader:
             pending = reader.submit(usage_now)
             with timeline.step("facts"):
-                api = api or connect(connection.kubeconfig, connection.context)
-                kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
+                kube = KubeSource(runtime.api, Protections.from_settings(policy.protections).annotations_read())
                 with collector.paused():
-                    facts = read_facts(kube, focus, known)
+                    facts = read_facts(kube, focus)
             with timeline.step("usage"):  # only what the listing did not hide
                 usage = pending.result()
     predicted = None
     if needs_prediction(policy):
         with timeline.step("prediction"):
-            predicted = predicted_load(policy, facts, now, history)
+            predicted = predicted_load(policy, facts, now, runtime.history)
     guarded, reliefs = None, None
     if earlier is not None:
         with timeline.step("guard"):
             guarded, reliefs = earlier(facts, now)
     with collector.paused():  # planning makes little cyclic garbage; collections were 7% of a 150,000-pod plan
-        snapshot, plan = plan_cycle(facts, usage, policy, now, focus, predicted, timeline, guarded, reliefs=reliefs)
+        snapshot, plan = plan_cycle(facts, usage, policy, now, nodes, predicted, timeline, guarded, reliefs=reliefs)
     return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}", facts)
 
 
 def plan_now(policy: Policy, connection: ClusterConnection, clock: Clock = time.time) -> PlanOutcome:
     """``rebalancer plan``: what a cycle would plan now, with the efficiency records read (never written),
     so the plan counts the earlier reliefs and keeps the bounce-back guard's pods as a cycle would."""
-    api = connect(connection.kubeconfig, connection.context)
+    runtime = connect_runtime(policy, connection, clock=clock)
     earlier: Callable[[ClusterFacts, float], Earlier]
     try:
         namespace = state_namespace(policy.state.namespace)
@@ -133,9 +131,9 @@ def plan_now(policy: Policy, connection: ClusterConnection, clock: Clock = time.
         missing = f"the efficiency records cannot be found: {exc}"
         earlier = lambda facts, now: ({}, EarlierReliefs(missing=missing))  # noqa: E731
     else:
-        store = ConfigMapStateStore(api, namespace, policy.state.efficiency_config_map, RECORDS_KEY)
+        store = ConfigMapStateStore(runtime.api, namespace, policy.state.efficiency_config_map, RECORDS_KEY)
         earlier = EfficiencyRecorder(store, policy.efficiency, policy.pools, write=False).earlier
-    return plan_live(policy, ClusterConnection(), clock, api, earlier=earlier)
+    return plan_live(runtime, earlier=earlier)
 
 
 def guard_preview(policy: Policy, planned: PlanOutcome) -> GuardReport | None:
@@ -143,16 +141,17 @@ def guard_preview(policy: Policy, planned: PlanOutcome) -> GuardReport | None:
     return preview(policy, planned.snapshot, planned.plan)
 
 
-def read_facts(kube: KubeSource, focus: frozenset[str] | None, known: ClusterFacts | None) -> ClusterFacts:
+def read_facts(kube: KubeSource, focus: Focus | None) -> ClusterFacts:
     """The whole cluster; or, for an alert's few nodes when recent facts are at hand, only those nodes
     and their pods (field selector ``spec.nodeName``), the rest taken from the recent facts (destinations
     only receive load: their pods are never evicted in a focused cycle)."""
-    if focus is None or known is None or len(focus) > MAX_TARGETED_NODES:
+    if focus is None or focus.known is None or len(focus.nodes) > MAX_TARGETED_NODES:
         return kube.read_facts()
-    fresh = kube.read_nodes_facts(sorted(focus))
+    known = focus.known
+    fresh = kube.read_nodes_facts(sorted(focus.nodes))
     nodes = {n.name: n for n in known.nodes}
     nodes.update((n.name, n) for n in fresh.nodes)
-    pods = [p for p in known.pods if p.node_name not in focus]
+    pods = [p for p in known.pods if p.node_name not in focus.nodes]
     pods += fresh.pods
     return ClusterFacts(tuple(nodes.values()), tuple(pods), fresh.budgets, known.resource_version)
 
@@ -172,49 +171,29 @@ def run_once(
     policy: Policy, connection: ClusterConnection, dry_run: DryRun = DryRun.OFF, clock: Clock = time.time
 ) -> RunOutcome:
     """One CronJob cycle: snapshot, plan, limits, evict, persist."""
-    return run_cycle(policy, connect(connection.kubeconfig, connection.context), dry_run, clock, trigger="once")
+    return run_cycle(connect_runtime(policy, connection, dry_run, clock), trigger="once")
 
 
 def run_cycle(
-    policy: Policy,
-    api: ApiClient,
-    dry_run: DryRun = DryRun.OFF,
-    clock: Clock = time.time,
-    focus: frozenset[str] | None = None,
-    may_act: Callable[[], bool] = lambda: True,
-    known: ClusterFacts | None = None,
-    requester: str | None = None,
-    cached: Callable[[], ClusterFacts] | None = None,
-    history: HistoryCache | None = None,
-    timeline: Timeline | None = None,
-    prometheus: PrometheusUsageSource | None = None,
-    trigger: str = "schedule",
-    steering_buckets: dict[str, TokenBucket] | None = None,
-    state_access: StateAccess | None = None,
+    runtime: Runtime, trigger: str = "schedule", focus: Focus | None = None, timeline: Timeline | None = None
 ) -> RunOutcome:
     """Check that the state can be written, then snapshot, plan, limits, evict, persist, then the efficiency
-    records, on an existing connection (CronJob and service alike); dry runs check the state too.
+    records, on the runtime's connection (CronJob and service alike); dry runs check the state too.
 
-    ``may_act`` is asked before every eviction and every pod-deletion-cost patch (the service passes "still
-    the leader"). ``trigger`` (schedule, alert, once) is kept in the efficiency records.
-    ``steering_buckets``: the steerer's token buckets, kept by the service between cycles. ``state_access``:
-    the state check, kept by the service (it asks again only when the policy changes what it covers)."""
+    ``trigger`` (schedule, alert, once) is kept in the efficiency records."""
     timeline = timeline or Timeline()
+    policy, api, dry_run, may_act = runtime.policy, runtime.api, runtime.dry_run, runtime.may_act
     namespace = state_namespace(policy.state.namespace)
     with timeline.step("state-access"):
-        (state_access or StateAccess(api)).check(policy, namespace)
+        runtime.access().check(policy, namespace)
+    records = ConfigMapStateStore(api, namespace, policy.state.efficiency_config_map, RECORDS_KEY)
     recorder = EfficiencyRecorder(
-        TimedStore(ConfigMapStateStore(api, namespace, policy.state.efficiency_config_map, RECORDS_KEY), timeline,
-                   "efficiency"),
+        TimedStore(records, timeline, "efficiency"),
         policy.efficiency,
         policy.pools,
         write=dry_run is DryRun.OFF,  # a dry run changes nothing, the records included
-    )  # fmt: skip
-    planned = plan_live(
-        policy, ClusterConnection(), clock, api, focus, known, cached, history, timeline, prometheus,
-        recorder.earlier,
-    )  # fmt: skip
-    owner = requester or f"rebalancer/{socket.gethostname()}"  # the evictions' requester, the guard marks' owner
+    )
+    planned = plan_live(runtime, focus, timeline=timeline, earlier=recorder.earlier)
     evictor = Evictor(
         actions=TimedActions(KubeActions(api), timeline),
         limits_store=TimedStore(ConfigMapStateStore(api, namespace, policy.state.config_map), timeline, "limits"),
@@ -224,12 +203,12 @@ def run_cycle(
         settings=policy.limits,
         protections=Protections.from_settings(policy.protections),
         dry_run=dry_run,
-        requester=owner,
-        clock=clock,
+        requester=runtime.requester,
+        clock=runtime.clock,
         may_act=may_act,
     )
     with timeline.step("landing-guard"):
-        early, marked = guard_before_evictions(policy, api, planned.snapshot, planned.plan, dry_run, owner, may_act)
+        early, marked = guard_before_evictions(runtime, planned.snapshot, planned.plan)
     with timeline.step("evictor"):
         report = evictor.apply(planned.plan, planned.snapshot)
     steering = SteeringReport()
@@ -241,31 +220,26 @@ def run_cycle(
             Protections.from_settings(policy.protections),
             dry_run,
             may_act=may_act,
-            buckets=steering_buckets,
+            buckets=runtime.steering_buckets,
         )
         with timeline.step("steerer"):
             steering = steerer.apply(planned.plan, planned.snapshot)
     with timeline.step("landing-guard"):
-        late = guard_after_cycle(policy, api, marked, planned.plan, report, dry_run, owner, may_act)
+        late = guard_after_cycle(runtime, marked, planned.plan, report)
     guard = GuardReport(early.results + late.results, late.notes)
     with timeline.step("efficiency"):
-        recorded = _record(recorder, planned, report, trigger, policy, prometheus)
+        recorded = _record(runtime, recorder, planned, report, trigger)
     return RunOutcome(planned, report, recorded, steering, guard)
 
 
 def _record(
-    recorder: EfficiencyRecorder,
-    planned: PlanOutcome,
-    report: EvictorReport,
-    trigger: str,
-    policy: Policy,
-    prometheus: PrometheusUsageSource | None,
+    runtime: Runtime, recorder: EfficiencyRecorder, planned: PlanOutcome, report: EvictorReport, trigger: str
 ) -> Recorded:
-    if not policy.efficiency.enabled:
+    if not runtime.policy.efficiency.enabled:
         return Recorded(None)
-    if prometheus is not None:
-        return recorder.record(planned.snapshot, planned.plan, report, trigger, planned.facts, prometheus.read)
-    with PrometheusUsageSource(policy.prometheus) as source:  # opened only if a follow-up is overdue
+    if runtime.usage is not None:
+        return recorder.record(planned.snapshot, planned.plan, report, trigger, planned.facts, runtime.usage.read)
+    with PrometheusUsageSource(runtime.policy.prometheus) as source:  # opened only if a follow-up is overdue
         return recorder.record(planned.snapshot, planned.plan, report, trigger, planned.facts, source.read)
 
 
@@ -311,7 +285,8 @@ def explain_scale_down(
     pools: dict[str, str] = {}
     note = "" if policy is not None else "no --policy given"
     if policy is not None and steering:
-        planned = plan_live(policy.model_copy(update={"strategies": tuple(steering)}), connection, lambda: now, api)
+        only_steering = policy.model_copy(update={"strategies": tuple(steering)})
+        planned = plan_live(Runtime(only_steering, api, lambda: now))
         pools = dict(planned.snapshot.pool_of)
         if planned.plan.blocked:
             note = f"the plan is blocked: {planned.plan.blocked}"

@@ -4,18 +4,20 @@ through the node adapter. Called by run --once and serve after each cycle, by se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
-from rebalancer.evictor import DryRun, EvictorReport
+from rebalancer.evictor import EvictorReport
 from rebalancer.guard.applier import GuardApplier, GuardOutcome, GuardReport, GuardResult
 from rebalancer.guard.decide import GuardDecision, decide, release
 from rebalancer.guard.inputs import after_evictions, ahead_of_evictions, unknown_nodes, with_changes
 from rebalancer.guard.marks import GUARD_KEY, Foreign, read_mark
-from rebalancer.kube import ApiClient, KubeActions, KubeSource
+from rebalancer.kube import KubeActions, KubeSource
 from rebalancer.kube.node_guard import NodeMarker
 from rebalancer.model import Node
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
+from rebalancer.runtime import Runtime, always
 from rebalancer.snapshot import ClusterSnapshot
 
 
@@ -31,39 +33,28 @@ MADE = frozenset({GuardOutcome.APPLIED, GuardOutcome.DRY_RUN, GuardOutcome.SERVE
 
 
 def guard_before_evictions(
-    policy: Policy,
-    api: ApiClient,
-    snapshot: ClusterSnapshot,
-    plan: EvictionPlan,
-    dry_run: DryRun,
-    owner: str,
-    may_act: Callable[[], bool],
+    runtime: Runtime, snapshot: ClusterSnapshot, plan: EvictionPlan
 ) -> tuple[GuardReport, ClusterSnapshot]:
     """Mark the nodes the plan is about to relieve (and the other hot ones) *before* the evictor: the
     ReplicaSet controller creates a replacement within moments of an eviction and the scheduler binds it at
     once, so a mark set after the evictor comes too late for the first eviction from a node. Returns the
     report and the snapshot with the marks made (for the pass after the evictor)."""
-    if not policy.landing_guard.enabled or not plan.evictions:
+    guard = runtime.policy.landing_guard
+    if not guard.enabled or not plan.evictions:
         return GuardReport(), snapshot
-    report = _apply(api, ahead_of_evictions(snapshot, plan, policy.landing_guard, owner), dry_run, may_act)
+    report = _apply(runtime, ahead_of_evictions(snapshot, plan, guard, runtime.requester))
     return report, with_changes(snapshot, (r.change for r in report.results if r.outcome in MADE))
 
 
 def guard_after_cycle(
-    policy: Policy,
-    api: ApiClient,
-    snapshot: ClusterSnapshot,
-    plan: EvictionPlan,
-    report: EvictorReport,
-    dry_run: DryRun,
-    owner: str,
-    may_act: Callable[[], bool],
+    runtime: Runtime, snapshot: ClusterSnapshot, plan: EvictionPlan, report: EvictorReport
 ) -> GuardReport:
     """Mark, renew and clear after a cycle. With no pool guarded, only marks left from an earlier policy are
     cleared (guard-off), and nothing is read or written when there are none."""
-    if not policy.landing_guard.enabled and not carries_mark(snapshot.nodes.values()):
+    guard = runtime.policy.landing_guard
+    if not guard.enabled and not carries_mark(snapshot.nodes.values()):
         return GuardReport()
-    return _apply(api, after_evictions(snapshot, plan, report, policy.landing_guard, owner), dry_run, may_act)
+    return _apply(runtime, after_evictions(snapshot, plan, report, guard, runtime.requester))
 
 
 PLAN_OWNER = "rebalancer/plan"
@@ -78,29 +69,26 @@ def preview(policy: Policy, snapshot: ClusterSnapshot, plan: EvictionPlan) -> Gu
     return GuardReport(tuple(GuardResult(c, GuardOutcome.DRY_RUN) for c in decision.changes), decision.notes)
 
 
-def sweep(
-    policy: Policy,
-    api: ApiClient,
-    nodes: Sequence[Node],
-    owner: str,
-    now: float,
-    may_act: Callable[[], bool],
-    dry_run: DryRun = DryRun.OFF,
-) -> GuardReport:
+def sweep(runtime: Runtime, nodes: Sequence[Node]) -> GuardReport:
     """Without a cycle, on ``nodes`` as recently read: every class unknown, so only expired marks, marks of
     pools without a guard and annotations without their taint are cleared (at start: what a crashed
     instance left). Each change re-reads its node before writing."""
+    policy = runtime.policy
     if not policy.landing_guard.enabled and not carries_mark(nodes):
         return GuardReport()
-    return _apply(api, decide(unknown_nodes(policy.pools, nodes), policy.landing_guard, owner, now), dry_run, may_act)
+    now = runtime.clock()
+    return _apply(runtime, decide(unknown_nodes(policy.pools, nodes), policy.landing_guard, runtime.requester, now))
 
 
-def release_marks(policy: Policy, api: ApiClient, owner: str, dry_run: DryRun = DryRun.OFF) -> GuardReport:
-    """Graceful shutdown: every mark ``owner`` wrote is removed (marks another instance renewed since stay)."""
-    nodes = KubeSource(api, frozenset()).read_nodes()
-    return _apply(api, release(unknown_nodes(policy.pools, nodes), owner), dry_run, lambda: True)
+def release_marks(runtime: Runtime) -> GuardReport:
+    """Graceful shutdown: every mark the runtime's requester wrote is removed (marks another instance renewed
+    since stay), whether it still leads or not."""
+    nodes = KubeSource(runtime.api, frozenset()).read_nodes()
+    decision = release(unknown_nodes(runtime.policy.pools, nodes), runtime.requester)
+    return _apply(replace(runtime, may_act=always), decision)
 
 
-def _apply(api: ApiClient, decision: GuardDecision, dry_run: DryRun, may_act: Callable[[], bool]) -> GuardReport:
-    applier = GuardApplier(NodeMarker(api), dry_run=dry_run, may_act=may_act, events=KubeActions(api))
+def _apply(runtime: Runtime, decision: GuardDecision) -> GuardReport:
+    api = runtime.api
+    applier = GuardApplier(NodeMarker(api), dry_run=runtime.dry_run, may_act=runtime.may_act, events=KubeActions(api))
     return applier.apply(decision)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rebalancer.app import Clock, ClusterConnection, state_namespace
+from rebalancer.app import ClusterConnection, state_namespace
 from rebalancer.app_efficiency import RECORDS_KEY, EfficiencyRecorder, rates_over_period
 from rebalancer.efficiency import EfficiencyReport, EfficiencyState
 from rebalancer.efficiency.series import Bucket, bucket_bounds, buckets
@@ -17,6 +17,7 @@ from rebalancer.kube import ConfigMapStateStore, KubeSource, connect
 from rebalancer.limits.settings import duration_seconds
 from rebalancer.policy import Policy
 from rebalancer.prom.reference import ReferenceSource
+from rebalancer.runtime import Clock
 from rebalancer.snapshot import PoolResolver
 
 log = logging.getLogger(__name__)

@@ -104,16 +104,19 @@ class Service:
         is_leader: Callable[[], bool],
         clock: Callable[[], float] = time.time,
         housekeeping: Callable[[Policy], None] | None = None,
+        policy: Policy | None = None,
     ) -> None:
         """``housekeeping``: run at start and every ``HOUSEKEEPING_SECONDS`` between cycles, while leading
-        (the landing guard's sweep of expired marks)."""
+        (the landing guard's sweep of expired marks). ``policy``: the policy already read from ``policy_path``
+        (else it is read here)."""
         self._housekeeping = housekeeping
         self._path = policy_path
         self._run_cycle = run_cycle
         self._metrics = metrics
         self._is_leader = is_leader
         self._clock = clock
-        self._policy = load_policy(policy_path)  # an invalid policy at start is fatal: ConfigError
+        # an invalid policy at start is fatal: ConfigError
+        self._policy = policy if policy is not None else load_policy(policy_path)
         self._digest = self._read_digest()
         self._cycle_lock = threading.Lock()
         self._alerts = _Alerts()

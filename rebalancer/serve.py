@@ -13,14 +13,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from wsgiref.types import WSGIApplication
 
 from rebalancer import collector
-from rebalancer.app import Clock, ClusterConnection, run_cycle, state_namespace
+from rebalancer.app import ClusterConnection, run_cycle, state_namespace
 from rebalancer.app_guard import release_marks, sweep
-from rebalancer.app_prediction import HistoryCache
 from rebalancer.app_state_access import StateAccess
 from rebalancer.errors import ConfigError, KubeForbidden, KubeUnavailable, RebalancerError
 from rebalancer.evictor import DryRun
@@ -32,10 +32,11 @@ from rebalancer.kube.watch_cache import WatchCache
 from rebalancer.leader import LeaderElection, LeaderElector
 from rebalancer.metrics import Metrics, WatchStat
 from rebalancer.model import ClusterFacts, Node
-from rebalancer.policy import Policy
+from rebalancer.policy import Policy, load_policy
 from rebalancer.prom import PrometheusUsageSource
 from rebalancer.protections import Protections
 from rebalancer.runner import AlertDecision, CycleResult, Service, Trigger
+from rebalancer.runtime import Clock, Focus, Runtime
 from rebalancer.serve_efficiency import EfficiencyPublisher
 from rebalancer.service import (
     STATUS_MAX_CONCURRENT_REQUESTS,
@@ -48,7 +49,7 @@ from rebalancer.service import (
     serve_http,
 )
 from rebalancer.settings import PrometheusSettings
-from rebalancer.steerer import SteeringReport, TokenBucket, steering_summary
+from rebalancer.steerer import SteeringReport, steering_summary
 from rebalancer.timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -185,72 +186,56 @@ class _UsageSource:
             self._source = None
 
 
+@dataclass(frozen=True, slots=True)
+class CycleObservers:
+    """Told about each cycle besides its result: the collector's pauses (the cycle's gc time), the
+    efficiency rates, and the pod-deletion-cost patches and landing-guard marks it made."""
+
+    pauses: collector.CollectorPauses | None = None
+    efficiency: EfficiencyPublisher | None = None
+    on_steering: Callable[[SteeringReport], None] | None = None
+    on_guard: Callable[[GuardReport], None] | None = None
+
+
 class _Cycles:
-    """The cycle the runner calls: the policy's chosen strategies, focused on an alert's nodes if any."""
+    """The cycle the runner calls: the policy's chosen strategies, focused on an alert's nodes if any, on
+    ``runtime`` with the policy of the moment, the warm usage source and the watch cache."""
 
     def __init__(
-        self,
-        api: ApiClient,
-        dry_run: DryRun,
-        clock: Clock,
-        known: _KnownNodes,
-        cache: _ClusterCache,
-        may_act: Callable[[], bool],
-        identity: str,
-        pauses: collector.CollectorPauses | None = None,
-        efficiency: EfficiencyPublisher | None = None,
-        on_steering: Callable[[SteeringReport], None] | None = None,
-        on_guard: Callable[[GuardReport], None] | None = None,
-        state_access: StateAccess | None = None,
+        self, runtime: Runtime, known: _KnownNodes, cache: _ClusterCache, observers: CycleObservers | None = None
     ) -> None:
-        self._state_access = state_access or StateAccess(api)
-        self._on_guard = on_guard
-        self._efficiency = efficiency
-        self._on_steering = on_steering
-        self._steering_buckets: dict[str, TokenBucket] = {}  # the patch rate holds across cycles
-        self._identity = identity
-        self._pauses = pauses
+        if runtime.state_access is None:  # asked again only when the policy changes what it covers
+            runtime = replace(runtime, state_access=StateAccess(runtime.api))
+        self._runtime = runtime  # its steering buckets are kept between cycles: the patch rate holds
+        self._known = known
         self._cache = cache
-        self._may_act = may_act
+        self._observers = observers or CycleObservers()
         self._facts: ClusterFacts | None = None  # from the last full listing, for alert-driven cycles
         self._facts_at = float("-inf")
-        self._api = api
-        self._dry_run = dry_run
-        self._clock = clock
-        self._known = known
-        self._history = HistoryCache()  # the predictor's daily peaks: read once a day
         self._usage = _UsageSource()
 
     def __call__(self, policy: Policy, trigger: Trigger) -> CycleResult:
         timeline = Timeline(trigger.queued_at)
-        paused = self._pauses.seconds if self._pauses is not None else 0.0
+        observers = self._observers
+        paused = observers.pauses.seconds if observers.pauses is not None else 0.0
         chosen = tuple(policy.strategies[i] for i in trigger.strategies)
         cache = self._cache.ensure(policy)
         if cache is not None and not cache.wait_synced(CACHE_SYNC_WAIT_SECONDS):
             log.warning("the watch cache is not listed yet: this cycle plans on nothing and evicts nothing")
         max_age = policy.service.alert_facts_max_age_seconds
         known = self._facts if trigger.nodes and time.monotonic() - self._facts_at < max_age else None
+        runtime = replace(
+            self._runtime,
+            policy=policy.model_copy(update={"strategies": chosen}),
+            usage=self._usage.get(policy.prometheus),
+            watched=cache.facts if cache is not None else None,
+        )
+        focus = Focus(trigger.nodes, known) if trigger.nodes is not None else None
         with collector.paused():  # a cycle makes little cyclic garbage; collections in it were 10% of an alert cycle
-            outcome = run_cycle(
-                policy.model_copy(update={"strategies": chosen}),
-                self._api,
-                self._dry_run,
-                self._clock,
-                trigger.nodes,
-                self._may_act,
-                known,
-                f"rebalancer/{self._identity}",
-                cache.facts if cache is not None else None,
-                self._history,
-                timeline,
-                prometheus=self._usage.get(policy.prometheus),
-                trigger=trigger.kind,
-                steering_buckets=self._steering_buckets,
-                state_access=self._state_access,
-            )
-        if self._efficiency is not None:
+            outcome = run_cycle(runtime, trigger.kind, focus, timeline)
+        if observers.efficiency is not None:
             with timeline.step("rates"):
-                self._efficiency.after(policy, trigger.kind, outcome)
+                observers.efficiency.after(policy, trigger.kind, outcome)
         facts = outcome.planned.facts
         if cache is None and facts is not None:
             self._facts = facts
@@ -260,31 +245,29 @@ class _Cycles:
             self._known.update(facts.nodes)
         if outcome.steering.results:
             log.info("%s cycle: pod-deletion-cost %s", trigger.kind, steering_summary(outcome.steering))
-            if self._on_steering is not None:
-                self._on_steering(outcome.steering)
+            if observers.on_steering is not None:
+                observers.on_steering(outcome.steering)
         if outcome.guard.results:
             log.info("%s cycle: landing guard %s", trigger.kind, outcome.guard.summary())
-            if self._on_guard is not None:
-                self._on_guard(outcome.guard)
-        if self._pauses is not None:
-            timeline.add("gc", self._pauses.seconds - paused)  # mostly deferred to the cycle's end by the pause
+            if observers.on_guard is not None:
+                observers.on_guard(outcome.guard)
+        if observers.pauses is not None:
+            timeline.add("gc", observers.pauses.seconds - paused)  # mostly deferred to the cycle's end by the pause
         return CycleResult(outcome.planned.plan, outcome.report, timeline)
 
     def close(self) -> None:
         self._usage.close()
-        if self._efficiency is not None:
-            self._efficiency.close()
+        if self._observers.efficiency is not None:
+            self._observers.efficiency.close()
 
 
-def _release_marks(
-    policy: Policy, api: ApiClient, owner: str, dry_run: DryRun, leading: bool, metrics: Metrics
-) -> None:
+def _release_marks(runtime: Runtime, leading: bool, metrics: Metrics) -> None:
     """Graceful shutdown: the landing guard's marks this instance wrote go (a follower wrote none it still
     owns, or a new leader took them over: it only acts while leading)."""
-    if not leading or not policy.landing_guard.enabled:
+    if not leading or not runtime.policy.landing_guard.enabled:
         return  # with the guard off, the cycles clear any mark left (guard-off): no listing at every stop
     try:
-        report = release_marks(policy, api, owner, dry_run)
+        report = release_marks(runtime)
     except RebalancerError as exc:
         log.warning("landing guard: releasing the marks failed (they go at their expiry): %s", exc)
         return
@@ -430,21 +413,31 @@ def serve(
     def is_leader() -> bool:
         return election.is_leader() if election is not None else True
 
+    policy = load_policy(policy_path)  # an invalid policy at start is fatal: ConfigError
     pauses = collector.CollectorPauses()
     state_access = StateAccess(api)
+    runtime = Runtime(
+        policy,
+        api,
+        clock,
+        dry_run,
+        requester=f"rebalancer/{identity}",  # the evictions' requester and the landing guard's marks' owner
+        may_act=is_leader,
+        state_access=state_access,
+    )
     cycles = _Cycles(
-        api, dry_run, clock, known, cache, is_leader, identity, pauses, EfficiencyPublisher(metrics),
-        metrics.observe_steering, metrics.observe_guard, state_access,
-    )  # fmt: skip
-    owner = f"rebalancer/{identity}"  # the evictions' requester and the landing guard's marks' owner
+        runtime,
+        known,
+        cache,
+        CycleObservers(pauses, EfficiencyPublisher(metrics), metrics.observe_steering, metrics.observe_guard),
+    )
 
     def sweep_marks(policy: Policy) -> None:
         if not policy.landing_guard.enabled:
             return  # marks an earlier policy left are cleared by the cycles (guard-off), no listing for them here
-        metrics.observe_guard(sweep(policy, api, known.nodes(), owner, clock(), is_leader, dry_run))
+        metrics.observe_guard(sweep(replace(runtime, policy=policy), known.nodes()))
 
-    service = Service(policy_path, cycles, metrics, is_leader, clock, housekeeping=sweep_marks)
-    policy = service.policy
+    service = Service(policy_path, cycles, metrics, is_leader, clock, housekeeping=sweep_marks, policy=policy)
     token = webhook_token(policy, str(policy_path), metrics)
     check_state_at_start(state_access, policy)
     pauses.attach()
@@ -481,7 +474,7 @@ def serve(
         log.info("stopping: no new requests, finishing the cycle in flight, releasing the lease")
         stop_http()
         service.stop()
-        _release_marks(service.policy, api, owner, dry_run, is_leader(), metrics)
+        _release_marks(replace(runtime, policy=service.policy), is_leader(), metrics)
         cycles.close()
         cache.stop()
         pauses.detach()

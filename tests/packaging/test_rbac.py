@@ -29,6 +29,7 @@ from rebalancer import app
 from rebalancer.evictor import DryRun
 from rebalancer.kube import connect
 from rebalancer.policy import parse_policy
+from rebalancer.runtime import Runtime
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus, free_port
 from tests.kubeapi import TestApiServer
 from tests.kubeapi.rbac import Attributes, attributes
@@ -95,7 +96,7 @@ def run_rendered_cycle(rendered: Rendered, server: TestApiServer, kubeconfig: Pa
     policy = parse_policy(rendered_policy(rendered, prometheus_url))
     with mock.patch.dict(os.environ, {"POD_NAMESPACE": NAMESPACE}):  # the rendered env (fieldRef)
         for _ in range(2):  # the second run finds the state ConfigMaps and updates them
-            outcome = app.run_cycle(policy, connect(str(kubeconfig)), DryRun.OFF, clock=lambda: END)
+            outcome = app.run_cycle(Runtime(policy, connect(str(kubeconfig)), lambda: END, DryRun.OFF))
             assert not outcome.report.aborted, outcome.report
     assert [r for r in server.eviction.records if r.code == 201], "the scenario evicted nothing"
     assert server.store.get("configmaps", "rebalancer-state", NAMESPACE) is not None

@@ -36,7 +36,8 @@ from rebalancer.kube import KubeSource, connect
 from rebalancer.metrics import Metrics
 from rebalancer.policy import Policy, load_policy
 from rebalancer.runner import Trigger
-from rebalancer.serve import _ClusterCache, _Cycles, _KnownNodes
+from rebalancer.runtime import Runtime
+from rebalancer.serve import CycleObservers, _ClusterCache, _Cycles, _KnownNodes
 from rebalancer.serve_efficiency import EfficiencyPublisher
 from strategies.low_node_utilization import LowNodeUtilizationSettings
 from tests.adapters.prom_fixture import StartPrometheus
@@ -182,10 +183,10 @@ class ServeCycles:
         self.cache = _ClusterCache(api)
         metrics = Metrics()
         self.guard: list[GuardReport] = []
-        self.cycles = _Cycles(
-            api, DryRun.OFF, loop.clock, _KnownNodes(KubeSource(api, frozenset()), self.cache, loop.clock),
-            self.cache, lambda: True, "closed-loop", None, EfficiencyPublisher(metrics), None, self.guard.append,
-        )  # fmt: skip
+        runtime = Runtime(policy, api, loop.clock, DryRun.OFF, requester="rebalancer/closed-loop")
+        known = _KnownNodes(KubeSource(api, frozenset()), self.cache, loop.clock)
+        observers = CycleObservers(efficiency=EfficiencyPublisher(metrics), on_guard=self.guard.append)
+        self.cycles = _Cycles(runtime, known, self.cache, observers)
 
     def __call__(self) -> GuardReport | None:
         self._wait_for_the_watches()

@@ -32,7 +32,8 @@ from rebalancer.kube import KubeSource, connect
 from rebalancer.metrics import Metrics
 from rebalancer.policy import load_policy
 from rebalancer.runner import CycleResult, Trigger
-from rebalancer.serve import _ClusterCache, _Cycles, _KnownNodes
+from rebalancer.runtime import Runtime
+from rebalancer.serve import CycleObservers, _ClusterCache, _Cycles, _KnownNodes
 from rebalancer.serve_efficiency import EfficiencyPublisher
 from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, Rate, constant, spike
 from tests.adapters.prom_fixture import PrometheusServer, Series, StartPrometheus
@@ -155,8 +156,10 @@ class Serve:
         self.cache = _ClusterCache(api)
         known = _KnownNodes(KubeSource(api, frozenset()), self.cache, self.clock)
         publisher = EfficiencyPublisher(self.metrics)
-        self.cycles = _Cycles(api, dry_run, self.clock, known, self.cache, lambda: True, "test", None, publisher,
-                              None, self.metrics.observe_guard)  # fmt: skip
+        runtime = Runtime(self.policy, api, self.clock, dry_run, requester="rebalancer/test")
+        self.cycles = _Cycles(
+            runtime, known, self.cache, CycleObservers(efficiency=publisher, on_guard=self.metrics.observe_guard)
+        )
 
     def cycle(self, at: float) -> CycleResult:
         self.clock.now = at

@@ -80,7 +80,7 @@ def test_a_group_that_would_land_back_is_passed_over_and_nothing_is_evicted(
     build(kube_server, idle_taints=[])
     policy = load_policy(write_policy(tmp_path / "policy.yaml", prometheus.url))
 
-    planned = app.plan_live(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
+    planned = app.plan_live(app.connect_runtime(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END))
 
     assert planned.plan.evictions == ()
     records = {d.name: d for d in planned.plan.results[0].pod_decisions if d.node == "idle"}
@@ -102,7 +102,7 @@ def test_a_group_predicted_to_leave_is_emptied_with_each_replacements_landing(
     build(kube_server, idle_taints=[SCALE_DOWN_CANDIDATE])
     policy = load_policy(write_policy(tmp_path / "policy.yaml", prometheus.url))
 
-    planned = app.plan_live(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
+    planned = app.plan_live(app.connect_runtime(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END))
 
     landed = {e.name: e.landing for e in planned.plan.evictions}
     assert set(landed) == GROUP

@@ -32,7 +32,7 @@ def test_plan_from_the_cluster_and_prometheus(
     build_cluster(kube_server)
     policy = load_policy(write_policy(tmp_path / "policy.yaml", prometheus.url))
 
-    outcome = app.plan_live(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
+    outcome = app.plan_live(app.connect_runtime(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END))
 
     assert outcome.plan.blocked is None
     result = outcome.plan.results[0]

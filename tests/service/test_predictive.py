@@ -134,7 +134,7 @@ def test_the_history_cache_reads_prometheus_once_a_day(
 ) -> None:
     build_cluster(kube_server)
     policy = load_policy(write_policy(tmp_path / "peak.yaml", prometheus.url, "predicted"))
-    facts = app.plan_live(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: AT).facts
+    facts = app.plan_live(app.connect_runtime(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: AT)).facts
     assert facts is not None
     cache = HistoryCache()
     first = read_history(policy, facts, AT, cache=cache)

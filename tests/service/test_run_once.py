@@ -15,6 +15,7 @@ from rebalancer import app
 from rebalancer.evictor import DryRun, Outcome
 from rebalancer.limits import LimiterState
 from rebalancer.policy import load_policy
+from rebalancer.runtime import Focus, Runtime
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
@@ -243,11 +244,12 @@ def test_an_alert_cycle_lists_only_the_alerted_node_when_recent_facts_are_at_han
     build_cluster(kube_server)
     policy = load_policy(write_policy(tmp_path / "p.yaml", prometheus.url, target=50))
     api = app.connect(str(kubeconfig))
-    full = app.plan_live(policy, app.ClusterConnection(), lambda: END, api)
+    runtime = Runtime(policy, api, lambda: END)
+    full = app.plan_live(runtime)
     assert full.facts is not None
     kube_server.requests.clear()
 
-    result = app.run_cycle(policy, api, DryRun.OFF, lambda: END, frozenset({"hot-1"}), known=full.facts)
+    result = app.run_cycle(runtime, focus=Focus(frozenset({"hot-1"}), full.facts))
 
     pod_lists = [r for r in kube_server.requests if r.path == "/api/v1/pods"]
     assert pod_lists

@@ -15,6 +15,7 @@ from rebalancer.kube import KubeSource, connect
 from rebalancer.metrics import Metrics
 from rebalancer.policy import Policy, load_policy, parse_policy
 from rebalancer.runner import Trigger
+from rebalancer.runtime import Runtime
 from rebalancer.serve import _ClusterCache, _Cycles, _KnownNodes, _UsageSource
 from rebalancer.settings import PrometheusSettings
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
@@ -151,7 +152,7 @@ def test_schedule_cycles_keep_running_while_the_api_server_says_nothing(
     api = connect(kubeconfig=str(kubeconfig))
     cache = _ClusterCache(api)
     known = _KnownNodes(KubeSource(api, frozenset()), cache, time.monotonic)
-    cycles = _Cycles(api, DryRun.CLIENT, lambda: END, known, cache, lambda: True, "test")
+    cycles = _Cycles(Runtime(policy, api, lambda: END, DryRun.CLIENT, requester="rebalancer/test"), known, cache)
     schedule = Trigger("schedule", (0,))
     try:
         first = cycles(policy, schedule)

@@ -18,6 +18,7 @@ import yaml
 from rebalancer import app
 from rebalancer.plan import NodeClass
 from rebalancer.policy import Policy, parse_policy
+from rebalancer.runtime import Focus
 from tests.adapters.node_exporter import node_exporter_series
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
 from tests.kubeapi import TestApiServer
@@ -68,7 +69,8 @@ def test_an_alerted_node_is_read_judged_hot_and_relieved(
     build_cluster(kube_server)
     policy = on(prometheus.url, document)
 
-    outcome = app.plan_live(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END, focus=frozenset({HOT}))
+    runtime = app.connect_runtime(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
+    outcome = app.plan_live(runtime, Focus(frozenset({HOT})))
 
     assert outcome.plan.blocked is None, outcome.plan.blocked
     assert outcome.snapshot.load[HOT].usage_m is not None, outcome.snapshot.load[HOT].unknown_reason
