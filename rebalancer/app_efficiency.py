@@ -134,9 +134,11 @@ class EfficiencyRecorder:
             state = self._judge_late(state, now, facts, usage_at, late)
             state = judge_followups(state, snapshot)
             if facts is not None:
-                state = observe_landings(state, facts, now, self._settings.follow_up_seconds)
+                state = observe_landings(state, facts, now, self._settings.follow_up_window.total_seconds())
             state = observe_cycle(state, snapshot, plan, report, trigger, self._settings)
-            state = self._bounded(state.prune(now, self._settings.horizon_seconds, self._settings.max_records), now)
+            state = self._bounded(
+                state.prune(now, self._settings.horizon.total_seconds(), self._settings.max_records), now
+            )
             if not self._write:
                 return before, state
             try:
@@ -178,7 +180,7 @@ class EfficiencyRecorder:
             log.warning(
                 "efficiency records above %d bytes: keeping the newest %d of each kind", MAX_RECORDS_BYTES, limit
             )
-            state = state.prune(now, self._settings.horizon_seconds, limit)
+            state = state.prune(now, self._settings.horizon.total_seconds(), limit)
         return state
 
 
@@ -194,7 +196,7 @@ def rates_over_period(
     reference: Callable[[float, float], dict[str, float]] | None,
 ) -> EfficiencyReport:
     """The rates over ``efficiency.period`` up to ``end``; the reference read failing leaves discovery unknown."""
-    start = end - settings.period_seconds
+    start = end - settings.period.total_seconds()
     minutes, problem = None, None
     if reference is not None:
         try:

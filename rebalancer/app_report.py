@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
 from rebalancer.app import ClusterConnection, state_namespace
 from rebalancer.app_efficiency import RECORDS_KEY, EfficiencyRecorder, rates_over_period
@@ -14,7 +15,6 @@ from rebalancer.efficiency import EfficiencyReport, EfficiencyState
 from rebalancer.efficiency.series import Bucket, bucket_bounds, buckets
 from rebalancer.errors import MetricsUnavailable, SourceError
 from rebalancer.kube import ConfigMapStateStore, KubeSource, connect
-from rebalancer.limits.settings import duration_seconds
 from rebalancer.policy import Policy
 from rebalancer.prom.reference import ReferenceSource
 from rebalancer.runtime import Clock
@@ -33,8 +33,8 @@ class ReportData:
 def efficiency_report(
     policy: Policy,
     connection: ClusterConnection,
-    period: str | None = None,
-    bucket: str = "1h",
+    period: timedelta | None = None,
+    bucket: timedelta = timedelta(hours=1),
     clock: Clock = time.time,
 ) -> ReportData:
     """Raises a ``KubeUnavailable`` / ``KubeForbidden`` when the records or nodes cannot be read, and
@@ -48,14 +48,14 @@ def efficiency_report(
     state, _ = EfficiencyRecorder(store, settings, policy.pools, write=False).load(now)
     resolver = PoolResolver(policy.pools)
     pool_of = {node.name: resolver.pool_of(node) for node in KubeSource(api, frozenset()).read_nodes()}
-    bounds = bucket_bounds(now - settings.period_seconds, now, float(duration_seconds(bucket)))
+    bounds = bucket_bounds(now - settings.period.total_seconds(), now, bucket.total_seconds())
     no_records = _no_records(state, settings.enabled, f"ConfigMap {namespace}/{policy.state.efficiency_config_map}")
     if settings.reference.query is None:
         report = rates_over_period(state, settings, pool_of, now, None)
         return ReportData(report, buckets(state, None, pool_of, bounds), no_records)
     with ReferenceSource(policy.prometheus, settings.reference) as reference:
         report = rates_over_period(
-            state, settings, pool_of, now, _reachable(reference, now - settings.period_seconds, now)
+            state, settings, pool_of, now, _reachable(reference, now - settings.period.total_seconds(), now)
         )
         per_bucket: dict[tuple[float, float], dict[str, float]] = {}
         if report.reference_problem is None:

@@ -342,17 +342,20 @@ def _predict_live(policy: Policy, args: argparse.Namespace, progress: Progress |
 
 
 def _report(args: argparse.Namespace) -> int:
-    import re
+    from datetime import timedelta
 
     from rebalancer import app
     from rebalancer.app_report import efficiency_report
     from rebalancer.efficiency.plot import write_plot
     from rebalancer.efficiency.render import KIND, report_record, report_table
-    from rebalancer.settings import DURATION_PATTERN
+    from rebalancer.settings import parse_duration
 
+    spans: dict[str, timedelta | None] = {}
     for name in ("period", "bucket"):
         value = getattr(args, name)
-        if value is not None and not re.match(DURATION_PATTERN, value):
+        try:
+            spans[name] = None if value is None else parse_duration(value)
+        except ValueError:
             print(f"rebalancer report: --{name} {value!r} is not a duration such as 30m, 24h, 7d", file=sys.stderr)
             return EXIT_CONFIG
     until = _time_arg(args.until) if args.until else None
@@ -361,7 +364,8 @@ def _report(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     policy = load_policy(args.policy)
     connection = app.ClusterConnection(args.kubeconfig, args.context)
-    data = efficiency_report(policy, connection, args.period, args.bucket, (lambda: until) if until else time.time)
+    bucket = spans["bucket"] or timedelta(hours=1)
+    data = efficiency_report(policy, connection, spans["period"], bucket, (lambda: until) if until else time.time)
     text = report_table(data.report, data.timeline)
     if data.no_records:
         print(f"rebalancer report: {data.no_records}", file=sys.stderr)

@@ -9,7 +9,6 @@ from types import MappingProxyType
 from rebalancer.efficiency.landings import observe_landings
 from rebalancer.efficiency.records import EfficiencyState
 from rebalancer.inflight import Correction, EarlierReliefs, Lag, corrected, describe, in_flight, reading_lag
-from rebalancer.limits.settings import duration_seconds
 from rebalancer.model import ClusterFacts, PodKey, UsageReport
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy
@@ -41,7 +40,7 @@ def plan_cycle(
     with timeline.step("snapshot"):
         snapshot = build_snapshot(facts, usage, policy.pools, taken_at, focus)
         if reliefs is not None:
-            reliefs = with_landings(reliefs, facts, taken_at, policy.efficiency.follow_up_seconds)
+            reliefs = with_landings(reliefs, facts, taken_at, policy.efficiency.follow_up_window.total_seconds())
             snapshot = with_in_flight(snapshot, reliefs, usage_lag(policy), usage.node_from_pods)
         if predicted is not None:
             snapshot = replace(snapshot, predicted=predicted)
@@ -68,7 +67,7 @@ def plan_cycle(
 def usage_lag(policy: Policy) -> Lag:
     """How long a usage reading takes to show a change of a node's load (:func:`rebalancer.inflight.reading_lag`)."""
     p = policy.prometheus
-    window, rate_window, step = (duration_seconds(d) for d in (p.window, p.rate_window, p.step))
+    window, rate_window, step = (d.total_seconds() for d in (p.window, p.rate_window, p.step))
     return reading_lag(window, p.quantile, rate_window, step)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -38,7 +39,8 @@ class WebhookSettings(Model):
         default=("node", "instance"), min_length=1, description="Alert labels naming the node, tried in order."
     )
     alert_node_cooldown: Duration = Field(
-        default="5m", description="After an alert-triggered cycle for a node, its next alerts only wait this long."
+        default=timedelta(minutes=5),
+        description="After an alert-triggered cycle for a node, its next alerts only wait this long.",
     )
 
 

@@ -26,9 +26,9 @@ from rebalancer.cron import cron_trigger
 from rebalancer.cycle_summary import cycle_line
 from rebalancer.errors import ConfigError, RebalancerError
 from rebalancer.evictor import EvictorReport
-from rebalancer.limits.settings import duration_seconds
 from rebalancer.plan import EvictionPlan
 from rebalancer.policy import Policy, load_policy
+from rebalancer.settings import format_duration
 from rebalancer.timeline import Timeline
 from strategies.base import Schedule
 
@@ -82,7 +82,11 @@ def schedule_trigger(schedule: Schedule, zone: ZoneInfo) -> CronTrigger | Interv
     if schedule.cron is not None:
         return cron_trigger(schedule.cron, zone)
     assert schedule.interval is not None
-    return IntervalTrigger(seconds=duration_seconds(schedule.interval), timezone=zone)
+    return IntervalTrigger(seconds=schedule.interval.total_seconds(), timezone=zone)
+
+
+def _schedule_text(schedule: Schedule) -> str:
+    return f"every {format_duration(schedule.interval)}" if schedule.interval is not None else str(schedule.cron)
 
 
 def _job_id(index: int, kind: str) -> str:
@@ -182,7 +186,7 @@ class Service:
                 schedule_trigger(strategy.schedule, zone),
                 args=(Trigger("schedule", (index,)),),
                 id=jobs[-1],
-                name=f"{strategy.kind} ({strategy.schedule.cron or 'every ' + str(strategy.schedule.interval)})",
+                name=f"{strategy.kind} ({_schedule_text(strategy.schedule)})",
                 **extra,
             )
         return jobs
@@ -302,7 +306,7 @@ class Service:
     def submit_alerts(self, alerts: Iterable[tuple[str | None, str, str]]) -> list[AlertDecision]:
         """(node or None, status, why the node is unknown) per alert; returns at once, work runs later."""
         now = self._clock()
-        cooldown = duration_seconds(self._policy.service.webhook.alert_node_cooldown)
+        cooldown = self._policy.service.webhook.alert_node_cooldown.total_seconds()
         decisions: list[AlertDecision] = []
         with self._alerts.lock:
             queued = self._triage(alerts, now, cooldown, decisions)

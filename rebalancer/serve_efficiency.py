@@ -9,7 +9,6 @@ from collections.abc import Callable
 from rebalancer.app import RunOutcome
 from rebalancer.app_efficiency import CachedReference, rates_over_period
 from rebalancer.efficiency import ReferenceSettings
-from rebalancer.limits.settings import duration_seconds
 from rebalancer.metrics import Metrics
 from rebalancer.policy import Policy
 from rebalancer.prom.reference import ReferenceSource
@@ -50,7 +49,7 @@ class EfficiencyPublisher:
         if key != self._key or self._cached is None:
             self.close()
             self._source = ReferenceSource(policy.prometheus, reference)
-            self._cached = CachedReference(self._source.hot_minutes, duration_seconds(reference.refresh_interval))
+            self._cached = CachedReference(self._source.hot_minutes, reference.refresh_interval.total_seconds())
             self._key = key
         return self._cached
 

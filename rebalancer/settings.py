@@ -7,10 +7,21 @@ Strategy arguments live beside each strategy (``strategies/``); the whole policy
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, AliasGenerator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    AliasGenerator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from rebalancer.labels import SELECTOR_OPERATORS, LabelSelector, Requirement
@@ -33,8 +44,60 @@ def _http_url(text: str) -> str:
 
 
 HttpUrlText = Annotated[str, AfterValidator(_http_url)]
-DURATION_PATTERN = r"^[1-9][0-9]*(s|m|h|d)$"
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN, description="A PromQL duration such as 30s, 5m, 1h.")]
+_UNIT_SECONDS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+
+
+def _duration_pattern() -> str:
+    """Whole numbers with units, largest first, each unit at most once: 30s, 5m, 1h30m, 1d (no look-ahead, so
+    that Helm's schema check reads it too)."""
+    part = {unit: f"[1-9][0-9]*{unit}" for unit in _UNIT_SECONDS}
+    units = list(_UNIT_SECONDS)
+    starts = ["".join([part[first], *(f"({part[u]})?" for u in units[i + 1 :])]) for i, first in enumerate(units)]
+    return f"^({'|'.join(starts)})$"
+
+
+DURATION_PATTERN = _duration_pattern()
+_DURATION = re.compile(DURATION_PATTERN)
+_DURATION_PART = re.compile(r"([0-9]+)([dhms])")
+
+
+def parse_duration(text: str) -> timedelta:
+    """``"30s"``, ``"5m"``, ``"1h30m"``, ``"1d"`` as a timedelta; anything else is a ValueError saying why."""
+    if _DURATION.match(text) is None:
+        raise ValueError(f"{text!r} is not a duration such as 30s, 5m, 1h30m, 1d (whole numbers, units d h m s)")
+    return timedelta(seconds=sum(int(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text)))
+
+
+def format_duration(value: timedelta) -> str:
+    """The duration in its largest whole unit (``5m``, ``90s``, ``1d``): how the policy writes it, and valid
+    PromQL. Below a second, whole seconds cannot say it: a ValueError."""
+    seconds = value.total_seconds()
+    if seconds < 1 or seconds != int(seconds):
+        raise ValueError(f"{value} is not a positive whole number of seconds")
+    for unit, size in _UNIT_SECONDS.items():
+        if int(seconds) % size == 0:
+            return f"{int(seconds) // size}{unit}"
+    raise AssertionError("unreachable: every whole number of seconds is a multiple of 1 s")
+
+
+def _read_duration(value: object) -> timedelta:
+    if isinstance(value, timedelta):
+        format_duration(value)  # positive, whole seconds
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a duration such as 30s, 5m, 1h30m, 1d: a number needs its unit")
+    return parse_duration(value)
+
+
+Duration = Annotated[
+    timedelta,
+    PlainValidator(_read_duration),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema(
+        {"type": "string", "pattern": DURATION_PATTERN, "description": "A duration such as 30s, 5m, 1h30m, 1d."}
+    ),
+]
+"""A duration: a ``timedelta`` in the model, ``"5m"`` in YAML."""
 
 
 class FieldProblems(ValueError):
@@ -235,11 +298,14 @@ class PrometheusSettings(Model):
     timeout_seconds: float = Field(default=15.0, gt=0, le=300, description="Timeout of one query.")
     bearer_token_file: str | None = Field(default=None, description="File holding a bearer token, if needed.")
     verify_tls: bool = Field(default=True, description="Verify the server certificate for https URLs.")
-    window: Duration = Field(default="10m", description="Usage is a statistic over this window (spike guard).")
+    window: Duration = Field(
+        default=timedelta(minutes=10), description="Usage is a statistic over this window (spike guard)."
+    )
     quantile: float = Field(default=0.95, gt=0, le=1, description="Quantile taken over the window.")
-    step: Duration = Field(default="1m", description="Subquery resolution inside the window.")
+    step: Duration = Field(default=timedelta(minutes=1), description="Subquery resolution inside the window.")
     rate_window: Duration = Field(
-        default="5m", description="rate() window; at least two scrape intervals or rate() returns nothing."
+        default=timedelta(minutes=5),
+        description="rate() window; at least two scrape intervals or rate() returns nothing.",
     )
     node_label: str = Field(
         default="node",
@@ -269,9 +335,9 @@ class PrometheusSettings(Model):
             pod_filter = f', {self.pod_node_label}=~"{pattern}"'
         return template.format(
             quantile=self.quantile,
-            window=self.window,
-            step=self.step,
-            rate_window=self.rate_window,
+            window=format_duration(self.window),
+            step=format_duration(self.step),
+            rate_window=format_duration(self.rate_window),
             node_label=self.node_label,
             pod_node_label=self.pod_node_label,
             pod_filter=pod_filter,
@@ -280,10 +346,9 @@ class PrometheusSettings(Model):
 
     @property
     def data_span_seconds(self) -> int:
-        """How much history a series needs before its usage is read: rateWindow plus one step."""
-        from rebalancer.limits.settings import duration_seconds  # here: the limits settings import this module
-
-        return duration_seconds(self.rate_window) + duration_seconds(self.step)
+        """How much history a series needs before its usage is read: rateWindow plus one step (PromQL's
+        ``offset`` and the messages say it in seconds)."""
+        return int((self.rate_window + self.step).total_seconds())
 
     @model_validator(mode="after")
     def _templates_render(self) -> PrometheusSettings:

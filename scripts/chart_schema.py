@@ -14,17 +14,28 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic.json_schema import GenerateJsonSchema
+
 from rebalancer.policy import Policy
+from rebalancer.settings import format_duration
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "charts" / "rebalancer" / "values.schema.json"
 
 
+class _PolicySchema(GenerateJsonSchema):
+    """Defaults as the policy file writes them: a duration as 5m, not in ISO 8601."""
+
+    def encode_default(self, dft: Any) -> Any:
+        return format_duration(dft) if isinstance(dft, timedelta) else super().encode_default(dft)
+
+
 def policy_schema() -> dict[str, Any]:
     """The policy file's JSON schema (draft 2020-12, as pydantic writes it), camelCase as in YAML."""
-    return Policy.model_json_schema(by_alias=True, mode="validation")
+    return Policy.model_json_schema(by_alias=True, mode="validation", schema_generator=_PolicySchema)
 
 
 def with_policy(chart_schema: dict[str, Any]) -> dict[str, Any]:

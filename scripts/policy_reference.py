@@ -28,6 +28,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from rebalancer.policy import Policy
+from rebalancer.settings import format_duration
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "docs" / "policy-reference.md"
 
@@ -39,12 +40,11 @@ HEADER = """\
 Every field of the policy file, as `rebalancer check-config` and the chart's `values.schema.json` read it.
 Unknown fields and duplicate keys are errors; a wrong value is reported with its field path. Rules that tie
 several fields together (for example the order of the leader-election timings) are checked when the policy
-loads and are described in the section's text. Durations are written as a whole number and a unit: `30s`,
-`5m`, `1h`, `1d`. The commented examples in [`config/`](../config/) show the fields in use; the
+loads and are described in the section's text. Durations are whole numbers with units, largest first:
+`30s`, `5m`, `1h30m`, `1d`. The commented examples in [`config/`](../config/) show the fields in use; the
 [user guide](user-guide.md) explains what they do.
 """
 
-_UNIT_SECONDS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 
 
@@ -167,23 +167,10 @@ def _number(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) and abs(value) >= 10_000 else str(value)
 
 
-def _is_duration(annotation: Any, metadata: list[Any]) -> bool:
-    if annotation is timedelta:
-        return True
-    for item in metadata:
-        pattern = getattr(item, "pattern", None)
-        if isinstance(pattern, str) and pattern.endswith("(s|m|h|d)$"):
-            return True
-        func = getattr(item, "func", None)
-        if func is not None and "duration" in getattr(func, "__name__", ""):
-            return True
-    return False
-
-
 def type_text(annotation: Any, links: dict[tuple[type[BaseModel], str | None], str]) -> str:
     """A field's type in words, models as links to their sections."""
     annotation, metadata = _strip(annotation)
-    if _is_duration(annotation, metadata):
+    if annotation is timedelta:
         return "duration"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return links[(annotation, None)]
@@ -213,14 +200,6 @@ def type_text(annotation: Any, links: dict[tuple[type[BaseModel], str | None], s
     return getattr(annotation, "__name__", str(annotation))
 
 
-def _duration(value: timedelta) -> str:
-    seconds = int(value.total_seconds())
-    for unit, size in _UNIT_SECONDS:
-        if seconds and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return "0s"
-
-
 def _flow(value: Any) -> str:
     """A value as it is written in the policy's YAML (flow style)."""
     if isinstance(value, BaseModel):
@@ -230,7 +209,7 @@ def _flow(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, timedelta):
-        return _duration(value)
+        return format_duration(value)
     if isinstance(value, Enum):
         return _flow(value.value)
     if isinstance(value, dict):

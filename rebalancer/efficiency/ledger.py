@@ -52,13 +52,13 @@ def observe_cycle(
     hot = _hot_nodes(plan, snapshot)
     evicted = _evicted_by_node(report)
     reasons = _reasons(plan, report, hot, evicted)
-    sightings = _sighted(state.sightings, hot, evicted, reasons, now, settings.gap_seconds)
+    sightings = _sighted(state.sightings, hot, evicted, reasons, now, settings.episode_gap.total_seconds())
     pending = {r.node for r in state.reliefs if r.result is None and r.at < now}
     reliefs = [
         _relief(node, results, hot, snapshot, now, settings, node in pending)
         for node, results in sorted(evicted.items())
     ]
-    bounces = _bounce_backs(state, evicted, snapshot, now, settings.memory_seconds)
+    bounces = _bounce_backs(state, evicted, snapshot, now, settings.bounce_back_memory.total_seconds())
     summary = CycleSummary(
         at=now,
         trigger=trigger,
@@ -209,7 +209,7 @@ def _relief(
             )
             for r in results
         ),
-        deadline=now + settings.follow_up_seconds,
+        deadline=now + settings.follow_up_window.total_seconds(),
         remaining=remaining,
         measured_m=snapshot.measured_usage(node),
         cold_pct=decision.low_pct if decision is not None else None,

@@ -47,7 +47,7 @@ def recently_moved(
     """The pods the bounce-back guard keeps in place, with the reason the decision record shows."""
     if not settings.enabled or not settings.bounce_back_guard:
         return {}
-    memory = settings.memory_seconds
+    memory = settings.bounce_back_memory.total_seconds()
     evictions = last_evictions(state, now, memory)
     if not evictions:
         return {}

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from pydantic import Field, model_validator
 
-from rebalancer.limits.settings import duration_seconds
-from rebalancer.settings import Duration, FieldProblems, Model
+from rebalancer.settings import Duration, FieldProblems, Model, format_duration
 
 DEFAULT_REFERENCE_QUERY = (
     'sum by ({pod_node_label}) (rate(container_cpu_usage_seconds_total{{id="/"}}[5m]))'
@@ -29,7 +30,9 @@ class ReferenceSettings(Model):
         "prometheus.nodeLabel), at each instant the node is hot, none otherwise (end it with a comparison such "
         "as > 0.8). null: no reference, the discovery rate is not computed.",
     )
-    step: Duration = Field(default="1m", description="Resolution at which the reference is evaluated over the period.")
+    step: Duration = Field(
+        default=timedelta(minutes=1), description="Resolution at which the reference is evaluated over the period."
+    )
     data_query: str = Field(
         default=DEFAULT_REFERENCE_DATA_QUERY,
         description="PromQL that answers at least one series when the reference's inputs exist (placeholders "
@@ -37,7 +40,8 @@ class ReferenceSettings(Model):
         "reference is unknown, never zero hot nodes.",
     )
     refresh_interval: Duration = Field(
-        default="10m", description="Serve mode re-reads the reference over the period at most this often."
+        default=timedelta(minutes=10),
+        description="Serve mode re-reads the reference over the period at most this often.",
     )
 
     def render(self, node_label: str, pod_node_label: str) -> str | None:
@@ -45,10 +49,6 @@ class ReferenceSettings(Model):
 
     def render_data(self, node_label: str, pod_node_label: str) -> str:
         return self.data_query.format(node_label=node_label, pod_node_label=pod_node_label)
-
-    @property
-    def step_seconds(self) -> float:
-        return float(duration_seconds(self.step))
 
     @model_validator(mode="after")
     def _renders(self) -> ReferenceSettings:
@@ -70,14 +70,16 @@ class EfficiencySettings(Model):
         "The records also let a cycle count the reliefs its usage reading does not show yet; off, no such "
         "correction is made and the plan says so.",
     )
-    period: Duration = Field(default="24h", description="The rates cover this period; records are kept as long.")
+    period: Duration = Field(
+        default=timedelta(hours=24), description="The rates cover this period; records are kept as long."
+    )
     follow_up_window: Duration = Field(
-        default="15m",
+        default=timedelta(minutes=15),
         description="An evicted-from node counts as cooled when its usage falls below the strategy's target within "
         "this long after the eviction. Give it at least prometheus.window: the usage statistic needs that to drop.",
     )
     bounce_back_memory: Duration = Field(
-        default="6h", description="How long a workload's eviction is remembered (bounce-backs, guard)."
+        default=timedelta(hours=6), description="How long a workload's eviction is remembered (bounce-backs, guard)."
     )
     bounce_back_guard: bool = Field(
         default=True,
@@ -85,7 +87,8 @@ class EfficiencySettings(Model):
         "bounceBackMemory (it is most likely the replacement, just moved): no ping-pong.",
     )
     episode_gap: Duration = Field(
-        default="15m", description="A node found hot again within this gap continues the same hot episode."
+        default=timedelta(minutes=15),
+        description="A node found hot again within this gap continues the same hot episode.",
     )
     reference: ReferenceSettings = Field(
         default_factory=ReferenceSettings, description="Hot nodes by an independent definition (discovery rate)."
@@ -98,28 +101,13 @@ class EfficiencySettings(Model):
     )
 
     @property
-    def period_seconds(self) -> float:
-        return float(duration_seconds(self.period))
-
-    @property
-    def follow_up_seconds(self) -> float:
-        return float(duration_seconds(self.follow_up_window))
-
-    @property
-    def memory_seconds(self) -> float:
-        return float(duration_seconds(self.bounce_back_memory))
-
-    @property
-    def gap_seconds(self) -> float:
-        return float(duration_seconds(self.episode_gap))
-
-    @property
-    def horizon_seconds(self) -> float:
+    def horizon(self) -> timedelta:
         """How long records are kept: the longest of the period, the memory and the follow-up."""
-        return max(self.period_seconds, self.memory_seconds, self.follow_up_seconds)
+        return max(self.period, self.bounce_back_memory, self.follow_up_window)
 
     @model_validator(mode="after")
     def _ordered(self) -> EfficiencySettings:
-        if self.follow_up_seconds > self.period_seconds:
-            raise FieldProblems([("followUpWindow", f"longer than period {self.period}: nothing could be judged")])
+        if self.follow_up_window > self.period:
+            period = format_duration(self.period)
+            raise FieldProblems([("followUpWindow", f"longer than period {period}: nothing could be judged")])
         return self

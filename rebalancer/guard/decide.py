@@ -265,12 +265,13 @@ def _wanted_mark(
     hot = node.node_class is NodeClass.HOT
     if not (hot or node.relieved):
         return None
-    expires = max(now + guard.ttl_seconds if hot else now, now + guard.hold_seconds if node.relieved else now)
+    ttl, hold = guard.mark_ttl.total_seconds(), guard.hold_after_relief.total_seconds()
+    expires = max(now + ttl if hot else now, now + hold if node.relieved else now)
     holding = previous is not None and previous.reason is MarkReason.RELIEVED and previous.expires > now
     reason = MarkReason.RELIEVED if node.relieved or holding else MarkReason.HOT
     if previous is not None and previous.expires > now:
         expires = max(expires, previous.expires)
-        fresh_enough = previous.expires - now >= guard.ttl_seconds / 2
+        fresh_enough = previous.expires - now >= ttl / 2
         if (
             not node.relieved
             and fresh_enough

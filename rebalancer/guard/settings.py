@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rebalancer.limits.settings import duration_seconds
 from rebalancer.settings import Duration, FieldProblems, Model
 
 Effect = Literal["PreferNoSchedule", "NoSchedule"]
@@ -24,12 +24,12 @@ class PoolGuardSettings(Model):
         "no pod without a toleration lands there at all, so a Pending replica waits until the mark goes.",
     )
     hold_after_relief: Duration = Field(
-        default="10m",
+        default=timedelta(minutes=10),
         description="After an eviction from the node, the mark stays this long even when the node already looks "
         "cool (replacements are scheduled in the minutes after the eviction, and the usage window lags).",
     )
     mark_ttl: Duration = Field(
-        default="15m",
+        default=timedelta(minutes=15),
         description="Every mark carries an expiry; while the node stays hot each cycle renews it to now plus "
         "this. A mark nobody renews (the cycles stopped, the instance crashed) is removed once it has expired. "
         "Make it longer than the interval between the pool's cycles, or a hot node's mark lapses in between.",
@@ -42,14 +42,6 @@ class PoolGuardSettings(Model):
         "never every node: a pool fully tainted NoSchedule would leave its replicas nowhere to go. 0: no node "
         "is marked and every mark is cleared (how to turn the guard off while the chart still grants patch nodes).",
     )
-
-    @property
-    def hold_seconds(self) -> float:
-        return float(duration_seconds(self.hold_after_relief))
-
-    @property
-    def ttl_seconds(self) -> float:
-        return float(duration_seconds(self.mark_ttl))
 
 
 class LandingGuardSettings(Model):

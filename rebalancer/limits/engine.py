@@ -16,9 +16,10 @@ from zoneinfo import ZoneInfo
 
 from rebalancer.limits.lists import check_lists, check_service_level, tier_of
 from rebalancer.limits.request import ALLOWED, CycleCounts, EvictionRequest, Verdict
-from rebalancer.limits.settings import LimitSettings, PeriodCap, TokenBucket, duration_seconds
+from rebalancer.limits.settings import LimitSettings, PeriodCap, TokenBucket
 from rebalancer.limits.state import Bucket, LimiterState, Reservation
 from rebalancer.limits.windows import Schedule, next_open
+from rebalancer.settings import format_duration
 
 EPSILON = 1e-9
 """Token arithmetic tolerance, so that a bucket checked at its own ``retry_at`` passes."""
@@ -192,20 +193,20 @@ def _unavailable(r: EvictionRequest, _: LimiterState, c: CycleCounts, s: LimitSe
 
 def _spacing(r: EvictionRequest, st: LimiterState, _: CycleCounts, s: LimitSettings, now: float) -> Verdict | None:
     if s.node.cooldown is not None and (last := st.node_last_eviction.get(r.node)) is not None:
-        until = last + duration_seconds(s.node.cooldown)
+        until = last + s.node.cooldown.total_seconds()
         if now < until:
             return Verdict(
                 "node.cooldown",
-                f"node {r.node} had an eviction {now - last:.0f} s ago (cooldown {s.node.cooldown})",
+                f"node {r.node} had an eviction {now - last:.0f} s ago (cooldown {format_duration(s.node.cooldown)})",
                 until,
             )
     key = r.workload_key
     if key is not None and s.workload.min_interval is not None:
         last = st.workload_last_eviction.get(key)
-        if last is not None and now < (until := last + duration_seconds(s.workload.min_interval)):
+        if last is not None and now < (until := last + s.workload.min_interval.total_seconds()):
             return Verdict(
                 "workload.minInterval",
-                f"{key} had an eviction {now - last:.0f} s ago (minInterval {s.workload.min_interval})",
+                f"{key} had an eviction {now - last:.0f} s ago (minInterval {format_duration(s.workload.min_interval)})",
                 until,
             )
     return None
@@ -213,13 +214,13 @@ def _spacing(r: EvictionRequest, st: LimiterState, _: CycleCounts, s: LimitSetti
 
 def _window_cap(limiter: str, caps: Iterable[PeriodCap], times: list[float], now: float) -> Verdict | None:
     for cap in caps:
-        span = cap.seconds
+        span, period = cap.period.total_seconds(), format_duration(cap.period)
         inside = sorted(t for t in times if t > now - span)  # later times (clock skew) count too
         if len(inside) >= cap.count:
             retry = inside[len(inside) - cap.count] + span  # when enough of the oldest have left the window
             return Verdict(
-                f"{limiter}[{cap.period}]",
-                f"{len(inside)} evictions in the last {cap.period} (maxPerPeriod {cap.count} per {cap.period})",
+                f"{limiter}[{period}]",
+                f"{len(inside)} evictions in the last {period} (maxPerPeriod {cap.count} per {period})",
                 retry,
             )
     return None

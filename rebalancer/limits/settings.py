@@ -11,33 +11,19 @@ import re
 import zoneinfo
 from collections import Counter
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, PlainValidator, model_validator
 
-from rebalancer.settings import FieldProblems, LabelSelectorSpec, Model
+from rebalancer.settings import Duration, FieldProblems, LabelSelectorSpec, Model, format_duration
 
 Weekday = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 WEEKDAYS: tuple[Weekday, ...] = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
-_DURATION = re.compile(r"^([1-9][0-9]*)(s|m|h|d)$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _CLOCK = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
 _PERCENT = re.compile(r"^(100|[1-9][0-9]?)%$")
 POOL_NAME = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
-
-
-def duration_seconds(text: str) -> int:
-    """``"30s"``, ``"5m"``, ``"1h"``, ``"1d"`` in seconds."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not a duration such as 30s, 5m, 1h, 1d")
-    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-
-
-def _check_duration(text: str) -> str:
-    duration_seconds(text)
-    return text
 
 
 def _check_start(text: str) -> str:
@@ -66,9 +52,6 @@ def clock_minutes(text: str) -> int:
     return int(hours) * 60 + int(minutes)
 
 
-Duration = Annotated[
-    str, AfterValidator(_check_duration), Field(description="A duration: a whole number and s, m, h or d (5m, 1d).")
-]
 StartClock = Annotated[str, AfterValidator(_check_start)]
 EndClock = Annotated[str, AfterValidator(_check_end)]
 TimeZoneName = Annotated[str, AfterValidator(_check_zone)]
@@ -87,10 +70,6 @@ class PeriodCap(Model):
     count: int = Field(ge=1, description="Evictions allowed in any window of the period.")
     period: Duration = Field(description="Length of the sliding window (1h, 1d, ...).")
 
-    @property
-    def seconds(self) -> int:
-        return duration_seconds(self.period)
-
 
 class TokenBucket(Model):
     """A token bucket: ``burst`` evictions at once, then ``perMinute`` on average."""
@@ -104,13 +83,13 @@ class TokenBucket(Model):
 
 
 def _period_problems(caps: tuple[PeriodCap, ...]) -> list[tuple[str, str]]:
-    seconds = [cap.seconds for cap in caps]
+    periods = [cap.period for cap in caps]
     problems = []
-    for i, s in enumerate(seconds):
-        if s in seconds[:i]:
-            first = seconds.index(s)
+    for i, period in enumerate(periods):
+        if period in periods[:i]:
+            first = periods.index(period)
             problems.append(
-                (f"maxPerPeriod.{i}.period", f"{caps[i].period} repeats the period of maxPerPeriod.{first}")
+                (f"maxPerPeriod.{i}.period", f"{format_duration(period)} repeats the period of maxPerPeriod.{first}")
             )
     return problems
 
@@ -413,12 +392,12 @@ class LimitSettings(Model):
             *self.node.max_per_period,
             *self.workload.max_per_period,
         ]
-        return max([0, *(cap.seconds for cap in caps)])
+        return max([0, *(int(cap.period.total_seconds()) for cap in caps)])
 
     @property
     def horizon_seconds(self) -> int:
         """How long state must be kept: the longest period, cooldown or minimum interval configured."""
-        spans = [0]
+        spans = [timedelta(0)]
         scopes: list[ScopeLimits | NodeLimits | WorkloadLimits] = [
             self.cluster,
             *self.cluster.pools.values(),
@@ -426,11 +405,11 @@ class LimitSettings(Model):
             self.workload,
         ]
         for scope in scopes:
-            spans.extend(cap.seconds for cap in scope.max_per_period)
+            spans.extend(cap.period for cap in scope.max_per_period)
         for span in (self.node.cooldown, self.workload.min_interval):
             if span is not None:
-                spans.append(duration_seconds(span))
-        return max(spans)
+                spans.append(span)
+        return int(max(spans).total_seconds())
 
     def bucket_scopes(self) -> dict[str, TokenBucket]:
         """Token-bucket scope key (``global``, ``pool/<name>``) -> its bucket settings."""

@@ -7,13 +7,14 @@ before's, and so on. They are normalised, so only their ratios matter.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated, Literal
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import Field, model_validator
 
-from rebalancer.limits.settings import TimeZoneName, duration_seconds
+from rebalancer.limits.settings import TimeZoneName
 from rebalancer.settings import Duration, FieldProblems, Model, Percent
 
 Aggregation = Literal["weighted_mean", "max_daily", "pooled_p95", "same_weekday"]
@@ -63,7 +64,7 @@ class HistorySettings(Model):
         "instant vector; its daily peaks become the nodes' predicted system usage. null: systemCpuM.",
     )
     resolution: Duration = Field(
-        default="5m",
+        default=timedelta(minutes=5),
         description="Subquery step of podQuery and systemQuery; with recordingRule, the rule's evaluation "
         "interval (it sizes the batches).",
     )
@@ -90,9 +91,6 @@ class HistorySettings(Model):
         if problems:
             raise FieldProblems(problems)
         return self
-
-    def resolution_seconds(self) -> int:
-        return duration_seconds(self.resolution)
 
 
 class PredictorSettings(Model):

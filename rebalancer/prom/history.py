@@ -32,7 +32,7 @@ from rebalancer.predict.days import DayWindow, last_days
 from rebalancer.predict.history import DailyPeaks
 from rebalancer.predict.settings import PredictorSettings
 from rebalancer.prom.client import PromClient, Vector, by_node, by_pod, iso
-from rebalancer.settings import PrometheusSettings
+from rebalancer.settings import PrometheusSettings, format_duration
 
 Progress = Callable[[int, int, str], None]
 K = TypeVar("K", bound=Hashable)
@@ -154,7 +154,7 @@ class PrometheusHistorySource:
 
     def _batches(self, pods_per_node: Mapping[str, int], days: int) -> list[tuple[str, ...] | None]:
         """None stands for "every node" (one batch, no filter)."""
-        points = days * 86400 / self._history.resolution_seconds()
+        points = days * 86400 / self._history.resolution.total_seconds()
         max_pods = max(1, int(self._history.max_samples_per_query // points))
         batches = node_batches(pods_per_node, max_pods)
         if len(batches) <= 1 or not self._filterable():
@@ -172,13 +172,11 @@ class PrometheusHistorySource:
             matcher = self._prometheus.render("{pod_filter}", node_set).removeprefix(", ")
             return f"quantile_over_time({q:g}, {rule}{{{matcher}}}[{_range(seconds)}])"
         inner = self._prometheus.render(self._history.pod_query, node_set)
-        return f"quantile_over_time({q:g}, ({inner})[{_range(seconds)}:{self._history.resolution}])"
+        return f"quantile_over_time({q:g}, ({inner})[{_range(seconds)}:{format_duration(self._history.resolution)}])"
 
     def _system_promql(self, template: str, seconds: float) -> str:
         inner = self._prometheus.render(template)
-        return (
-            f"quantile_over_time({self._predictor.quantile:g}, ({inner})[{_range(seconds)}:{self._history.resolution}])"
-        )
+        return f"quantile_over_time({self._predictor.quantile:g}, ({inner})[{_range(seconds)}:{format_duration(self._history.resolution)}])"
 
     def _run(self, queries: Sequence[_Query], progress: Progress | None) -> Iterator[tuple[_Query, Vector]]:
         total = len(queries)
@@ -198,7 +196,11 @@ class PrometheusHistorySource:
 
     def _describe(self, days: tuple[DayWindow, ...], batches: int) -> str:
         h = self._history
-        source = f"recording rule {h.recording_rule}" if h.recording_rule else f"pod query at {h.resolution} resolution"
+        source = (
+            f"recording rule {h.recording_rule}"
+            if h.recording_rule
+            else f"pod query at {format_duration(h.resolution)} resolution"
+        )
         return (
             f"Prometheus {self._client.url}: daily {self._predictor.quantile:g} quantile of {source}, "
             f"{len(days)} day(s) {days[0].day}..{days[-1].day} ({h.time_zone}), {batches} batch(es) of nodes, "

@@ -11,7 +11,7 @@ from __future__ import annotations
 from rebalancer.efficiency.settings import ReferenceSettings
 from rebalancer.errors import MetricsStale
 from rebalancer.prom.client import PromClient, by_node, iso
-from rebalancer.settings import PrometheusSettings
+from rebalancer.settings import PrometheusSettings, format_duration
 
 NAME = "efficiency_reference"
 
@@ -46,7 +46,7 @@ class ReferenceSource:
                 f"series): hot nodes by the reference are unknown, not zero; query: {data}"
             )
         span = max(1, round(end - start))
-        promql = f"count_over_time(({query})[{span}s:{self._reference.step}])"
+        promql = f"count_over_time(({query})[{span}s:{format_duration(self._reference.step)}])"
         counts = by_node(NAME, self._client.vector(NAME, promql, end), label)
-        minutes = self._reference.step_seconds / 60.0
+        minutes = self._reference.step.total_seconds() / 60.0
         return {node: count * minutes for node, count in counts.items()}

@@ -33,6 +33,7 @@ from rebalancer.settings import (
     DEFAULT_NODE_FRESHNESS_QUERY,
     DEFAULT_POD_CPU_QUERY,
     PrometheusSettings,
+    format_duration,
 )
 
 
@@ -105,8 +106,9 @@ class PrometheusUsageSource:
 
     def _too_young(self) -> str:
         s = self._settings
+        span = f"rateWindow {format_duration(s.rate_window)} + step {format_duration(s.step)}"
         return (
-            f"less than {s.data_span_seconds}s of data (rateWindow {s.rate_window} + step {s.step}): rate() would "
+            f"less than {s.data_span_seconds}s of data ({span}): rate() would "
             "spread the short history over the whole window and read it low, so usage is unknown"
         )
 
@@ -143,7 +145,8 @@ class PrometheusUsageSource:
             return "" if template == default else " (custom query)"
 
         pods = (
-            f"pods: {s.quantile:g} quantile over {s.window} (step {s.step}) of rate[{s.rate_window}]"
+            f"pods: {s.quantile:g} quantile over {format_duration(s.window)} (step {format_duration(s.step)}) "
+            f"of rate[{format_duration(s.rate_window)}]"
             f"{custom(q.pod_cpu, DEFAULT_POD_CPU_QUERY)}"
         )
         if q.node_cpu is None:

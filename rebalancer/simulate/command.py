@@ -4,7 +4,6 @@ input, naming the option). The table or JSON goes to stdout, progress and timing
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from dataclasses import replace
@@ -12,9 +11,8 @@ from typing import Any
 
 from rebalancer import output
 from rebalancer.errors import ConfigError
-from rebalancer.limits.settings import duration_seconds
 from rebalancer.policy import Policy, load_policy
-from rebalancer.settings import DURATION_PATTERN
+from rebalancer.settings import parse_duration
 from rebalancer.simulate.before_after import before_after, before_after_table
 from rebalancer.simulate.cluster import Cluster, build_cluster
 from rebalancer.simulate.config import SimConfig
@@ -35,9 +33,10 @@ SPARE_SYNTHETIC_DAYS = 7  # synthetic shapes span a week more than needed: workl
 def _seconds(option: str, text: str) -> int:
     if text == "0":
         return 0
-    if not re.match(DURATION_PATTERN, text):
-        raise ConfigError("command line", [(option, f"{text!r} is not a duration such as 0, 30s, 5m, 1h")])
-    return duration_seconds(text)
+    try:
+        return int(parse_duration(text).total_seconds())
+    except ValueError:
+        raise ConfigError("command line", [(option, f"{text!r} is not a duration such as 0, 30s, 5m, 1h")]) from None
 
 
 def config_from(args: argparse.Namespace, policy: Policy) -> SimConfig:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import timedelta
 
 import numpy as np
 
@@ -29,7 +30,6 @@ from rebalancer.efficiency.records import EfficiencyState
 from rebalancer.errors import ConfigError
 from rebalancer.evictor import DryRun, Evictor, Outcome
 from rebalancer.inflight import EarlierReliefs
-from rebalancer.limits.settings import duration_seconds
 from rebalancer.model import ClusterFacts, PodKey
 from rebalancer.policy import Policy
 from rebalancer.predict.history import DailyPeaks
@@ -76,7 +76,7 @@ def reading_policy(policy: Policy, usage: UsageMode, step_seconds: int) -> Polic
     """``policy`` with the Prometheus settings that describe the simulated reading: a sample every step of
     that step's usage (a rate over one step), the policy's quantile over its window of them; an instant or
     requests reading is one sample. The in-flight correction's lag comes from them."""
-    step = f"{step_seconds}s"
+    step = timedelta(seconds=step_seconds)
     window = policy.prometheus.window if usage == "window" else step
     prometheus = policy.prometheus.model_copy(update={"step": step, "rate_window": step, "window": window})
     return policy.model_copy(update={"prometheus": prometheus})
@@ -89,7 +89,7 @@ class _Run:
         self.cluster, self.policy, self.variant, self.hot_pct, self.table = cluster, policy, variant, hot_pct, table
         config = cluster.config
         self.world = World(cluster)
-        window = max(1, duration_seconds(policy.prometheus.window) // config.step_seconds)
+        window = max(1, int(policy.prometheus.window.total_seconds()) // config.step_seconds)
         self.samples = NodeSamples(len(cluster.nodes), window)
         self.now = cluster.time_of(cluster.measured_from)
         self.actions = SimActions(self.world, self.now)
@@ -118,7 +118,7 @@ class _Run:
         if self.thresholds is None:
             raise ConfigError(f"variant {self.variant.name}", [("alert", "needs a strategy with cpu thresholds")])
         target = self._allocatable() * self.thresholds[1] / 100
-        cooldown = duration_seconds(self.policy.service.webhook.alert_node_cooldown)
+        cooldown = self.policy.service.webhook.alert_node_cooldown.total_seconds()
         return AlertPath(rule, target, self.cluster.config.step_seconds, cooldown)
 
     def _allocatable(self) -> np.ndarray:
@@ -185,8 +185,8 @@ class _Run:
         cold, target = self.thresholds
         bounds = Bounds(self._allocatable() * cold / 100, self._allocatable() * target / 100)
         index = {name: i for i, name in enumerate(self.world.node_names)}
-        return overshoot(self.world.moves, index, truth, bounds, policy.prometheus.quantile,
-                         duration_seconds(policy.prometheus.window), policy.efficiency.follow_up_seconds)  # fmt: skip
+        window, follow_up = policy.prometheus.window.total_seconds(), policy.efficiency.follow_up_window.total_seconds()
+        return overshoot(self.world.moves, index, truth, bounds, policy.prometheus.quantile, window, follow_up)
 
     def _cycle(self, step: int, focus: frozenset[str] | None = None) -> None:
         """One cycle; ``focus``: an alert-driven cycle relieving only these nodes, as the webhook's."""
@@ -215,7 +215,9 @@ class _Run:
                 self.blocked[result.limiter] = self.blocked.get(result.limiter, 0) + 1
         seen = build_snapshot(facts, truth, policy.pools, self.now)
         self.records = judge_followups(self.records, seen)
-        self.records = observe_landings(self.records, facts, self.now, policy.efficiency.follow_up_seconds)
+        self.records = observe_landings(
+            self.records, facts, self.now, policy.efficiency.follow_up_window.total_seconds()
+        )
         planned = replace(seen, moved=snapshot.moved, in_flight=snapshot.in_flight)  # reliefs keep the reading
         self.records = observe_cycle(self.records, planned, plan, report, "simulate", policy.efficiency)
 

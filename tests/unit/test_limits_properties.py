@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 
 from rebalancer.limits import CycleCounts, EvictionRequest, LimiterState, LimitSettings, admit, check
 from rebalancer.limits.engine import schedules
-from rebalancer.limits.settings import TimeWindow, duration_seconds
+from rebalancer.limits.settings import TimeWindow
 from rebalancer.limits.windows import Schedule, next_open
 from tests.unit.limits_builders import T0, at, request
 
@@ -131,7 +132,7 @@ def _check_sliding(events: list[Admitted], caps: Any, key: Any) -> None:
     for times in groups.values():
         times.sort()
         for cap in caps:
-            span = duration_seconds(cap.period)
+            span = cap.period.total_seconds()
             for t in times:
                 assert sum(t <= u < t + span for u in times) <= cap.count, (cap, times)
 
@@ -149,7 +150,7 @@ def _check_bucket(times: list[float], per_minute: float, burst: int) -> None:
             assert j - i + 1 <= burst + per_minute / 60 * (times[j] - times[i]) + 1e-6, (times, per_minute, burst)
 
 
-def _check_spacing(events: list[Admitted], span: str | None, key: Any) -> None:
+def _check_spacing(events: list[Admitted], span: timedelta | None, key: Any) -> None:
     if span is None:
         return
     last: dict[Any, float] = {}
@@ -158,7 +159,7 @@ def _check_spacing(events: list[Admitted], span: str | None, key: Any) -> None:
         if k is None:
             continue
         if k in last:
-            assert e.at - last[k] >= duration_seconds(span)
+            assert e.at - last[k] >= span.total_seconds()
         last[k] = e.at
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,9 @@ import yaml
 from pydantic import ValidationError
 
 from rebalancer.limits import LimitSettings
-from rebalancer.limits.settings import WorkloadLimits, duration_seconds
+from rebalancer.limits.settings import WorkloadLimits
 from rebalancer.policy import validation_problems
+from rebalancer.settings import parse_duration
 from tests.unit.limits_builders import DAY, HOUR, limits
 
 EXAMPLE = Path(__file__).parent / "data" / "limits-example.yaml"
@@ -19,7 +21,7 @@ EXAMPLE = Path(__file__).parent / "data" / "limits-example.yaml"
 
 def test_example_loads_and_round_trips() -> None:
     settings = LimitSettings.model_validate(yaml.safe_load(EXAMPLE.read_text())["limits"])
-    assert settings.cluster.max_per_period[1].seconds == DAY
+    assert settings.cluster.max_per_period[1].period == timedelta(days=1)
     assert settings.windows.zone_of("gpu") == "Asia/Tokyo"
     assert settings.windows.zone_of("general") == "Europe/Amsterdam"
     assert settings.horizon_seconds == DAY
@@ -55,7 +57,7 @@ def test_every_field_is_described() -> None:
 
 @pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("5m", 300), ("1h", HOUR), ("1d", DAY), ("90m", 5400)])
 def test_durations(text: str, seconds: float) -> None:
-    assert duration_seconds(text) == seconds
+    assert parse_duration(text) == timedelta(seconds=seconds)
 
 
 @pytest.mark.parametrize(
@@ -74,7 +76,7 @@ BAD = [
     (
         "global: {maxPerPeriod: [{count: 5, period: 1h}, {count: 9, period: 60m}]}",
         "global.maxPerPeriod.1.period",
-        "60m repeats the period of maxPerPeriod.0",
+        "1h repeats the period of maxPerPeriod.0",
     ),
     ("global: {rate: {perMinute: 2, burst: 0}}", "global.rate.burst", "greater than or equal to 1"),
     ("global: {rate: {perMinute: 0, burst: 3}}", "global.rate.perMinute", "greater than or equal to 0.001"),
@@ -82,7 +84,11 @@ BAD = [
     ("global: {pools: {gpu: {maxPerCycle: 0}}}", "global.pools.gpu.maxPerCycle", "greater than or equal to 1"),
     ("global: {pools: {gpu: {pools: {}}}}", "global.pools.gpu.pools", "Extra inputs are not permitted"),
     ("global: {pools: {GPU Pool: {}}}", "global.pools.GPU Pool.[key]", "should match pattern"),
-    ("node: {cooldown: 10}", "node.cooldown", "valid string"),
+    (
+        "node: {cooldown: 10}",
+        "node.cooldown",
+        "10 is not a duration such as 30s, 5m, 1h30m, 1d: a number needs its unit",
+    ),
     (
         "node: {maxPerPeriod: [{count: 1, period: 1d}, {count: 2, period: 24h}]}",
         "node.maxPerPeriod.1.period",
@@ -91,7 +97,7 @@ BAD = [
     ("workload: {maxUnavailable: 0}", "workload.maxUnavailable", "neither a whole number >= 1 nor a percentage"),
     ("workload: {maxUnavailable: 150%}", "workload.maxUnavailable", "percentage from 1% to 100%"),
     ("workload: {maxUnavailable: '3'}", "workload.maxUnavailable", "percentage"),
-    ("workload: {minInterval: soon}", "workload.minInterval", "not a duration such as 30s, 5m, 1h, 1d"),
+    ("workload: {minInterval: soon}", "workload.minInterval", "'soon' is not a duration such as 30s, 5m, 1h30m, 1d"),
     ("windows: {timeZone: Europe/Amstrdam}", "windows.timeZone", "unknown time zone 'Europe/Amstrdam'"),
     ("windows: {pools: {gpu: {timeZone: Mars/Base}}}", "windows.pools.gpu.timeZone", "unknown time zone"),
     ("windows: {allowed: [{start: '9:00', end: '17:00'}]}", "windows.allowed.0.start", "not a time of day HH:MM"),

@@ -62,7 +62,7 @@ BAD = [
     (
         "prometheus: {window: 10 minutes}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
         "prometheus.window",
-        "should match pattern",
+        "'10 minutes' is not a duration such as 30s, 5m, 1h30m, 1d",
     ),
     (
         "prometheus: {queries: {podCpu: 'sum({oops})'}}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",

@@ -20,7 +20,6 @@ from rebalancer.cycle import plan_cycle
 from rebalancer.errors import ConfigError, EvictionRejected, StateConflict
 from rebalancer.evictor import EvictorReport
 from rebalancer.guard.marks import GUARD_KEY, Mark, read_mark
-from rebalancer.limits.settings import duration_seconds
 from rebalancer.model import ClusterFacts, Node, Taint, UsageReport, WorkloadRef
 from rebalancer.policy import Policy, parse_policy
 from rebalancer.scheduler_model import SchedulerModel
@@ -305,7 +304,7 @@ def test_the_guard_marks_a_hot_node_as_its_own_steers_replacements_and_the_sweep
     world.evict(world.pods[0], now)  # n0 has the fewest requests now, but carries the mark
     world.bind_due(now)
     assert world.moves[-1].destination == "n1"
-    ttl = guarded.landing_guard.pools[0].ttl_seconds
+    ttl = guarded.landing_guard.pools[0].mark_ttl.total_seconds()
     guard.sweep(now + ttl - 60)
     assert guard.marked() == {"n0": mark}
     guard.sweep(now + ttl)
@@ -400,7 +399,8 @@ def test_shipped_variants_take_the_shipped_policy_as_it_is() -> None:
     assert shipped.limits.node.cooldown is None and shipped.limits.cluster.max_per_cycle is None  # no hidden cooldown
     assert shipped.strategies == shipped_policy().strategies
     alert = variant_named("shipped-alert")
-    assert alert.interval_seconds == duration_seconds(shipped_policy().strategies[0].schedule.interval or "")
+    interval = shipped_policy().strategies[0].schedule.interval
+    assert interval is not None and alert.interval_seconds == interval.total_seconds()
     assert GROUPS["base"] == VARIANTS and GROUPS["shipped"][0] == VARIANTS[0]
 
 
