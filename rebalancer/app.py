@@ -247,7 +247,7 @@ def run_cycle(
             steering = steerer.apply(planned.plan, planned.snapshot)
     with timeline.step("landing-guard"):
         late = guard_after_cycle(policy, api, marked, planned.plan, report, dry_run, owner, may_act)
-    guard = GuardReport(early.results + late.results, late.notes)
+    guard = GuardReport(early.results + late.results, notes=late.notes)
     with timeline.step("efficiency"):
         recorded = _record(recorder, planned, report, trigger, policy, prometheus)
     return RunOutcome(planned, report, recorded, steering, guard)
