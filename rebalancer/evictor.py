@@ -20,8 +20,10 @@ from enum import StrEnum
 from typing import Protocol
 
 from rebalancer.actuation import Abort, Actuation, DryRun, Report, Result, note_event, until_aborted
-from rebalancer.backoff import BackoffState
+from rebalancer.backoff import EVICTION_BACKOFF, BackoffCorrupt, BackoffState
+from rebalancer.documents import DocumentStore, StateStore
 from rebalancer.errors import (
+    DocumentTooLarge,
     EvictionConflict,
     EvictionError,
     EvictionRejected,
@@ -30,6 +32,7 @@ from rebalancer.errors import (
     StateConflict,
 )
 from rebalancer.limits import (
+    LIMITER_STATE,
     CycleCounts,
     EvictionRequest,
     LimiterState,
@@ -48,7 +51,6 @@ from rebalancer.snapshot import ClusterSnapshot
 
 log = logging.getLogger(__name__)
 MAX_RESERVE_ATTEMPTS = 5
-MAX_STATE_BYTES = 900_000  # a ConfigMap holds 1 MiB in all
 ANNOTATION_PREFIX = "rebalancer.io/"
 
 
@@ -91,12 +93,6 @@ class ClusterActions(Protocol):
     def record_event(self, pod: Pod, *, reason: str, message: str, action: str) -> bool: ...
 
 
-class StateStore(Protocol):
-    def load(self) -> tuple[str | None, str | None]: ...
-
-    def save(self, text: str, resource_version: str | None) -> str: ...
-
-
 @dataclass
 class _Run:
     """Working state of one apply(): local, never shared."""
@@ -127,8 +123,8 @@ class Evictor:
         may_act: Callable[[], bool] = lambda: True,
     ) -> None:
         self._actions = actions
-        self._limits_store = limits_store
-        self._backoff_store = backoff_store
+        self._limits = DocumentStore(limits_store, LIMITER_STATE)
+        self._backoff = DocumentStore(backoff_store, EVICTION_BACKOFF)
         self._settings = settings
         self._protections = protections
         self._act = Actuation(dry_run, may_act)
@@ -211,14 +207,13 @@ class Evictor:
     # -- state ------------------------------------------------------------------------------------
 
     def _start(self, now: float) -> _Run | EvictorReport:
-        text, version = self._limits_store.load()
         try:
-            state = LimiterState() if text is None else LimiterState.from_json(text, now)
+            limits = self._limits.load(now)
         except StateCorrupt as exc:
-            return self._replace_corrupt_state(exc, version, now)
-        backoff, backoff_version = self._load_backoff()
-        state = self._pruned(state, now)
-        return _Run(now, state, version, backoff.pruned(now), backoff_version)
+            return self._replace_corrupt_state(exc, exc.version, now)
+        backoff, backoff_version = self._load_backoff(now)
+        state = self._pruned(limits.document, now)
+        return _Run(now, state, limits.version, backoff.pruned(now), backoff_version)
 
     def _pruned(self, state: LimiterState, now: float) -> LimiterState:
         s = self._settings
@@ -232,26 +227,24 @@ class Evictor:
         if self._act.dry_run is DryRun.OFF:
             replacement = LimiterState.replacement(now, self._settings.bucket_scopes(), horizon)
             try:
-                self._limits_store.save(replacement.to_json(), version)
+                self._limits.save(replacement, version)
             except StateConflict:
                 problem += " (another instance replaced it first)"
         return EvictorReport(problems=(problem,), aborted=str(exc))
 
-    def _load_backoff(self) -> tuple[BackoffState, str | None]:
-        text, version = self._backoff_store.load()
-        if text is None:
-            return BackoffState(), version
+    def _load_backoff(self, now: float) -> tuple[BackoffState, str | None]:
         try:
-            return BackoffState.from_json(text), version
-        except ValueError as exc:
+            loaded = self._backoff.load(now)
+        except BackoffCorrupt as exc:
             log.warning("%s; starting afresh", exc)
-            return BackoffState(), version
+            return BackoffState(), exc.version
+        return loaded.document, loaded.version
 
     def _save_backoff(self, run: _Run) -> None:
         if not run.backoff_changed or self._act.dry_run is not DryRun.OFF:
             return
         try:
-            self._backoff_store.save(run.backoff.to_json(), run.backoff_version)
+            self._backoff.save(run.backoff, run.backoff_version)
         except (StateConflict, KubeUnavailable) as exc:
             run.problems.append(f"eviction backoff not saved ({exc}); a refused pod may be retried early")
 
@@ -263,21 +256,19 @@ class Evictor:
             if self._act.dry_run is not DryRun.OFF:
                 run.state = new_state  # dry runs count their reservations in memory only
                 return None
-            text = new_state.to_json()
-            if len(text) > MAX_STATE_BYTES:
-                raise Abort(
-                    f"limiter state would be {len(text)} bytes, over {MAX_STATE_BYTES} (a ConfigMap holds 1 MiB): "
-                    "shorten the longest maxPerPeriod"
-                )
             try:
-                run.version = self._limits_store.save(text, run.version)
+                run.version = self._limits.save(new_state, run.version)
+            except DocumentTooLarge as exc:
+                raise Abort(
+                    f"limiter state would be {exc.size} bytes, over {exc.limit} (a ConfigMap holds 1 MiB): "
+                    "shorten the longest maxPerPeriod"
+                ) from exc
             except StateConflict:
-                stored, run.version = self._limits_store.load()
                 try:
-                    fresh = LimiterState() if stored is None else LimiterState.from_json(stored, run.now)
+                    fresh = self._limits.load(run.now)
                 except StateCorrupt as exc:
                     raise Abort(f"limiter state became unreadable: {exc}") from exc
-                run.state = self._pruned(fresh, run.now)
+                run.state, run.version = self._pruned(fresh.document, run.now), fresh.version
                 verdict = check(request, run.state, run.cycle, self._settings, run.now)
                 if not verdict.allowed:
                     return verdict  # fresher state (another instance's evictions) blocks it now
@@ -336,17 +327,16 @@ class Evictor:
                 run.state = new_state
                 return
             try:
-                run.version = self._limits_store.save(new_state.to_json(), run.version)
+                run.version = self._limits.save(new_state, run.version)
             except StateConflict:
                 try:
-                    stored, run.version = self._limits_store.load()
-                    fresh = LimiterState() if stored is None else LimiterState.from_json(stored, run.now)
+                    fresh = self._limits.load(run.now)
                 except (KubeUnavailable, StateCorrupt) as exc:
                     run.problems.append(
                         f"the reservation of {request.namespace}/{request.pod} was not given back: {exc}"
                     )
                     return
-                run.state = self._pruned(fresh, run.now)
+                run.state, run.version = self._pruned(fresh.document, run.now), fresh.version
                 continue
             except KubeUnavailable as exc:
                 run.problems.append(f"the reservation of {request.namespace}/{request.pod} was not given back: {exc}")
