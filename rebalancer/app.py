@@ -226,7 +226,7 @@ def run_cycle(
             steering = steerer.apply(planned.plan, planned.snapshot)
     with timeline.step("landing-guard"):
         late = guard_after_cycle(runtime, marked, planned.plan, report)
-    guard = GuardReport(early.results + late.results, late.notes)
+    guard = GuardReport(early.results + late.results, notes=late.notes)
     with timeline.step("efficiency"):
         recorded = _record(runtime, recorder, planned, report, trigger)
     return RunOutcome(planned, report, recorded, steering, guard)

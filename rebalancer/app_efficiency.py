@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from rebalancer.documents import DocumentStore, StateStore
 from rebalancer.efficiency import (
     EfficiencyReport,
     EfficiencySettings,
@@ -25,9 +26,9 @@ from rebalancer.efficiency import (
 )
 from rebalancer.efficiency.landings import observe_landings
 from rebalancer.efficiency.ledger import overdue
-from rebalancer.efficiency.records import BounceBack, Relief
+from rebalancer.efficiency.records import EFFICIENCY_RECORDS, BounceBack, Relief
 from rebalancer.errors import RebalancerError, SourceError, StateConflict
-from rebalancer.evictor import EvictorReport, StateStore
+from rebalancer.evictor import EvictorReport
 from rebalancer.inflight import EarlierReliefs
 from rebalancer.model import ClusterFacts, PodKey, UsageReport
 from rebalancer.plan import EvictionPlan
@@ -63,7 +64,7 @@ class EfficiencyRecorder:
     def __init__(
         self, store: StateStore, settings: EfficiencySettings, pools: PoolSettings, *, write: bool = True
     ) -> None:
-        self._store = store
+        self._store = DocumentStore(store, EFFICIENCY_RECORDS)
         self._settings = settings
         self._pools = pools
         self._write = write
@@ -71,14 +72,12 @@ class EfficiencyRecorder:
     def load(self, now: float) -> tuple[EfficiencyState, str | None]:
         """The records and their resourceVersion; corrupt records are replaced by empty ones (logged): they
         only measure, so starting afresh loses history, never safety."""
-        text, version = self._store.load()
-        if text is None:
-            return EfficiencyState(), version
         try:
-            return EfficiencyState.from_json(text, now), version
+            loaded = self._store.load(now)
         except RecordsCorrupt as exc:
             log.error("%s; starting the efficiency records afresh", exc)
-            return EfficiencyState(), version
+            return EfficiencyState(), exc.version
+        return loaded.document, loaded.version
 
     def earlier(self, facts: ClusterFacts, now: float) -> Earlier:
         """What earlier cycles did, for this cycle's plan: the bounce-back guard's pods and the reliefs
@@ -142,7 +141,7 @@ class EfficiencyRecorder:
             if not self._write:
                 return before, state
             try:
-                self._store.save(state.to_json(), version)
+                self._store.save(state, version)
                 return before, state
             except StateConflict:
                 if attempt == MAX_SAVE_ATTEMPTS - 1:

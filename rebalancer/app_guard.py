@@ -66,7 +66,7 @@ def preview(policy: Policy, snapshot: ClusterSnapshot, plan: EvictionPlan) -> Gu
     if not policy.landing_guard.enabled and not carries_mark(snapshot.nodes.values()):
         return None
     decision = ahead_of_evictions(snapshot, plan, policy.landing_guard, PLAN_OWNER)
-    return GuardReport(tuple(GuardResult(c, GuardOutcome.DRY_RUN) for c in decision.changes), decision.notes)
+    return GuardReport(tuple(GuardResult(c, GuardOutcome.DRY_RUN) for c in decision.changes), notes=decision.notes)
 
 
 def sweep(runtime: Runtime, nodes: Sequence[Node]) -> GuardReport:

@@ -2,16 +2,27 @@
 
 Advisory, unlike the limiter state: losing it can only cause an early retry, which the API server
 refuses again. Kept in its own small ConfigMap so that it never contends with the caps' state.
+:data:`EVICTION_BACKOFF` is its kind for the document store (:mod:`rebalancer.documents`).
 """
 
 from __future__ import annotations
 
 import msgspec
 
+from rebalancer.documents import DocumentKind
+from rebalancer.errors import DocumentCorrupt
+from rebalancer.versioned_json import decode_versioned
+
 SCHEMA = "rebalancer.io/eviction-backoff"
 VERSION = 1
 BASE_SECONDS = 60.0
 MAX_SECONDS = 3600.0
+
+
+class BackoffCorrupt(DocumentCorrupt):
+    """Unreadable backoff: the caller starts afresh (it is advisory)."""
+
+    what = "eviction backoff state"
 
 
 class PodBackoff(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -50,12 +61,13 @@ class BackoffState(msgspec.Struct, frozen=True):
         return msgspec.json.encode(_Document(SCHEMA, VERSION, self.pods), order="deterministic").decode()
 
     @classmethod
-    def from_json(cls, text: str) -> BackoffState:
-        """Strict; anything else raises ValueError (the caller starts afresh: backoff is advisory)."""
-        try:
-            doc = msgspec.json.decode(text, type=_Document)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise ValueError(f"eviction backoff state unreadable: {exc}") from exc
-        if doc.schema != SCHEMA or doc.version != VERSION:
-            raise ValueError(f"eviction backoff state: unknown schema {doc.schema!r} version {doc.version}")
-        return cls(dict(doc.pods))
+    def from_json(cls, text: str | bytes) -> BackoffState:
+        """Strict; anything else raises :class:`BackoffCorrupt`, a ValueError."""
+        return cls(
+            dict(decode_versioned(text, _Document, SCHEMA, VERSION, BackoffCorrupt, "eviction backoff state").pods)
+        )
+
+
+EVICTION_BACKOFF = DocumentKind(
+    "eviction backoff state", BackoffState, lambda text, now: BackoffState.from_json(text), BackoffState.to_json
+)

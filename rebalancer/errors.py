@@ -80,6 +80,26 @@ class StateConflict(SourceError):
     """The shared state (limiter ConfigMap) changed since it was read: reload, re-decide, then write again."""
 
 
+class DocumentCorrupt(RebalancerError, ValueError):
+    """A stored document (limiter state, eviction backoff, efficiency records) is not exactly its schema and
+    version: ``problem`` names the field; ``where`` the ConfigMap and key it was read from, and ``version``
+    that ConfigMap's resourceVersion (to write a replacement over it), when it was read from one."""
+
+    what = "document"
+
+    def __init__(self, problem: str, where: str | None = None, version: str | None = None) -> None:
+        self.problem, self.where, self.version = problem, where, version
+        super().__init__(f"{self.what} corrupt: {problem}" + (f" (in {where})" if where else ""))
+
+
+class DocumentTooLarge(RebalancerError):
+    """A document would not fit its ConfigMap: nothing was written."""
+
+    def __init__(self, what: str, where: str, size: int, limit: int) -> None:
+        self.size, self.limit = size, limit
+        super().__init__(f"{what} would be {size} bytes, over {limit} (a ConfigMap holds 1 MiB) in {where}")
+
+
 class LeaseConflict(SourceError):
     """The leader-election Lease changed since it was read (409): read it again before deciding anything."""
 

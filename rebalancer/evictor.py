@@ -5,7 +5,9 @@ before acting (still there, same uid, still on that node, still not protected); 
 service level, windows, caps, rates, the workload's unavailability); a reservation persisted with
 optimistic concurrency *before* the eviction (a crash in between wastes a token, never exceeds a cap;
 an answer that says the eviction did not happen — budget refusal, pod gone or replaced — gives it back);
-then the Eviction API, so PodDisruptionBudgets hold; and an Event on the pod moved.
+then the Eviction API, so PodDisruptionBudgets hold; and an Event on the pod moved. The steps every
+actuator shares (dry runs, the re-read, the write while still allowed to act, the Event, the report) are
+in :mod:`rebalancer.actuation`.
 """
 
 from __future__ import annotations
@@ -17,17 +19,20 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from rebalancer.backoff import BackoffState
+from rebalancer.actuation import Abort, Actuation, DryRun, Report, Result, note_event, until_aborted
+from rebalancer.backoff import EVICTION_BACKOFF, BackoffCorrupt, BackoffState
+from rebalancer.documents import DocumentStore, StateStore
 from rebalancer.errors import (
+    DocumentTooLarge,
     EvictionConflict,
     EvictionError,
     EvictionRejected,
-    KubeForbidden,
     KubeUnavailable,
     PodGone,
     StateConflict,
 )
 from rebalancer.limits import (
+    LIMITER_STATE,
     CycleCounts,
     EvictionRequest,
     LimiterState,
@@ -46,14 +51,10 @@ from rebalancer.snapshot import ClusterSnapshot
 
 log = logging.getLogger(__name__)
 MAX_RESERVE_ATTEMPTS = 5
-MAX_STATE_BYTES = 900_000  # a ConfigMap holds 1 MiB in all
 ANNOTATION_PREFIX = "rebalancer.io/"
 
 
-class DryRun(StrEnum):
-    OFF = "off"
-    CLIENT = "client"  # plan and record; no call that changes anything (limiter state is read, not written)
-    SERVER = "server"  # the Eviction API with dryRun=All: the server checks budgets, nothing changes
+__all__ = ["ClusterActions", "DryRun", "EvictionResult", "Evictor", "EvictorReport", "Outcome", "StateStore"]
 
 
 class Outcome(StrEnum):
@@ -70,22 +71,18 @@ class Outcome(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class EvictionResult:
-    eviction: PlannedEviction
-    outcome: Outcome
-    detail: str
+class EvictionResult(Result[PlannedEviction, Outcome]):
     limiter: str | None = None
     retry_at: float | None = None
 
+    @property
+    def eviction(self) -> PlannedEviction:
+        return self.subject
+
 
 @dataclass(frozen=True, slots=True)
-class EvictorReport:
-    results: tuple[EvictionResult, ...] = ()
-    problems: tuple[str, ...] = ()  # non-fatal: Events not recorded, backoff not saved, state replaced
-    aborted: str | None = None  # the cycle stopped early, and why
-
-    def count(self, outcome: Outcome) -> int:
-        return sum(1 for r in self.results if r.outcome is outcome)
+class EvictorReport(Report[EvictionResult]):
+    """``problems`` also names backoff not saved and limiter state replaced."""
 
 
 class ClusterActions(Protocol):
@@ -94,16 +91,6 @@ class ClusterActions(Protocol):
     def evict(self, namespace: str, name: str, uid: str, *, dry_run: bool, annotations: Mapping[str, str]) -> None: ...
 
     def record_event(self, pod: Pod, *, reason: str, message: str, action: str) -> bool: ...
-
-
-class StateStore(Protocol):
-    def load(self) -> tuple[str | None, str | None]: ...
-
-    def save(self, text: str, resource_version: str | None) -> str: ...
-
-
-class _Abort(Exception):
-    """Stop this cycle: nothing more may be evicted (the reason is recorded)."""
 
 
 @dataclass
@@ -136,14 +123,13 @@ class Evictor:
         may_act: Callable[[], bool] = lambda: True,
     ) -> None:
         self._actions = actions
-        self._limits_store = limits_store
-        self._backoff_store = backoff_store
+        self._limits = DocumentStore(limits_store, LIMITER_STATE)
+        self._backoff = DocumentStore(backoff_store, EVICTION_BACKOFF)
         self._settings = settings
         self._protections = protections
-        self._dry_run = dry_run
+        self._act = Actuation(dry_run, may_act)
         self._requester = requester
         self._clock = clock
-        self._may_act = may_act
 
     def apply(self, plan: EvictionPlan, snapshot: ClusterSnapshot) -> EvictorReport:
         """Time is read from the clock for every eviction (windows, caps and cooldowns judge the moment
@@ -157,17 +143,15 @@ class Evictor:
             return run
         replicas = _replica_counts(snapshot, {e.workload for e in plan.evictions if e.workload is not None})
         groups = _groups(plan.evictions)
-        aborted = None
-        while groups:
-            group = groups.pop(0)
-            try:
+
+        def each_group() -> None:
+            for group in groups:
                 self._group(run, group, snapshot, replicas)
-            except _Abort as stop:
-                aborted = str(stop)
-                done = {id(r.eviction) for r in run.results}
-                left = [e for e in group if id(e) not in done] + [e for g in groups for e in g]
-                run.results.extend(EvictionResult(e, Outcome.SKIPPED, f"not attempted: {aborted}") for e in left)
-                break
+
+        in_order = [e for g in groups for e in g]
+        aborted = until_aborted(
+            in_order, run.results, each_group, lambda e, why: EvictionResult(e, Outcome.SKIPPED, why)
+        )
         self._save_backoff(run)
         return EvictorReport(tuple(run.results), tuple(run.problems), aborted)
 
@@ -223,14 +207,13 @@ class Evictor:
     # -- state ------------------------------------------------------------------------------------
 
     def _start(self, now: float) -> _Run | EvictorReport:
-        text, version = self._limits_store.load()
         try:
-            state = LimiterState() if text is None else LimiterState.from_json(text, now)
+            limits = self._limits.load(now)
         except StateCorrupt as exc:
-            return self._replace_corrupt_state(exc, version, now)
-        backoff, backoff_version = self._load_backoff()
-        state = self._pruned(state, now)
-        return _Run(now, state, version, backoff.pruned(now), backoff_version)
+            return self._replace_corrupt_state(exc, exc.version, now)
+        backoff, backoff_version = self._load_backoff(now)
+        state = self._pruned(limits.document, now)
+        return _Run(now, state, limits.version, backoff.pruned(now), backoff_version)
 
     def _pruned(self, state: LimiterState, now: float) -> LimiterState:
         s = self._settings
@@ -241,29 +224,27 @@ class Evictor:
         horizon = self._settings.horizon_seconds
         problem = f"{exc}; replaced: no evictions for {horizon} s (the longest window), then token buckets start empty"
         log.error("%s", problem)
-        if self._dry_run is DryRun.OFF:
+        if self._act.dry_run is DryRun.OFF:
             replacement = LimiterState.replacement(now, self._settings.bucket_scopes(), horizon)
             try:
-                self._limits_store.save(replacement.to_json(), version)
+                self._limits.save(replacement, version)
             except StateConflict:
                 problem += " (another instance replaced it first)"
         return EvictorReport(problems=(problem,), aborted=str(exc))
 
-    def _load_backoff(self) -> tuple[BackoffState, str | None]:
-        text, version = self._backoff_store.load()
-        if text is None:
-            return BackoffState(), version
+    def _load_backoff(self, now: float) -> tuple[BackoffState, str | None]:
         try:
-            return BackoffState.from_json(text), version
-        except ValueError as exc:
+            loaded = self._backoff.load(now)
+        except BackoffCorrupt as exc:
             log.warning("%s; starting afresh", exc)
-            return BackoffState(), version
+            return BackoffState(), exc.version
+        return loaded.document, loaded.version
 
     def _save_backoff(self, run: _Run) -> None:
-        if not run.backoff_changed or self._dry_run is not DryRun.OFF:
+        if not run.backoff_changed or self._act.dry_run is not DryRun.OFF:
             return
         try:
-            self._backoff_store.save(run.backoff.to_json(), run.backoff_version)
+            self._backoff.save(run.backoff, run.backoff_version)
         except (StateConflict, KubeUnavailable) as exc:
             run.problems.append(f"eviction backoff not saved ({exc}); a refused pod may be retried early")
 
@@ -272,33 +253,31 @@ class Evictor:
         for _ in range(MAX_RESERVE_ATTEMPTS):
             run.reserved_on = run.state
             new_state = reserve(request, run.state, self._settings, run.now)
-            if self._dry_run is not DryRun.OFF:
+            if self._act.dry_run is not DryRun.OFF:
                 run.state = new_state  # dry runs count their reservations in memory only
                 return None
-            text = new_state.to_json()
-            if len(text) > MAX_STATE_BYTES:
-                raise _Abort(
-                    f"limiter state would be {len(text)} bytes, over {MAX_STATE_BYTES} (a ConfigMap holds 1 MiB): "
-                    "shorten the longest maxPerPeriod"
-                )
             try:
-                run.version = self._limits_store.save(text, run.version)
+                run.version = self._limits.save(new_state, run.version)
+            except DocumentTooLarge as exc:
+                raise Abort(
+                    f"limiter state would be {exc.size} bytes, over {exc.limit} (a ConfigMap holds 1 MiB): "
+                    "shorten the longest maxPerPeriod"
+                ) from exc
             except StateConflict:
-                stored, run.version = self._limits_store.load()
                 try:
-                    fresh = LimiterState() if stored is None else LimiterState.from_json(stored, run.now)
+                    fresh = self._limits.load(run.now)
                 except StateCorrupt as exc:
-                    raise _Abort(f"limiter state became unreadable: {exc}") from exc
-                run.state = self._pruned(fresh, run.now)
+                    raise Abort(f"limiter state became unreadable: {exc}") from exc
+                run.state, run.version = self._pruned(fresh.document, run.now), fresh.version
                 verdict = check(request, run.state, run.cycle, self._settings, run.now)
                 if not verdict.allowed:
                     return verdict  # fresher state (another instance's evictions) blocks it now
                 continue
             except KubeUnavailable as exc:
-                raise _Abort(f"could not persist the reservation: {exc}") from exc
+                raise Abort(f"could not persist the reservation: {exc}") from exc
             run.state = new_state
             return None
-        raise _Abort(f"limiter state kept changing under {MAX_RESERVE_ATTEMPTS} attempts to reserve")
+        raise Abort(f"limiter state kept changing under {MAX_RESERVE_ATTEMPTS} attempts to reserve")
 
     # -- one eviction -----------------------------------------------------------------------------
 
@@ -344,21 +323,20 @@ class Evictor:
             new_state = release(request, at, before, run.state, self._settings, run.now)
             if new_state is run.state:
                 return
-            if self._dry_run is not DryRun.OFF:
+            if self._act.dry_run is not DryRun.OFF:
                 run.state = new_state
                 return
             try:
-                run.version = self._limits_store.save(new_state.to_json(), run.version)
+                run.version = self._limits.save(new_state, run.version)
             except StateConflict:
                 try:
-                    stored, run.version = self._limits_store.load()
-                    fresh = LimiterState() if stored is None else LimiterState.from_json(stored, run.now)
+                    fresh = self._limits.load(run.now)
                 except (KubeUnavailable, StateCorrupt) as exc:
                     run.problems.append(
                         f"the reservation of {request.namespace}/{request.pod} was not given back: {exc}"
                     )
                     return
-                run.state = self._pruned(fresh, run.now)
+                run.state, run.version = self._pruned(fresh.document, run.now), fresh.version
                 continue
             except KubeUnavailable as exc:
                 run.problems.append(f"the reservation of {request.namespace}/{request.pod} was not given back: {exc}")
@@ -370,13 +348,11 @@ class Evictor:
         )
 
     def _recheck(self, planned: PlannedEviction, snapshot: ClusterSnapshot) -> tuple[Pod | None, tuple[Outcome, str]]:
-        if self._dry_run is DryRun.CLIENT:  # call nothing: the snapshot's pod stands in
+        if self._act.calls_nothing:  # the snapshot's pod stands in
             pod = next((p for p in snapshot.pods_on(planned.node) if p.key == planned.key), None)
         else:
-            try:
-                pod = self._actions.get_pod(planned.namespace, planned.name, self._protections.annotations_read())
-            except KubeUnavailable as exc:  # KubeForbidden included: the message names what to grant
-                raise _Abort(f"re-reading {planned.namespace}/{planned.name} failed: {exc}") from exc
+            key, annotations = f"{planned.namespace}/{planned.name}", self._protections.annotations_read()
+            pod = self._act.reread(key, lambda: self._actions.get_pod(planned.namespace, planned.name, annotations))
         if pod is None:
             return None, (Outcome.GONE, "the pod no longer exists")
         if pod.uid != planned.uid:
@@ -389,19 +365,17 @@ class Evictor:
         return pod, (Outcome.SKIPPED, "")
 
     def _evict(self, run: _Run, planned: PlannedEviction, pod: Pod, key: str) -> EvictionResult:
-        if self._dry_run is DryRun.CLIENT:
+        if self._act.calls_nothing:
             return EvictionResult(planned, Outcome.DRY_RUN, f"would evict: {planned.reason}")
-        if not self._may_act():
-            raise _Abort("no longer allowed to act (leadership lost)")
         annotations = {
             f"{ANNOTATION_PREFIX}strategy": planned.strategy,
             f"{ANNOTATION_PREFIX}reason": planned.reason[:1000],
             f"{ANNOTATION_PREFIX}requested-by": self._requester,
         }
-        server_dry_run = self._dry_run is DryRun.SERVER
+        server_dry_run = self._act.server_dry_run
         try:
-            self._actions.evict(planned.namespace, planned.name, planned.uid, dry_run=server_dry_run,
-                                annotations=annotations)  # fmt: skip
+            self._act.write(key, "eviction", lambda dry_run: self._actions.evict(
+                planned.namespace, planned.name, planned.uid, dry_run=dry_run, annotations=annotations))  # fmt: skip
         except EvictionRejected as exc:
             if exc.budget and not server_dry_run:
                 run.backoff = run.backoff.after_rejection(key, run.now, exc.retry_after)
@@ -412,20 +386,17 @@ class Evictor:
             return EvictionResult(planned, Outcome.GONE, str(exc))
         except EvictionConflict as exc:
             return EvictionResult(planned, Outcome.REPLACED, str(exc))
-        except KubeForbidden as exc:
-            raise _Abort(str(exc)) from exc
         except EvictionError as exc:
             return EvictionResult(planned, Outcome.FAILED, str(exc))
-        except KubeUnavailable as exc:
-            raise _Abort(f"the eviction of {key} got no clear answer ({exc}); stopping this cycle") from exc
         if server_dry_run:
             return EvictionResult(planned, Outcome.SERVER_DRY_RUN, "the API server would evict it (dryRun=All)")
         if run.backoff.pods.get(key):
             run.backoff = run.backoff.cleared(key)
             run.backoff_changed = True
         message = f"Evicted from {planned.node} by rebalancer ({planned.strategy}): {planned.reason}"
-        if not self._actions.record_event(pod, reason="Rebalanced", message=message, action="Evict"):
-            run.problems.append(f"no Event recorded on {key}")
+        note_event(
+            self._actions.record_event(pod, reason="Rebalanced", message=message, action="Evict"), key, run.problems
+        )
         return EvictionResult(planned, Outcome.EVICTED, planned.reason)
 
 

@@ -5,7 +5,8 @@ before writing (gone, replaced by a pod of another uid, opted out now, its cost 
 since the plan, or already at the cost: left alone and recorded); a token bucket that paces the writes;
 then one JSON merge patch of ``metadata.annotations`` only (the cost and rebalancer's ownership record),
 conditional on the resourceVersion just read; and an Event on the pod. Dry runs: ``client`` reads and
-writes nothing; ``server`` re-reads and sends the patch with ``dryRun=All``.
+writes nothing; ``server`` re-reads and sends the patch with ``dryRun=All``. The steps every actuator
+shares are in :mod:`rebalancer.actuation`.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from rebalancer.errors import KubeForbidden, KubeUnavailable, PatchError
-from rebalancer.evictor import DryRun
+from rebalancer.actuation import Actuation, DryRun, Report, Result, note_event, until_aborted
+from rebalancer.errors import PatchError
 from rebalancer.model import DELETION_COST_ANNOTATION, Pod
 from rebalancer.plan import EvictionPlan, PlannedCostPatch
 from rebalancer.protections import DELETION_COST_OWNER_ANNOTATION, Protections, foreign_deletion_cost
@@ -44,20 +45,15 @@ class SteerOutcome(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class SteerResult:
-    patch: PlannedCostPatch
-    outcome: SteerOutcome
-    detail: str
+class SteerResult(Result[PlannedCostPatch, SteerOutcome]):
+    @property
+    def patch(self) -> PlannedCostPatch:
+        return self.subject
 
 
 @dataclass(frozen=True, slots=True)
-class SteeringReport:
-    results: tuple[SteerResult, ...] = ()
-    problems: tuple[str, ...] = ()  # non-fatal: Events not recorded
-    aborted: str | None = None
-
-    def count(self, outcome: SteerOutcome) -> int:
-        return sum(1 for r in self.results if r.outcome is outcome)
+class SteeringReport(Report[SteerResult]):
+    """One cycle's cost patches; ``problems`` names the Events not recorded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +121,6 @@ class TokenBucket:
         self.at = now
 
 
-class _Stop(Exception):
-    """Stop this cycle's patches (the reason is recorded)."""
-
-
 class Steerer:
     def __init__(
         self,
@@ -149,10 +141,9 @@ class Steerer:
         self._events = events
         self._rules = rules
         self._protections = protections
-        self._dry_run = dry_run
+        self._act = Actuation(dry_run, may_act)
         self._clock = clock
         self._sleep = sleep
-        self._may_act = may_act
 
     def apply(self, plan: EvictionPlan, snapshot: ClusterSnapshot) -> SteeringReport:
         patches = plan.cost_patches
@@ -166,22 +157,18 @@ class Steerer:
         sent: dict[str, int] = {}
         results: list[SteerResult] = []
         problems: list[str] = []
-        aborted = None
-        for index, patch in enumerate(patches):
-            rules = self._rules.get(patch.strategy)
-            if rules is None:  # a plan from a policy that no longer has the strategy: never act on it
-                results.append(SteerResult(patch, SteerOutcome.SKIPPED, f"no rules for strategy {patch.strategy}"))
-                continue
-            if sent.get(patch.strategy, 0) >= rules.max_per_cycle:
-                results.append(SteerResult(patch, SteerOutcome.CAPPED, f"maxPatchesPerCycle {rules.max_per_cycle}"))
-                continue
-            try:
-                result = self._one(patch, rules, buckets[patch.strategy], snapshot, sent, problems)
-            except _Stop as stop:
-                aborted = str(stop)
-                results += [SteerResult(p, SteerOutcome.SKIPPED, f"not attempted: {aborted}") for p in patches[index:]]
-                break
-            results.append(result)
+
+        def each_patch() -> None:
+            for patch in patches:
+                rules = self._rules.get(patch.strategy)
+                if rules is None:  # a plan from a policy that no longer has the strategy: never act on it
+                    results.append(SteerResult(patch, SteerOutcome.SKIPPED, f"no rules for strategy {patch.strategy}"))
+                elif sent.get(patch.strategy, 0) >= rules.max_per_cycle:
+                    results.append(SteerResult(patch, SteerOutcome.CAPPED, f"maxPatchesPerCycle {rules.max_per_cycle}"))
+                else:
+                    results.append(self._one(patch, rules, buckets[patch.strategy], snapshot, sent, problems))
+
+        aborted = until_aborted(patches, results, each_patch, lambda p, why: SteerResult(p, SteerOutcome.SKIPPED, why))
         return SteeringReport(tuple(results), tuple(problems), aborted)
 
     def _one(
@@ -194,14 +181,11 @@ class Steerer:
         problems: list[str],
     ) -> SteerResult:
         wanted = str(patch.cost)
-        if self._dry_run is DryRun.CLIENT:  # call nothing: the plan's view of the pod stands
+        if self._act.calls_nothing:  # the plan's view of the pod stands
             sent[patch.strategy] = sent.get(patch.strategy, 0) + 1
             return SteerResult(patch, SteerOutcome.DRY_RUN, f"would set pod-deletion-cost {wanted}: {patch.reason}")
         key = f"{patch.namespace}/{patch.name}"
-        try:
-            live = self._patcher.read(patch.namespace, patch.name)
-        except KubeUnavailable as exc:  # KubeForbidden included: the message names what to grant
-            raise _Stop(f"re-reading {key} failed: {exc}") from exc
+        live = self._act.reread(key, lambda: self._patcher.read(patch.namespace, patch.name))
         refusal = self._refusal(patch, live, rules, wanted)
         if refusal is not None:
             return refusal
@@ -209,33 +193,31 @@ class Steerer:
         wait = bucket.wait(self._clock())
         if wait > 0:
             self._sleep(wait)
-        if not self._may_act():
-            raise _Stop("no longer allowed to act (leadership lost)")
-        bucket.take(self._clock())
-        sent[patch.strategy] = sent.get(patch.strategy, 0) + 1
-        server_dry_run = self._dry_run is DryRun.SERVER
         annotations = {DELETION_COST_ANNOTATION: wanted, DELETION_COST_OWNER_ANNOTATION: wanted}
-        try:
-            self._patcher.set_annotations(
-                patch.namespace, patch.name, annotations, resource_version=live.resource_version, dry_run=server_dry_run
+
+        def send(dry_run: bool) -> LivePodMeta:
+            bucket.take(self._clock())
+            sent[patch.strategy] = sent.get(patch.strategy, 0) + 1
+            return self._patcher.set_annotations(
+                patch.namespace, patch.name, annotations, resource_version=live.resource_version, dry_run=dry_run
             )
+
+        try:
+            self._act.write(key, "patch", send)
         except PatchError as exc:
             outcome = {404: SteerOutcome.GONE, 409: SteerOutcome.CONFLICT}.get(exc.status or 0, SteerOutcome.FAILED)
             return SteerResult(patch, outcome, str(exc))
-        except KubeForbidden as exc:
-            raise _Stop(str(exc)) from exc
-        except KubeUnavailable as exc:
-            raise _Stop(f"the patch of {key} got no clear answer ({exc}); stopping this cycle") from exc
-        if server_dry_run:
+        if self._act.server_dry_run:
             return SteerResult(patch, SteerOutcome.SERVER_DRY_RUN, f"the API server would set {wanted} (dryRun=All)")
         before = live.annotations.get(DELETION_COST_ANNOTATION)
         message = f"pod-deletion-cost {before if before is not None else 'unset'} -> {wanted} by rebalancer " \
                   f"({patch.strategy}): {patch.reason}"  # fmt: skip
         pod = _snapshot_pod(snapshot, patch)
-        if pod is not None and not self._events.record_event(
-            pod, reason="DeletionCostSet", message=message, action="SetDeletionCost"
-        ):
-            problems.append(f"no Event recorded on {key}")
+        if pod is not None:
+            recorded = self._events.record_event(
+                pod, reason="DeletionCostSet", message=message, action="SetDeletionCost"
+            )
+            note_event(recorded, key, problems)
         return SteerResult(patch, SteerOutcome.PATCHED, message)
 
     def _refusal(

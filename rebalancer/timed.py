@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rebalancer.evictor import ClusterActions, StateStore
+from rebalancer.documents import StateStore
+from rebalancer.evictor import ClusterActions
 from rebalancer.model import Pod
 from rebalancer.timeline import Timeline
 
@@ -35,6 +36,10 @@ class TimedStore:
 
     def __init__(self, inner: StateStore, timeline: Timeline, what: str) -> None:
         self._inner, self._timeline, self._what = inner, timeline, what
+
+    @property
+    def where(self) -> str:
+        return self._inner.where
 
     def load(self) -> tuple[str | None, str | None]:
         with self._timeline.step(f"{self._what}-load"):

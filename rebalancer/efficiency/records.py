@@ -3,7 +3,8 @@
 The records live in the cluster (a ConfigMap written with optimistic concurrency, like the limiter
 state), so the rates survive restarts and CronJob runs. Decoding is strict: anything that is not exactly
 this schema and version raises :class:`RecordsCorrupt` naming the problem; the caller reports it and
-starts afresh (the records only measure, they never allow an eviction).
+starts afresh (the records only measure, they never allow an eviction). :data:`EFFICIENCY_RECORDS` is
+their kind for the document store (:mod:`rebalancer.documents`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections.abc import Mapping
 
 import msgspec
 
-from rebalancer.errors import RebalancerError
+from rebalancer.documents import DocumentKind
+from rebalancer.errors import DocumentCorrupt
 from rebalancer.versioned_json import decode_versioned
 
 SCHEMA = "rebalancer.io/efficiency-records"
@@ -31,10 +33,8 @@ NOT_COOLED = (LANDED_BACK, NEW_PODS, OTHERS_GREW, TOO_LITTLE_MOVED)
 UNJUDGED = (UNKNOWN, NODE_GONE)
 
 
-class RecordsCorrupt(RebalancerError, ValueError):
-    def __init__(self, problem: str) -> None:
-        self.problem = problem
-        super().__init__(f"efficiency records corrupt: {problem}")
+class RecordsCorrupt(DocumentCorrupt):
+    what = "efficiency records"
 
 
 class _Struct(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
@@ -165,6 +165,11 @@ class _Document(_Struct, frozen=True):
     reliefs: tuple[Relief, ...]
     bounce_backs: tuple[BounceBack, ...]
     cycles: tuple[CycleSummary, ...]
+
+
+EFFICIENCY_RECORDS = DocumentKind(
+    "efficiency records", EfficiencyState, EfficiencyState.from_json, EfficiencyState.to_json
+)
 
 
 _RESULTS = frozenset({COOLED, *NOT_COOLED, *UNJUDGED})

@@ -4,7 +4,9 @@ Each change is made on the node as read just before the write (``apply_change``)
 resourceVersion as a precondition (the adapter's patch): a conflict re-reads and redoes it, a node that
 no longer carries the mark the change was decided on is left alone. A client dry run records what would
 be done and calls nothing; a server dry run sends each patch with dryRun=All (the API server validates
-it, stores nothing). ``may_act`` (the service: still the leader) is asked before each write.
+it, stores nothing). ``may_act`` (the service: still the leader) is asked before each write. Unlike the
+evictor and the steerer, which stop the cycle, a change that fails or is not allowed is reported and the
+next one is tried. The steps every actuator shares are in :mod:`rebalancer.actuation`.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, TypeVar
 
+from rebalancer.actuation import Actuation, DryRun, Report, Result
 from rebalancer.errors import PatchError, RebalancerError
-from rebalancer.evictor import DryRun
 from rebalancer.guard.decide import Action, Change, GuardDecision, Note, apply_change
 from rebalancer.guard.marks import GUARD_KEY, MarkReason, NodeEdit, rfc3339
 from rebalancer.model import Taint
@@ -35,15 +37,14 @@ class GuardOutcome(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class GuardResult:
-    change: Change
-    outcome: GuardOutcome
-    detail: str = ""
+class GuardResult(Result[Change, GuardOutcome]):
+    @property
+    def change(self) -> Change:
+        return self.subject
 
 
 @dataclass(frozen=True, slots=True)
-class GuardReport:
-    results: tuple[GuardResult, ...] = ()
+class GuardReport(Report[GuardResult]):
     notes: tuple[Note, ...] = ()
 
     def summary(self) -> str:
@@ -103,17 +104,16 @@ class GuardApplier:
         self._events = events
         self._read: Callable[[str], LiveMarks | None] = marks.read
         self._write: Callable[..., LiveMarks | None] = marks.write
-        self._dry_run = dry_run
-        self._may_act = may_act
+        self._act = Actuation(dry_run, may_act)
 
     def apply(self, decision: GuardDecision) -> GuardReport:
         results = []
         uncleared: set[str] = set()  # pools where a clear failed: a new mark there could pass the cap
         for change in decision.changes:
-            if self._dry_run is DryRun.CLIENT:
+            if self._act.calls_nothing:
                 results.append(GuardResult(change, GuardOutcome.DRY_RUN))
                 continue
-            if not self._may_act():
+            if not self._act.may_act():
                 results.append(GuardResult(change, GuardOutcome.SKIPPED, "not the leader any more"))
                 continue
             if change.action is Action.SET and change.pool in uncleared:
@@ -127,7 +127,7 @@ class GuardApplier:
             level = logging.WARNING if r.outcome is GuardOutcome.FAILED else logging.INFO
             log.log(level, "landing guard: %s %s (%s) in pool %s: %s%s", r.change.action.value, r.change.node,
                     r.change.reason, r.change.pool, r.outcome.value, f": {r.detail}" if r.detail else "")  # fmt: skip
-        return GuardReport(tuple(results), decision.notes)
+        return GuardReport(tuple(results), notes=decision.notes)
 
     def _event(self, change: Change, uid: str) -> str:
         """An Event on the node for a mark set or cleared; the detail says when it could not be recorded."""
@@ -149,7 +149,7 @@ class GuardApplier:
                 edit = apply_change(change, node.taints, node.annotation)
                 if edit is None:
                     return GuardResult(change, GuardOutcome.SKIPPED, "the node's mark changed since it was read")
-                server_dry_run = self._dry_run is DryRun.SERVER
+                server_dry_run = self._act.server_dry_run
                 if self._write(node, edit, dry_run=server_dry_run) is None:
                     return GuardResult(change, GuardOutcome.GONE)
                 if server_dry_run:

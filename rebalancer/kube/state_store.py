@@ -55,6 +55,11 @@ class ConfigMapStateStore:
     def _what(self) -> str:
         return f"configmap {self.namespace}/{self.name}"
 
+    @property
+    def where(self) -> str:
+        """Names the document's place in messages: ``configmap ns/name, key state.json``."""
+        return f"{self._what}, key {self.key}"
+
     def load(self) -> tuple[str | None, str | None]:
         """(text, resourceVersion); (None, None) when there is no ConfigMap, (None, rv) when it lacks the key."""
         action = f"load state from {self._what}"

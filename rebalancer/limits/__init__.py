@@ -7,10 +7,12 @@ decisions. Nothing here performs I/O or reads a clock: ``now`` (epoch seconds) i
 from rebalancer.limits.engine import admit, check, release, reserve
 from rebalancer.limits.request import ALLOWED, CycleCounts, EvictionRequest, ReplicaCounts, Verdict
 from rebalancer.limits.settings import LimitSettings
-from rebalancer.limits.state import LimiterState, StateCorrupt
+from rebalancer.limits.state import LIMITER_STATE, MAX_STATE_BYTES, LimiterState, StateCorrupt
 
 __all__ = [
     "ALLOWED",
+    "LIMITER_STATE",
+    "MAX_STATE_BYTES",
     "CycleCounts",
     "EvictionRequest",
     "LimitSettings",

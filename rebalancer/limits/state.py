@@ -3,7 +3,8 @@
 The state lives in the cluster (a ConfigMap written with optimistic concurrency by the adapter); this
 module only turns it into text and back. Decoding is strict: anything that is not exactly this schema and
 version raises :class:`StateCorrupt` naming the problem, so the caller reports it and writes
-:meth:`LimiterState.replacement` instead of trusting it.
+:meth:`LimiterState.replacement` instead of trusting it. :data:`LIMITER_STATE` is its kind for the
+document store (:mod:`rebalancer.documents`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from rebalancer.errors import RebalancerError
+from rebalancer.documents import DocumentKind
+from rebalancer.errors import DocumentCorrupt
 from rebalancer.versioned_json import decode_versioned
 
 SCHEMA = "rebalancer.io/limiter-state"
@@ -27,12 +29,10 @@ _WORKLOAD_KEY = re.compile(r"^[^/\s]+/[^/\s]+/[^/\s]+$")
 _BUCKET_KEY = re.compile(r"^(global|pool/\S+)$")
 
 
-class StateCorrupt(RebalancerError, ValueError):
+class StateCorrupt(DocumentCorrupt):
     """The stored limiter state cannot be trusted; ``problem`` says why."""
 
-    def __init__(self, problem: str) -> None:
-        self.problem = problem
-        super().__init__(f"limiter state corrupt: {problem}")
+    what = "limiter state"
 
 
 class Reservation(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -115,6 +115,12 @@ class LimiterState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
             workload_last_eviction=doc.workload_last_eviction,
             recovering_until=doc.recovering_until,
         )
+
+
+MAX_STATE_BYTES = 900_000  # a ConfigMap holds 1 MiB in all
+LIMITER_STATE = DocumentKind(
+    "limiter state", LimiterState, LimiterState.from_json, LimiterState.to_json, MAX_STATE_BYTES
+)
 
 
 def _reservation_order(r: Reservation) -> tuple[float, str, str, str]:

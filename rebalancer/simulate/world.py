@@ -203,6 +203,8 @@ class SimActions:
 class MemoryStore:
     """A ConfigMap's one key, with resourceVersion semantics (StateStore)."""
 
+    where = "the simulated state"
+
     def __init__(self) -> None:
         self._text: str | None = None
         self._version = 0

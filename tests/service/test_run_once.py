@@ -229,6 +229,7 @@ def test_corrupt_state_is_reported_replaced_and_never_trusted(
     first = run(kubeconfig, policy)
     assert first.report.aborted is not None
     assert "foreign schema" in first.report.aborted
+    assert "(in configmap rebalancer/rebalancer-state, key state.json)" in first.report.aborted
     assert any("replaced" in p for p in first.report.problems)
     assert kube_server.eviction.records == []
     assert stored_state(kube_server).recovering_until == END + 3600

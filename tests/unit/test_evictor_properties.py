@@ -77,6 +77,8 @@ def _value(value: int | str, total: int) -> int:
 class MemoryStore:
     """A ConfigMap's optimistic concurrency; ``conflicts`` saves lose to another writer first."""
 
+    where = "the test's state"
+
     def __init__(self, text: str | None = None, conflicts: int = 0) -> None:
         self.text, self.version = text, (None if text is None else "1")
         self.conflicts = conflicts
