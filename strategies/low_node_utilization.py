@@ -21,11 +21,11 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from rebalancer.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult, Unrelieved
-from rebalancer.predicted import ClassifyBy, usage_view
 from rebalancer.protections import Protections
 from rebalancer.settings import FieldProblems
 from rebalancer.snapshot import ClusterSnapshot
 from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
+from strategies.by_requests import UsageBasis, view
 from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
 from strategies.placement import RoomTracker
@@ -55,11 +55,13 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
     destinations_in_same_pool: bool = Field(
         default=True, description="Only count room on cold nodes of the hot node's own pool."
     )
-    classify_by: ClassifyBy = Field(
+    classify_by: UsageBasis = Field(
         default="current",
         description="What usage means for classes, pod choice and room: current (the usage window read now), "
-        "predicted (the predictor's next daily peak, see predictor:), or max (the higher of the two). "
-        "Run a predicted strategy on a cron schedule ahead of the daily peak to relieve nodes before it.",
+        "predicted (the predictor's next daily peak, see predictor:), max (the higher of the two), or requests "
+        "(the pods' CPU requests, as the community descheduler reads utilization; pods without a CPU request "
+        "are then never moved). Run a predicted strategy on a cron schedule ahead of the daily peak to relieve "
+        "nodes before it.",
     )
     predict_placement: bool = Field(
         default=True,
@@ -102,14 +104,15 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         return self
 
 
-_USAGE_WORDS: dict[ClassifyBy, str] = {
+_USAGE_WORDS: dict[UsageBasis, str] = {
     "current": "usage",
     "predicted": "predicted peak usage",
     "max": "max(current, predicted) usage",
+    "requests": "CPU requests",
 }
 
 
-def _decider(classify_by: ClassifyBy) -> Callable[[float, Band], tuple[NodeClass, str]]:
+def _decider(classify_by: UsageBasis) -> Callable[[float, Band], tuple[NodeClass, str]]:
     usage = _USAGE_WORDS[classify_by]
 
     def decide(pct: float, band: Band) -> tuple[NodeClass, str]:
@@ -132,7 +135,7 @@ class LowNodeUtilization:
 
     def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult:
         s = self.settings
-        snapshot = usage_view(snapshot, s.classify_by)
+        snapshot = view(snapshot, s.classify_by)
         bands = pool_bands(snapshot, s, s.pools, bool(s.use_deviation_thresholds))
         decisions = classify_nodes(snapshot, KIND, bands, _decider(s.classify_by))
         ordered = tuple(decisions.values())
