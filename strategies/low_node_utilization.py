@@ -32,6 +32,7 @@ from strategies.placement import RoomTracker
 from strategies.thresholds import Band, PoolThresholds, cap_millis, classify_nodes, pool_bands, thresholds_problems
 
 KIND = "LowNodeUtilization"
+CAP_REACHED = "maxNoOfPodsToEvictPerNode"
 
 
 class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
@@ -50,7 +51,12 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         description="Per-pool thresholds (pool name -> thresholds), overriding the above.",
     )
     max_no_of_pods_to_evict_per_node: int | None = Field(
-        default=None, ge=1, description="At most this many planned evictions per hot node."
+        default=None,
+        ge=1,
+        description="At most this many evictions planned by this strategy per hot node. It applies first, while "
+        "planning (the pods held back say so in the plan); limits.node.maxPerCycle applies afterwards, in the "
+        "evictor, to the evictions of every strategy from a node together (the descheduler's top-level "
+        "maxNoOfPodsToEvictPerNode).",
     )
     destinations_in_same_pool: bool = Field(
         default=True, description="Only count room on cold nodes of the hot node's own pool."
@@ -168,6 +174,13 @@ class LowNodeUtilization:
             pod_decisions.extend(records)
             if why_none is not None:
                 unrelieved[decision.node] = why_none
+        capped = {d.node for d in pod_decisions if d.reason.startswith(CAP_REACHED)}
+        if capped:
+            notes.append(
+                f"{CAP_REACHED} {s.max_no_of_pods_to_evict_per_node} on {len(capped)} node(s): this strategy's cap "
+                "applies first, while planning; limits.node.maxPerCycle applies afterwards, in the evictor, to every "
+                "strategy's evictions from a node"
+            )
         return StrategyResult(KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes), unrelieved)
 
     def _active_pools(
@@ -354,7 +367,7 @@ def _stop_reason(excess: int, limit: int | None, chosen: int) -> str:
     if excess <= 0:
         return "not needed: the node is under target after the chosen evictions"
     if limit is not None and chosen >= limit:
-        return f"maxNoOfPodsToEvictPerNode {limit} reached"
+        return f"{CAP_REACHED} {limit} reached (this strategy's cap, applied while planning)"
     return "not chosen"
 
 

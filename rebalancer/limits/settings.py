@@ -145,7 +145,11 @@ class NodeLimits(Model):
     """Caps per source node (every node alike)."""
 
     max_per_cycle: int | None = Field(
-        default=None, ge=1, description="At most this many evictions per node per cycle (maxNoOfPodsToEvictPerNode)."
+        default=None,
+        ge=1,
+        description="At most this many evictions per source node per cycle, every strategy's together (the "
+        "descheduler's top-level maxNoOfPodsToEvictPerNode). Applied by the evictor, after each LowNodeUtilization's "
+        "own maxNoOfPodsToEvictPerNode has capped what it planned.",
     )
     max_per_period: tuple[PeriodCap, ...] = Field(
         default=(), description="Sliding-window caps per node, for example 3 per 1h."
