@@ -34,9 +34,9 @@ KEEP_DESCHEDULER = " (keep the descheduler for it, with LowNodeUtilization and H
 LIMITS = {
     "maxNoOfPodsToEvictPerNode": ("node", "the evictor's cap per source node per cycle, over all strategies"),
     "maxNoOfPodsToEvictTotal": ("global", "the evictor's cap per cycle in the cluster, over all strategies"),
+    "maxNoOfPodsToEvictPerNamespace": ("namespace", "the evictor's cap per namespace per cycle, over all strategies"),
 }
 TOP_UNSUPPORTED = {
-    "maxNoOfPodsToEvictPerNamespace": "no per-namespace cap; nearest: limits.workload.maxPerCycle (per workload)",
     "evictionFailureEventNotification": "rebalancer records every refused eviction in its decision log and "
     "metrics (rebalancer_evictions_total by outcome)",
     "gracePeriodSeconds": "evictions use each pod's own terminationGracePeriodSeconds",

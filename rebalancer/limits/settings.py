@@ -165,6 +165,17 @@ class NodeLimits(Model):
         return self
 
 
+class NamespaceLimits(Model):
+    """Caps per namespace of the evicted pods (every namespace alike)."""
+
+    max_per_cycle: int | None = Field(
+        default=None,
+        ge=1,
+        description="At most this many evictions per namespace per cycle, every strategy's together (the "
+        "descheduler's maxNoOfPodsToEvictPerNamespace).",
+    )
+
+
 def _int_or_percent(value: object) -> int | str:
     """A Kubernetes IntOrString as maxUnavailable takes it: a whole number >= 1, or 1% ... 100%."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
@@ -393,6 +404,7 @@ class LimitSettings(Model):
         description="Cluster-wide caps (and per pool caps under pools).",
     )
     node: NodeLimits = Field(default_factory=NodeLimits, description="Caps per source node.")
+    namespace: NamespaceLimits = Field(default_factory=NamespaceLimits, description="Caps per namespace.")
     workload: WorkloadLimits = Field(default_factory=WorkloadLimits, description="Caps per workload.")
     windows: WindowSettings = Field(default_factory=WindowSettings, description="When evictions may happen.")
     lists: ListSettings = Field(default_factory=ListSettings, description="Black and white lists.")

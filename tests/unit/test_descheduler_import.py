@@ -52,13 +52,16 @@ def test_low_node_utilization_policy_maps_thresholds_evictor_and_limits():
         "evictPodsWithPVC": False,
         "priorityThreshold": 10000,
     }
-    assert policy["limits"] == {"node": {"maxPerCycle": 2}, "global": {"maxPerCycle": 10}}
+    assert policy["limits"] == {
+        "node": {"maxPerCycle": 2},
+        "global": {"maxPerCycle": 10},
+        "namespace": {"maxPerCycle": 5},
+    }
     unsupported = paths(conversion, "unsupported")
     assert {
         "profiles.0.RemoveDuplicates",
         "profiles.0.RemovePodsViolatingInterPodAntiAffinity",
         "profiles.0.LowNodeUtilization.thresholds",
-        "maxNoOfPodsToEvictPerNamespace",
     } <= unsupported
     memory = next(n for n in conversion.notes if n.path == "profiles.0.LowNodeUtilization.thresholds")
     assert "memory, pods" in memory.message
@@ -188,7 +191,7 @@ def test_cli_writes_the_policy_and_lists_the_notes(tmp_path: Path, capsys: pytes
     assert "Not imported (no equivalent):" in err and "RemoveDuplicates" in err
     assert "classifyBy current" in err  # how to leave requests for real usage
     text = out.read_text()
-    assert "# Not imported (no equivalent):" in text and "#   - maxNoOfPodsToEvictPerNamespace" in text
+    assert "# Not imported (no equivalent):" in text and "#   - profiles.0.RemoveDuplicates" in text
     assert load_policy(out).strategies[0].classify_by == "requests"
     assert main(["check-config", str(out)]) == 0
 
