@@ -78,6 +78,9 @@ def convert(document: object) -> Conversion:
     prometheus = _prometheus(source.top, notes)
     if prometheus:
         policy["prometheus"] = prometheus
+    if "evictableNamespaces" not in protections:
+        notes.add(Note.differs("evictableNamespaces", "not set: rebalancer's default excludes kube-system (the "
+                               "descheduler's evicted there too, all but system-critical pods)"))  # fmt: skip
     if protections:
         policy["protections"] = protections
     _schedule(source.chart, strategies, notes)
@@ -196,6 +199,8 @@ def _schedule(chart: Mapping[str, Any], strategies: list[dict[str, Any]], notes:
         if isinstance(interval, str) and re.match(r"^[1-9][0-9]*(s|m|h)$", interval):
             for strategy in strategies:
                 strategy["schedule"] = {"interval": interval}
+            notes.add(Note.differs("deschedulingInterval", "each strategy's schedule.interval, run by `rebalancer "
+                                   "serve` (the chart's kind: Deployment)"))  # fmt: skip
         elif interval is not None:
             notes.add(Note.unsupported("deschedulingInterval", f"{interval!r}: write it as one number and unit "
                                        "(90m, not 1h30m) in each strategy's schedule.interval"))  # fmt: skip

@@ -78,6 +78,7 @@ def _pod_protections(value: Mapping[str, Any], path: str, notes: Notes) -> dict[
             if (key, name) in POD_PROTECTIONS:
                 field, setting = POD_PROTECTIONS[(key, name)]
                 out[field] = setting
+                notes.add(Note.differs(at, f"protections.{field}: {str(setting).lower()}"))
             elif key == "defaultDisabled" and name == "SystemCriticalPods":
                 notes.add(Note.unsupported(at, SYSTEM_CRITICAL))
             elif key == "defaultDisabled" and name in ("FailedBarePods", "DaemonSetPods"):

@@ -116,6 +116,10 @@ def _profiles_v1alpha2(policy: Mapping[str, Any], prefix: str, notes: Notes) -> 
             for name in sequence(found.get("enabled"), f"{path}.plugins.{point}.enabled"):
                 if isinstance(name, str) and name not in enabled:
                     enabled.append(name)
+        for point, found in plugins.items():
+            if point not in ("balance", "deschedule") and found:
+                notes.add(Note.unsupported(f"{path}.plugins.{point}", "rebalancer's protections filter every "
+                                           "eviction and its strategies order the pods: not imported"))  # fmt: skip
         for name in args:
             if name not in enabled and name != "DefaultEvictor":
                 notes.add(Note.unsupported(f"{path}.pluginConfig.{name}", "configured but not enabled in plugins: "

@@ -53,12 +53,10 @@ def strategy_of(kind: str, args: Mapping[str, Any], path: str, notes: Notes) -> 
         if key in ("thresholds", "targetThresholds", "metricsUtilization"):
             continue
         if key == "useDeviationThresholds" and kind == "LowNodeUtilization":
-            if value:
-                strategy["useDeviationThresholds"] = True
+            strategy["useDeviationThresholds"] = bool(value)
         elif key == "numberOfNodes":
-            if value:
-                strategy["numberOfNodes"] = value
-                notes.add(Note.differs(at, "counted per resource pool (one pool unless pools: says otherwise)"))
+            strategy["numberOfNodes"] = value
+            notes.add(Note.differs(at, "counted per resource pool (one pool unless pools: says otherwise)"))
         elif key == "evictableNamespaces":
             protections["evictableNamespaces"] = namespaces(value, at)
             notes.add(Note.differs(at, "protections.evictableNamespaces holds for every strategy of the policy"))
@@ -109,6 +107,8 @@ def _eviction_limits(limits: Mapping[str, Any], path: str, notes: Notes) -> dict
     for key, value in limits.items():
         if key == "node" and isinstance(value, int) and value >= 1:
             out["maxNoOfPodsToEvictPerNode"] = value
+            notes.add(Note.differs(f"{path}.node", "this strategy's maxNoOfPodsToEvictPerNode, applied first, while "
+                                   "planning; limits.node.maxPerCycle applies afterwards, in the evictor"))  # fmt: skip
         else:
             notes.add(Note.unsupported(f"{path}.{key}", "no per-strategy limit of this kind: not imported"))
     return out

@@ -44,6 +44,7 @@ def test_low_node_utilization_policy_maps_thresholds_evictor_and_limits():
             "predictPlacement": False,
             "thresholds": {"cpu": 20},
             "targetThresholds": {"cpu": 50},
+            "numberOfNodes": 0,
         }
     ]
     assert policy["protections"] == {
@@ -103,6 +104,7 @@ def test_evictor_arguments_without_equivalent_are_named():
         "profiles.0.DefaultEvictor.minPodAge",
     } <= paths(conversion, "unsupported")
     assert "protections" not in conversion.policy  # nothing protective was relaxed
+    assert "evictableNamespaces" in paths(conversion, "differs")  # kube-system stays excluded, and it says so
 
 
 def test_v1alpha1_strategy_params_become_protections_and_limits():
@@ -148,6 +150,14 @@ def test_profiles_that_disagree_on_a_protection_keep_the_first_and_say_so():
     assert [s["kind"] for s in conversion.policy["strategies"]] == ["LowNodeUtilization", "HighNodeUtilization"]
     assert conversion.policy["protections"] == {"evictPodsWithPVC": False}
     assert any("profiles.1" in n.path and "evictPodsWithPVC" in n.path for n in conversion.notes)
+
+
+def test_filter_and_sort_plugins_are_named_not_dropped():
+    lnu = {"name": "LowNodeUtilization", "args": {"thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 50}}}
+    plugins = {"balance": {"enabled": ["LowNodeUtilization"]}, "filter": {"enabled": ["MyEvictor"]}}
+    document = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
+                "profiles": [{"name": "p", "pluginConfig": [lnu], "plugins": plugins}]}  # fmt: skip
+    assert "profiles.0.plugins.filter" in paths(convert(document), "unsupported")
 
 
 @pytest.mark.parametrize(
@@ -201,3 +211,42 @@ def test_cli_refuses_a_file_that_is_no_descheduler_policy(tmp_path: Path, capsys
     bad.write_text("kind: Deployment\n")
     assert main(["import-policy", str(bad)]) == 2
     assert "kind" in capsys.readouterr().err
+
+
+STRUCTURE = {"apiVersion", "kind", "metadata", "data", "profiles", "strategies", "deschedulerPolicy",
+             "deschedulerPolicyAPIVersion", "enabled", "params", "nodeResourceUtilizationThresholds",
+             "DefaultEvictor"}  # fmt: skip
+RENAMED = {"ignorePvcPods": "evictPodsWithPVC", "thresholdPriority": "priorityThreshold", "namespaces": "exclude"}
+IMPORTED_PLUGINS = {"DefaultEvictor", "LowNodeUtilization", "HighNodeUtilization"}  # the others: one note each
+ALWAYS_SO = {"evictSystemCriticalPods": False}  # rebalancer's fixed behaviour: nothing to import or to say
+
+
+def fields(document: Any) -> set[str]:
+    """The names a descheduler document sets: its top level, the chart's values, the arguments of the
+    plugins rebalancer imports, and the names of the others."""
+    if document.get("kind") == "ConfigMap":
+        return fields(yaml.safe_load(document["data"]["policy.yaml"]))
+    policy = document.get("deschedulerPolicy", document)
+    names = set(document) | {k for k, v in policy.items() if ALWAYS_SO.get(k, object()) != v}
+    for profile in policy.get("profiles", []):
+        for config in profile.get("pluginConfig", []):
+            names.add(config["name"])
+            if config["name"] in IMPORTED_PLUGINS:
+                names |= {k for k, v in (config.get("args") or {}).items() if ALWAYS_SO.get(k, object()) != v}
+        for point in profile.get("plugins", {}).values():
+            names |= set(point.get("enabled") or [])
+    for name, strategy in (policy.get("strategies") or {}).items():
+        names.add(name)
+        if name in IMPORTED_PLUGINS:
+            params = strategy.get("params") or {}
+            names |= {*params, *(params.get("nodeResourceUtilizationThresholds") or {})}
+    return names - STRUCTURE
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[f.name for f in FIXTURES])
+def test_every_field_is_imported_or_named_in_a_note(fixture: Path):
+    document = yaml.safe_load(fixture.read_text())
+    conversion = convert(document)
+    said = yaml.safe_dump(conversion.policy) + "\n".join(str(n) for n in conversion.notes)
+    missing = {name for name in fields(document) if name not in said and RENAMED.get(name, name) not in said}
+    assert not missing, f"{fixture.name}: neither imported nor noted: {sorted(missing)}"
