@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rebalancer import app
 from rebalancer.cli import main
+from rebalancer.evictor import DryRun, Outcome
 from rebalancer.plan import EvictionPlan, NodeClass
 from rebalancer.policy import load_policy
 from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
@@ -39,9 +40,8 @@ def add_pod(server: TestApiServer, name: str, node: str, cpu: str, *, namespace:
     )  # fmt: skip
 
 
-def plan_imported(
-    fixture: str, server: TestApiServer, kubeconfig: Path, history: CadvisorHistory, start: StartPrometheus, tmp: Path
-) -> EvictionPlan:
+def import_policy(fixture: str, history: CadvisorHistory, start: StartPrometheus, tmp: Path) -> Path:
+    """The fixture imported, with a Prometheus holding ``history`` and the state namespace added."""
     prometheus = start(history.series())
     policy = tmp / "imported.yaml"
     assert main(["import-policy", str(DATA / fixture), "--out", str(policy)]) == 0
@@ -49,6 +49,13 @@ def plan_imported(
         file.write(
             f"prometheus: {{url: '{prometheus.url}', maxDataAgeSeconds: 600}}\nstate: {{namespace: rebalancer}}\n"
         )
+    return policy
+
+
+def plan_imported(
+    fixture: str, server: TestApiServer, kubeconfig: Path, history: CadvisorHistory, start: StartPrometheus, tmp: Path
+) -> EvictionPlan:
+    policy = import_policy(fixture, history, start, tmp)
     outcome = app.plan_live(load_policy(policy), app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
     assert outcome.plan.blocked is None
     return outcome.plan
@@ -140,3 +147,45 @@ def test_high_node_utilization_evicts_what_the_descheduler_would(
     assert classes == {"full-1": NodeClass.NORMAL, "low-1": NodeClass.COLD, "low-2": NodeClass.COLD}
     # two underutilized nodes, more than numberOfNodes 1: their evictable pods go, onto full-1 (1600m free)
     assert sorted((e.name, e.room_on) for e in plan.evictions) == [("batch-0", "full-1"), ("batch-1", "full-1")]
+
+
+def test_v1alpha1_policy_evicts_lowest_priority_first_up_to_the_node_cap(
+    kube_server: TestApiServer, kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
+) -> None:
+    # v1alpha1: thresholds cpu 25, targetThresholds cpu 60 (nodes of 4 cores: hot above 2400m requested),
+    # numberOfNodes 1, thresholdPriority 100000, local storage and PVC pods evictable, kube-system and ingress
+    # excluded, maxNoOfPodsToEvictPerNode 3 (every strategy together: the evictor's node cap)
+    nodes = ("hot-a", "cold-1", "cold-2")
+    for name in nodes:
+        kube_server.add(b.node(name, cpu="4", memory="16Gi"))
+    kube_server.add(b.deployment("shop", "shop", replicas=7), b.replica_set(RS, "shop", deployment="shop", replicas=7))
+    # hot-a requests 3600m (90%): 1200m above target
+    add_pod(kube_server, "p-a", "hot-a", "300m", priority=10)
+    add_pod(kube_server, "p-b", "hot-a", "300m", priority=20, volumes=[PVC])
+    add_pod(kube_server, "p-c", "hot-a", "300m", priority=30, volumes=[EMPTY_DIR])
+    add_pod(kube_server, "p-d", "hot-a", "300m", priority=40)
+    add_pod(kube_server, "vip-0", "hot-a", "1200m", priority=200000)  # above thresholdPriority
+    add_pod(kube_server, "nginx-0", "hot-a", "600m", namespace="ingress")
+    add_pod(kube_server, "dns-0", "hot-a", "600m", namespace="kube-system")
+    add_pod(kube_server, "web-1", "cold-1", "200m")
+    add_pod(kube_server, "web-2", "cold-2", "200m")
+    kube_server.disruption.sync_all()
+    on_hot = [("shop", "p-a"), ("shop", "p-b"), ("shop", "p-c"), ("shop", "p-d"), ("shop", "vip-0"),
+              ("ingress", "nginx-0"), ("kube-system", "dns-0")]  # fmt: skip
+    usage = dict.fromkeys(on_hot, ("hot-a", 0.1))
+    usage |= {("shop", "web-1"): ("cold-1", 0.1), ("shop", "web-2"): ("cold-2", 0.1)}
+    policy = import_policy("v1alpha1.yaml", history(nodes, usage), start_prometheus, tmp_path)
+
+    result = app.run_once(load_policy(policy), app.ClusterConnection(str(kubeconfig)), DryRun.OFF, clock=lambda: END)
+
+    # the descheduler evicts by priority, lowest first, while the node stays above 2400m: p-a, p-b, p-c
+    # (3600m -> 2700m), and would take p-d (2400m) but for maxNoOfPodsToEvictPerNode 3
+    done = {r.eviction.name: (r.outcome, r.limiter) for r in result.report.results}
+    assert done == {
+        "p-a": (Outcome.EVICTED, None),
+        "p-b": (Outcome.EVICTED, None),
+        "p-c": (Outcome.EVICTED, None),
+        "p-d": (Outcome.BLOCKED, "node.maxPerCycle"),
+    }
+    left = {p["metadata"]["name"] for p in kube_server.store.objects("pods", "shop")}
+    assert left == {"p-d", "vip-0", "web-1", "web-2"}
