@@ -207,9 +207,9 @@ def _schedule(chart: Mapping[str, Any], strategies: list[dict[str, Any]], notes:
     elif isinstance(chart.get("schedule"), str):
         for strategy in strategies:
             strategy["schedule"] = {"cron": chart["schedule"]}
-        notes.add(Note.differs("schedule", "each strategy's schedule.cron, run by `rebalancer serve` (the chart's "
-                               "kind: Deployment); the chart's kind: CronJob runs every strategy on its own "
-                               "schedule: value"))  # fmt: skip
+        notes.add(Note.differs("schedule", "copied to each strategy's schedule.cron, which `rebalancer serve` follows "
+                               "(the chart's kind: Deployment); with the chart's kind: CronJob, set the chart's "
+                               "schedule: to it instead"))  # fmt: skip
     same = sorted(k for k in chart if k in SAME_CHART_VALUES)
     if same:
         notes.add(Note.differs("chart values", f"{', '.join(same)}: deployment settings of the same name in "

@@ -89,7 +89,7 @@ def _chart_values(values: Mapping[str, Any], notes: Notes) -> Source:
     if version is None:
         version = V1ALPHA2 if "profiles" in policy else V1ALPHA1 if "strategies" in policy else None
     chart = {k: v for k, v in values.items() if k not in ("deschedulerPolicy", "deschedulerPolicyAPIVersion")}
-    shape = f"descheduler chart values ({version} policy)"
+    shape = f"descheduler chart values, {version} policy"
     if version == V1ALPHA2:
         return Source(V1ALPHA2, shape, policy, _profiles_v1alpha2(policy, "deschedulerPolicy.", notes), chart)
     if version == V1ALPHA1:

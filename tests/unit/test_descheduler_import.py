@@ -250,3 +250,19 @@ def test_every_field_is_imported_or_named_in_a_note(fixture: Path):
     said = yaml.safe_dump(conversion.policy) + "\n".join(str(n) for n in conversion.notes)
     missing = {name for name in fields(document) if name not in said and RENAMED.get(name, name) not in said}
     assert not missing, f"{fixture.name}: neither imported nor noted: {sorted(missing)}"
+
+
+def test_cli_writes_nothing_when_the_result_would_not_pass_check_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    # thresholds cpu 0: no node is ever cold, which rebalancer's validation refuses (the descheduler aborts)
+    source = tmp_path / "zero.yaml"
+    source.write_text(
+        "apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\nprofiles:\n- name: p\n  pluginConfig:\n"
+        "  - {name: LowNodeUtilization, args: {thresholds: {cpu: 0}, targetThresholds: {cpu: 50}}}\n"
+        "  plugins: {balance: {enabled: [LowNodeUtilization]}}\n"
+    )
+    out = tmp_path / "policy.yaml"
+    assert main(["import-policy", str(source), "--out", str(out)]) == 2
+    assert "strategies.0.thresholds.cpu" in capsys.readouterr().err
+    assert not out.exists()
