@@ -66,7 +66,11 @@ def read_source(document: object, notes: Notes) -> Source:
         text = data.get("policy.yaml")
         if not isinstance(text, str):
             raise SourceProblem("data", "a ConfigMap of the descheduler holds its policy under data.policy.yaml")
-        inner = read_source(yaml.safe_load(text), notes)
+        try:
+            embedded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SourceProblem("data.policy.yaml", f"not valid YAML: {exc}") from exc
+        inner = read_source(embedded, notes)
         return Source(inner.version, f"{inner.shape} (ConfigMap data.policy.yaml)", inner.top, inner.profiles)
     if "deschedulerPolicy" in doc:
         return _chart_values(doc, notes)

@@ -167,6 +167,8 @@ def test_filter_and_sort_plugins_are_named_not_dropped():
         ({"apiVersion": "descheduler/v9", "kind": "DeschedulerPolicy"}, "apiVersion"),
         ({"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy", "profiles": []}, ""),
         ({"deschedulerPolicy": {"other": 1}}, "deschedulerPolicy"),
+        ({"kind": "ConfigMap", "data": {"policy.yaml": "a: [b"}}, "data.policy.yaml"),
+        ({"kind": "ConfigMap", "data": {"other.yaml": ""}}, "data"),
     ],
 )
 def test_documents_that_are_no_descheduler_policy_are_refused_with_the_field(document: dict[str, Any], path: str):
