@@ -21,7 +21,7 @@ from rebalancer.model import ClusterFacts
 from rebalancer.policy import Policy
 from rebalancer.predict.days import last_days
 from rebalancer.predict.predictor import Prediction, predict, scheduled_pods
-from rebalancer.predicted import PredictedLoad
+from rebalancer.predicted import PREDICTIVE, PredictedLoad
 from rebalancer.prom import PrometheusUsageSource
 from rebalancer.prom.history import PodHistory, Progress, PrometheusHistorySource
 from rebalancer.protections import Protections
@@ -50,7 +50,7 @@ class HistoryCache:
 
 def needs_prediction(policy: Policy) -> bool:
     """Some enabled strategy classifies nodes by their predicted peak."""
-    return any(s.enabled and getattr(s, "classify_by", "current") != "current" for s in policy.strategies)
+    return any(s.enabled and getattr(s, "classify_by", "current") in PREDICTIVE for s in policy.strategies)
 
 
 def pods_per_node(facts: ClusterFacts) -> dict[str, int]:

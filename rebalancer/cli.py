@@ -112,6 +112,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--dry-run", nargs="?", const="client", default="off", choices=["off", "client", "server"],
                        help=DRY_RUN_HELP)  # fmt: skip
     _explain_parser(sub)
+    imported = sub.add_parser(
+        "import-policy",
+        help="write the rebalancer policy for a descheduler policy or chart values; list what has no equivalent",
+    )
+    imported.add_argument("file", metavar="FILE", help="DeschedulerPolicy (v1alpha2 or v1alpha1) or chart values YAML")
+    imported.add_argument("--out", metavar="FILE", help="write the policy here (default: stdout)")
     _predict_parser(sub)
     _report_parser(sub)
     from rebalancer.simulate.options import add_parser as add_simulate_parser
@@ -255,6 +261,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "serve":
             return _serve(args)
+        if args.command == "import-policy":
+            from rebalancer.descheduler.command import import_policy
+
+            import_policy(args.file, args.out)
+            return EXIT_OK
         if args.command == "explain-scale-down":
             return _explain_scale_down(args)
         if args.command == "report":

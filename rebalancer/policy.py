@@ -234,14 +234,19 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def parse_policy(text: str, source: str = "<policy>") -> Policy:
-    """Validate policy YAML; raise ConfigError with one (field.path, message) per problem, and nothing else."""
+def load_yaml(text: str, source: str) -> object:
+    """One YAML document, duplicate keys refused; ConfigError when it is not valid YAML or nested too deeply."""
     try:
-        data = yaml.load(text, Loader=_StrictLoader)
+        return yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(source, [("", f"not valid YAML: {exc}")]) from exc
     except (RecursionError, MemoryError) as exc:
         raise ConfigError(source, [("", "not a policy: the YAML is nested too deeply")]) from exc
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    """Validate policy YAML; raise ConfigError with one (field.path, message) per problem, and nothing else."""
+    data = load_yaml(text, source)
     if not isinstance(data, dict):
         raise ConfigError(source, [("", f"the policy must be a YAML mapping, not {_yaml_type(data)}")])
     try:
@@ -254,6 +259,11 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
 
 def load_policy(path: str | Path) -> Policy:
     """Read and validate a policy file: a file over MAX_POLICY_BYTES or not UTF-8 is refused before parsing."""
+    return parse_policy(read_policy_text(path), str(path))
+
+
+def read_policy_text(path: str | Path) -> str:
+    """A policy file's text; ConfigError when it cannot be read, is over MAX_POLICY_BYTES or is not UTF-8."""
     try:
         with Path(path).open("rb") as file:
             raw = file.read(MAX_POLICY_BYTES + 1)
@@ -261,7 +271,7 @@ def load_policy(path: str | Path) -> Policy:
         raise ConfigError(str(path), [("", f"cannot read: {exc.strerror or exc}")]) from exc
     if len(raw) > MAX_POLICY_BYTES:
         raise ConfigError(str(path), [("", f"larger than {MAX_POLICY_BYTES // 1024} KiB: not a policy file")])
-    return parse_policy(decode_policy(raw, str(path)), str(path))
+    return decode_policy(raw, str(path))
 
 
 def decode_policy(raw: bytes, source: str) -> str:

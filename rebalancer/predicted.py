@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from rebalancer.snapshot import ClusterSnapshot
 
 ClassifyBy = Literal["current", "predicted", "max"]
+PREDICTIVE: frozenset[str] = frozenset({"predicted", "max"})
+"""The classifyBy values that need the predictor's next peak."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ cluster whose scheduler profile packs (``MostAllocated``, ``RequestedToCapacityR
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,6 +26,7 @@ from rebalancer.protections import Protections
 from rebalancer.settings import FieldProblems, ResourceThresholds
 from rebalancer.snapshot import ClusterSnapshot
 from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
+from strategies.by_requests import ByRequests, view
 from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.group_landing import GroupLanding
 from strategies.landing import LandingPredictor, LandingVerdict, percent
@@ -80,6 +81,11 @@ class HighNodeUtilizationSettings(StrategySettings, PoolThresholds):
         "a bad landing is accepted.",
     )
     percentage_of_nodes_to_score: int | None = percentage_of_nodes_to_score_field()
+    classify_by: Literal["current"] | ByRequests = Field(
+        default="current",
+        description="What usage means for classes and room: current (the usage window read now) or requests "
+        "(the pods' CPU requests, as the community descheduler reads utilization).",
+    )
 
     @model_validator(mode="after")
     def _valid(self) -> HighNodeUtilizationSettings:
@@ -96,13 +102,16 @@ class HighNodeUtilizationSettings(StrategySettings, PoolThresholds):
         return self
 
 
-def _decide(pct: float, band: Band) -> tuple[NodeClass, str]:
-    if pct < band.low_pct:
-        return (
-            NodeClass.COLD,
-            f"usage {pct:.1f}% < threshold {band.low_pct:.1f}%: underutilized, to be emptied",
-        )
-    return NodeClass.NORMAL, f"usage {pct:.1f}% >= threshold {band.low_pct:.1f}%"
+def _decider(usage: str) -> Callable[[float, Band], tuple[NodeClass, str]]:
+    def decide(pct: float, band: Band) -> tuple[NodeClass, str]:
+        if pct < band.low_pct:
+            return (
+                NodeClass.COLD,
+                f"{usage} {pct:.1f}% < threshold {band.low_pct:.1f}%: underutilized, to be emptied",
+            )
+        return NodeClass.NORMAL, f"{usage} {pct:.1f}% >= threshold {band.low_pct:.1f}%"
+
+    return decide
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +124,11 @@ class HighNodeUtilization:
 
     def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult:
         s = self.settings
+        snapshot = view(snapshot, s.classify_by)
         bands = pool_bands(snapshot, s, s.pools, False)
-        decisions = classify_nodes(snapshot, KIND, bands, _decide)
+        decisions = classify_nodes(
+            snapshot, KIND, bands, _decider("CPU requests" if s.classify_by == "requests" else "usage")
+        )
         ordered = tuple(decisions.values())
         if snapshot.usage_failure:
             return StrategyResult(KIND, (), ordered, (), (f"no evictions: {snapshot.usage_failure}",))

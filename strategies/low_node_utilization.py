@@ -21,17 +21,18 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from rebalancer.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult, Unrelieved
-from rebalancer.predicted import ClassifyBy, usage_view
 from rebalancer.protections import Protections
 from rebalancer.settings import FieldProblems
 from rebalancer.snapshot import ClusterSnapshot
 from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
+from strategies.by_requests import UsageBasis, view
 from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
 from strategies.placement import RoomTracker
 from strategies.thresholds import Band, PoolThresholds, cap_millis, classify_nodes, pool_bands, thresholds_problems
 
 KIND = "LowNodeUtilization"
+CAP_REACHED = "maxNoOfPodsToEvictPerNode"
 
 
 class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
@@ -50,16 +51,23 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         description="Per-pool thresholds (pool name -> thresholds), overriding the above.",
     )
     max_no_of_pods_to_evict_per_node: int | None = Field(
-        default=None, ge=1, description="At most this many planned evictions per hot node."
+        default=None,
+        ge=1,
+        description="At most this many evictions planned by this strategy per hot node. It applies first, while "
+        "planning (the pods held back say so in the plan); limits.node.maxPerCycle applies afterwards, in the "
+        "evictor, to the evictions of every strategy from a node together (the descheduler's top-level "
+        "maxNoOfPodsToEvictPerNode).",
     )
     destinations_in_same_pool: bool = Field(
         default=True, description="Only count room on cold nodes of the hot node's own pool."
     )
-    classify_by: ClassifyBy = Field(
+    classify_by: UsageBasis = Field(
         default="current",
         description="What usage means for classes, pod choice and room: current (the usage window read now), "
-        "predicted (the predictor's next daily peak, see predictor:), or max (the higher of the two). "
-        "Run a predicted strategy on a cron schedule ahead of the daily peak to relieve nodes before it.",
+        "predicted (the predictor's next daily peak, see predictor:), max (the higher of the two), or requests "
+        "(the pods' CPU requests, as the community descheduler reads utilization; pods without a CPU request "
+        "are then never moved). Run a predicted strategy on a cron schedule ahead of the daily peak to relieve "
+        "nodes before it.",
     )
     predict_placement: bool = Field(
         default=True,
@@ -102,14 +110,15 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         return self
 
 
-_USAGE_WORDS: dict[ClassifyBy, str] = {
+_USAGE_WORDS: dict[UsageBasis, str] = {
     "current": "usage",
     "predicted": "predicted peak usage",
     "max": "max(current, predicted) usage",
+    "requests": "CPU requests",
 }
 
 
-def _decider(classify_by: ClassifyBy) -> Callable[[float, Band], tuple[NodeClass, str]]:
+def _decider(classify_by: UsageBasis) -> Callable[[float, Band], tuple[NodeClass, str]]:
     usage = _USAGE_WORDS[classify_by]
 
     def decide(pct: float, band: Band) -> tuple[NodeClass, str]:
@@ -132,7 +141,7 @@ class LowNodeUtilization:
 
     def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult:
         s = self.settings
-        snapshot = usage_view(snapshot, s.classify_by)
+        snapshot = view(snapshot, s.classify_by)
         bands = pool_bands(snapshot, s, s.pools, bool(s.use_deviation_thresholds))
         decisions = classify_nodes(snapshot, KIND, bands, _decider(s.classify_by))
         ordered = tuple(decisions.values())
@@ -165,6 +174,13 @@ class LowNodeUtilization:
             pod_decisions.extend(records)
             if why_none is not None:
                 unrelieved[decision.node] = why_none
+        capped = {d.node for d in pod_decisions if d.reason.startswith(CAP_REACHED)}
+        if capped:
+            notes.append(
+                f"{CAP_REACHED} {s.max_no_of_pods_to_evict_per_node} on {len(capped)} node(s): this strategy's cap "
+                "applies first, while planning; limits.node.maxPerCycle applies afterwards, in the evictor, to every "
+                "strategy's evictions from a node"
+            )
         return StrategyResult(KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes), unrelieved)
 
     def _active_pools(
@@ -351,7 +367,7 @@ def _stop_reason(excess: int, limit: int | None, chosen: int) -> str:
     if excess <= 0:
         return "not needed: the node is under target after the chosen evictions"
     if limit is not None and chosen >= limit:
-        return f"maxNoOfPodsToEvictPerNode {limit} reached"
+        return f"{CAP_REACHED} {limit} reached (this strategy's cap, applied while planning)"
     return "not chosen"
 
 

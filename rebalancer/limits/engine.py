@@ -162,6 +162,12 @@ def _cycle_caps(r: EvictionRequest, _: LimiterState, c: CycleCounts, s: LimitSet
         ("global.maxPerCycle", s.cluster.max_per_cycle, c.total, "in the cluster"),
         (f"pool.{r.pool}.maxPerCycle", pool.max_per_cycle if pool else None, c.pools.get(r.pool, 0), f"in {r.pool}"),
         ("node.maxPerCycle", s.node.max_per_cycle, c.nodes.get(r.node, 0), f"from node {r.node}"),
+        (
+            "namespace.maxPerCycle",
+            s.namespace.max_per_cycle,
+            c.namespaces.get(r.namespace, 0),
+            f"in namespace {r.namespace}",
+        ),
     ]
     if key is not None:
         checks.append(("workload.maxPerCycle", s.workload.max_per_cycle, c.workloads.get(key, 0), f"of {key}"))

@@ -58,14 +58,16 @@ class EvictionRequest:
 
 @dataclass(frozen=True, slots=True)
 class CycleCounts:
-    """Evictions this cycle already reserved: in total, per pool, per node and per workload key; and per
-    workload the evicted pods that were ready (they still count as ready in the cycle's snapshot)."""
+    """Evictions this cycle already reserved: in total, per pool, per node, per workload key and per
+    namespace; and per workload the evicted pods that were ready (they still count as ready in the cycle's
+    snapshot)."""
 
     total: int = 0
     pools: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     nodes: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     workloads: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     ready_evicted: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    namespaces: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
 
     def add(self, request: EvictionRequest) -> CycleCounts:
         key = request.workload_key
@@ -77,6 +79,7 @@ class CycleCounts:
             ready_evicted=self.ready_evicted
             if key is None or not request.pod_ready
             else _bump(self.ready_evicted, key),
+            namespaces=_bump(self.namespaces, request.namespace),
         )
 
     def remove(self, request: EvictionRequest) -> CycleCounts:
@@ -90,6 +93,7 @@ class CycleCounts:
             ready_evicted=self.ready_evicted
             if key is None or not request.pod_ready
             else _bump(self.ready_evicted, key, -1),
+            namespaces=_bump(self.namespaces, request.namespace, -1),
         )
 
 

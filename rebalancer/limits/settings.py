@@ -124,7 +124,11 @@ class NodeLimits(Model):
     """Caps per source node (every node alike)."""
 
     max_per_cycle: int | None = Field(
-        default=None, ge=1, description="At most this many evictions per node per cycle (maxNoOfPodsToEvictPerNode)."
+        default=None,
+        ge=1,
+        description="At most this many evictions per source node per cycle, every strategy's together (the "
+        "descheduler's top-level maxNoOfPodsToEvictPerNode). Applied by the evictor, after each LowNodeUtilization's "
+        "own maxNoOfPodsToEvictPerNode has capped what it planned.",
     )
     max_per_period: tuple[PeriodCap, ...] = Field(
         default=(), description="Sliding-window caps per node, for example 3 per 1h."
@@ -138,6 +142,17 @@ class NodeLimits(Model):
         if problems := _period_problems(self.max_per_period):
             raise FieldProblems(problems)
         return self
+
+
+class NamespaceLimits(Model):
+    """Caps per namespace of the evicted pods (every namespace alike)."""
+
+    max_per_cycle: int | None = Field(
+        default=None,
+        ge=1,
+        description="At most this many evictions per namespace per cycle, every strategy's together (the "
+        "descheduler's maxNoOfPodsToEvictPerNamespace).",
+    )
 
 
 def _int_or_percent(value: object) -> int | str:
@@ -368,6 +383,7 @@ class LimitSettings(Model):
         description="Cluster-wide caps (and per pool caps under pools).",
     )
     node: NodeLimits = Field(default_factory=NodeLimits, description="Caps per source node.")
+    namespace: NamespaceLimits = Field(default_factory=NamespaceLimits, description="Caps per namespace.")
     workload: WorkloadLimits = Field(default_factory=WorkloadLimits, description="Caps per workload.")
     windows: WindowSettings = Field(default_factory=WindowSettings, description="When evictions may happen.")
     lists: ListSettings = Field(default_factory=ListSettings, description="Black and white lists.")

@@ -34,7 +34,7 @@ from rebalancer.model import ClusterFacts, PodKey
 from rebalancer.policy import Policy
 from rebalancer.predict.history import DailyPeaks
 from rebalancer.predict.predictor import predict
-from rebalancer.predicted import PredictedLoad
+from rebalancer.predicted import PREDICTIVE, PredictedLoad
 from rebalancer.protections import Protections
 from rebalancer.simulate.alerts import AlertPath
 from rebalancer.simulate.cluster import Cluster
@@ -98,7 +98,7 @@ class _Run:
             DryRun.OFF, "rebalancer-simulate", clock=lambda: self.now,
         )  # fmt: skip
         self.records = EfficiencyState()
-        self.predictive = any(getattr(s, "classify_by", "current") != "current" for s in policy.strategies)
+        self.predictive = any(getattr(s, "classify_by", "current") in PREDICTIVE for s in policy.strategies)
         self.history: tuple[int, DailyPeaks[PodKey]] | None = None
         self.per_cycle: list[int] = []
         self.blocked: dict[str, int] = {}

@@ -126,6 +126,7 @@ def test_scoped_windows_count_only_their_scope(
         ("global: {pools: {gpu: {maxPerCycle: 3}}}", {"pool": "gpu"}, {"pool": "cpu"}, "pool.gpu.maxPerCycle"),
         ("node: {maxPerCycle: 3}", {"node": "n1"}, {"node": "n2"}, "node.maxPerCycle"),
         ("workload: {maxPerCycle: 3}", {"workload": "web"}, {"workload": "api"}, "workload.maxPerCycle"),
+        ("namespace: {maxPerCycle: 3}", {"namespace": "shop"}, {"namespace": "blog"}, "namespace.maxPerCycle"),
     ],
 )
 def test_per_cycle_caps(yaml_text: str, same: dict[str, Any], other: dict[str, Any] | None, limiter: str) -> None:

@@ -215,7 +215,15 @@ def test_max_pods_per_node():
     pods = [pod("a", "hot"), pod("b", "hot")]
     plan = run([node("hot"), node("cold")], pods, usage({"hot": 10_000, "cold": 0}, {"a": 2000, "b": 2000}), pol)
     assert evicted(plan) == ["a"]
-    assert "maxNoOfPodsToEvictPerNode" in why(plan, "b")
+    assert "maxNoOfPodsToEvictPerNode 1 reached (this strategy's cap, applied while planning)" in why(plan, "b")
+    (note,) = [n for n in plan.results[0].notes if n.startswith("maxNoOfPodsToEvictPerNode")]
+    assert "applies first, while planning; limits.node.maxPerCycle applies afterwards, in the evictor" in note
+
+
+def test_no_cap_note_when_the_cap_held_nothing_back():
+    pol = policy(LNU + "maxNoOfPodsToEvictPerNode: 2\n")
+    plan = run([node("hot"), node("cold")], [pod("a", "hot")], usage({"hot": 10_000, "cold": 0}, {"a": 4000}), pol)
+    assert not any(n.startswith("maxNoOfPodsToEvictPerNode") for n in plan.results[0].notes)
 
 
 def test_disruption_budget_spent_across_the_plan():

@@ -92,6 +92,9 @@ The policy file: the values' policy, with apiVersion and kind, and the webhook t
 Values the chart cannot honour fail here with the value's path.
 */}}
 {{- define "rebalancer.policy" -}}
+{{- if hasKey .Values "deschedulerPolicy" }}
+{{- fail "deschedulerPolicy: this chart reads a rebalancer policy under policy:, not a descheduler policy; convert it with `rebalancer import-policy descheduler-values.yaml --out policy.yaml` (it reads the descheduler chart's values as they are, and lists what has no equivalent), put the result under policy: and leave deschedulerPolicy out; docs/migrating-from-descheduler.md maps the descheduler chart's other values" }}
+{{- end }}
 {{- $policy := deepCopy .Values.policy }}
 {{- $_ := set $policy "apiVersion" "rebalancer.io/v1alpha1" }}
 {{- $_ := set $policy "kind" "RebalancerPolicy" }}
