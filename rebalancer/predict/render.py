@@ -8,7 +8,7 @@ from typing import Any, TextIO
 
 from rebalancer.output import plain
 from rebalancer.predict.backtest import BacktestReport, BacktestRow
-from rebalancer.predict.predictor import Prediction
+from rebalancer.predict.predictor import NodePrediction, Prediction
 from rebalancer.quantity import format_cores
 from rebalancer.render import text_table
 
@@ -41,9 +41,16 @@ def prediction_record(
 def prediction_table(
     prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None, compared: str = ACTUAL
 ) -> str:
+    coincident = any(n.peak is not None for n in prediction.nodes)
+    basis = (
+        "a node's peak is the highest hour of its pods' summed daily profiles (sum %: its pods' peaks summed)"
+        if coincident
+        else "a node's peak is the sum of its pods' peaks"
+    )
     lines = [
         f"Predicted next peak from {source}: {prediction.aggregation} of {prediction.days} day(s), "
         f"safety margin {prediction.safety_margin:g}, hot above {prediction.hot_threshold:g}%; CPU in cores",
+        f"({basis}).",
         "",
     ]
     rows = []
@@ -56,6 +63,7 @@ def prediction_table(
                 n.node,
                 _fmt(n.utilization_pct),
                 *actual,
+                *([_fmt(_sum_pct(n)), n.peak.at if n.peak is not None else "-"] if coincident else []),
                 _cores(n.cpu_m),
                 format_cores(n.allocatable_cpu_m),
                 f"{format_cores(n.system_cpu_m)} ({n.system_source.value})",
@@ -63,9 +71,17 @@ def prediction_table(
                 sources or "no pods",
             ]
         )
-    header = ["node", "pred %", *([] if actual_pct is None else [f"{compared} %"]), "pred", "alloc"]
-    header += ["system", "class", "pods by source"]
-    lines += text_table(header, rows, right=frozenset(range(1, len(header) - 3)))
+    header = ["node", "pred %", *([] if actual_pct is None else [f"{compared} %"])]
+    header += [*(["sum %", "peak at"] if coincident else []), "pred", "alloc", "system", "class", "pods by source"]
+    peak_at = header.index("peak at") if coincident else -1
+    lines += text_table(header, rows, right=frozenset(range(1, len(header) - 3)) - {peak_at})
+    if coincident:
+        lines += ["", "Pods that make each node's peak (their CPU in that hour):"]
+        for n in sorted(prediction.nodes, key=lambda n: (-(n.utilization_pct or -1.0), n.node)):
+            if n.peak is not None and n.peak.pods:
+                makers = ", ".join(f"{p.namespace}/{p.name} {format_cores(p.cpu_m)}" for p in n.peak.pods)
+                more = len(n.pods) - len(n.peak.pods)
+                lines.append(f"  {n.node} {n.peak.at}: {makers}" + (f" (+{more} more)" if more > 0 else ""))
     hot = prediction.hot_nodes()
     lines += ["", f"Predicted hot: {len(hot)} node(s)" + (f": {', '.join(hot)}" if hot else "")]
     unknown = [n for n in prediction.nodes if n.hot is None]
@@ -75,6 +91,13 @@ def prediction_table(
     if prediction.dropped_history:
         lines.append(f"History of {prediction.dropped_history} pod(s) no longer in the cluster was dropped.")
     return "\n".join(lines) + "\n"
+
+
+def _sum_pct(n: NodePrediction) -> float | None:
+    """The node's predicted peak read as the sum of its pods' peaks."""
+    if n.pods_cpu_m is None or n.allocatable_cpu_m <= 0:
+        return None
+    return 100.0 * (n.pods_cpu_m + n.system_cpu_m) / n.allocatable_cpu_m
 
 
 def _row_cells(row: BacktestRow) -> list[str]:
