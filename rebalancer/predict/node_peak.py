@@ -1,10 +1,11 @@
-"""A node's coincident peak: the highest time-of-day bucket of its pods' summed daily profiles (pure).
+"""A node's coincident peak: its pods' daily profiles summed, each day's highest bucket, aggregated over the
+days (pure; :mod:`rebalancer.predict.profile`).
 
-Each pod's profile is resolved from its prediction's source (:func:`pod_profile`): its own aggregated profile
-(buckets without data read as its predicted peak, never zero), its workload's profile scaled to its level,
-or flat at its predicted peak (request, too little history). A :class:`PeakBook` holds those profiles and
-every node's sum, so that a planner can ask what a node's peak would be with some pods added or removed
-(:meth:`PeakBook.peak_with`) and move pods (:meth:`PeakBook.move`) without reading history again.
+Each pod's (days, buckets) profile is resolved from its prediction's source (:func:`pod_profile`): its own
+(gaps filled, never zero), its workload's shape scaled to its level, or flat at its predicted peak (request,
+too little history). A :class:`PeakBook` holds those profiles and every node's sum, so that a planner can ask
+what a node's peak would be with some pods added or removed (:meth:`PeakBook.peak_with`) and move pods
+(:meth:`PeakBook.move`) without reading history again.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from rebalancer.predict.profile import (
     DailyProfiles,
     Float32Array,
     FloatArray,
-    aggregate_profiles,
     bucket_label,
-    coincident_peak,
-    filled,
     flat,
+    over_days,
+    own_profile,
+    predicted_peak,
     scaled,
 )
 from rebalancer.predict.settings import PredictorSettings
@@ -39,12 +40,12 @@ TOP_PODS = 5  # pods named as making a node's peak
 class PeakPod(msgspec.Struct, frozen=True, gc=False):
     namespace: str
     name: str
-    cpu_m: float  # its predicted usage in the node's peak bucket
+    cpu_m: float  # its mean usage in the node's peak bucket, aggregated over the days
 
 
 class NodePeak(msgspec.Struct, frozen=True, gc=False):
     cpu_m: float  # the node's predicted coincident peak, its system usage included
-    bucket: int  # index of the time-of-day bucket it falls in
+    bucket: int  # index of the time-of-day bucket it comes in (the highest, each bucket aggregated over the days)
     at: str  # that bucket's local time of day, "14:00-15:00"
     pods: tuple[PeakPod, ...]  # the pods that make it, largest share first (at most TOP_PODS)
 
@@ -54,42 +55,43 @@ def pod_profile(
     cpu_m: float | None,
     own: Float32Array | None,
     workload_shape: Float32Array | None,
+    days: int,
     buckets: int,
 ) -> Float32Array | None:
-    """The profile a pod is predicted with; None when its prediction is unknown."""
+    """The (days, buckets) profile a pod is predicted with; None when its prediction is unknown."""
     if cpu_m is None:
         return None
-    if source in ("history", "partial") and own is not None and np.isfinite(own).any():
-        return filled(own, cpu_m)
-    if source == "workload" and workload_shape is not None and np.isfinite(workload_shape).any():
+    if source in ("history", "partial") and own is not None:
+        return own
+    if source == "workload" and workload_shape is not None:
         return scaled(workload_shape, cpu_m)
-    return flat(cpu_m, buckets)
+    return flat(cpu_m, days, buckets)
 
 
 def workload_shapes(
-    own: Mapping[PodKey, Float32Array], workload_of: Mapping[PodKey, str | None], buckets: int
+    own: Mapping[PodKey, Float32Array], workload_of: Mapping[PodKey, str | None]
 ) -> dict[str, Float32Array]:
-    """Per workload, the shape of its pods' profiles: their summed profile (buckets without data skipped),
-    to be scaled to one pod's level, so siblings at different levels give the shape, not the level."""
-    sums: dict[str, FloatArray] = defaultdict(lambda: np.zeros(buckets, dtype=np.float64))
-    seen: dict[str, FloatArray] = defaultdict(lambda: np.zeros(buckets, dtype=np.float64))
+    """Per workload, the mean of its pods' profiles each scaled to a highest cell of 1: the shape, to be
+    scaled to one pod's level (siblings at different levels give the shape, not their sum or maximum)."""
+    sums: dict[str, FloatArray] = {}
+    counts: dict[str, int] = defaultdict(int)
     for key, profile in own.items():
         workload = workload_of.get(key)
-        if workload is None:
+        top = float(profile.max()) if profile.size else 0.0
+        if workload is None or top <= 0:
             continue
-        top = float(np.nanmax(profile)) if np.isfinite(profile).any() else 0.0
-        if top <= 0:
-            continue
-        sums[workload] += np.nan_to_num(profile / top, nan=0.0)
-        seen[workload] += np.isfinite(profile)
-    return {w: np.where(seen[w] > 0, sums[w] / np.maximum(seen[w], 1), np.nan).astype(np.float32) for w in sums}
+        scaled_down = profile.astype(np.float64) / top
+        sums[workload] = sums[workload] + scaled_down if workload in sums else scaled_down
+        counts[workload] += 1
+    return {w: (total / counts[w]).astype(np.float32) for w, total in sums.items()}
 
 
 class PeakBook:
     """Resolved pod profiles and each node's summed profile (mutable: a planner's working copy)."""
 
-    def __init__(self, buckets: int, system_cpu_m: Mapping[str, float]) -> None:
-        self.buckets = buckets
+    def __init__(self, settings: PredictorSettings, buckets: int, system_cpu_m: Mapping[str, float]) -> None:
+        self.settings = settings
+        self.shape = (settings.days, buckets)
         self._system = dict(system_cpu_m)
         self._profile: dict[PodKey, Float32Array] = {}
         self._node_of: dict[PodKey, str] = {}
@@ -97,13 +99,20 @@ class PeakBook:
         self._total: dict[str, FloatArray] = {}
         self._unknown: dict[str, set[PodKey]] = defaultdict(set)
 
+    @property
+    def buckets(self) -> int:
+        return self.shape[1]
+
     def add(self, key: PodKey, node: str, profile: Float32Array | None) -> None:
         """Place a pod (None: its prediction is unknown, and so is its node's peak while it is there)."""
         if key in self._node_of:
             raise ValueError(f"pod {key[0]}/{key[1]} is already on {self._node_of[key]}")
         if profile is not None:
-            if profile.shape != (self.buckets,) or not np.isfinite(profile).all():
-                raise ValueError(f"pod {key[0]}/{key[1]}: a profile needs {self.buckets} finite buckets")
+            if profile.shape != self.shape or not np.isfinite(profile).all() or (profile < 0).any():
+                raise ValueError(
+                    f"pod {key[0]}/{key[1]}: a profile needs {self.shape[0]} days x {self.shape[1]} buckets, "
+                    "finite and not negative"
+                )
             self._profile[key] = profile
         self._node_of[key] = node
         self._place(key, node)
@@ -125,7 +134,7 @@ class PeakBook:
             self._total[node] = self._node_total(node) - profile
 
     def _node_total(self, node: str) -> FloatArray:
-        return self._total.get(node, np.zeros(self.buckets, dtype=np.float64))
+        return self._total.get(node, np.zeros(self.shape, dtype=np.float64))
 
     def node_of(self, key: PodKey) -> str | None:
         return self._node_of.get(key)
@@ -145,13 +154,15 @@ class PeakBook:
             self._place(key, destination)
 
     def peak(self, node: str) -> tuple[float, int] | None:
-        """(predicted peak with the system usage, its bucket); None when a pod on it is unknown."""
+        """(predicted peak with the system usage, the bucket it typically comes in); None when a pod on it is
+        unknown."""
         return self.peak_with(node)
 
     def peak_with(
         self, node: str, add: Iterable[PodKey] = (), remove: Iterable[PodKey] = ()
     ) -> tuple[float, int] | None:
-        """The node's peak were ``add`` on it and ``remove`` gone from it; None when a pod would be unknown."""
+        """The node's peak were ``add`` (pods elsewhere) on it and ``remove`` (pods on it) gone from it; None
+        when a pod would be unknown."""
         add, remove = list(add), set(remove)
         unknown = (self._unknown.get(node, set()) - remove) | {k for k in add if k not in self._profile}
         if unknown:
@@ -159,10 +170,10 @@ class PeakBook:
         total = self._node_total(node).copy()
         for key in add:
             total += self._profile[key]
-        for key in remove:
-            if key in self._pods.get(node, set()) and key in self._profile:
+        for key in remove & self._pods.get(node, set()):
+            if key in self._profile:
                 total -= self._profile[key]
-        return coincident_peak(total, self._system.get(node, 0.0))
+        return predicted_peak(total, self._system.get(node, 0.0), self.settings)
 
     def node_peak(self, node: str, top: int = TOP_PODS) -> NodePeak | None:
         """The node's peak, when it comes and the pods that make it; None when a pod on it is unknown."""
@@ -171,7 +182,10 @@ class PeakBook:
             return None
         cpu_m, bucket = found
         shares = sorted(
-            ((float(self._profile[k][bucket]), k) for k in self._pods.get(node, ())),
+            (
+                (float(over_days(self._profile[k][:, bucket].astype(np.float64), self.settings)), k)
+                for k in self._pods.get(node, ())
+            ),
             key=lambda item: (-item[0], item[1]),
         )
         pods = tuple(PeakPod(ns, name, share) for share, (ns, name) in shares[:top])
@@ -188,16 +202,15 @@ def build_book(
     predictions = list(predictions)
     if profiles.days != settings.days:
         raise ValueError(f"profiles hold {profiles.days} days, the predictor reads {settings.days}")
-    aggregated = aggregate_profiles(profiles.values, settings)
     own: dict[PodKey, Float32Array] = {}
     for p in predictions:
         i = profiles.index(p.key)
-        if i is not None:
-            own[p.key] = aggregated[i]
+        if i is not None and (resolved := own_profile(profiles.values[i])) is not None:
+            own[p.key] = resolved
     with_history = {p.key: own[p.key] for p in predictions if p.source == "history" and p.key in own}
-    shapes = workload_shapes(with_history, {p.key: p.workload for p in predictions}, profiles.buckets)
-    book = PeakBook(profiles.buckets, system_cpu_m)
+    shapes = workload_shapes(with_history, {p.key: p.workload for p in predictions})
+    book = PeakBook(settings, profiles.buckets, system_cpu_m)
     for p in predictions:
         shape = shapes.get(p.workload) if p.workload is not None else None
-        book.add(p.key, p.node, pod_profile(p.source, p.cpu_m, own.get(p.key), shape, profiles.buckets))
+        book.add(p.key, p.node, pod_profile(p.source, p.cpu_m, own.get(p.key), shape, profiles.days, profiles.buckets))
     return book

@@ -1,15 +1,18 @@
-"""Daily profiles: per entity (a pod, a VM) its CPU quantile per time-of-day bucket on each day (pure).
+"""Daily profiles: per entity (a pod, a VM) its mean CPU per time-of-day bucket on each day (pure).
 
 A day is split into ``buckets`` equal time-of-day buckets in the history's time zone (24 hourly, 48
-half-hourly, ...). ``values[e, d, b]`` is the quantile of entity ``e`` over bucket ``b`` of day ``d``
-(oldest day first), in millicores, float32 to keep 150,000 pods x 8 days x 48 buckets near 230 MB; NaN is a
-bucket without data, never zero. :func:`aggregate_profiles` folds the days into one predicted profile per
-entity with the same aggregations (and day weights) as the daily peaks, bucket by bucket.
+half-hourly, ...). ``values[e, d, b]`` is the mean of entity ``e`` over bucket ``b`` of day ``d`` (oldest day
+first), in millicores, float32 so that 150,000 pods x 8 days x 24 buckets take 115 MB; NaN is a bucket
+without data, never zero. Means add up: the sum of pods' profiles is exactly their node's mean profile, as if
+they had run together on all the days, and a day's highest hourly mean is close to its P95 (the top hour is
+the top 4 % of the day). A node's predicted peak is those daily peaks aggregated over the days like any
+entity's daily peaks (:func:`predicted_peak`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+import warnings
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -74,14 +77,18 @@ def bucket_label(bucket: int, buckets: int) -> str:
     return f"{hhmm(bucket * width)}-{hhmm((bucket + 1) * width)}"
 
 
-def aggregate_profiles(values: Float32Array, settings: PredictorSettings) -> Float32Array:
-    """(entities, days, buckets) -> (entities, buckets): each bucket's days aggregated as ``settings`` says
-    (``pooled_p95``, which needs every sample, reads as ``weighted_mean`` here), times 1 + safetyMargin.
-    A bucket without any day of data stays NaN."""
+def node_daily_peaks(total: FloatArray, system_cpu_m: float) -> FloatArray:
+    """(days, buckets) summed profile -> each day's peak: its highest bucket, plus the system usage."""
+    peaks: FloatArray = total.max(axis=-1) + system_cpu_m
+    return peaks
+
+
+def over_days(daily: FloatArray, settings: PredictorSettings) -> FloatArray:
+    """``daily`` (..., days, oldest first) aggregated over the days as the policy says (``pooled_p95``, which
+    needs every sample, reads as ``weighted_mean``)."""
     aggregation = "weighted_mean" if settings.aggregation == "pooled_p95" else settings.aggregation
-    by_bucket = np.moveaxis(values, 1, 2).astype(np.float64)  # (entities, buckets, days)
-    out = aggregate(
-        by_bucket,
+    return aggregate(
+        daily,
         None,
         aggregation,
         settings.day_weights(),
@@ -90,36 +97,40 @@ def aggregate_profiles(values: Float32Array, settings: PredictorSettings) -> Flo
         half_life_days=settings.histogram_half_life_hours / 24.0,
         quantile=settings.quantile,
     )
-    return out.astype(np.float32)
 
 
-def filled(profile: Float32Array, level: float) -> Float32Array:
-    """A profile whose buckets without data read as ``level`` (the pod's own predicted peak: never zero)."""
-    return np.where(np.isnan(profile), np.float32(level), profile).astype(np.float32)
+def by_bucket(profile: npt.NDArray[np.floating], settings: PredictorSettings) -> FloatArray:
+    """A (days, buckets) profile's buckets, each aggregated over the days."""
+    return over_days(np.asarray(profile, dtype=np.float64).T, settings)
 
 
-def flat(level: float, buckets: int) -> Float32Array:
-    """A pod without its own profile: its predicted peak in every bucket (the conservative shape)."""
-    return np.full(buckets, level, dtype=np.float32)
+def predicted_peak(total: FloatArray, system_cpu_m: float, settings: PredictorSettings) -> tuple[float, int]:
+    """(predicted peak, the bucket it comes in) of a node whose pods sum to ``total`` (days, buckets): its
+    daily peaks aggregated over the days; the bucket is the highest of the buckets aggregated over the days."""
+    peak = over_days(node_daily_peaks(total, system_cpu_m), settings)
+    return float(peak), int(np.argmax(by_bucket(total, settings)))
+
+
+def own_profile(values: Float32Array) -> Float32Array | None:
+    """A pod's (days, buckets) profile with its gaps filled: a cell without data takes the bucket's mean over
+    the pod's days with data, a bucket never seen the pod's highest known level (never zero). None: no data."""
+    if not np.isfinite(values).any():
+        return None
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a bucket without any day: its mean is NaN, filled below
+        by_bucket = np.nanmean(values, axis=0)
+    by_bucket = np.where(np.isnan(by_bucket), np.nanmax(values), by_bucket)
+    return np.where(np.isnan(values), by_bucket[None, :], values).astype(np.float32)
+
+
+def flat(level: float, days: int, buckets: int) -> Float32Array:
+    """A pod without a profile of its own: its predicted peak in every bucket of every day (conservative)."""
+    return np.full((days, buckets), level, dtype=np.float32)
 
 
 def scaled(shape: Float32Array, level: float) -> Float32Array:
-    """``shape`` rescaled so that its highest bucket is ``level`` (a sibling's profile at this pod's level)."""
-    top = float(np.nanmax(shape)) if np.isfinite(shape).any() else 0.0
+    """``shape`` (days, buckets, no gaps) rescaled so that its highest cell is ``level``."""
+    top = float(shape.max()) if shape.size else 0.0
     if top <= 0:
-        return flat(level, shape.shape[0])
-    return filled((shape * np.float32(level / top)).astype(np.float32), level)
-
-
-def summed(profiles: Iterable[Float32Array], buckets: int) -> FloatArray:
-    """The element-wise sum of profiles, in float64 (an empty node sums to zeros)."""
-    total = np.zeros(buckets, dtype=np.float64)
-    for p in profiles:
-        total += p
-    return total
-
-
-def coincident_peak(total: FloatArray, system_cpu_m: float) -> tuple[float, int]:
-    """(predicted peak, its bucket): the highest bucket of the summed profiles plus the system usage."""
-    bucket = int(np.argmax(total))
-    return float(total[bucket]) + system_cpu_m, bucket
+        return flat(level, *shape.shape)
+    return (shape * np.float32(level / top)).astype(np.float32)

@@ -136,7 +136,7 @@ class PrometheusHistorySource:
             queries += [
                 _Query(
                     f"profile day {day.day} batch {b + 1}/{len(day_batches)}",
-                    self._pods_promql(batch, bucket_seconds(buckets)),
+                    self._pods_promql(batch, bucket_seconds(buckets), mean=True),
                     day.end,
                     "profile",
                     i,
@@ -191,15 +191,16 @@ class PrometheusHistorySource:
     def _filterable(self) -> bool:
         return self._history.recording_rule is not None or "{pod_filter}" in self._history.pod_query
 
-    def _pods_promql(self, nodes: Sequence[str] | None, seconds: float) -> str:
-        q = self._predictor.quantile
+    def _pods_promql(self, nodes: Sequence[str] | None, seconds: float, *, mean: bool = False) -> str:
+        """The pods' quantile (or ``mean``) over the ``seconds`` before the evaluation time."""
+        over = "avg_over_time(" if mean else f"quantile_over_time({self._predictor.quantile:g}, "
         node_set = frozenset(nodes) if nodes is not None else None
         rule = self._history.recording_rule
         if rule is not None:
             matcher = self._prometheus.render("{pod_filter}", node_set).removeprefix(", ")
-            return f"quantile_over_time({q:g}, {rule}{{{matcher}}}[{_range(seconds)}])"
+            return f"{over}{rule}{{{matcher}}}[{_range(seconds)}])"
         inner = self._prometheus.render(self._history.pod_query, node_set)
-        return f"quantile_over_time({q:g}, ({inner})[{_range(seconds)}:{self._history.resolution}])"
+        return f"{over}({inner})[{_range(seconds)}:{self._history.resolution}])"
 
     def _system_promql(self, template: str, seconds: float) -> str:
         inner = self._prometheus.render(template)
@@ -230,7 +231,7 @@ class PrometheusHistorySource:
         h = self._history
         source = f"recording rule {h.recording_rule}" if h.recording_rule else f"pod query at {h.resolution} resolution"
         profile = (
-            f", profiles of {self._predictor.profile_buckets} time-of-day buckets"
+            f" and mean per time-of-day bucket ({self._predictor.profile_buckets} a day)"
             if self._predictor.node_peak == "coincident"
             else ""
         )

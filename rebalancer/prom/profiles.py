@@ -1,8 +1,8 @@
 """Pods' daily profiles from Prometheus: per day and batch of nodes, one range query whose points are the
-pods' CPU quantile over each time-of-day bucket, computed server-side:
+pods' mean CPU over each time-of-day bucket, computed server-side:
 
-    quantile_over_time(0.95, <recordingRule>{node=~"..."}[3599s])       # evaluated every bucket (1 h)
-    quantile_over_time(0.95, (<podQuery>)[3599s:5m])                    # or a subquery over the pod query
+    avg_over_time(<recordingRule>{node=~"..."}[3599s])       # evaluated at every bucket's end (1 h)
+    avg_over_time((<podQuery>)[3599s:5m])                    # or a subquery over the pod query
 
 from the day's first bucket end to its midnight, so every sample is read once and Prometheus returns one
 number per pod and bucket. Points are placed by the local time of their bucket's middle (a 23-hour day
