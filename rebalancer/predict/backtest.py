@@ -204,6 +204,8 @@ def backtest(
             settings.day_weights(),
             same_weekday_factor=settings.same_weekday_factor,
             safety_margin=margin,
+            half_life_days=settings.histogram_half_life_hours / 24.0,
+            quantile=settings.quantile,
         )
         for agg in aggregations
         for margin in margins

@@ -79,7 +79,7 @@ def write_policy(path: Path, prometheus_url: str, classify_by: str, extra: str =
         "strategies:\n"
         "- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 70}, "
         f"classifyBy: {classify_by}}}\n"
-        "predictor: {systemCpuM: 300, minHistoryDays: 3, hotThreshold: 70" + extra + "}\n"
+        "predictor: {aggregation: max_daily, systemCpuM: 300, minHistoryDays: 3, hotThreshold: 70" + extra + "}\n"
         "state: {namespace: rebalancer}\n"
     )
     return path

@@ -146,7 +146,7 @@ def test_the_predictor_output_feeds_the_strategy() -> None:
         {("default", "peaky"): [3800, 4000, 4100], ("default", "steady"): [1500] * 3, ("default", "idle"): [900] * 3},
         days=3,
     )
-    settings = PredictorSettings(days=3, minHistoryDays=2, systemCpuM=500)
+    settings = PredictorSettings(days=3, minHistoryDays=2, systemCpuM=500, aggregation="max_daily")
     facts = ClusterFacts(tuple(NODES), tuple(PODS), ())
     prediction = predict(facts, history, settings)
     load = PredictedLoad.from_prediction(prediction, "three days")
