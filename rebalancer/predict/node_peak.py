@@ -57,15 +57,31 @@ def pod_profile(
     workload_shape: Float32Array | None,
     days: int,
     buckets: int,
+    observed: Float32Array | None = None,
 ) -> Float32Array | None:
-    """The (days, buckets) profile a pod is predicted with; None when its prediction is unknown."""
+    """The (days, buckets) profile a pod is predicted with; None when its prediction is unknown. A pod that
+    borrows its workload's shape runs at its own level where it has run (``observed``: its profile with
+    gaps, too short for a history of its own), else at its predicted peak."""
     if cpu_m is None:
         return None
     if source in ("history", "partial") and own is not None:
         return own
     if source == "workload" and workload_shape is not None:
-        return scaled(workload_shape, cpu_m)
+        at_level = at_own_level(workload_shape, observed) if observed is not None else None
+        return at_level if at_level is not None else scaled(workload_shape, cpu_m)
     return flat(cpu_m, days, buckets)
+
+
+def at_own_level(shape: Float32Array, observed: Float32Array) -> Float32Array | None:
+    """``shape`` scaled so that, over the cells the pod has data in, it averages what the pod did there:
+    the siblings' profile at the level this pod runs at, not their level. None without a usable cell."""
+    seen = np.isfinite(observed)
+    if not seen.any():
+        return None
+    base = float(shape[seen].mean())
+    if base <= 0:
+        return None
+    return (shape * np.float32(float(observed[seen].mean()) / base)).astype(np.float32)
 
 
 def workload_shapes(
@@ -212,5 +228,8 @@ def build_book(
     book = PeakBook(settings, profiles.buckets, system_cpu_m)
     for p in predictions:
         shape = shapes.get(p.workload) if p.workload is not None else None
-        book.add(p.key, p.node, pod_profile(p.source, p.cpu_m, own.get(p.key), shape, profiles.days, profiles.buckets))
+        i = profiles.index(p.key)
+        observed = profiles.values[i] if i is not None and p.source == "workload" else None
+        days, buckets = profiles.days, profiles.buckets
+        book.add(p.key, p.node, pod_profile(p.source, p.cpu_m, own.get(p.key), shape, days, buckets, observed))
     return book

@@ -135,16 +135,16 @@ class PredictorSettings(Model):
     )
     node_peak: NodePeak = Field(
         default="coincident",
-        description="coincident: a node's predicted peak is the highest time-of-day bucket of its pods' summed "
-        "daily profiles (pods that peak at different hours do not add up); sum: the sum of its pods' predicted "
-        "peaks (reads no profiles; far above the real peak when pods peak apart).",
+        description="coincident: a node's daily peak is the highest time-of-day bucket of its pods' summed mean "
+        "profiles that day (pods that peak at different hours do not add up), aggregated over the days; sum: the "
+        "sum of its pods' predicted peaks (reads no profiles; far above the real peak when pods peak apart).",
     )
     profile_buckets: int = Field(
         default=24,
         ge=1,
         le=288,
-        description="coincident: time-of-day buckets a day's profile has (24: hourly); must divide a day into "
-        "whole minutes.",
+        description="coincident: time-of-day buckets of a day's profile (24: hourly); they must divide a day "
+        "into whole minutes.",
     )
     min_history_days: int = Field(
         default=3,

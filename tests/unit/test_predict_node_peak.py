@@ -188,3 +188,32 @@ def test_the_predictor_uses_the_coincident_peak_when_profiles_are_given() -> Non
     assert book.peak_with("n1", remove=[k("a")]) == (800.0, 1)
     off = predict(facts, daily, settings.model_copy(update={"node_peak": "sum"}), profiles=profiles)
     assert off.nodes[0].basis == "sum"
+
+
+def test_a_young_pod_takes_its_siblings_shape_at_the_level_it_runs_at() -> None:
+    """Siblings at 100 m and 1000 m peak in the morning; the new pod ran yesterday afternoon at 300 m, a third
+    of its siblings' mean there: it is predicted with their shape at that level, not their sum or maximum."""
+    facts = ClusterFacts(
+        (node("n1", 4000), node("n2", 4000)),
+        (pod("low", "n1"), pod("high", "n1"), pod("young", "n2")),
+    )
+    settings = cfg(minHistoryDays=2)
+    shape = np.array([1.0, 0.5, 0.5, 0.5], dtype=np.float32)
+    young = np.full((DAYS, BUCKETS), NAN, dtype=np.float32)
+    young[-1, 1:3] = 150  # 150 m over the two afternoon buckets of yesterday
+    profiles = DailyProfiles(
+        (k("low"), k("high"), k("young")),
+        np.stack([np.tile(shape * 100, (DAYS, 1)), np.tile(shape * 1000, (DAYS, 1)), young]).astype(np.float32),
+    )
+    daily = DailyPeaks.from_series({k("low"): [100] * DAYS, k("high"): [1000] * DAYS, k("young"): [150]}, DAYS)
+    prediction = predict(facts, daily, settings, profiles=profiles)
+    young_pod = next(p for p in prediction.pods if p.name == "young")
+    assert young_pod.source == "workload"
+    n2 = next(n for n in prediction.nodes if n.node == "n2")
+    # its observed 150 m where the shape is 0.5: the shape at 300 m, peaking in the morning
+    assert n2.cpu_m == pytest.approx(300, rel=1e-5)
+    assert n2.peak is not None and n2.peak.bucket == 0
+    book = peak_book(prediction, profiles, settings)
+    assert book.profile(k("young")) == pytest.approx(np.tile(shape * 300, (DAYS, 1)))
+    without = pod_profile("workload", 775.0, None, np.tile(shape, (DAYS, 1)), DAYS, BUCKETS)
+    assert without is not None and float(without.max()) == pytest.approx(775)  # no own data: its predicted peak
