@@ -25,7 +25,7 @@ from rebalancer.predict.profile import (
     bucket_label,
     flat,
     over_days,
-    own_profile,
+    own_profiles,
     predicted_peak,
     scaled,
 )
@@ -124,7 +124,7 @@ class PeakBook:
         if key in self._node_of:
             raise ValueError(f"pod {key[0]}/{key[1]} is already on {self._node_of[key]}")
         if profile is not None:
-            if profile.shape != self.shape or not np.isfinite(profile).all() or (profile < 0).any():
+            if profile.shape != self.shape or not (profile >= 0).all() or not np.isfinite(profile.sum()):
                 raise ValueError(
                     f"pod {key[0]}/{key[1]}: a profile needs {self.shape[0]} days x {self.shape[1]} buckets, "
                     "finite and not negative"
@@ -139,7 +139,8 @@ class PeakBook:
         if profile is None:
             self._unknown[node].add(key)
         else:
-            self._total[node] = self._node_total(node) + profile
+            self._total.setdefault(node, np.zeros(self.shape, dtype=np.float64))
+            self._total[node] += profile
 
     def _take(self, key: PodKey, node: str) -> None:
         self._pods[node].discard(key)
@@ -147,7 +148,7 @@ class PeakBook:
         if profile is None:
             self._unknown[node].discard(key)
         else:
-            self._total[node] = self._node_total(node) - profile
+            self._total[node] -= profile
 
     def _node_total(self, node: str) -> FloatArray:
         return self._total.get(node, np.zeros(self.shape, dtype=np.float64))
@@ -197,13 +198,10 @@ class PeakBook:
         if found is None:
             return None
         cpu_m, bucket = found
-        shares = sorted(
-            (
-                (float(over_days(self._profile[k][:, bucket].astype(np.float64), self.settings)), k)
-                for k in self._pods.get(node, ())
-            ),
-            key=lambda item: (-item[0], item[1]),
-        )
+        keys = sorted(self._pods.get(node, ()))
+        columns = np.array([self._profile[k][:, bucket] for k in keys], dtype=np.float64).reshape(len(keys), -1)
+        values = over_days(columns, self.settings) if keys else np.empty(0)
+        shares = sorted(zip((float(v) for v in values), keys, strict=True), key=lambda item: (-item[0], item[1]))
         pods = tuple(PeakPod(ns, name, share) for share, (ns, name) in shares[:top])
         return NodePeak(cpu_m, bucket, bucket_label(bucket, self.buckets), pods)
 
@@ -218,11 +216,9 @@ def build_book(
     predictions = list(predictions)
     if profiles.days != settings.days:
         raise ValueError(f"profiles hold {profiles.days} days, the predictor reads {settings.days}")
-    own: dict[PodKey, Float32Array] = {}
-    for p in predictions:
-        i = profiles.index(p.key)
-        if i is not None and (resolved := own_profile(profiles.values[i])) is not None:
-            own[p.key] = resolved
+    rows = {p.key: i for p in predictions if (i := profiles.index(p.key)) is not None}
+    filled, has = own_profiles(profiles.values[list(rows.values())])
+    own = {key: filled[n] for n, key in enumerate(rows) if has[n]}
     with_history = {p.key: own[p.key] for p in predictions if p.source == "history" and p.key in own}
     shapes = workload_shapes(with_history, {p.key: p.workload for p in predictions})
     book = PeakBook(settings, profiles.buckets, system_cpu_m)

@@ -11,7 +11,6 @@ entity's daily peaks (:func:`predicted_peak`).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -111,16 +110,25 @@ def predicted_peak(total: FloatArray, system_cpu_m: float, settings: PredictorSe
     return float(peak), int(np.argmax(by_bucket(total, settings)))
 
 
+def own_profiles(values: Float32Array) -> tuple[Float32Array, npt.NDArray[np.bool_]]:
+    """Pods' (pods, days, buckets) profiles with their gaps filled, and which pods have any data: a cell
+    without data takes the bucket's mean over the pod's days with data, a bucket never seen the pod's
+    highest known level (never zero). A pod without any data stays all NaN."""
+    seen = ~np.isnan(values)
+    counts = seen.sum(axis=1)  # (pods, buckets)
+    sums = np.where(seen, values, np.float32(0)).sum(axis=1, dtype=np.float64)
+    has = counts.sum(axis=1) > 0
+    top = np.where(seen, values, -np.inf).max(axis=(1, 2))
+    by_bucket = np.where(counts > 0, sums / np.maximum(counts, 1), top[:, None]).astype(np.float32)
+    filled = np.where(seen, values, by_bucket[:, None, :]).astype(np.float32)
+    filled[~has] = np.nan
+    return filled, has
+
+
 def own_profile(values: Float32Array) -> Float32Array | None:
-    """A pod's (days, buckets) profile with its gaps filled: a cell without data takes the bucket's mean over
-    the pod's days with data, a bucket never seen the pod's highest known level (never zero). None: no data."""
-    if not np.isfinite(values).any():
-        return None
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a bucket without any day: its mean is NaN, filled below
-        by_bucket = np.nanmean(values, axis=0)
-    by_bucket = np.where(np.isnan(by_bucket), np.nanmax(values), by_bucket)
-    return np.where(np.isnan(values), by_bucket[None, :], values).astype(np.float32)
+    """:func:`own_profiles` of one pod's (days, buckets) profile; None when it has no data."""
+    filled, has = own_profiles(values[None])
+    return filled[0] if has[0] else None
 
 
 def flat(level: float, days: int, buckets: int) -> Float32Array:
