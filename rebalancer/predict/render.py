@@ -15,7 +15,8 @@ from rebalancer.render import text_table
 PREDICTION_KIND, BACKTEST_KIND = "Prediction", "Backtest"  # of their machine-readable documents
 
 
-def _fmt(value: float | None, spec: str = ".1f") -> str:
+def format_value(value: float | None, spec: str = ".1f") -> str:
+    """A number as ``spec`` says, "-" for unknown (None or NaN)."""
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
@@ -57,13 +58,13 @@ def prediction_table(
     for n in sorted(prediction.nodes, key=lambda n: (-(n.utilization_pct or -1.0), n.node)):
         state = "unknown" if n.hot is None else ("HOT" if n.hot else "")
         sources = ", ".join(f"{count} {name}" for name, count in n.sources.items())
-        actual = [] if actual_pct is None else [_fmt(actual_pct.get(n.node))]
+        actual = [] if actual_pct is None else [format_value(actual_pct.get(n.node))]
         rows.append(
             [
                 n.node,
-                _fmt(n.utilization_pct),
+                format_value(n.utilization_pct),
                 *actual,
-                *([_fmt(_sum_pct(n)), n.peak.at if n.peak is not None else "-"] if coincident else []),
+                *([format_value(_sum_pct(n)), n.peak.at if n.peak is not None else "-"] if coincident else []),
                 _cores(n.cpu_m),
                 format_cores(n.allocatable_cpu_m),
                 f"{format_cores(n.system_cpu_m)} ({n.system_source.value})",
@@ -105,12 +106,12 @@ def _row_cells(row: BacktestRow) -> list[str]:
         row.aggregation,
         f"{row.safety_margin:g}",
         str(row.evaluated),
-        _fmt(row.mae, ".2f"),
-        _fmt(row.bias, "+.2f"),
-        _fmt(row.precision, ".3f"),
-        _fmt(row.recall, ".3f"),
-        _fmt(row.f1, ".3f"),
-        f"{_fmt(row.turn_hot_recall, '.3f')} ({row.turn_hot_days})",
+        format_value(row.mae, ".2f"),
+        format_value(row.bias, "+.2f"),
+        format_value(row.precision, ".3f"),
+        format_value(row.recall, ".3f"),
+        format_value(row.f1, ".3f"),
+        f"{format_value(row.turn_hot_recall, '.3f')} ({row.turn_hot_days})",
     ]
 
 
@@ -143,20 +144,22 @@ def backtest_record(report: BacktestReport) -> dict[str, Any]:
         "evaluated": report.evaluated,
         "hotDays": report.hot_days,
         "rows": [
-            {
-                "aggregation": r.aggregation,
-                "safetyMargin": r.safety_margin,
-                "evaluated": r.evaluated,
-                "mae": r.mae,
-                "bias": r.bias,
-                "precision": r.precision,
-                "recall": r.recall,
-                "f1": r.f1,
-                "turnHotDays": r.turn_hot_days,
-                "turnHotRecall": r.turn_hot_recall,
-            }
-            for r in report.rows
+            {**row_record(r), "turnHotDays": r.turn_hot_days, "turnHotRecall": r.turn_hot_recall} for r in report.rows
         ],
+    }
+
+
+def row_record(row: BacktestRow) -> dict[str, Any]:
+    """One aggregation's scores as plain data."""
+    return {
+        "aggregation": row.aggregation,
+        "safetyMargin": row.safety_margin,
+        "evaluated": row.evaluated,
+        "mae": row.mae,
+        "bias": row.bias,
+        "precision": row.precision,
+        "recall": row.recall,
+        "f1": row.f1,
     }
 
 

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from rebalancer.predict.render import format_value, row_record
 from rebalancer.render import text_table
 from rebalancer.simulate.node_backtest import NodeBacktestReport
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None or math.isnan(value) else format(value, spec)
 
 
 def node_backtest_table(report: NodeBacktestReport) -> str:
@@ -28,11 +24,11 @@ def node_backtest_table(report: NodeBacktestReport) -> str:
         [
             r.row.aggregation,
             r.node_peak,
-            _fmt(r.row.mae, ".2f"),
-            _fmt(r.row.bias, "+.2f"),
-            _fmt(r.row.precision, ".3f"),
-            _fmt(r.row.recall, ".3f"),
-            _fmt(r.row.f1, ".3f"),
+            format_value(r.row.mae, ".2f"),
+            format_value(r.row.bias, "+.2f"),
+            format_value(r.row.precision, ".3f"),
+            format_value(r.row.recall, ".3f"),
+            format_value(r.row.f1, ".3f"),
         ]
         for r in report.rows
     ]
@@ -50,16 +46,5 @@ def node_backtest_record(report: NodeBacktestReport) -> dict[str, Any]:
         "hot": report.hot,
         "threshold": report.threshold,
         "buckets": report.buckets,
-        "rows": [
-            {
-                "aggregation": r.row.aggregation,
-                "nodePeak": r.node_peak,
-                "mae": r.row.mae,
-                "bias": r.row.bias,
-                "precision": r.row.precision,
-                "recall": r.row.recall,
-                "f1": r.row.f1,
-            }
-            for r in report.rows
-        ],
+        "rows": [{**row_record(r.row), "nodePeak": r.node_peak} for r in report.rows],
     }
