@@ -384,16 +384,12 @@ class BlockWriter:
 # --- what Prometheus should answer ---------------------------------------------------------------
 
 
-def expected_daily_peaks(shape: Shape, pods: Ints, quantile: float = 0.95) -> Floats:
-    """(len(pods), days): the daily ``quantile`` of the chosen pods in millicores, recomputed from the same
-    generated integers (NaN on a day without samples). Days are the full days (start + d, start + d + 1].
-
-    rule: the samples in (day start, day end]. cadvisor: the 5-minute subquery points in (end - 86399 s, end],
-    each the increase of the summed container counters over [p - 300, p] divided by 300 (a full window, as
-    pod lifetimes start and end on the 5-minute grid), where both samples exist."""
+def expected_points(shape: Shape, pods: Ints) -> tuple[Ints, Floats, Bools]:
+    """(times, millicores, valid) of the chosen pods' series as Prometheus evaluates them, recomputed from the
+    same generated integers. rule: the samples themselves. cadvisor: the 5-minute subquery points, each the
+    increase of the summed container counters over [p - 300, p] divided by 300 (a full window, as pod
+    lifetimes start and end on the 5-minute grid), where both samples exist."""
     pop = population(shape)
-    ends = shape.start + DAY * np.arange(1, shape.days + 1)
-    out = np.full((pods.size, shape.days), np.nan)
     collected: list[tuple[Ints, Ints, Bools]] = []
     for block in shape.blocks():
         times = shape.history_times(block)
@@ -404,23 +400,47 @@ def expected_daily_peaks(shape: Shape, pods: Ints, quantile: float = 0.95) -> Fl
     units = np.concatenate([c[1] for c in collected], axis=1)
     present = np.concatenate([c[2] for c in collected], axis=1)
     if shape.form == "rule":
-        points, values, valid = times, units / UNIT * 1000.0, present
-    else:
-        per_window = SUBQUERY_STEP // shape.step
-        on_grid = times % SUBQUERY_STEP == 0
-        points = times[on_grid]
-        index = np.flatnonzero(on_grid)
-        ok = index >= per_window
-        points, index = points[ok], index[ok]
-        csum = np.concatenate([np.zeros((pods.size, 1)), np.cumsum(units * shape.step, axis=1)], axis=1)
-        # samples p - 300 + step .. p carry the increase over (p - 300, p]
-        increase = csum[:, index + 1] - csum[:, index + 1 - per_window]
-        values = increase / SUBQUERY_STEP / UNIT * 1000.0
-        valid = present[:, index] & present[:, index - per_window]
+        return times, units / UNIT * 1000.0, present
+    per_window = SUBQUERY_STEP // shape.step
+    on_grid = times % SUBQUERY_STEP == 0
+    points = times[on_grid]
+    index = np.flatnonzero(on_grid)
+    ok = index >= per_window
+    points, index = points[ok], index[ok]
+    csum = np.concatenate([np.zeros((pods.size, 1)), np.cumsum(units * shape.step, axis=1)], axis=1)
+    # samples p - 300 + step .. p carry the increase over (p - 300, p]
+    increase = csum[:, index + 1] - csum[:, index + 1 - per_window]
+    values = increase / SUBQUERY_STEP / UNIT * 1000.0
+    return points, values, present[:, index] & present[:, index - per_window]
+
+
+def expected_daily_peaks(shape: Shape, pods: Ints, quantile: float = 0.95) -> Floats:
+    """(len(pods), days): the daily ``quantile`` of the chosen pods in millicores (NaN on a day without
+    samples). Days are the full days (start + d, start + d + 1]."""
+    points, values, valid = expected_points(shape, pods)
+    ends = shape.start + DAY * np.arange(1, shape.days + 1)
+    out = np.full((pods.size, shape.days), np.nan)
     for d, end in enumerate(ends):
         in_day = (points > end - DAY) & (points <= end)
         for row in range(pods.size):
             day_values = values[row, in_day][valid[row, in_day]]
             if day_values.size:
                 out[row, d] = float(np.quantile(day_values, quantile))
+    return out
+
+
+def expected_profiles(shape: Shape, pods: Ints, buckets: int) -> Floats:
+    """(len(pods), days, buckets): the chosen pods' mean over each time-of-day bucket of each full day (UTC),
+    NaN where a bucket holds no sample."""
+    points, values, valid = expected_points(shape, pods)
+    width = DAY // buckets
+    out = np.full((pods.size, shape.days, buckets), np.nan)
+    for d in range(shape.days):
+        for b in range(buckets):
+            end = shape.start + d * DAY + (b + 1) * width
+            inside = (points > end - width) & (points <= end)
+            for row in range(pods.size):
+                bucket_values = values[row, inside][valid[row, inside]]
+                if bucket_values.size:
+                    out[row, d, b] = float(bucket_values.mean())
     return out

@@ -9,8 +9,8 @@ The cluster is served by the test API server in its own process (``bench.serve_c
 (``bench.history_gen``) is backfilled with promtool once and cached by its parameters
 (``bench.tsdb_build``). Each run is ``predict_live`` in a fresh child process (its peak RSS is its own);
 Prometheus' CPU and peak RSS are read from /proc around each run. A sample of pods is then checked: the
-daily peaks Prometheus computes equal numpy's quantile over the generated samples, and the predictions
-use them. A mismatch ends the benchmark with an error.
+daily peaks and hourly profiles Prometheus computes equal numpy's quantile and mean over the generated
+samples, and the predictions use them. A mismatch ends the benchmark with an error.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.history_gen import RULE, Population, Shape, expected_daily_peaks, population
+from bench.history_gen import RULE, Population, Shape, expected_daily_peaks, expected_profiles, population
 from bench.snapshot_bench import kubeconfig, process_cpu_s
 from bench.tsdb_build import DEFAULT_CACHE, ensure_tsdb, prometheus_on
 
@@ -38,14 +38,14 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET_S = 20.0
 
 
-def policy_yaml(shape: Shape, prometheus_url: str) -> str:
+def policy_yaml(shape: Shape, prometheus_url: str, node_peak: str = "coincident") -> str:
     """The policy `rebalancer predict` runs with: default settings but the history's form and the days."""
     # the cadvisor form keeps the default pod query: a subquery over the counters at 5m
     history = f"recordingRule: {RULE}, resolution: {shape.step}s" if shape.form == "rule" else "resolution: 5m"
     return (
         f"prometheus: {{url: {json.dumps(prometheus_url)}}}\n"
         "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 50}}\n"
-        f"predictor:\n  days: {shape.days - 1}\n  history: {{{history}}}\n"
+        f"predictor:\n  days: {shape.days - 1}\n  nodePeak: {node_peak}\n  history: {{{history}}}\n"
     )
 
 
@@ -85,6 +85,12 @@ def child_measure(policy_path: str, config: str, at: float, sample: list[list[st
         "rss_mb": rss_mb(os.getpid(), "VmHWM"),  # not ru_maxrss: Linux carries that over from the parent
         "nodes": len(live.prediction.nodes),
         "hot": len(live.prediction.hot_nodes()),
+        "coincident": sum(1 for n in live.prediction.nodes if n.basis == "coincident"),
+        "peak_below_sum": sum(
+            1
+            for n in live.prediction.nodes
+            if n.cpu_m is not None and n.pods_cpu_m is not None and n.cpu_m < n.pods_cpu_m + n.system_cpu_m
+        ),
         "sources": sources,
         "dropped_history": live.prediction.dropped_history,
         "sample": [
@@ -163,6 +169,7 @@ def verify(
     from rebalancer.app_prediction import read_history
     from rebalancer.kube import KubeSource, connect
     from rebalancer.policy import load_policy
+    from rebalancer.predict.aggregate import aggregate_with
     from rebalancer.protections import Protections
 
     policy = load_policy(policy_path)
@@ -170,7 +177,11 @@ def verify(
     facts = KubeSource(connect(config), protections.annotations_read()).read_facts()
     history = read_history(policy, facts, shape.at)
     expected = expected_daily_peaks(shape, sample)[:, 1:]  # the first backfilled day is not read
-    problems = []
+    settings = policy.predictor
+    problems: list[str] = []
+    checked = 0
+    if settings.node_peak == "coincident":
+        problems, checked = _verify_profiles(shape, pop, sample, history.profiles, settings.profile_buckets)
     worst = 0.0
     for row, i in enumerate(sample):
         key = (pop.namespace[i], pop.pod[i])
@@ -191,10 +202,11 @@ def verify(
         cpu_m, source, history_days = measured
         if history_days != days:
             problems.append(f"{key}: predicted from {history_days} day(s) of history, {days} generated")
-        elif days >= policy.predictor.min_history_days:
-            if source != "history" or not np.isclose(cpu_m, np.nanmax(want), rtol=1e-6):
+        elif days >= settings.min_history_days:
+            aggregated = float(aggregate_with(want[None, :], None, settings)[0])
+            if source != "history" or not np.isclose(cpu_m, aggregated, rtol=1e-6):
                 problems.append(
-                    f"{key}: predicted {cpu_m} m from {source}, max_daily of its peaks is {np.nanmax(want)}"
+                    f"{key}: predicted {cpu_m} m from {source}, {settings.aggregation} of its peaks is {aggregated}"
                 )
         elif source == "history":
             problems.append(f"{key}: {days} day(s) of history, below minHistoryDays, yet predicted from history")
@@ -206,8 +218,28 @@ def verify(
         f"{int((~np.isnan(pop.burst_start[sample])).any(axis=1).sum())} hot on some days only): "
         f"{int((~np.isnan(expected)).sum())} daily peaks equal numpy's quantile over the generated samples "
         f"(largest relative difference {worst:.1e}), {int(np.isnan(expected).sum())} missing days are missing; "
-        "their predictions follow from those peaks: OK"
+        f"{checked} hourly means equal numpy's mean; their predictions follow from those peaks: OK"
     )
+
+
+def _verify_profiles(
+    shape: Shape, pop: Population, sample: np.ndarray, profiles: Any, buckets: int
+) -> tuple[list[str], int]:
+    """The sample's profiles as read equal numpy's mean per bucket over the generated samples (float32)."""
+    if profiles is None:
+        return ["no profiles were read (nodePeak: coincident reads them)"], 0
+    expected = expected_profiles(shape, sample, buckets)[:, 1:]
+    problems = []
+    for row, i in enumerate(sample):
+        key = (pop.namespace[i], pop.pod[i])
+        index = profiles.index(key)
+        got = profiles.values[index] if index is not None else np.full(expected.shape[1:], np.nan)
+        want = expected[row]
+        if not np.array_equal(np.isnan(got), np.isnan(want)) or not np.allclose(got, want, rtol=1e-5, equal_nan=True):
+            problems.append(
+                f"{key}: profile differs from the generated means in {int((~np.isclose(got, want, rtol=1e-5, equal_nan=True)).sum())} bucket(s)"
+            )
+    return problems, int((~np.isnan(expected)).sum())
 
 
 def arguments() -> argparse.Namespace:
@@ -218,6 +250,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--form", choices=["rule", "cadvisor"], default="rule")
     parser.add_argument("--step", type=int, default=300, help="seconds between samples (rule interval or scrape)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--node-peak", choices=["coincident", "sum"], default="coincident", help="sum: no profiles are read"
+    )
     parser.add_argument("--sample", type=int, default=20, help="pods whose daily peaks are checked")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
@@ -258,7 +293,7 @@ def main() -> None:
             pid = server.pid
             assert pid is not None
             policy_path = work / "policy.yaml"
-            policy_path.write_text(policy_yaml(shape, server.url))
+            policy_path.write_text(policy_yaml(shape, server.url, args.node_peak))
             config = kubeconfig(url)
             argv = [sys.executable, "-m", "bench.predictor_bench", "--child", "measure", "--policy", str(policy_path)]
             argv += ["--kubeconfig", config, "--at", str(shape.at), "--sample-pods", str(sample_path)]
@@ -320,7 +355,9 @@ def report(runs: list[dict[str, Any]], idle_mb: float) -> None:
         f"{cpu / (os.cpu_count() or 1):.1f} s of wall time on this machine"
     )
     print(
-        f"prediction: {first['nodes']} nodes, {first['hot']} predicted hot; pods by source {first['sources']}; "
+        f"prediction: {first['nodes']} nodes ({first['coincident']} by their coincident peak, "
+        f"{first['peak_below_sum']} of them below the sum of their pods' peaks), {first['hot']} predicted hot; "
+        f"pods by source {first['sources']}; "
         f"{first['dropped_history']} pods with history gone from the cluster"
     )
     print(f"  {first['description']}")

@@ -83,7 +83,7 @@ def predicted_load(policy: Policy, facts: ClusterFacts, now: float, cache: Histo
     except SourceError as exc:
         log.warning("predictor history failed: %s", exc)
         return PredictedLoad.failed(f"predictor history: {type(exc).__name__}: {exc}")
-    prediction = predict(facts, history.pods, policy.predictor, history.system)
+    prediction = predict(facts, history.pods, policy.predictor, history.system, history.profiles)
     return PredictedLoad.from_prediction(prediction, history.description)
 
 
@@ -114,7 +114,7 @@ def predict_live(
         current = pool.submit(_current_pct, policy, facts, now)  # beside the history read: Prometheus has 2 cores
         history = read_history(policy, facts, now, progress)
         read = time.perf_counter()
-        prediction = predict(facts, history.pods, policy.predictor, history.system)
+        prediction = predict(facts, history.pods, policy.predictor, history.system, history.profiles)
         predicted = time.perf_counter()
         current_pct, problem = current.result()
     return LivePrediction(

@@ -69,6 +69,12 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         "are then never moved). Run a predicted strategy on a cron schedule ahead of the daily peak to relieve "
         "nodes before it.",
     )
+    predicted: PoolThresholds | None = Field(
+        default=None,
+        description="With classifyBy predicted or max: the thresholds and targetThresholds the classes use instead "
+        "of the ones above (a predicted daily peak sits higher than a 10-minute window), for every pool; validated "
+        "like them. null: the thresholds above.",
+    )
     predict_placement: bool = Field(
         default=True,
         description="Predict where the default scheduler puts each evicted pod's replacement (filters: "
@@ -105,6 +111,19 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
     def _thresholds_ordered(self) -> LowNodeUtilizationSettings:
         default = bool(self.use_deviation_thresholds)
         problems = thresholds_problems(self, self.pools, default, targets_select_hot=True)
+        if self.predicted is not None:
+            if self.classify_by not in ("predicted", "max"):
+                problems.append(
+                    ("predicted", f"only read with classifyBy predicted or max; classifyBy is {self.classify_by}")
+                )
+            if self.pools:
+                problems.append(
+                    ("predicted", "applies to every pool: per-pool thresholds (pools) are not read with it")
+                )
+            problems += [
+                (f"predicted.{path}", message)
+                for path, message in self.predicted.band_problems(default, targets_select_hot=True)
+            ]
         if problems:
             raise FieldProblems(problems)
         return self
@@ -142,7 +161,9 @@ class LowNodeUtilization:
     def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult:
         s = self.settings
         snapshot = view(snapshot, s.classify_by)
-        bands = pool_bands(snapshot, s, s.pools, bool(s.use_deviation_thresholds))
+        by_prediction = s.predicted is not None and s.classify_by in ("predicted", "max")
+        default, pools = (s.predicted, {}) if by_prediction and s.predicted is not None else (s, s.pools)
+        bands = pool_bands(snapshot, default, pools, bool(s.use_deviation_thresholds))
         decisions = classify_nodes(snapshot, KIND, bands, _decider(s.classify_by))
         ordered = tuple(decisions.values())
         if snapshot.usage_failure:

@@ -7,6 +7,8 @@ so a gap never reads as zero; an entity without any usable day predicts NaN (unk
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import numpy as np
 import numpy.typing as npt
 
@@ -35,6 +37,36 @@ def max_daily(daily: FloatArray) -> FloatArray:
     return np.where(present.any(axis=-1), best, np.nan)
 
 
+HISTOGRAM_RATIO = 1.05  # VPA's: each histogram bucket 5 % wider than the one before
+
+
+def decaying_histogram(
+    samples: FloatArray, ages_days: FloatArray, half_life_days: float, quantile: float = 0.95
+) -> FloatArray:
+    """VPA-style: the ``quantile`` of a histogram of the samples (last axis; NaN = none) whose weights halve
+    every ``half_life_days`` of age, read at the end of its bucket (buckets grow by 5 %: 1, 1.05, 1.1025, ...
+    in the samples' unit, so small values read at most 5 % high). No sample: NaN."""
+    if ages_days.shape != (samples.shape[-1],):
+        raise ValueError(f"{ages_days.shape[0]} ages for {samples.shape[-1]} samples")
+    weights = np.broadcast_to(np.power(0.5, ages_days / half_life_days), samples.shape)
+    present = ~np.isnan(samples)
+    order = np.argsort(np.where(present, samples, np.inf), axis=-1)
+    ordered = np.take_along_axis(samples, order, axis=-1)
+    cumulative = np.cumsum(np.take_along_axis(np.where(present, weights, 0.0), order, axis=-1), axis=-1)
+    total = cumulative[..., -1:]
+    first = np.argmax(cumulative >= quantile * total, axis=-1)[..., None]
+    value = np.take_along_axis(ordered, first, axis=-1)[..., 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        steps = np.ceil(np.log(np.maximum(value, 1e-12)) / np.log(HISTOGRAM_RATIO) - 1e-9)
+        rounded = np.where(value > 0, np.power(HISTOGRAM_RATIO, steps), 0.0)
+    return np.where(total[..., 0] > 0, np.maximum(rounded, value), np.nan)
+
+
+def day_ages(days: int) -> FloatArray:
+    """Age in days of each day's middle, oldest first, from the end of the window."""
+    return np.arange(days, 0, -1, dtype=np.float64) - 0.5
+
+
 def same_weekday_weights(weights: FloatArray, factor: float) -> FloatArray:
     """``weights`` (yesterday first) with the days 7, 14, ... before the predicted day ``factor`` times heavier."""
     days_ago = np.arange(1, weights.shape[0] + 1)
@@ -49,6 +81,8 @@ def aggregate(
     *,
     same_weekday_factor: float = 3.0,
     safety_margin: float = 0.0,
+    half_life_days: float = 1.0,
+    quantile: float = 0.95,
 ) -> FloatArray:
     """Predicted peak per entity, times ``1 + safety_margin``. ``pooled`` (one quantile over the window
     per entity, same leading shape) is required by ``pooled_p95`` and ignored otherwise."""
@@ -62,6 +96,8 @@ def aggregate(
         if pooled is None:
             raise ValueError("pooled_p95 needs the quantile over the whole window (pooled), which is missing")
         raw = np.asarray(pooled, dtype=np.float64)
+    elif aggregation == "decaying_histogram":
+        raw = decaying_histogram(daily, day_ages(daily.shape[-1]), half_life_days, quantile)
     else:  # pragma: no cover - Literal exhausted
         raise ValueError(f"unknown aggregation {aggregation!r}")
     return raw * (1.0 + safety_margin)
@@ -76,4 +112,6 @@ def aggregate_with(daily: FloatArray, pooled: FloatArray | None, settings: Predi
         settings.day_weights(),
         same_weekday_factor=settings.same_weekday_factor,
         safety_margin=settings.safety_margin,
+        half_life_days=settings.histogram_half_life / timedelta(days=1),
+        quantile=settings.quantile,
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import numpy as np
 import numpy.typing as npt
@@ -204,6 +205,8 @@ def backtest(
             settings.day_weights(),
             same_weekday_factor=settings.same_weekday_factor,
             safety_margin=margin,
+            half_life_days=settings.histogram_half_life / timedelta(days=1),
+            quantile=settings.quantile,
         )
         for agg in aggregations
         for margin in margins

@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -119,6 +120,23 @@ def _demo(args: argparse.Namespace, settings: PredictorSettings) -> int:
     return EXIT_OK
 
 
+def _node_backtest(args: argparse.Namespace, settings: PredictorSettings) -> tuple[dict[str, Any], str] | None:
+    """The node-level back-test (record, table) when the data is a directory of Bitbrains VMs, which the
+    simulation can pack into nodes; None for a usage table (it names no VM shapes to pack)."""
+    if not Path(args.backtest).is_dir() or args.entities or args.limit:
+        return None
+    from rebalancer.simulate.node_backtest import node_backtest, packed_cluster
+    from rebalancer.simulate.node_backtest_render import node_backtest_record, node_backtest_table
+    from rebalancer.traces import TraceError
+
+    try:
+        cluster = packed_cluster(args.backtest, settings.days)
+        report = node_backtest(cluster, settings, tuple(args.aggregation or AGGREGATIONS))
+    except (TraceError, ValueError) as exc:
+        raise ConfigError(str(args.backtest), [("", f"node-level back-test: {exc}")]) from exc
+    return node_backtest_record(report), node_backtest_table(report)
+
+
 def _backtest(args: argparse.Namespace, settings: PredictorSettings) -> int:
     try:
         if args.time_zone:
@@ -146,8 +164,19 @@ def _backtest(args: argparse.Namespace, settings: PredictorSettings) -> int:
     finally:
         if bar is not None:
             bar.close()
+    nodes = _node_backtest(args, settings)
     done = time.perf_counter()
-    output.write(args.output, BACKTEST_KIND, lambda: backtest_record(report), lambda: backtest_table(report))
+
+    def record() -> dict[str, Any]:
+        out = backtest_record(report)
+        if nodes is not None:
+            out["nodePeaks"] = nodes[0]
+        return out
+
+    def table() -> str:
+        return backtest_table(report) + ("" if nodes is None else "\n" + nodes[1])
+
+    output.write(args.output, BACKTEST_KIND, record, table)
     if args.plot:
         from rebalancer.predict.plot import plot_backtest
 

@@ -9,8 +9,11 @@ Each pod's prediction records where it came from:
 - ``partial``: no request (BestEffort) but some days of its own history, aggregated as they are;
 - ``unknown``: nothing at all. A node with an unknown pod is itself unknown: never hot, never cold.
 
-Pods in the history that are gone from the cluster are dropped. A node's predicted utilization is
-(sum of its pods' predictions + predicted system usage) / allocatable CPU. When pods move, the nodes whose
+Pods in the history that are gone from the cluster are dropped. A node's predicted utilization is its
+predicted CPU / allocatable CPU, where its predicted CPU is, with ``nodePeak: coincident`` and the pods'
+daily profiles at hand, its coincident peak (:mod:`rebalancer.predict.node_peak`: the highest time-of-day
+bucket of its pods' summed profiles, plus its system usage), and otherwise the sum of its pods'
+predictions plus its system usage. When pods move, the nodes whose
 pod set changed are re-predicted from their current pods (:func:`repredict`); the others keep theirs.
 """
 
@@ -26,6 +29,8 @@ import numpy as np
 from rebalancer.model import ClusterFacts, Node, Pod, PodKey
 from rebalancer.predict.aggregate import aggregate_with
 from rebalancer.predict.history import DailyPeaks
+from rebalancer.predict.node_peak import NodePeak, PeakBook, build_book
+from rebalancer.predict.profile import DailyProfiles
 from rebalancer.predict.settings import PredictorSettings
 from rebalancer.snapshot import TERMINAL_PHASES
 
@@ -66,6 +71,8 @@ class NodePrediction(msgspec.Struct, frozen=True, gc=False):
     pods: tuple[PodKey, ...]  # the pod set the prediction was made from, sorted
     sources: dict[str, int]  # how many of its pods came from each source
     unknown_pods: tuple[PodKey, ...] = ()
+    basis: str = "sum"  # what cpu_m is: "coincident" (the peak below) or "sum" (pods_cpu_m + system_cpu_m)
+    peak: NodePeak | None = None  # the coincident peak, when the pods' profiles were read and none is unknown
 
 
 class Prediction(msgspec.Struct, frozen=True, gc=False):
@@ -150,6 +157,7 @@ def predict_node(
     system_cpu_m: float,
     system_source: Source,
     hot_threshold: float,
+    peak: NodePeak | None = None,
 ) -> NodePrediction:
     pods = sorted(pods, key=lambda p: p.key)
     sources: dict[str, int] = defaultdict(int)
@@ -158,6 +166,8 @@ def predict_node(
     unknown = tuple(p.key for p in pods if p.cpu_m is None)
     pods_cpu = None if unknown else float(sum(p.cpu_m or 0.0 for p in pods))
     total = None if pods_cpu is None else pods_cpu + system_cpu_m
+    if peak is not None and total is not None:
+        total = peak.cpu_m
     pct = None if total is None or node.allocatable_cpu_m <= 0 else 100.0 * total / node.allocatable_cpu_m
     return NodePrediction(
         node=node.name,
@@ -171,6 +181,8 @@ def predict_node(
         pods=tuple(p.key for p in pods),
         sources=dict(sorted(sources.items())),
         unknown_pods=unknown,
+        basis="coincident" if peak is not None and total is not None else "sum",
+        peak=peak if total is not None else None,
     )
 
 
@@ -179,9 +191,11 @@ def predict(
     history: DailyPeaks[PodKey],
     settings: PredictorSettings,
     system: DailyPeaks[str] | None = None,
+    profiles: DailyProfiles[PodKey] | None = None,
 ) -> Prediction:
-    """Predicted next-peak usage of every node from its current pods."""
-    return _assemble(facts, history, settings, system, previous=None)
+    """Predicted next-peak usage of every node from its current pods (the coincident peak when
+    ``settings.node_peak`` says so and ``profiles`` are given)."""
+    return _assemble(facts, history, settings, system, previous=None, profiles=profiles)
 
 
 def stale_nodes(prediction: Prediction, facts: ClusterFacts) -> frozenset[str]:
@@ -201,10 +215,11 @@ def repredict(
     history: DailyPeaks[PodKey],
     settings: PredictorSettings,
     system: DailyPeaks[str] | None = None,
+    profiles: DailyProfiles[PodKey] | None = None,
 ) -> Prediction:
     """Re-predict the nodes whose pod set changed since ``prediction``; the others keep theirs. Nodes gone
     from ``facts`` are dropped. Pods keep their earlier prediction wherever they now run."""
-    return _assemble(facts, history, settings, system, previous=prediction)
+    return _assemble(facts, history, settings, system, previous=prediction, profiles=profiles)
 
 
 def _assemble(
@@ -213,6 +228,7 @@ def _assemble(
     settings: PredictorSettings,
     system: DailyPeaks[str] | None,
     previous: Prediction | None,
+    profiles: DailyProfiles[PodKey] | None = None,
 ) -> Prediction:
     current = scheduled_pods(facts)
     all_pods = [p for pods in current.values() for p in pods]
@@ -228,18 +244,22 @@ def _assemble(
             pod_predictions[pod.key] = fresh[pod.key]
     system_agg = aggregate_with(system.values, system.pooled, settings) if system is not None else None
     old_nodes = {n.node: n for n in previous.nodes} if previous is not None else {}
+    node_system: dict[str, tuple[float, Source]] = {}
+    for node in facts.nodes:
+        if node.name in old_nodes:
+            node_system[node.name] = (old_nodes[node.name].system_cpu_m, old_nodes[node.name].system_source)
+        else:
+            node_system[node.name] = _system(node.name, system, system_agg, settings)
+    book = _book(pod_predictions.values(), profiles, settings, node_system)
     nodes: list[NodePrediction] = []
     for node in sorted(facts.nodes, key=lambda n: n.name):
         if node.name not in stale and node.name in old_nodes:
             nodes.append(old_nodes[node.name])
             continue
-        if node.name in old_nodes:
-            earlier_node = old_nodes[node.name]
-            sys_cpu, sys_source = earlier_node.system_cpu_m, earlier_node.system_source
-        else:
-            sys_cpu, sys_source = _system(node.name, system, system_agg, settings)
+        sys_cpu, sys_source = node_system[node.name]
         on_node = (pod_predictions[p.key] for p in current.get(node.name, ()))
-        nodes.append(predict_node(node, on_node, sys_cpu, sys_source, settings.hot_threshold))
+        peak = book.node_peak(node.name) if book is not None else None
+        nodes.append(predict_node(node, on_node, sys_cpu, sys_source, settings.hot_threshold, peak))
     current_keys = {p.key for p in all_pods}
     return Prediction(
         aggregation=settings.aggregation,
@@ -251,3 +271,21 @@ def _assemble(
         dropped_history=sum(1 for k in history.keys if k not in current_keys),
         repredicted=tuple(sorted(stale & {n.name for n in facts.nodes})) if previous is not None else (),
     )
+
+
+def _book(
+    predictions: Iterable[PodPrediction],
+    profiles: DailyProfiles[PodKey] | None,
+    settings: PredictorSettings,
+    node_system: Mapping[str, tuple[float, Source]],
+) -> PeakBook | None:
+    if profiles is None or settings.node_peak != "coincident":
+        return None
+    return build_book(predictions, profiles, settings, {node: cpu for node, (cpu, _) in node_system.items()})
+
+
+def peak_book(prediction: Prediction, profiles: DailyProfiles[PodKey], settings: PredictorSettings) -> PeakBook:
+    """The pods' resolved profiles on their nodes as ``prediction`` has them: what a planner moves pods in
+    to see each node's coincident peak after any set of moves."""
+    system = {n.node: n.system_cpu_m for n in prediction.nodes}
+    return build_book(prediction.pods, profiles, settings, system)

@@ -8,14 +8,15 @@ from typing import Any, TextIO
 
 from rebalancer.output import plain
 from rebalancer.predict.backtest import BacktestReport, BacktestRow
-from rebalancer.predict.predictor import Prediction
+from rebalancer.predict.predictor import NodePrediction, Prediction
 from rebalancer.quantity import format_cores
 from rebalancer.render import text_table
 
 PREDICTION_KIND, BACKTEST_KIND = "Prediction", "Backtest"  # of their machine-readable documents
 
 
-def _fmt(value: float | None, spec: str = ".1f") -> str:
+def format_value(value: float | None, spec: str = ".1f") -> str:
+    """A number as ``spec`` says, "-" for unknown (None or NaN)."""
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
@@ -41,21 +42,29 @@ def prediction_record(
 def prediction_table(
     prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None, compared: str = ACTUAL
 ) -> str:
+    coincident = any(n.peak is not None for n in prediction.nodes)
+    basis = (
+        "a node's peak is the highest hour of its pods' summed daily profiles (sum %: its pods' peaks summed)"
+        if coincident
+        else "a node's peak is the sum of its pods' peaks"
+    )
     lines = [
         f"Predicted next peak from {source}: {prediction.aggregation} of {prediction.days} day(s), "
         f"safety margin {prediction.safety_margin:g}, hot above {prediction.hot_threshold:g}%; CPU in cores",
+        f"({basis}).",
         "",
     ]
     rows = []
     for n in sorted(prediction.nodes, key=lambda n: (-(n.utilization_pct or -1.0), n.node)):
         state = "unknown" if n.hot is None else ("HOT" if n.hot else "")
         sources = ", ".join(f"{count} {name}" for name, count in n.sources.items())
-        actual = [] if actual_pct is None else [_fmt(actual_pct.get(n.node))]
+        actual = [] if actual_pct is None else [format_value(actual_pct.get(n.node))]
         rows.append(
             [
                 n.node,
-                _fmt(n.utilization_pct),
+                format_value(n.utilization_pct),
                 *actual,
+                *([format_value(_sum_pct(n)), n.peak.at if n.peak is not None else "-"] if coincident else []),
                 _cores(n.cpu_m),
                 format_cores(n.allocatable_cpu_m),
                 f"{format_cores(n.system_cpu_m)} ({n.system_source.value})",
@@ -63,9 +72,17 @@ def prediction_table(
                 sources or "no pods",
             ]
         )
-    header = ["node", "pred %", *([] if actual_pct is None else [f"{compared} %"]), "pred", "alloc"]
-    header += ["system", "class", "pods by source"]
-    lines += text_table(header, rows, right=frozenset(range(1, len(header) - 3)))
+    header = ["node", "pred %", *([] if actual_pct is None else [f"{compared} %"])]
+    header += [*(["sum %", "peak at"] if coincident else []), "pred", "alloc", "system", "class", "pods by source"]
+    peak_at = header.index("peak at") if coincident else -1
+    lines += text_table(header, rows, right=frozenset(range(1, len(header) - 3)) - {peak_at})
+    if coincident:
+        lines += ["", "Pods that make each node's peak (their CPU in that hour):"]
+        for n in sorted(prediction.nodes, key=lambda n: (-(n.utilization_pct or -1.0), n.node)):
+            if n.peak is not None and n.peak.pods:
+                makers = ", ".join(f"{p.namespace}/{p.name} {format_cores(p.cpu_m)}" for p in n.peak.pods)
+                more = len(n.pods) - len(n.peak.pods)
+                lines.append(f"  {n.node} {n.peak.at}: {makers}" + (f" (+{more} more)" if more > 0 else ""))
     hot = prediction.hot_nodes()
     lines += ["", f"Predicted hot: {len(hot)} node(s)" + (f": {', '.join(hot)}" if hot else "")]
     unknown = [n for n in prediction.nodes if n.hot is None]
@@ -77,17 +94,24 @@ def prediction_table(
     return "\n".join(lines) + "\n"
 
 
+def _sum_pct(n: NodePrediction) -> float | None:
+    """The node's predicted peak read as the sum of its pods' peaks."""
+    if n.pods_cpu_m is None or n.allocatable_cpu_m <= 0:
+        return None
+    return 100.0 * (n.pods_cpu_m + n.system_cpu_m) / n.allocatable_cpu_m
+
+
 def _row_cells(row: BacktestRow) -> list[str]:
     return [
         row.aggregation,
         f"{row.safety_margin:g}",
         str(row.evaluated),
-        _fmt(row.mae, ".2f"),
-        _fmt(row.bias, "+.2f"),
-        _fmt(row.precision, ".3f"),
-        _fmt(row.recall, ".3f"),
-        _fmt(row.f1, ".3f"),
-        f"{_fmt(row.turn_hot_recall, '.3f')} ({row.turn_hot_days})",
+        format_value(row.mae, ".2f"),
+        format_value(row.bias, "+.2f"),
+        format_value(row.precision, ".3f"),
+        format_value(row.recall, ".3f"),
+        format_value(row.f1, ".3f"),
+        f"{format_value(row.turn_hot_recall, '.3f')} ({row.turn_hot_days})",
     ]
 
 
@@ -120,20 +144,22 @@ def backtest_record(report: BacktestReport) -> dict[str, Any]:
         "evaluated": report.evaluated,
         "hotDays": report.hot_days,
         "rows": [
-            {
-                "aggregation": r.aggregation,
-                "safetyMargin": r.safety_margin,
-                "evaluated": r.evaluated,
-                "mae": r.mae,
-                "bias": r.bias,
-                "precision": r.precision,
-                "recall": r.recall,
-                "f1": r.f1,
-                "turnHotDays": r.turn_hot_days,
-                "turnHotRecall": r.turn_hot_recall,
-            }
-            for r in report.rows
+            {**row_record(r), "turnHotDays": r.turn_hot_days, "turnHotRecall": r.turn_hot_recall} for r in report.rows
         ],
+    }
+
+
+def row_record(row: BacktestRow) -> dict[str, Any]:
+    """One aggregation's scores as plain data."""
+    return {
+        "aggregation": row.aggregation,
+        "safetyMargin": row.safety_margin,
+        "evaluated": row.evaluated,
+        "mae": row.mae,
+        "bias": row.bias,
+        "precision": row.precision,
+        "recall": row.recall,
+        "f1": row.f1,
     }
 
 

@@ -37,6 +37,7 @@ from urllib3.util.retry import Retry
 
 from rebalancer.errors import MetricsMalformed, MetricsUnavailable
 from rebalancer.model import PodKey
+from rebalancer.prom.matrix import PodMatrix, pod_matrix
 from rebalancer.settings import PrometheusSettings
 
 _log = logging.getLogger(__name__)
@@ -176,12 +177,33 @@ class PromClient:
             values = fast_pod_values(body)
             return values if values is not None else by_pod(name, self._vector_from(name, promql, body))
 
-    def _fetch(self, name: str, promql: str, at: float) -> bytes:
+    def pod_matrix(self, name: str, promql: str, start: float, end: float, step: float) -> PodMatrix:
+        """The range query ``promql`` from ``start`` to ``end`` every ``step`` seconds, one series per pod,
+        strictly checked (:func:`rebalancer.prom.matrix.pod_matrix`)."""
+        params = {
+            "start": f"{start:.3f}",
+            "end": f"{end:.3f}",
+            "step": f"{step:g}",
+            "timeout": f"{self.timeout_seconds:g}s",
+        }
+        with self._timed(name, end):
+            body = self._fetch(name, promql, end, path="query_range", params=params)
+            try:
+                return pod_matrix(name, body)
+            except MetricsMalformed:
+                answer = self._json()
+                if isinstance(answer, dict) and answer.get("status") == "error":
+                    raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from None
+                raise
+
+    def _fetch(
+        self, name: str, promql: str, at: float, *, path: str = "query", params: Mapping[str, str] | None = None
+    ) -> bytes:
         """The body of a 200 answer, fetched on the same session as ``custom_query`` would."""
         with self._transport_errors(name):
             response = self._session.get(
-                f"{self.url}/api/v1/query",
-                params={"query": promql, **self._params(at)},
+                f"{self.url}/api/v1/{path}",
+                params={"query": promql, **(params if params is not None else self._params(at))},
                 timeout=self.timeout_seconds,
             )
         if response.status_code != 200:  # the cause custom_query would have raised

@@ -10,6 +10,8 @@ so Prometheus returns one number per pod and day, never the raw samples (8 days 
 Prometheus 2 ranges are closed at both ends, and the point at the opening midnight belongs to the day
 before. Nodes are grouped into batches so that one query holds at most ``maxSamplesPerQuery`` samples.
 ``pooled_p95`` needs one more query per batch over the whole window; ``systemQuery`` one per day.
+With ``nodePeak: coincident`` each day and batch also has one range query for the pods' daily profiles
+(:mod:`rebalancer.prom.profiles`).
 
 Missing stays missing: a pod without a value on a day has NaN there (never 0). Any failed or malformed
 query fails the whole read with a ``SourceError`` (a prediction on part of the batches would be wrong
@@ -30,8 +32,11 @@ import numpy.typing as npt
 from rebalancer.model import PodKey
 from rebalancer.predict.days import DayWindow, last_days
 from rebalancer.predict.history import DailyPeaks
+from rebalancer.predict.profile import DailyProfiles
 from rebalancer.predict.settings import PredictorSettings
 from rebalancer.prom.client import PromClient, Vector, by_node, by_pod, iso
+from rebalancer.prom.matrix import PodMatrix
+from rebalancer.prom.profiles import ProfileTable, bucket_seconds, day_range
 from rebalancer.settings import PrometheusSettings, format_duration
 
 Progress = Callable[[int, int, str], None]
@@ -48,6 +53,7 @@ class PodHistory:
     queries: int
     batches: int
     description: str
+    profiles: DailyProfiles[PodKey] | None = None  # per pod, day and time-of-day bucket (nodePeak: coincident)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +61,9 @@ class _Query:
     name: str
     promql: str
     at: float
-    kind: str  # "pods", "pooled" or "system"
+    kind: str  # "pods", "pooled", "system" or "profile"
     day: int  # index into the days (pooled: -1)
+    range: tuple[float, float, float] | None = None  # profile: (start, end, step) of the range query
 
 
 def node_batches(pods_per_node: Mapping[str, int], max_pods: int) -> list[tuple[str, ...]]:
@@ -123,6 +130,21 @@ class PrometheusHistorySource:
             )
             for b, batch in enumerate(pooled_batches)
         ]
+        profiled = self._predictor.node_peak == "coincident"
+        buckets = self._predictor.profile_buckets
+        if profiled:
+            queries += [
+                _Query(
+                    f"profile day {day.day} batch {b + 1}/{len(day_batches)}",
+                    self._pods_promql(batch, bucket_seconds(buckets), mean=True),
+                    day.end,
+                    "profile",
+                    i,
+                    day_range(day, buckets),
+                )
+                for i, day in enumerate(days)
+                for b, batch in enumerate(day_batches)
+            ]
         system = self._history.system_query
         if system is not None:
             queries += [
@@ -133,8 +155,12 @@ class PrometheusHistorySource:
         pod_days: _Table[PodKey] = _Table(len(days))
         pod_pooled: _Table[PodKey] = _Table(1)
         system_days: _Table[str] = _Table(len(days))
+        expected = sum(pods_per_node.values())
+        profile_table = ProfileTable(days, buckets, self._history.time_zone, expected if profiled else 0)
         for query, series in self._run(queries, progress):
-            if query.kind == "system":
+            if isinstance(series, PodMatrix):
+                profile_table.add(query.day, series)
+            elif query.kind == "system":
                 system_days.add(query.day, by_node(query.name, series, self._prometheus.node_label))
             elif query.kind == "pooled":
                 pod_pooled.add(0, by_pod(query.name, series))
@@ -148,6 +174,7 @@ class PrometheusHistorySource:
             queries=len(queries),
             batches=len(day_batches),
             description=self._describe(days, len(day_batches)),
+            profiles=profile_table.profiles() if profiled else None,
         )
 
     # -- queries --------------------------------------------------------------------------------
@@ -164,26 +191,30 @@ class PrometheusHistorySource:
     def _filterable(self) -> bool:
         return self._history.recording_rule is not None or "{pod_filter}" in self._history.pod_query
 
-    def _pods_promql(self, nodes: Sequence[str] | None, seconds: float) -> str:
-        q = self._predictor.quantile
+    def _pods_promql(self, nodes: Sequence[str] | None, seconds: float, *, mean: bool = False) -> str:
+        """The pods' quantile (or ``mean``) over the ``seconds`` before the evaluation time."""
+        over = "avg_over_time(" if mean else f"quantile_over_time({self._predictor.quantile:g}, "
         node_set = frozenset(nodes) if nodes is not None else None
         rule = self._history.recording_rule
         if rule is not None:
             matcher = self._prometheus.render("{pod_filter}", node_set).removeprefix(", ")
-            return f"quantile_over_time({q:g}, {rule}{{{matcher}}}[{_range(seconds)}])"
+            return f"{over}{rule}{{{matcher}}}[{_range(seconds)}])"
         inner = self._prometheus.render(self._history.pod_query, node_set)
-        return f"quantile_over_time({q:g}, ({inner})[{_range(seconds)}:{format_duration(self._history.resolution)}])"
+        return f"{over}({inner})[{_range(seconds)}:{format_duration(self._history.resolution)}])"
 
     def _system_promql(self, template: str, seconds: float) -> str:
         inner = self._prometheus.render(template)
         return f"quantile_over_time({self._predictor.quantile:g}, ({inner})[{_range(seconds)}:{format_duration(self._history.resolution)}])"
 
-    def _run(self, queries: Sequence[_Query], progress: Progress | None) -> Iterator[tuple[_Query, Vector]]:
+    def _ask(self, query: _Query) -> Vector | PodMatrix:
+        if query.range is not None:
+            return self._client.pod_matrix(query.name, query.promql, *query.range)
+        return self._client.large_vector(query.name, query.promql, query.at)
+
+    def _run(self, queries: Sequence[_Query], progress: Progress | None) -> Iterator[tuple[_Query, Vector | PodMatrix]]:
         total = len(queries)
         with ThreadPoolExecutor(max_workers=self._history.concurrency, thread_name_prefix="history") as pool:
-            futures = [
-                (query, pool.submit(self._client.large_vector, query.name, query.promql, query.at)) for query in queries
-            ]
+            futures = [(query, pool.submit(self._ask, query)) for query in queries]
             try:
                 for done, (query, future) in enumerate(futures, start=1):
                     series = future.result()
@@ -201,8 +232,13 @@ class PrometheusHistorySource:
             if h.recording_rule
             else f"pod query at {format_duration(h.resolution)} resolution"
         )
+        profile = (
+            f" and mean per time-of-day bucket ({self._predictor.profile_buckets} a day)"
+            if self._predictor.node_peak == "coincident"
+            else ""
+        )
         return (
-            f"Prometheus {self._client.url}: daily {self._predictor.quantile:g} quantile of {source}, "
+            f"Prometheus {self._client.url}: daily {self._predictor.quantile:g} quantile{profile} of {source}, "
             f"{len(days)} day(s) {days[0].day}..{days[-1].day} ({h.time_zone}), {batches} batch(es) of nodes, "
             f"read at {iso(days[-1].end)}"
         )

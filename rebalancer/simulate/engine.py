@@ -34,13 +34,22 @@ from rebalancer.model import ClusterFacts, PodKey
 from rebalancer.policy import Policy
 from rebalancer.predict.history import DailyPeaks
 from rebalancer.predict.predictor import predict
+from rebalancer.predict.profile import DailyProfiles
 from rebalancer.predicted import PREDICTIVE, PredictedLoad
 from rebalancer.protections import Protections
 from rebalancer.simulate.alerts import AlertPath
 from rebalancer.simulate.cluster import Cluster
 from rebalancer.simulate.landing_guard import SimGuard
 from rebalancer.simulate.overshoot import Bounds, Overshoot, Truth, overshoot
-from rebalancer.simulate.readings import NodeSamples, daily_table, node_usage, pod_history, usage_report
+from rebalancer.simulate.readings import (
+    NodeSamples,
+    daily_table,
+    node_usage,
+    pod_history,
+    pod_profiles,
+    profile_table,
+    usage_report,
+)
 from rebalancer.simulate.result import GuardFigures, VariantResult
 from rebalancer.simulate.variants import VARIANTS, UsageMode, Variant, cpu_thresholds, variant_base, variant_policy
 from rebalancer.simulate.world import MemoryStore, SimActions, World
@@ -61,12 +70,18 @@ def simulate(
     table = (
         daily_table(cluster, base.predictor.quantile) if base.predictor.days <= cluster.config.history_days else None
     )
+    predictor = base.predictor
+    profiles = (
+        profile_table(cluster, predictor.profile_buckets)
+        if table is not None and predictor.node_peak == "coincident"
+        else None
+    )
     resolver = PoolResolver(base.pools)
     pools = sorted({resolver.pool_of(node) for node in cluster.nodes})
     results = []
     for variant in variants:
         policy = variant_policy(variant_base(base, variant), variant, pools)
-        results.append(_Run(cluster, policy, variant, hot_pct, table).run())
+        results.append(_Run(cluster, policy, variant, hot_pct, table, profiles).run())
         if progress is not None:
             progress(variant.name)
     return tuple(results)
@@ -84,9 +99,16 @@ def reading_policy(policy: Policy, usage: UsageMode, step_seconds: int) -> Polic
 
 class _Run:
     def __init__(
-        self, cluster: Cluster, policy: Policy, variant: Variant, hot_pct: float, table: np.ndarray | None
+        self,
+        cluster: Cluster,
+        policy: Policy,
+        variant: Variant,
+        hot_pct: float,
+        table: np.ndarray | None,
+        profiles: np.ndarray | None = None,
     ) -> None:
         self.cluster, self.policy, self.variant, self.hot_pct, self.table = cluster, policy, variant, hot_pct, table
+        self.profile_table = profiles
         config = cluster.config
         self.world = World(cluster)
         window = max(1, int(policy.prometheus.window.total_seconds()) // config.step_seconds)
@@ -99,7 +121,7 @@ class _Run:
         )  # fmt: skip
         self.records = EfficiencyState()
         self.predictive = any(getattr(s, "classify_by", "current") in PREDICTIVE for s in policy.strategies)
-        self.history: tuple[int, DailyPeaks[PodKey]] | None = None
+        self.history: tuple[int, DailyPeaks[PodKey], DailyProfiles[PodKey] | None] | None = None
         self.per_cycle: list[int] = []
         self.blocked: dict[str, int] = {}
         self.guard = SimGuard(self.world, policy) if policy.landing_guard.enabled else None
@@ -227,6 +249,10 @@ class _Run:
             return PredictedLoad.failed(f"the simulation has fewer history days than predictor.days {settings.days}")
         today = step // self.cluster.config.steps_per_day
         if self.history is None or self.history[0] != today:  # read once a day, as serve mode does
-            self.history = (today, pod_history(self.world, self.table, today, settings.days, settings.quantile))
-        prediction = predict(facts, self.history[1], settings)
+            peaks = pod_history(self.world, self.table, today, settings.days, settings.quantile)
+            profiles = None
+            if self.profile_table is not None and settings.node_peak == "coincident":
+                profiles = pod_profiles(self.world, self.profile_table, today, settings.days)
+            self.history = (today, peaks, profiles)
+        prediction = predict(facts, self.history[1], settings, profiles=self.history[2])
         return PredictedLoad.from_prediction(prediction, f"simulated history, {settings.aggregation}")

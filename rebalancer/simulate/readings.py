@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 from rebalancer.model import PodKey, UsageReport
 from rebalancer.predict.history import DailyPeaks
+from rebalancer.predict.profile import DailyProfiles
 from rebalancer.simulate.cluster import Cluster
 from rebalancer.simulate.variants import UsageMode
 from rebalancer.simulate.world import World
@@ -118,3 +119,40 @@ def pod_history(
             elif created_step < end:
                 values[slot, d - first] = float(np.quantile(cluster.usage[slot, created_step:end], quantile))
     return DailyPeaks(keys, values)
+
+
+def profile_table(cluster: Cluster, buckets: int) -> npt.NDArray[np.float32]:
+    """(slots, days, buckets): each slot's mean over each time-of-day bucket of each whole day of the span."""
+    per_day = cluster.config.steps_per_day
+    if per_day % buckets:
+        raise ValueError(f"{buckets} buckets do not divide a day of {per_day} steps")
+    days = cluster.usage.shape[1] // per_day
+    shaped = cluster.usage[:, : days * per_day].reshape(len(cluster.usage), days, buckets, per_day // buckets)
+    table: npt.NDArray[np.float32] = shaped.mean(axis=3, dtype=np.float64).astype(np.float32)
+    return table
+
+
+def pod_profiles(world: World, table: npt.NDArray[np.float32], today: int, days: int) -> DailyProfiles[PodKey]:
+    """The current pods' profiles of days ``today - days .. today - 1``: a bucket before a pod existed is
+    missing; the bucket it was created in counts from then on, as Prometheus would have it."""
+    cluster = world.cluster
+    per_day, step = cluster.config.steps_per_day, cluster.config.step_seconds
+    buckets = table.shape[2]
+    per_bucket = per_day // buckets
+    first = today - days
+    keys = tuple(p.key for p in world.pods)
+    values = np.full((len(keys), days, buckets), np.nan, dtype=np.float32)
+    for slot, pod in enumerate(world.pods):
+        created_step = max(0, math.ceil((pod.created - cluster.start) / step))
+        for d in range(max(first, 0), today):
+            begin = d * per_day
+            if created_step <= begin:
+                values[slot, d - first] = table[slot, d]
+                continue
+            for b in range(buckets):
+                start, end = begin + b * per_bucket, begin + (b + 1) * per_bucket
+                if created_step <= start:
+                    values[slot, d - first, b] = table[slot, d, b]
+                elif created_step < end:
+                    values[slot, d - first, b] = float(cluster.usage[slot, created_step:end].mean())
+    return DailyProfiles(keys, values)

@@ -141,7 +141,7 @@ def test_daily_peaks_of_the_subquery_match_the_generated_load(prometheus: Promet
     with source(prometheus.url) as history:
         read = history.read(PODS_PER_NODE, AT)
     peaks = read.pods
-    assert peaks.days == 8 and read.batches == 1 and read.queries == 8
+    assert peaks.days == 8 and read.batches == 1 and read.queries == 16  # 8 daily peaks, 8 profiles
     for key, rate in ((("shop", "web-1"), WEB), (("shop", "spiky-1"), SPIKY), (("shop", "db-0"), DB)):
         row = peaks.values[peaks.index(key)]
         expected = [subquery_peak(rate, day.end, DAY) for day in DAYS]
@@ -168,18 +168,28 @@ def test_a_pod_created_on_day_seven_is_missing_before_never_zero(prometheus: Pro
 def test_batches_by_node_give_the_same_peaks_as_one_query(prometheus: PrometheusServer) -> None:
     """A tiny sample budget forces one batch per node; db-0, rescheduled from n1 to n2, is still whole."""
     with source(prometheus.url) as history:
-        whole = history.read(PODS_PER_NODE, AT).pods
+        whole_read = history.read(PODS_PER_NODE, AT)
+    whole = whole_read.pods
     with source(prometheus.url, maxSamplesPerQuery=1000) as history:
         seen: list[tuple[int, int, str]] = []
         read = history.read(PODS_PER_NODE, AT, progress=lambda done, total, what: seen.append((done, total, what)))
-    assert read.batches == 2 and read.queries == 16
-    assert [s[0] for s in seen] == list(range(1, 17)) and {s[1] for s in seen} == {16}
+    assert read.batches == 2 and read.queries == 32
+    assert [s[0] for s in seen] == list(range(1, 33)) and {s[1] for s in seen} == {32}
     # 1,000 samples / 288 points a day = 3 pods a batch: n1 (1 pod) and n2 (3 pods) do not fit together
     assert node_batches(PODS_PER_NODE, 1) == [("n1",), ("n2",)]
     assert node_batches(PODS_PER_NODE, 4) == [("n1", "n2")]
     for key in whole.keys:
         np.testing.assert_allclose(
             read.pods.values[read.pods.index(key)], whole.values[whole.index(key)], rtol=1e-6, err_msg=str(key)
+        )
+    assert read.profiles is not None and whole_read.profiles is not None
+    profiles, whole_profiles = read.profiles, whole_read.profiles
+    for key in whole_profiles.keys:
+        np.testing.assert_allclose(
+            profiles.values[profiles.index(key)],
+            whole_profiles.values[whole_profiles.index(key)],
+            rtol=1e-6,
+            err_msg=str(key),
         )
 
 
@@ -200,7 +210,7 @@ def test_recording_rule_samples_are_read_without_a_subquery(prometheus: Promethe
 def test_pooled_p95_is_one_quantile_over_the_whole_window(prometheus: PrometheusServer) -> None:
     with source(prometheus.url, predictor={"aggregation": "pooled_p95"}) as history:
         read = history.read(PODS_PER_NODE, AT)
-    assert read.queries == 9 and read.pods.pooled is not None
+    assert read.queries == 17 and read.pods.pooled is not None
     index = read.pods.index(("shop", "web-1"))
     assert index is not None
     window = DAYS[-1].end - DAYS[0].start
@@ -210,7 +220,7 @@ def test_pooled_p95_is_one_quantile_over_the_whole_window(prometheus: Prometheus
 def test_system_usage_is_the_root_cgroup_minus_the_pods(prometheus: PrometheusServer) -> None:
     with source(prometheus.url, systemQuery=SYSTEM_QUERY) as history:
         read = history.read(PODS_PER_NODE, AT)
-    assert read.system is not None and read.queries == 16
+    assert read.system is not None and read.queries == 24
     for node, system in SYSTEM.items():
         row = read.system.values[read.system.index(node)]
         np.testing.assert_allclose(row, [subquery_peak(system, day.end, DAY) for day in DAYS], rtol=1e-6, atol=1e-6)

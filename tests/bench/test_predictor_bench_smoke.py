@@ -38,9 +38,11 @@ def test_predictor_bench_runs_and_its_check_passes(tmp_path: Path, size: list[st
     out = done.stdout
     assert re.search(r"backfill \(not part of the target\): [\d.]+ M samples", out), out
     assert re.search(r"predict_live, median of 1 fresh processes: [\d.]+ s end to end", out), out
-    assert re.search(r"history read [\d.]+ s \(8 queries, 1 batch\(es\) of nodes\)", out), out
+    assert re.search(r"history read [\d.]+ s \(16 queries, 1 batch\(es\) of nodes\)", out), out
     assert re.search(r"Prometheus over the run: CPU [\d.]+ s, peak RSS \d+ MB", out), out
-    assert re.search(r"correctness: 8 sampled pods .* daily peaks equal numpy's quantile .*: OK", out), out
+    assert re.search(
+        r"correctness: 8 sampled pods .* daily peaks equal numpy.s quantile .* hourly means equal .*: OK", out
+    ), out
     # a second run reuses the backfilled directory
     again = subprocess.run(
         [*argv, "--cache", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False

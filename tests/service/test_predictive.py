@@ -79,7 +79,7 @@ def write_policy(path: Path, prometheus_url: str, classify_by: str, extra: str =
         "strategies:\n"
         "- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 70}, "
         f"classifyBy: {classify_by}}}\n"
-        "predictor: {systemCpuM: 300, minHistoryDays: 3, hotThreshold: 70" + extra + "}\n"
+        "predictor: {aggregation: max_daily, systemCpuM: 300, minHistoryDays: 3, hotThreshold: 70" + extra + "}\n"
         "state: {namespace: rebalancer}\n"
     )
     return path
@@ -179,8 +179,21 @@ def test_predict_on_the_live_cluster_prints_each_node_and_the_predicted_hot_ones
     assert record["currentUtilizationPct"]["peak-1"] == pytest.approx(35, abs=1)
     report = next(p for p in record["pods"] if p["name"] == "report-0")
     assert report["source"] == "history" and report["cpuM"] == pytest.approx(2200, abs=2)
-    assert seen == list(range(1, 9))  # 8 daily queries, one batch
-    assert "history" in captured.err and "8/8" in captured.err
+    assert seen == list(range(1, 17))  # 8 daily peaks and 8 daily profiles, one batch
+    assert "history" in captured.err and "16/16" in captured.err
+    # the peak comes when report-0 peaks, and report-0 makes most of it
+    peak = nodes["peak-1"]["peak"]
+    assert nodes["peak-1"]["basis"] == "coincident" and peak["at"] == "13:00-14:00"
+    assert [(p["name"], round(p["cpuM"])) for p in peak["pods"]] == [("report-0", 2200), ("api-0", 500), ("api-1", 400)]
+    assert nodes["cold-1"]["peak"]["pods"][0]["name"] == "web-1"
+
+    as_table = ["table" if a == "json" else a for a in args]
+    code = predict_command(_parser().parse_args(as_table), live)  # type: ignore[arg-type]
+    table = capsys.readouterr().out
+    assert code == 0
+    row = next(line.split() for line in table.splitlines() if line.startswith("peak-1 "))
+    assert row[1] == "85.0" and "13:00-14:00" in row and "HOT" in row
+    assert "peak-1 13:00-14:00: shop/report-0 2.200, shop/api-0 0.500, shop/api-1 0.400" in table
 
 
 def test_predict_with_prometheus_down_exits_3_naming_the_history_query(

@@ -186,6 +186,7 @@ def test_demo_tables_show_cpu_in_cores_said_once(capsys: pytest.CaptureFixture[s
     predict = printed(["predict", "--demo"], capsys).splitlines()
     assert predict[0].endswith("; CPU in cores")
     row = next(line for line in predict if line.startswith("general-06")).split()
-    assert row[4:6] == ["8.000", "0.300"]  # allocatable and system, the same unit as the prediction
+    # allocatable and system (300 m read at the end of its decaying-histogram bucket), the prediction's unit
+    assert row[4:6] == ["8.000", "0.301"]
     every_cpu_cell = [cell for line in plan + predict for cell in line.split() if re.fullmatch(r"\d+m", cell)]
     assert every_cpu_cell == []  # no millicores beside cores

@@ -190,3 +190,26 @@ def test_bad_data_exits_2_naming_the_file(tmp_path: Path, capsys: pytest.Capture
     assert str(bad) in err and "missing column(s) timestamp, capacity" in err
     assert main(["predict", "--backtest", str(tmp_path / "nope")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_a_bitbrains_directory_is_also_back_tested_at_node_level(capsys: pytest.CaptureFixture[str]) -> None:
+    """The shared sample's VMs packed into nodes as the simulation packs them; per aggregation the per-pod
+    sum and the coincident peak against each node's real daily P95."""
+    args = ["predict", "--backtest", str(TRACE_DIR), "--aggregation", "max_daily", "--aggregation", "weighted_mean"]
+    assert main([*args, "--output", "json"]) == 0
+    nodes = json.loads(capsys.readouterr().out)["nodePeaks"]
+    assert (nodes["nodes"], nodes["pods"], nodes["buckets"]) == (48, 1152, 24)
+    assert nodes["evaluated"] == 48 * nodes["targetDays"] and nodes["targetDays"] > 10
+    rows = {(r["aggregation"], r["nodePeak"]): r for r in nodes["rows"]}
+    assert set(rows) == {(a, p) for a in ("max_daily", "weighted_mean") for p in ("sum", "coincident")}
+    # pods do not peak together: the sum of their peaks is far above the node's, the coincident peak is not
+    for aggregation in ("max_daily", "weighted_mean"):
+        summed, coincident = rows[aggregation, "sum"], rows[aggregation, "coincident"]
+        assert summed["bias"] > coincident["bias"] + 5 and coincident["mae"] < summed["mae"]
+        assert coincident["precision"] > summed["precision"]
+    assert main([*args, "--progress", "never"]) == 0
+    table = capsys.readouterr().out
+    assert "Node peaks: 48 nodes x 16 cores, 1152 pods" in table
+    assert [line.split()[:2] for line in table.splitlines() if line.startswith(("max_daily ", "weighted_mean "))][
+        -4:
+    ] == [["max_daily", "sum"], ["max_daily", "coincident"], ["weighted_mean", "sum"], ["weighted_mean", "coincident"]]

@@ -16,7 +16,7 @@ def test_demo_prediction_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["predict", "--demo", "--output", "json"]) == 0
     record = json.loads(capsys.readouterr().out)
     nodes = {n["node"]: n for n in record["nodes"]}
-    assert record["aggregation"] == "max_daily"
+    assert record["aggregation"] == "decaying_histogram"
     hot = {name for name, n in nodes.items() if n["utilizationPct"] is not None and n["utilizationPct"] > 70}
     assert set(record["hotNodes"]) == hot and hot
     sources = {p["source"] for p in record["pods"]}

@@ -17,7 +17,7 @@ def test_defaults() -> None:
     p = parse_policy(STRATEGY).predictor
     assert (p.days, p.aggregation, p.safety_margin, p.min_history_days, p.hot_threshold) == (
         8,
-        "max_daily",
+        "decaying_histogram",
         0.0,
         3,
         70,

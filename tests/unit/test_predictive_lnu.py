@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rebalancer.cycle import plan_cycle
+from rebalancer.errors import ConfigError
 from rebalancer.model import ClusterFacts, Node, Pod, UsageReport
 from rebalancer.plan import EvictionPlan, NodeClass
 from rebalancer.policy import parse_policy
@@ -146,7 +148,7 @@ def test_the_predictor_output_feeds_the_strategy() -> None:
         {("default", "peaky"): [3800, 4000, 4100], ("default", "steady"): [1500] * 3, ("default", "idle"): [900] * 3},
         days=3,
     )
-    settings = PredictorSettings(days=3, minHistoryDays=2, systemCpuM=500)
+    settings = PredictorSettings(days=3, minHistoryDays=2, systemCpuM=500, aggregation="max_daily")
     facts = ClusterFacts(tuple(NODES), tuple(PODS), ())
     prediction = predict(facts, history, settings)
     load = PredictedLoad.from_prediction(prediction, "three days")
@@ -182,3 +184,50 @@ def test_no_pod_without_a_prediction_is_evicted(known: list[bool], levels: list[
     for eviction in plan.evictions:
         assert eviction.name in pod_pred
         assert eviction.node in node_pred and eviction.room_on in node_pred
+
+
+PREDICTED_BAND = "predicted: {thresholds: {cpu: 20}, targetThresholds: {cpu: 95}}\n"
+
+
+def test_predicted_classes_use_their_own_thresholds() -> None:
+    """A peak sits higher than a 10-minute window: at 90 % predicted, quiet-now is hot against the 70 % target
+    the current window is judged by, and normal against a 95 % one for predicted peaks."""
+    plan = run(NODES, PODS, NOW, "predicted", PEAK, PREDICTED_BAND)
+    decision = next(d for d in plan.results[0].node_decisions if d.node == "quiet-now")
+    assert decision.node_class is NodeClass.NORMAL and decision.high_pct == 95
+    assert "within [20.0%, 95.0%]" in decision.reason and not plan.evictions
+    hotter = predicted({"quiet-now": 9800, "cold": 1500}, {"peaky": 4800, "steady": 1500, "idle": 1000})
+    plan = run(NODES, PODS, NOW, "max", hotter, PREDICTED_BAND)
+    assert classes(plan)["quiet-now"] is NodeClass.HOT and len(plan.evictions) == 1  # 300 m above 95 %
+    hot = next(d for d in plan.results[0].node_decisions if d.node == "quiet-now")
+    assert "98.0% > target 95.0%" in hot.reason
+
+
+@pytest.mark.parametrize(
+    ("mode", "extra", "path", "message"),
+    [
+        ("current", PREDICTED_BAND, "predicted", "only read with classifyBy predicted or max"),
+        (
+            "predicted",
+            "predicted: {thresholds: {cpu: 80}, targetThresholds: {cpu: 70}}\n",
+            "predicted.thresholds.cpu",
+            "80 must not be above targetThresholds.cpu (70)",
+        ),
+        (
+            "max",
+            "predicted: {thresholds: {cpu: 20}, targetThresholds: {cpu: 100}}\n",
+            "predicted.targetThresholds.cpu",
+            "makes no node hot",
+        ),
+        (
+            "predicted",
+            PREDICTED_BAND + "pools: {gpu: {thresholds: {cpu: 10}, targetThresholds: {cpu: 60}}}\n",
+            "predicted",
+            "per-pool thresholds (pools) are not read with it",
+        ),
+    ],
+)
+def test_predicted_thresholds_are_validated_like_the_others(mode: str, extra: str, path: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        policy(lnu(mode) + extra)
+    assert any(p == f"strategies.0.{path}" and message in m for p, m in info.value.problems), info.value.problems

@@ -33,7 +33,15 @@ from rebalancer.simulate.config import GI, SimConfig
 from rebalancer.simulate.engine import simulate
 from rebalancer.simulate.landing_guard import OWNER, SimGuard
 from rebalancer.simulate.overshoot import Bounds, Overshoot, Truth, overshoot
-from rebalancer.simulate.readings import NodeSamples, daily_table, node_usage, pod_history, usage_report
+from rebalancer.simulate.readings import (
+    NodeSamples,
+    daily_table,
+    node_usage,
+    pod_history,
+    pod_profiles,
+    profile_table,
+    usage_report,
+)
 from rebalancer.simulate.result import VariantResult
 from rebalancer.simulate.shapes import synthetic_shapes
 from rebalancer.simulate.summary import figures, summary_table
@@ -284,6 +292,25 @@ def test_pod_history_misses_the_days_before_a_pod_existed() -> None:
     assert replacement[1] == pytest.approx(np.quantile(np.arange(per_day // 2, per_day), 0.95))
     assert replacement[2] == pytest.approx(table[0, 2])
     assert np.allclose(history.values[history.index(world.pods[1].key)], table[1, :3])
+
+
+def test_pod_profiles_miss_the_hours_before_a_pod_existed() -> None:
+    cluster = _equal_cluster()
+    per_day = cluster.config.steps_per_day
+    usage = np.tile(np.arange(per_day, dtype=np.float32), (4, 3))  # three days, the same ramp each day
+    cluster = replace(cluster, usage=usage)
+    world = World(cluster)
+    created = per_day + per_day // 2 + 30  # day 1, 12:30 at one-minute steps
+    world.evict(world.pods[0], cluster.time_of(created))
+    world.bind_due(cluster.time_of(created))
+    table = profile_table(cluster, 24)
+    assert table.shape == (4, 3, 24) and table[1, 0, 13] == pytest.approx(np.arange(780, 840).mean())
+    profiles = pod_profiles(world, table, today=3, days=3)
+    replacement = profiles.values[profiles.index(world.pods[0].key)]
+    assert np.isnan(replacement[0]).all() and np.isnan(replacement[1, :12]).all()  # never zero
+    assert replacement[1, 12] == pytest.approx(np.arange(750, 780).mean())  # from 12:30 on
+    assert replacement[1, 13:] == pytest.approx(table[0, 1, 13:]) and replacement[2] == pytest.approx(table[0, 2])
+    assert profiles.values[profiles.index(world.pods[1].key)] == pytest.approx(table[1])
 
 
 GUARDED = [v for v in VARIANTS if v.guard]
