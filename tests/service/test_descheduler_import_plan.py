@@ -56,7 +56,9 @@ def plan_imported(
     fixture: str, server: TestApiServer, kubeconfig: Path, history: CadvisorHistory, start: StartPrometheus, tmp: Path
 ) -> EvictionPlan:
     policy = import_policy(fixture, history, start, tmp)
-    outcome = app.plan_live(load_policy(policy), app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
+    outcome = app.plan_live(
+        app.connect_runtime(load_policy(policy), app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
+    )
     assert outcome.plan.blocked is None
     return outcome.plan
 
