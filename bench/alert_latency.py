@@ -208,7 +208,7 @@ _FIGURE = re.compile(r"(@?[a-z-]+)=\+?([0-9.]+)")
 
 def cycle_timings(log_text: str, trigger: str) -> list[dict[str, float]]:
     """Per cycle of ``trigger`` in serve's log: its steps in ms, its moments (``@name``) in ms after the
-    origin, and ``origin`` (epoch seconds); see rebalancer.timeline."""
+    origin, and ``origin`` (epoch seconds); see rebalancer.domain.timeline."""
     found = []
     for kind, text in _TIMINGS.findall(log_text):
         if kind == trigger:
@@ -297,7 +297,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     log_path = workdir / "serve.log"
     log = log_path.open("w")
     serve = subprocess.Popen(
-        [sys.executable, "-m", "rebalancer.cli", "serve", "--log-level", "DEBUG", "--policy", str(policy),
+        [sys.executable, "-m", "rebalancer.app.cli", "serve", "--log-level", "DEBUG", "--policy", str(policy),
          "--kubeconfig", kubeconfig(kube_url)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

@@ -93,10 +93,10 @@ def _vector(series: list[tuple[dict[str, str], float]]) -> bytes:
 
 
 def child_cycle(kube_url: str, prom_url: str, server_pid: int, runs: int) -> dict[str, Any]:
-    from rebalancer.kube import KubeSource, connect
+    from rebalancer.adapters.kube import KubeSource, connect
+    from rebalancer.adapters.prom import PrometheusUsageSource
+    from rebalancer.planning.protections import Protections
     from rebalancer.policy import parse_policy
-    from rebalancer.prom import PrometheusUsageSource
-    from rebalancer.protections import Protections
 
     policy = parse_policy(POLICY.format(url=prom_url))
     api = connect(kubeconfig(kube_url))
@@ -113,7 +113,7 @@ def child_cycle(kube_url: str, prom_url: str, server_pid: int, runs: int) -> dic
 
 def first_read(source: Any) -> dict[str, Any]:
     """The first read in this fresh process, and what a listing holds beyond its result."""
-    from rebalancer.collector import paused
+    from rebalancer.app.collector import paused
 
     before = rss_mb()
     started = time.perf_counter()
@@ -129,7 +129,7 @@ def first_read(source: Any) -> dict[str, Any]:
 
 
 def snapshots(source: Any, server_pid: int, runs: int) -> dict[str, Any]:
-    from rebalancer.collector import paused
+    from rebalancer.app.collector import paused
 
     seconds, server_cpu = [], []
     for _ in range(runs):
@@ -158,9 +158,9 @@ def usage_reads(prometheus: Any, runs: int) -> dict[str, Any]:
 def plans(source: Any, prometheus: Any, policy: Any, runs: int) -> dict[str, Any]:
     """The plan alone, as configured (placement prediction on), with prediction off and with the landing
     guard modelled; with the collector paused, as ``app.plan_live`` plans."""
-    from rebalancer.collector import paused
-    from rebalancer.cycle import plan_cycle
+    from rebalancer.app.collector import paused
     from rebalancer.policy import parse_policy
+    from rebalancer.policy.cycle import plan_cycle
 
     with paused():
         facts = source.read_facts()
@@ -183,8 +183,8 @@ def plans(source: Any, prometheus: Any, policy: Any, runs: int) -> dict[str, Any
 
 def cycles(api: Any, policy: Any, runs: int) -> dict[str, Any]:
     """``rebalancer plan``'s cycle: app.plan_live (list, read usage, plan)."""
-    from rebalancer.app import plan_live
-    from rebalancer.runtime import Runtime
+    from rebalancer.app.root import plan_live
+    from rebalancer.app.runtime import Runtime
 
     out: dict[str, Any] = {"cycle_s": []}
     for _ in range(runs):

@@ -18,8 +18,8 @@ from typing import Any
 
 import msgspec
 
-from rebalancer.collector import paused as collector_paused
-from rebalancer.kube import KubeSource, connect, decode
+from rebalancer.adapters.kube import KubeSource, connect, decode
+from rebalancer.app.collector import paused as collector_paused
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
 

@@ -54,7 +54,7 @@ def policy_yaml(shape: Shape, prometheus_url: str, node_peak: str = "coincident"
 
 def child_measure(policy_path: str, config: str, at: float, sample: list[list[str]]) -> dict[str, Any]:
     started = time.perf_counter()
-    from rebalancer.app_prediction import predict_live
+    from rebalancer.app.prediction import predict_live
     from rebalancer.policy import load_policy
 
     imports_s = time.perf_counter() - started
@@ -166,11 +166,11 @@ def verify(
 ) -> str:
     """The sample's daily peaks as read through the history source equal numpy's quantiles over the generated
     samples, and the measured run's predictions of them follow from those peaks. Raises SystemExit if not."""
-    from rebalancer.app_prediction import read_history
-    from rebalancer.kube import KubeSource, connect
+    from rebalancer.adapters.kube import KubeSource, connect
+    from rebalancer.app.prediction import read_history
+    from rebalancer.planning.predict.aggregate import aggregate_with
+    from rebalancer.planning.protections import Protections
     from rebalancer.policy import load_policy
-    from rebalancer.predict.aggregate import aggregate_with
-    from rebalancer.protections import Protections
 
     policy = load_policy(policy_path)
     protections = Protections.from_settings(policy.protections)

@@ -29,12 +29,12 @@ def child_snapshot(url: str, server_pid: int) -> dict[str, Any]:
     """One snapshot (nodes, ReplicaSets, pods, budgets) and one plan on it with synthetic usage, with
     the collector paused as the composition root pauses it."""
     from bench.cluster_gen import pod_usage_millicores
-    from rebalancer.collector import paused
-    from rebalancer.kube import KubeSource, connect
-    from rebalancer.model import UsageReport
+    from rebalancer.adapters.kube import KubeSource, connect
+    from rebalancer.app.collector import paused
+    from rebalancer.domain.model import UsageReport
+    from rebalancer.planning.protections import Protections
+    from rebalancer.planning.snapshot import build_snapshot
     from rebalancer.policy import parse_policy
-    from rebalancer.protections import Protections
-    from rebalancer.snapshot import build_snapshot
     from strategies import build
 
     policy = parse_policy(

@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic.json_schema import GenerateJsonSchema
 
+from rebalancer.domain.settings.shared import format_duration
 from rebalancer.policy import Policy
-from rebalancer.settings import format_duration
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "charts" / "rebalancer" / "values.schema.json"
 

@@ -1,11 +1,11 @@
-"""Regenerate rebalancer/demo/cluster.json from the real Bitbrains CPU trace (data/).
+"""Regenerate rebalancer/offline/demo/cluster.json from the real Bitbrains CPU trace (data/).
 
 Each demo pod takes one real VM's CPU usage (P95 over 10 minutes at the chosen instant, in millicores);
 pods are placed by requests with a least-allocated rule, as the default scheduler would, so requests are
 balanced while real usage is not. The instant is the one, among a few candidate hours, with the most
 hot and cold nodes, so the demo has something to do. Run: .venv/bin/python scripts/make_demo.py
 
-It also writes ``rebalancer/demo/history.json`` for ``rebalancer predict --demo``: the same pods' daily P95
+It also writes ``rebalancer/offline/demo/history.json`` for ``rebalancer predict --demo``: the same pods' daily P95
 (Europe/Amsterdam days) over the 8 days before PREDICTED_DAY, as the VM's utilization of a CPU limit of
 four times the pod's request (whole VMs x2 would dwarf the nodes over a whole day), the pooled P95 over those days, and each pod's
 actual P95 on PREDICTED_DAY. A few pods are young (fewer days) or have none, to show the churn fallbacks.
@@ -25,10 +25,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rebalancer.demo import DemoFile, DemoHistory  # noqa: E402
-from rebalancer.labels import LabelSelector  # noqa: E402
-from rebalancer.model import ClusterFacts, DisruptionBudget, Node, Pod, Taint, Toleration, WorkloadRef  # noqa: E402
-from rebalancer.traces import Trace, load_bitbrains  # noqa: E402
+from rebalancer.domain.labels import LabelSelector  # noqa: E402
+from rebalancer.domain.model import ClusterFacts, DisruptionBudget, Node, Pod, Taint, Toleration, WorkloadRef  # noqa: E402
+from rebalancer.offline.demo import DemoFile, DemoHistory  # noqa: E402
+from rebalancer.offline.traces import Trace, load_bitbrains  # noqa: E402
 
 TRACES = ROOT / "data" / "bitbrains-rnd-2013-07"
 GI = 2**30
@@ -265,7 +265,7 @@ def write_history(placed: list[tuple[Pod, Trace]], extras: list[Pod], node_list:
         actual_pod_peaks=actual,
         actual_system=[(n.name, float(SYSTEM_M)) for n in node_list],
     )
-    out = ROOT / "rebalancer" / "demo" / "history.json"
+    out = ROOT / "rebalancer" / "offline" / "demo" / "history.json"
     out.write_bytes(msgspec.json.format(msgspec.json.encode(history), indent=1) + b"\n")
     print(f"wrote {out} ({out.stat().st_size} bytes)")
 
@@ -327,7 +327,7 @@ def main() -> None:
         node_cpu_m=node_use,
         pod_cpu_m=[(ns, name, m) for (ns, name), m in sorted(usage.items())],
     )
-    out = ROOT / "rebalancer" / "demo" / "cluster.json"
+    out = ROOT / "rebalancer" / "offline" / "demo" / "cluster.json"
     out.write_bytes(msgspec.json.format(msgspec.json.encode(demo), indent=1) + b"\n")
     print(f"wrote {out} ({out.stat().st_size} bytes), instant {t}")
 

@@ -27,8 +27,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from rebalancer.domain.settings.shared import format_duration
 from rebalancer.policy import Policy
-from rebalancer.settings import format_duration
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "docs" / "policy-reference.md"
 

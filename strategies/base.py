@@ -6,11 +6,11 @@ from typing import Any, Protocol
 
 from pydantic import Field, model_validator
 
-from rebalancer.cron import cron_problems
-from rebalancer.plan import StrategyResult
-from rebalancer.protections import Protections
-from rebalancer.settings import Duration, FieldProblems, Model
-from rebalancer.snapshot import ClusterSnapshot
+from rebalancer.domain.settings.cron import cron_problems
+from rebalancer.domain.settings.shared import Duration, FieldProblems, Model
+from rebalancer.planning.plan import StrategyResult
+from rebalancer.planning.protections import Protections
+from rebalancer.planning.snapshot import ClusterSnapshot
 
 
 class Schedule(Model):

@@ -13,9 +13,9 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Literal
 
-from rebalancer.model import PodKey
-from rebalancer.predicted import ClassifyBy, usage_view
-from rebalancer.snapshot import ClusterSnapshot, NodeLoad
+from rebalancer.domain.model import PodKey
+from rebalancer.planning.predicted import ClassifyBy, usage_view
+from rebalancer.planning.snapshot import ClusterSnapshot, NodeLoad
 
 ByRequests = Literal["requests"]
 UsageBasis = ClassifyBy | ByRequests

@@ -7,10 +7,10 @@ from collections.abc import Iterable
 
 import msgspec
 
-from rebalancer.model import DisruptionBudget, Pod
-from rebalancer.plan import PodDecision
-from rebalancer.protections import Protections
-from rebalancer.snapshot import ClusterSnapshot
+from rebalancer.domain.model import DisruptionBudget, Pod
+from rebalancer.planning.plan import PodDecision
+from rebalancer.planning.protections import Protections
+from rebalancer.planning.snapshot import ClusterSnapshot
 
 
 class BudgetLedger:

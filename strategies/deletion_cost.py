@@ -4,7 +4,7 @@ Each selected pod gets a ``controller.kubernetes.io/pod-deletion-cost`` computed
 base cost per pool (say a pay-as-you-go pool 0, a reserved pool 100000) plus a term that is lower on
 hotter nodes (``utilizationWeight`` points per percent of CPU the node has left). The next scale-down
 (by hand or by an HPA) then deletes the pods of the costly pool and of the hot nodes first. Pure: the
-planner returns the cost patches and why; ``rebalancer.steerer`` applies them.
+planner returns the cost patches and why; ``rebalancer.actions.steerer`` applies them.
 """
 
 from __future__ import annotations
@@ -15,13 +15,20 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rebalancer.labels import LabelSelector
-from rebalancer.model import DELETION_COST_ANNOTATION, INT32_MAX, INT32_MIN, Pod, WorkloadRef, parse_deletion_cost
-from rebalancer.plan import PlannedCostPatch, PodDecision, StrategyResult
-from rebalancer.predicted import ClassifyBy, usage_view
-from rebalancer.protections import DELETION_COST_OWNER_ANNOTATION, Protections, foreign_deletion_cost
-from rebalancer.settings import LabelSelectorSpec, Model, NamespaceFilter
-from rebalancer.snapshot import ClusterSnapshot
+from rebalancer.domain.labels import LabelSelector
+from rebalancer.domain.model import (
+    DELETION_COST_ANNOTATION,
+    INT32_MAX,
+    INT32_MIN,
+    Pod,
+    WorkloadRef,
+    parse_deletion_cost,
+)
+from rebalancer.domain.settings.shared import LabelSelectorSpec, Model, NamespaceFilter
+from rebalancer.planning.plan import PlannedCostPatch, PodDecision, StrategyResult
+from rebalancer.planning.predicted import ClassifyBy, usage_view
+from rebalancer.planning.protections import DELETION_COST_OWNER_ANNOTATION, Protections, foreign_deletion_cost
+from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.base import StrategySettings
 
 KIND = "DeletionCostSteering"

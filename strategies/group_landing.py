@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rebalancer.model import Pod
+from rebalancer.domain.model import Pod
 from strategies.landing import TOLERANCE, Landing, LandingPredictor, LandingVerdict, percent
 
 

@@ -21,10 +21,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rebalancer.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult
-from rebalancer.protections import Protections
-from rebalancer.settings import FieldProblems, ResourceThresholds
-from rebalancer.snapshot import ClusterSnapshot
+from rebalancer.domain.settings.shared import FieldProblems, ResourceThresholds
+from rebalancer.planning.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult
+from rebalancer.planning.protections import Protections
+from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
 from strategies.by_requests import ByRequests, view
 from strategies.candidates import BudgetLedger, Candidate, screen

@@ -2,7 +2,7 @@
 
 The default scheduler places the replacement by requests, not by real usage: when requests are
 balanced and usage is not, the relieved node is the least requested one and the replacement lands
-right back. :class:`LandingPredictor` asks :class:`rebalancer.scheduler_model.SchedulerModel` for the
+right back. :class:`LandingPredictor` asks :class:`rebalancer.planning.scheduler_model.SchedulerModel` for the
 probability of each landing node (as if the pod had left its node, with the moves already planned this
 cycle applied): the scheduler picks at random among equally scored nodes, and on clusters of 100 nodes
 or more it scores only a sample of the feasible ones (percentageOfNodesToScore).
@@ -30,18 +30,18 @@ from enum import IntEnum, StrEnum
 
 import msgspec
 
-from rebalancer.guard.marks import GUARD_KEY, MarkReason
-from rebalancer.landing_groups import Group, LandingGroups
-from rebalancer.model import Node, Pod, Taint
-from rebalancer.plan import NodeDecision
-from rebalancer.scheduler_model import (
+from rebalancer.domain.guard_marks import GUARD_KEY, MarkReason
+from rebalancer.domain.model import Node, Pod, Taint
+from rebalancer.planning.landing_groups import Group, LandingGroups
+from rebalancer.planning.plan import NodeDecision
+from rebalancer.planning.scheduler_model import (
     WEIGHT_BALANCED,
     WEIGHT_FIT,
     WEIGHT_SPREAD,
     WEIGHT_TAINT,
     SchedulerModel,
 )
-from rebalancer.snapshot import ClusterSnapshot
+from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.placement import signature
 
 MAX_SCORE = 100 * (WEIGHT_FIT + WEIGHT_BALANCED + WEIGHT_TAINT + WEIGHT_SPREAD)
@@ -116,7 +116,7 @@ class LandingPredictor:
     ``same_pool``: a landing must be in the source node's pool. ``max_risk``: the highest accepted
     landing risk. ``percentage_of_nodes_to_score``: the cluster scheduler's setting (None: adaptive).
 
-    The model answers in groups of equally scored nodes (:mod:`rebalancer.landing_groups`); their
+    The model answers in groups of equally scored nodes (:mod:`rebalancer.planning.landing_groups`); their
     ranking buckets are counted by kind once per pool of source nodes and kept while the ranking stands
     (a node whose room changes, a move's landing, changed in the model too: queries score it exactly).
     """

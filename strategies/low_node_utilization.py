@@ -20,10 +20,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rebalancer.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult, Unrelieved
-from rebalancer.protections import Protections
-from rebalancer.settings import FieldProblems
-from rebalancer.snapshot import ClusterSnapshot
+from rebalancer.domain.settings.shared import FieldProblems
+from rebalancer.planning.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult, Unrelieved
+from rebalancer.planning.protections import Protections
+from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
 from strategies.by_requests import UsageBasis, view
 from strategies.candidates import BudgetLedger, Candidate, screen

@@ -6,9 +6,9 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import msgspec
 
-from rebalancer.model import Node, Pod
-from rebalancer.scheduling import placement_blocker
-from rebalancer.snapshot import ClusterSnapshot
+from rebalancer.domain.model import Node, Pod
+from rebalancer.planning.scheduling import placement_blocker
+from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.room_index import BLOCK, Key, Requests, Room, RoomIndex
 
 

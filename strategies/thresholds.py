@@ -8,9 +8,9 @@ from statistics import fmean
 
 from pydantic import Field
 
-from rebalancer.plan import NodeClass, NodeDecision
-from rebalancer.settings import Model, ResourceThresholds
-from rebalancer.snapshot import ClusterSnapshot
+from rebalancer.domain.settings.shared import Model, ResourceThresholds
+from rebalancer.planning.plan import NodeClass, NodeDecision
+from rebalancer.planning.snapshot import ClusterSnapshot
 
 
 class PoolThresholds(Model):

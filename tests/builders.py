@@ -6,11 +6,20 @@ import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rebalancer.labels import LabelSelector
-from rebalancer.model import ClusterFacts, DisruptionBudget, Node, Pod, Taint, Toleration, UsageReport, WorkloadRef
+from rebalancer.domain.labels import LabelSelector
+from rebalancer.domain.model import (
+    ClusterFacts,
+    DisruptionBudget,
+    Node,
+    Pod,
+    Taint,
+    Toleration,
+    UsageReport,
+    WorkloadRef,
+)
+from rebalancer.domain.settings.shared import PoolSettings
+from rebalancer.planning.snapshot import ClusterSnapshot, build_snapshot
 from rebalancer.policy import Policy, parse_policy
-from rebalancer.settings import PoolSettings
-from rebalancer.snapshot import ClusterSnapshot, build_snapshot
 
 GI = 2**30
 _uids = itertools.count(1)

@@ -42,10 +42,10 @@ from wsgiref.types import InputStream, StartResponse, WSGIApplication, WSGIEnvir
 
 from pydantic import ValidationError
 
-from rebalancer.metrics import Metrics
 from rebalancer.policy import validation_problems
 from rebalancer.service.admission import LINGER_SECONDS, Admission
 from rebalancer.service.deadline import DeadlineReader
+from rebalancer.service.metrics import Metrics
 from rebalancer.service.refusal_log import RefusalLog
 from rebalancer.service.webhook import (
     DEFAULT_NODE_LABELS,

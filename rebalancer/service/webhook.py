@@ -19,7 +19,7 @@ from typing import Literal, Protocol
 
 from pydantic import ConfigDict, Field
 
-from rebalancer.settings import Model
+from rebalancer.domain.settings.shared import Model
 
 AlertStatus = Literal["firing", "resolved"]
 DEFAULT_NODE_LABELS: tuple[str, ...] = ("node", "instance")
@@ -157,7 +157,7 @@ class Ack(Protocol):
 
     ``action`` is one short word (it becomes a metric label): ``queued`` means a targeted rebalance of
     ``node`` was queued; anything else (``already-queued``, ``cooldown``, ``resolved``, ``unknown-node``)
-    means no new work, and ``detail`` may say why. ``rebalancer.runner.AlertDecision`` has this shape.
+    means no new work, and ``detail`` may say why. ``rebalancer.service.runner.AlertDecision`` has this shape.
     """
 
     @property

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rebalancer.traces import load_bitbrains
+from rebalancer.offline.traces import load_bitbrains
 from tests.adapters.prom_fixture import Series
 from tests.shared_data import TRACE_DIR
 

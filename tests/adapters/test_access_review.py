@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.errors import KubeForbidden
-from rebalancer.kube import connect
-from rebalancer.kube.access import AccessReview, Permission
+from rebalancer.adapters.kube import connect
+from rebalancer.adapters.kube.access import AccessReview, Permission
+from rebalancer.domain.errors import KubeForbidden
 from tests.kubeapi import TestApiServer
 
 REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.backoff import EVICTION_BACKOFF, BackoffCorrupt, BackoffState, PodBackoff
-from rebalancer.documents import DocumentKind, DocumentStore
-from rebalancer.efficiency.records import EFFICIENCY_RECORDS, BounceBack, EfficiencyState, RecordsCorrupt
-from rebalancer.errors import DocumentTooLarge, StateConflict
-from rebalancer.kube import ConfigMapStateStore, connect
-from rebalancer.limits import LIMITER_STATE, LimiterState, StateCorrupt
-from rebalancer.limits.state import Bucket, Reservation
+from rebalancer.actions.backoff import EVICTION_BACKOFF, BackoffCorrupt, BackoffState, PodBackoff
+from rebalancer.adapters.kube import ConfigMapStateStore, connect
+from rebalancer.domain.documents import DocumentKind, DocumentStore
+from rebalancer.domain.efficiency_records import EFFICIENCY_RECORDS, BounceBack, EfficiencyState, RecordsCorrupt
+from rebalancer.domain.errors import DocumentTooLarge, StateConflict
+from rebalancer.planning.limits import LIMITER_STATE, LimiterState, StateCorrupt
+from rebalancer.planning.limits.state import Bucket, Reservation
 from tests.kubeapi import TestApiServer
 
 NS, NAME = "rebalancer", "rebalancer-state"

@@ -8,7 +8,8 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from rebalancer.errors import (
+from rebalancer.adapters.kube import KubeActions, connect
+from rebalancer.domain.errors import (
     EvictionConflict,
     EvictionError,
     EvictionRejected,
@@ -17,8 +18,7 @@ from rebalancer.errors import (
     PodGone,
     RebalancerError,
 )
-from rebalancer.kube import KubeActions, connect
-from rebalancer.model import Pod, WorkloadRef
+from rebalancer.domain.model import Pod, WorkloadRef
 from tests.kubeapi import Fault, TestApiServer, status
 from tests.kubeapi import builders as b
 

@@ -10,12 +10,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from rebalancer.errors import KubeUnavailable
-from rebalancer.kube import decode, wire
-from rebalancer.kube.bodies import malformed
-from rebalancer.kube.lister import ListCall
-from rebalancer.model import Pod, WorkloadRef
-from rebalancer.protections import MIRROR_ANNOTATION
+from rebalancer.adapters.kube import decode, wire
+from rebalancer.adapters.kube.bodies import malformed
+from rebalancer.adapters.kube.lister import ListCall
+from rebalancer.domain.errors import KubeUnavailable
+from rebalancer.domain.model import Pod, WorkloadRef
+from rebalancer.planning.protections import MIRROR_ANNOTATION
 from tests.kubeapi import builders as b
 
 KEEP = frozenset({"keep.me/please"})

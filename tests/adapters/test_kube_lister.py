@@ -10,9 +10,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from rebalancer.errors import KubeUnavailable
-from rebalancer.kube import wire
-from rebalancer.kube.lister import LISTING_SWITCH_INTERVAL, ListCall, fast_switching, list_all
+from rebalancer.adapters.kube import wire
+from rebalancer.adapters.kube.lister import LISTING_SWITCH_INTERVAL, ListCall, fast_switching, list_all
+from rebalancer.domain.errors import KubeUnavailable
 
 DEFAULT = 0.005  # the interpreter keeps microseconds: compare lowered values with approx
 

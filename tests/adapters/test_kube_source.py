@@ -10,13 +10,13 @@ import kubernetes.client
 import pytest
 import urllib3
 
-from rebalancer.errors import ConfigError, KubeForbidden, KubeUnavailable, RebalancerError
-from rebalancer.kube import KubeSource, connect
-from rebalancer.kube.lister import MAX_RELISTS
-from rebalancer.labels import LabelSelector, NodeSelectorTerm, Requirement
-from rebalancer.model import ClusterFacts, Pod, Taint, Toleration, WorkloadRef
-from rebalancer.protections import Protections
-from rebalancer.settings import ProtectionSettings
+from rebalancer.adapters.kube import KubeSource, connect
+from rebalancer.adapters.kube.lister import MAX_RELISTS
+from rebalancer.domain.errors import ConfigError, KubeForbidden, KubeUnavailable, RebalancerError
+from rebalancer.domain.labels import LabelSelector, NodeSelectorTerm, Requirement
+from rebalancer.domain.model import ClusterFacts, Pod, Taint, Toleration, WorkloadRef
+from rebalancer.domain.settings.shared import ProtectionSettings
+from rebalancer.planning.protections import Protections
 from tests.kubeapi import Fault, Request, TestApiServer, status
 from tests.kubeapi import builders as b
 

@@ -13,7 +13,7 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from rebalancer.kube import connect
+from rebalancer.adapters.kube import connect
 from tests.kubeapi import Fault, TestApiServer
 from tests.kubeapi import builders as b
 

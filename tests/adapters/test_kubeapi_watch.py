@@ -12,7 +12,7 @@ from typing import Any
 import kubernetes.client
 import kubernetes.watch
 
-from rebalancer.kube import connect
+from rebalancer.adapters.kube import connect
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
 

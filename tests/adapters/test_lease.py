@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from rebalancer.errors import KubeForbidden, KubeUnavailable, LeaseConflict, RebalancerError, StateConflict
-from rebalancer.kube import LeaseClient, connect
-from rebalancer.kube.lease import micro_time, parse_time
-from rebalancer.leader import LeaderElector, LeaseRecord
+from rebalancer.adapters.kube import LeaseClient, connect
+from rebalancer.adapters.kube.lease import micro_time, parse_time
+from rebalancer.domain.errors import KubeForbidden, KubeUnavailable, LeaseConflict, RebalancerError, StateConflict
+from rebalancer.service.leader import LeaderElector, LeaseRecord
 from tests.kubeapi import Fault, TestApiServer
 
 NS, NAME = "rebalancer", "rebalancer"

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from rebalancer.errors import KubeForbidden, PatchError
-from rebalancer.evictor import DryRun
-from rebalancer.guard.applier import GuardApplier, GuardOutcome
-from rebalancer.guard.decide import Action, Change, GuardDecision
-from rebalancer.guard.marks import GUARD_KEY, Mark, MarkReason, NodeEdit, read_mark
-from rebalancer.kube import KubeSource, connect
-from rebalancer.kube.node_guard import NodeMarker
-from rebalancer.model import Taint
+from rebalancer.actions.evictor import DryRun
+from rebalancer.actions.guard.applier import GuardApplier, GuardOutcome
+from rebalancer.actions.guard.decide import Action, Change, GuardDecision
+from rebalancer.adapters.kube import KubeSource, connect
+from rebalancer.adapters.kube.node_guard import NodeMarker
+from rebalancer.domain.errors import KubeForbidden, PatchError
+from rebalancer.domain.guard_marks import GUARD_KEY, Mark, MarkReason, NodeEdit, read_mark
+from rebalancer.domain.model import Taint
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
 

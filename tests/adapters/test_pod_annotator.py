@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from rebalancer.errors import KubeForbidden, PatchError
-from rebalancer.evictor import DryRun
-from rebalancer.kube import KubeActions, KubeSource, PodAnnotator, connect
-from rebalancer.model import DELETION_COST_ANNOTATION
-from rebalancer.plan import EvictionPlan
-from rebalancer.protections import DELETION_COST_OWNER_ANNOTATION, STEERING_OPT_OUT_ANNOTATION, Protections
-from rebalancer.snapshot import build_snapshot
-from rebalancer.steerer import Steerer, SteerOutcome, steering_rules
+from rebalancer.actions.evictor import DryRun
+from rebalancer.actions.steerer import Steerer, SteerOutcome, steering_rules
+from rebalancer.adapters.kube import KubeActions, KubeSource, PodAnnotator, connect
+from rebalancer.domain.errors import KubeForbidden, PatchError
+from rebalancer.domain.model import DELETION_COST_ANNOTATION
+from rebalancer.planning.plan import EvictionPlan
+from rebalancer.planning.protections import DELETION_COST_OWNER_ANNOTATION, STEERING_OPT_OUT_ANNOTATION, Protections
+from rebalancer.planning.snapshot import build_snapshot
 from strategies import build
 from tests import builders
 from tests.conftest import KUBE_TOKEN

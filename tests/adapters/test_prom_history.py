@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from rebalancer.errors import MetricsMalformed, MetricsUnavailable
-from rebalancer.predict.days import last_days
-from rebalancer.predict.settings import PredictorSettings
-from rebalancer.prom.history import PrometheusHistorySource, node_batches
-from rebalancer.settings import PrometheusSettings
+from rebalancer.adapters.prom.history import PrometheusHistorySource, node_batches
+from rebalancer.domain.errors import MetricsMalformed, MetricsUnavailable
+from rebalancer.domain.settings.predictor import PredictorSettings
+from rebalancer.domain.settings.shared import PrometheusSettings
+from rebalancer.planning.predict.days import last_days
 from tests.adapters.cadvisor import COUNTER_START, METRIC, expected_quantile
 from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, Series, StartPrometheus
 

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rebalancer.errors import MetricsUnavailable, SourceError
-from rebalancer.prom.client import PromClient, Vector
-from rebalancer.prom.history import _Table
-from rebalancer.settings import PrometheusSettings
+from rebalancer.adapters.prom.client import PromClient, Vector
+from rebalancer.adapters.prom.history import _Table
+from rebalancer.domain.errors import MetricsUnavailable, SourceError
+from rebalancer.domain.settings.shared import PrometheusSettings
 from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, Series, StartPrometheus, closed_port
 
 pytestmark = pytest.mark.prometheus
@@ -182,7 +182,7 @@ def test_a_plain_vector_takes_the_msgspec_path(prom: PrometheusServer, monkeypat
     def walked(name: str, result: object) -> Vector:
         raise AssertionError("the answer went through parse_vector")
 
-    monkeypatch.setattr("rebalancer.prom.client.parse_vector", walked)
+    monkeypatch.setattr("rebalancer.adapters.prom.client.parse_vector", walked)
     client = PromClient(PrometheusSettings(url=prom.url))
     try:
         assert len(client.large_vector("q", RULE, END)) == 500

@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from rebalancer.errors import MetricsMalformed
-from rebalancer.model import ClusterFacts
-from rebalancer.predict import predict
-from rebalancer.predict.settings import PredictorSettings
-from rebalancer.prom.client import PromClient
-from rebalancer.prom.history import PrometheusHistorySource
-from rebalancer.settings import PrometheusSettings
+from rebalancer.adapters.prom.client import PromClient
+from rebalancer.adapters.prom.history import PrometheusHistorySource
+from rebalancer.domain.errors import MetricsMalformed
+from rebalancer.domain.model import ClusterFacts
+from rebalancer.domain.settings.predictor import PredictorSettings
+from rebalancer.domain.settings.shared import PrometheusSettings
+from rebalancer.planning.predict import predict
 from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, StartPrometheus
 from tests.adapters.test_prom_history import (
     AT,

@@ -18,9 +18,9 @@ import pytest
 import requests
 from prometheus_api_client.exceptions import PrometheusApiClientException
 
-from rebalancer.errors import MetricsMalformed, MetricsStale, MetricsUnavailable, SourceError
-from rebalancer.prom import PrometheusUsageSource
-from rebalancer.settings import DEFAULT_POD_CPU_QUERY, PrometheusSettings, UsageQueries
+from rebalancer.adapters.prom import PrometheusUsageSource
+from rebalancer.domain.errors import MetricsMalformed, MetricsStale, MetricsUnavailable, SourceError
+from rebalancer.domain.settings.shared import DEFAULT_POD_CPU_QUERY, PrometheusSettings, UsageQueries
 from tests.adapters.cadvisor import (
     CadvisorHistory,
     Container,
@@ -102,7 +102,7 @@ def test_pod_usage_counts_real_containers_only(prom: PrometheusServer) -> None:
 
 @pytest.mark.parametrize("collector_on", [False, True])
 def test_a_read_leaves_the_collector_alone(prom: PrometheusServer, collector_on: bool) -> None:
-    """The collector is the composition root's (rebalancer.collector): a read neither flips its switch
+    """The collector is the composition root's (rebalancer.app.collector): a read neither flips its switch
     nor runs a collection of its own while it is paused."""
     was_on = gc.isenabled()
     gc.enable() if collector_on else gc.disable()
@@ -350,7 +350,7 @@ def test_no_library_exception_leaks(
 
     assert type(caught.value) is error
     caught.match(message)
-    assert type(caught.value).__module__ == "rebalancer.errors"
+    assert type(caught.value).__module__ == "rebalancer.domain.errors"
 
 
 # -- request details ---------------------------------------------------------------------------

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.errors import KubeForbidden, KubeUnavailable, RebalancerError, StateConflict
-from rebalancer.kube import ConfigMapStateStore, connect
+from rebalancer.adapters.kube import ConfigMapStateStore, connect
+from rebalancer.domain.errors import KubeForbidden, KubeUnavailable, RebalancerError, StateConflict
 from tests.kubeapi import Fault, TestApiServer
 
 NS, NAME = "rebalancer", "rebalancer-state"

@@ -14,15 +14,15 @@ import kubernetes.client
 import msgspec
 import pytest
 
-from rebalancer.errors import KubeUnavailable
-from rebalancer.kube import KubeSource, connect, decode, wire
-from rebalancer.kube.informer import Informer, WatchTiming
-from rebalancer.kube.lister import ListCall
-from rebalancer.kube.watch_cache import WatchCache
-from rebalancer.model import ClusterFacts, Node, WorkloadRef
-from rebalancer.protections import Protections
-from rebalancer.settings import ProtectionSettings
-from rebalancer.snapshot import group_pods
+from rebalancer.adapters.kube import KubeSource, connect, decode, wire
+from rebalancer.adapters.kube.informer import Informer, WatchTiming
+from rebalancer.adapters.kube.lister import ListCall
+from rebalancer.adapters.kube.watch_cache import WatchCache
+from rebalancer.domain.errors import KubeUnavailable
+from rebalancer.domain.model import ClusterFacts, Node, WorkloadRef
+from rebalancer.domain.settings.shared import ProtectionSettings
+from rebalancer.planning.protections import Protections
+from rebalancer.planning.snapshot import group_pods
 from tests.kubeapi import Fault, TestApiServer
 from tests.kubeapi import builders as b
 
@@ -172,7 +172,7 @@ def test_a_compacted_resource_version_lists_again(kube_server: TestApiServer, ca
 
 
 def test_each_pods_listing_is_announced(kube_server: TestApiServer, kubeconfig: Path) -> None:
-    """serve freezes the heap after each listing of the pods (rebalancer.collector.freeze_heap)."""
+    """serve freezes the heap after each listing of the pods (rebalancer.app.collector.freeze_heap)."""
     populate(kube_server)
     listed: list[int] = []
     cache = WatchCache(

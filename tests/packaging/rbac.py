@@ -20,7 +20,7 @@ import kubernetes.client
 from tests.kubeapi.rbac import Attributes, attributes
 from tests.packaging.chart import ROOT, Doc, Rendered
 
-KUBE_ADAPTER = ROOT / "rebalancer" / "kube"
+KUBE_ADAPTER = ROOT / "rebalancer" / "adapters" / "kube"
 
 
 @dataclass(frozen=True)

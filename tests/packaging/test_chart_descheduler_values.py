@@ -9,7 +9,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from rebalancer.descheduler import convert
+from rebalancer.app.descheduler import convert
 from rebalancer.policy import parse_policy
 from tests.packaging.chart import render
 

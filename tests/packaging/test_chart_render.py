@@ -12,7 +12,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from rebalancer.cli import _parser
+from rebalancer.app.cli import _parser
 from rebalancer.policy import parse_policy
 from tests.packaging.chart import (
     MONITORING_GROUP,

@@ -7,8 +7,8 @@ import helm_python as helm
 import pytest
 import yaml
 
+from rebalancer.planning.protections import Protections
 from rebalancer.policy import parse_policy
-from rebalancer.protections import Protections
 from tests.builders import pod
 from tests.packaging.chart import NAMESPACE, Doc, render, validate_schema
 

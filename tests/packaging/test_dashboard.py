@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from rebalancer.efficiency import EfficiencyState, compute_rates
-from rebalancer.metrics import Metrics
+from rebalancer.records import EfficiencyState, compute_rates
+from rebalancer.service.metrics import Metrics
 from tests.adapters.prom_fixture import run_promtool
 from tests.packaging.chart import CHART, Rendered, render
 

@@ -118,8 +118,8 @@ def test_the_build_context_makes_a_wheel_with_the_package_data_and_no_tests(tmp_
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if n.startswith(("tests/", "bench/", "scripts/"))]
     assert "rebalancer/py.typed" in names
-    assert any(n.startswith("rebalancer/demo/") and n.endswith(".json") for n in names)
+    assert any(n.startswith("rebalancer/offline/demo/") and n.endswith(".json") for n in names)
     assert any(n.startswith("strategies/") for n in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "rebalancer = rebalancer.cli:main" in text
+    assert "rebalancer = rebalancer.app.cli:main" in text

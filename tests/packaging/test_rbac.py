@@ -1,6 +1,6 @@
 """The chart's RBAC grants exactly what the code uses, in both directions.
 
-- From the code: every method of a generated Kubernetes API class that the adapter (rebalancer/kube)
+- From the code: every method of a generated Kubernetes API class that the adapter (rebalancer/adapters/kube)
   names is read from its source with the request it makes; each must be granted, so a new call (a
   future ``patch pods``, say) fails here until the chart grants it.
 - From the running code: `run --once` (the CronJob's pod) and `rebalancer serve` (the Deployment's pod,
@@ -25,11 +25,11 @@ from unittest import mock
 import pytest
 import yaml
 
-from rebalancer import app
-from rebalancer.evictor import DryRun
-from rebalancer.kube import connect
+from rebalancer.actions.evictor import DryRun
+from rebalancer.adapters.kube import connect
+from rebalancer.app import root as app
+from rebalancer.app.runtime import Runtime
 from rebalancer.policy import parse_policy
-from rebalancer.runtime import Runtime
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus, free_port
 from tests.kubeapi import TestApiServer
 from tests.kubeapi.rbac import Attributes, attributes
@@ -218,7 +218,7 @@ def test_deployment_grants_exactly_what_serve_and_its_cycles_use(
     env = {**os.environ, "POD_NAMESPACE": NAMESPACE, "KUBECONFIG": str(kubeconfig)}
     with log.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "rebalancer.cli", *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "rebalancer.app.cli", *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
         )
     serve_process.append(process)
 

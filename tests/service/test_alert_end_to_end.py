@@ -20,8 +20,8 @@ from threading import Thread
 
 import pytest
 
-from rebalancer.kube import LeaseClient, connect
-from rebalancer.leader import LeaseRecord
+from rebalancer.adapters.kube import LeaseClient, connect
+from rebalancer.service.leader import LeaseRecord
 from tests.adapters.prom_fixture import ServerProcess, free_port, require_binary, run_promtool
 from tests.kubeapi import TestApiServer
 from tests.service.scenario import LOADS, NODES, build_cluster, live_pods
@@ -153,7 +153,7 @@ def test_hot_node_alert_leads_to_evictions_through_serve(
     )
     log = (tmp_path / "serve.log").open("w")
     serve = subprocess.Popen(
-        [sys.executable, "-m", "rebalancer.cli", "--log-level", "INFO", "serve", "--policy", str(policy),
+        [sys.executable, "-m", "rebalancer.app.cli", "--log-level", "INFO", "serve", "--policy", str(policy),
          "--kubeconfig", str(kubeconfig)],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -209,7 +209,7 @@ def start_serve(
     log_path = workdir / f"serve-{index}.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "rebalancer.cli", "--log-level", "INFO", "serve", "--policy", str(policy),
+            [sys.executable, "-m", "rebalancer.app.cli", "--log-level", "INFO", "serve", "--policy", str(policy),
              "--kubeconfig", str(kubeconfig)],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -321,7 +321,7 @@ def test_serve_runs_on_start_once_it_leads_and_logs_each_cycle_at_the_default_le
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log:
         serve = subprocess.Popen(
-            [sys.executable, "-m", "rebalancer.cli", "serve", "--policy", str(policy), "--kubeconfig", str(kubeconfig)],
+            [sys.executable, "-m", "rebalancer.app.cli", "serve", "--policy", str(policy), "--kubeconfig", str(kubeconfig)],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
@@ -335,7 +335,7 @@ def test_serve_runs_on_start_once_it_leads_and_logs_each_cycle_at_the_default_le
     assert code == 0, text
     assert text.index("not the leader yet") < text.index("is now the leader") < text.index("schedule cycle:"), text
     [line] = [line for line in text.splitlines() if "schedule cycle:" in line]  # once: the next is an hour away
-    assert " INFO rebalancer.runner: schedule cycle: 1 hot node(s), " in line, line
+    assert " INFO rebalancer.service.runner: schedule cycle: 1 hot node(s), " in line, line
     evicted = sum(1 for r in kube_server.eviction.records if r.code == 201)
     assert evicted and f"{evicted} evicted" in line, line
     assert "apscheduler" not in text  # no line per job run (the policy file is checked every 10 s)

@@ -11,14 +11,14 @@ import threading
 import time
 from pathlib import Path
 
-from rebalancer.cycle import plan_cycle
-from rebalancer.evictor import Evictor
-from rebalancer.metrics import Metrics
-from rebalancer.model import ClusterFacts, UsageReport
+from rebalancer.actions.evictor import Evictor
+from rebalancer.domain.model import ClusterFacts, UsageReport
+from rebalancer.planning.protections import Protections
 from rebalancer.policy import Policy
-from rebalancer.protections import Protections
-from rebalancer.runner import CycleResult, Service, Trigger
+from rebalancer.policy.cycle import plan_cycle
 from rebalancer.service import make_app, serve_http
+from rebalancer.service.metrics import Metrics
+from rebalancer.service.runner import CycleResult, Service, Trigger
 from tests.builders import node, pod
 from tests.unit.test_evictor_properties import MemoryCluster, MemoryStore
 

@@ -29,16 +29,16 @@ from typing import Any
 import pytest
 import yaml
 
-from rebalancer import app
-from rebalancer.evictor import DryRun
-from rebalancer.guard.applier import GuardReport
-from rebalancer.kube import KubeSource, connect
-from rebalancer.metrics import Metrics
+from rebalancer.actions.evictor import DryRun
+from rebalancer.actions.guard.applier import GuardReport
+from rebalancer.adapters.kube import KubeSource, connect
+from rebalancer.app import root as app
+from rebalancer.app.runtime import Runtime
+from rebalancer.app.serve import CycleObservers, _ClusterCache, _Cycles, _KnownNodes
+from rebalancer.app.serve_efficiency import EfficiencyPublisher
 from rebalancer.policy import Policy, load_policy
-from rebalancer.runner import Trigger
-from rebalancer.runtime import Runtime
-from rebalancer.serve import CycleObservers, _ClusterCache, _Cycles, _KnownNodes
-from rebalancer.serve_efficiency import EfficiencyPublisher
+from rebalancer.service.metrics import Metrics
+from rebalancer.service.runner import Trigger
 from strategies.low_node_utilization import LowNodeUtilizationSettings
 from tests.adapters.prom_fixture import StartPrometheus
 from tests.kubeapi import TestApiServer

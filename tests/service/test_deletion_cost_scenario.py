@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer import app
-from rebalancer.cli import main
-from rebalancer.evictor import DryRun
-from rebalancer.explain import explanation_record
-from rebalancer.kube.workload_pods import decode_pod
+from rebalancer.actions.evictor import DryRun
+from rebalancer.actions.steerer import SteerOutcome
+from rebalancer.adapters.kube.workload_pods import decode_pod
+from rebalancer.app import root as app
+from rebalancer.app.cli import main
+from rebalancer.app.explain import explanation_record
+from rebalancer.planning.scale_down import RankedPod, to_delete
 from rebalancer.policy import load_policy
-from rebalancer.scale_down import RankedPod, to_delete
-from rebalancer.steerer import SteerOutcome
 from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
 from tests.kubeapi import TestApiServer

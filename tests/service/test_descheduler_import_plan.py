@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rebalancer import app
-from rebalancer.cli import main
-from rebalancer.evictor import DryRun, Outcome
-from rebalancer.plan import EvictionPlan, NodeClass
+from rebalancer.actions.evictor import DryRun, Outcome
+from rebalancer.app import root as app
+from rebalancer.app.cli import main
+from rebalancer.planning.plan import EvictionPlan, NodeClass
 from rebalancer.policy import load_policy
 from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
 from tests.adapters.prom_fixture import StartPrometheus

@@ -24,17 +24,17 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rebalancer import cli
-from rebalancer.app_efficiency import RECORDS_KEY
-from rebalancer.efficiency import EfficiencyState
-from rebalancer.evictor import DryRun, Outcome
-from rebalancer.kube import KubeSource, connect
-from rebalancer.metrics import Metrics
+from rebalancer.actions.evictor import DryRun, Outcome
+from rebalancer.adapters.kube import KubeSource, connect
+from rebalancer.app import cli
+from rebalancer.app.efficiency import RECORDS_KEY
+from rebalancer.app.runtime import Runtime
+from rebalancer.app.serve import CycleObservers, _ClusterCache, _Cycles, _KnownNodes
+from rebalancer.app.serve_efficiency import EfficiencyPublisher
 from rebalancer.policy import load_policy
-from rebalancer.runner import CycleResult, Trigger
-from rebalancer.runtime import Runtime
-from rebalancer.serve import CycleObservers, _ClusterCache, _Cycles, _KnownNodes
-from rebalancer.serve_efficiency import EfficiencyPublisher
+from rebalancer.records import EfficiencyState
+from rebalancer.service.metrics import Metrics
+from rebalancer.service.runner import CycleResult, Trigger
 from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, Rate, constant, spike
 from tests.adapters.prom_fixture import PrometheusServer, Series, StartPrometheus
 from tests.fake_clock import FakeClock

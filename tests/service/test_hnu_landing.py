@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer import app
-from rebalancer.evictor import DryRun, Outcome
+from rebalancer.actions.evictor import DryRun, Outcome
+from rebalancer.app import root as app
+from rebalancer.app.render import plan_table
 from rebalancer.policy import load_policy
-from rebalancer.render import plan_table
 from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
 from tests.kubeapi import TestApiServer

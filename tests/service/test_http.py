@@ -25,9 +25,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rebalancer.metrics import Metrics
 from rebalancer.policy import ServiceSettings
-from rebalancer.runner import AlertDecision
 from rebalancer.service import (
     MAX_BODY_BYTES,
     MAX_CONCURRENT_REQUESTS,
@@ -41,6 +39,8 @@ from rebalancer.service import (
     make_status_app,
     serve_http,
 )
+from rebalancer.service.metrics import Metrics
+from rebalancer.service.runner import AlertDecision
 from tests.shared_data import WEBHOOK_SAMPLE
 
 SAMPLE = WEBHOOK_SAMPLE.read_bytes()

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from rebalancer.evictor import DryRun
-from rebalancer.guard.marks import GUARD_KEY, Foreign, Mark, MarkReason, read_mark
-from rebalancer.model import Taint
+from rebalancer.actions.evictor import DryRun
+from rebalancer.app.serve import serve
+from rebalancer.domain.guard_marks import GUARD_KEY, Foreign, Mark, MarkReason, read_mark
+from rebalancer.domain.model import Taint
 from rebalancer.policy import load_policy
-from rebalancer.runner import Trigger
-from rebalancer.serve import serve
+from rebalancer.service.runner import Trigger
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus, free_port
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
@@ -179,7 +179,7 @@ def test_a_dry_run_patches_no_node(
 def run_serve(policy: Path, kubeconfig: Path, clock: Callable[[], float], done: Callable[[], bool]) -> None:
     """``rebalancer serve`` in this (main) thread until ``done`` holds (checked from another thread), then
     its graceful shutdown, as on SIGTERM."""
-    from rebalancer.app import ClusterConnection
+    from rebalancer.app.root import ClusterConnection
 
     stop = threading.Event()
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}

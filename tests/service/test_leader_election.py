@@ -26,13 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.evictor import EvictorReport
-from rebalancer.kube import LeaseClient, connect
-from rebalancer.leader import LeaderElection, LeaderElector, LeaseRecord
-from rebalancer.metrics import Metrics
-from rebalancer.plan import EvictionPlan
+from rebalancer.actions.evictor import EvictorReport
+from rebalancer.adapters.kube import LeaseClient, connect
+from rebalancer.planning.plan import EvictionPlan
 from rebalancer.policy import Policy
-from rebalancer.runner import CycleResult, Service, Trigger
+from rebalancer.service.leader import LeaderElection, LeaderElector, LeaseRecord
+from rebalancer.service.metrics import Metrics
+from rebalancer.service.runner import CycleResult, Service, Trigger
 from tests.kubeapi import TestApiServer
 from tests.kubeapi.server import Request
 
@@ -46,8 +46,8 @@ LEASE_PATHS = {
 CANDIDATE = textwrap.dedent(
     """
     import signal, sys, threading, time
-    from rebalancer.kube import LeaseClient, connect
-    from rebalancer.leader import LeaderElection, LeaderElector
+    from rebalancer.adapters.kube import LeaseClient, connect
+    from rebalancer.service.leader import LeaderElection, LeaderElector
 
     kubeconfig, namespace, name, identity = sys.argv[1:5]
     lease, renew, retry = map(float, sys.argv[5:8])

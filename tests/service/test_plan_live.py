@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer import app
-from rebalancer.cli import main
-from rebalancer.plan import NodeClass
+from rebalancer.app import root as app
+from rebalancer.app.cli import main
+from rebalancer.planning.plan import NodeClass
 from rebalancer.policy import load_policy
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
 from tests.conftest import KUBE_TOKEN

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer import app
-from rebalancer.app_prediction import HistoryCache, predict_live, read_history
-from rebalancer.cli import _parser, main
-from rebalancer.evictor import Outcome
-from rebalancer.plan import NodeClass
+from rebalancer.actions.evictor import Outcome
+from rebalancer.app import root as app
+from rebalancer.app.cli import _parser, main
+from rebalancer.app.prediction import HistoryCache, predict_live, read_history
+from rebalancer.offline.predict.command import predict_command
+from rebalancer.offline.predict.usage import Progress
+from rebalancer.planning.plan import NodeClass
 from rebalancer.policy import load_policy
-from rebalancer.predict.command import predict_command
-from rebalancer.predict.usage import Progress
 from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
 from tests.kubeapi import TestApiServer

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer import app
-from rebalancer.evictor import DryRun, Outcome
-from rebalancer.limits import LimiterState
+from rebalancer.actions.evictor import DryRun, Outcome
+from rebalancer.app import root as app
+from rebalancer.app.runtime import Focus, Runtime
+from rebalancer.planning.limits import LimiterState
 from rebalancer.policy import load_policy
-from rebalancer.runtime import Focus, Runtime
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
@@ -158,7 +158,7 @@ def test_rbac_refusal_names_the_missing_permission(
 RUNNER = textwrap.dedent(
     """
     import sys
-    from rebalancer import app
+    from rebalancer.app import root as app
     from rebalancer.policy import load_policy
     result = app.run_once(load_policy(sys.argv[1]), app.ClusterConnection(sys.argv[2]), clock=lambda: {end})
     print(sum(1 for r in result.report.results if r.outcome.value == "evicted"))

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.errors import KubeUnavailable
-from rebalancer.evictor import DryRun
-from rebalancer.kube import KubeSource, connect
-from rebalancer.metrics import Metrics
+from rebalancer.actions.evictor import DryRun
+from rebalancer.adapters.kube import KubeSource, connect
+from rebalancer.app.runtime import Runtime
+from rebalancer.app.serve import _ClusterCache, _Cycles, _KnownNodes, _UsageSource
+from rebalancer.domain.errors import KubeUnavailable
+from rebalancer.domain.settings.shared import PrometheusSettings
 from rebalancer.policy import Policy, load_policy, parse_policy
-from rebalancer.runner import Trigger
-from rebalancer.runtime import Runtime
-from rebalancer.serve import _ClusterCache, _Cycles, _KnownNodes, _UsageSource
-from rebalancer.settings import PrometheusSettings
+from rebalancer.service.metrics import Metrics
+from rebalancer.service.runner import Trigger
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
 from tests.fake_clock import FakeClock
 from tests.kubeapi import TestApiServer

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.errors import ConfigError
+from rebalancer.domain.errors import ConfigError
 from rebalancer.policy import parse_policy
 from tests.adapters.prom_fixture import free_port
 from tests.kubeapi import TestApiServer
@@ -37,7 +37,7 @@ def write_policy(path: Path, service: str) -> Path:
 def start_serve(policy: Path, kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
     with log.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "rebalancer.cli", "serve", "--policy", str(policy), "--kubeconfig", str(kubeconfig)],
+            [sys.executable, "-m", "rebalancer.app.cli", "serve", "--policy", str(policy), "--kubeconfig", str(kubeconfig)],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -108,7 +108,7 @@ def test_serve_runs_unauthenticated_only_when_told_and_says_so(
     assert len([line for line in text.splitlines() if "reload" in line.lower()]) == 1  # the change only
     assert "apscheduler" not in text
     [warning] = [line for line in text.splitlines() if "WITHOUT a token" in line]
-    assert " WARNING rebalancer.serve: the webhook accepts requests WITHOUT a token" in warning
+    assert " WARNING rebalancer.app.serve: the webhook accepts requests WITHOUT a token" in warning
     assert f"127.0.0.1:{port}" in warning
     assert (
         f"serving the webhook on 127.0.0.1:{port}; /metrics, /healthz and /readyz on 127.0.0.1:{metrics_port}" in text

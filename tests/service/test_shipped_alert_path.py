@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from rebalancer import app
-from rebalancer.plan import NodeClass
+from rebalancer.app import root as app
+from rebalancer.app.runtime import Focus
+from rebalancer.planning.plan import NodeClass
 from rebalancer.policy import Policy, parse_policy
-from rebalancer.runtime import Focus
 from tests.adapters.node_exporter import node_exporter_series
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
 from tests.kubeapi import TestApiServer

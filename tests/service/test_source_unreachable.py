@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.cli import main
+from rebalancer.app.cli import main
 from tests.adapters.prom_fixture import free_port
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b

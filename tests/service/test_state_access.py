@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer import app
-from rebalancer.app_state_access import StateAccess, state_permissions
-from rebalancer.errors import KubeForbidden, KubeUnavailable
-from rebalancer.evictor import DryRun
-from rebalancer.kube import connect
-from rebalancer.kube.access import Permission
+from rebalancer.actions.evictor import DryRun
+from rebalancer.adapters.kube import connect
+from rebalancer.adapters.kube.access import Permission
+from rebalancer.app import root as app
+from rebalancer.app.serve import serve
+from rebalancer.app.state_access import StateAccess, state_permissions
+from rebalancer.domain.errors import KubeForbidden, KubeUnavailable
 from rebalancer.policy import load_policy, parse_policy
-from rebalancer.serve import serve
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
 from tests.kubeapi import TestApiServer
 from tests.service.scenario import END, HISTORY, build_cluster, live_pods, write_policy
@@ -89,7 +89,7 @@ def test_the_cli_says_it_in_one_line_and_exits_3(
     kube_server.keep_namespaces("shop", "monitoring")
     policy = write_policy(tmp_path / "p.yaml", prometheus.url, target=50)
     done = subprocess.run(
-        [sys.executable, "-m", "rebalancer.cli", "run", "--once", "--policy", str(policy),
+        [sys.executable, "-m", "rebalancer.app.cli", "run", "--once", "--policy", str(policy),
          "--kubeconfig", str(kubeconfig), "--dry-run=server"],
         capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
     )  # fmt: skip

@@ -10,8 +10,16 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from rebalancer.limits import CycleCounts, EvictionRequest, LimiterState, LimitSettings, ReplicaCounts, Verdict, admit
-from rebalancer.model import WorkloadRef
+from rebalancer.domain.model import WorkloadRef
+from rebalancer.planning.limits import (
+    CycleCounts,
+    EvictionRequest,
+    LimiterState,
+    LimitSettings,
+    ReplicaCounts,
+    Verdict,
+    admit,
+)
 
 T0 = datetime(2024, 1, 1, tzinfo=ZoneInfo("UTC")).timestamp()  # a Monday, 00:00 UTC
 HOUR = 3600.0

@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rebalancer.cycle import plan_cycle
-from rebalancer.model import ClusterFacts, UsageReport
-from rebalancer.plan import EvictionPlan, NodeClass
+from rebalancer.domain.model import ClusterFacts, UsageReport
+from rebalancer.planning.plan import EvictionPlan, NodeClass
+from rebalancer.policy.cycle import plan_cycle
 from strategies.by_requests import requests_view
 from tests.builders import node, pod, policy, snapshot, usage
 
@@ -81,7 +81,7 @@ def test_high_node_utilization_empties_a_node_with_few_requests():
 
 
 def test_requests_classification_needs_no_prediction():
-    from rebalancer.app_prediction import needs_prediction
+    from rebalancer.app.prediction import needs_prediction
 
     assert not needs_prediction(policy(LNU))
 

@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 import yaml
 
-from rebalancer.cli import _parser, log_level, main
-from rebalancer.efficiency.rates import compute_rates
-from rebalancer.efficiency.records import EfficiencyState
-from rebalancer.efficiency.render import report_record
-from rebalancer.evictor import EvictionResult, EvictorReport, Outcome
-from rebalancer.explain import explain, explanation_record
-from rebalancer.output import API_VERSION, encode
-from rebalancer.plan import EvictionPlan, PlannedEviction, StrategyResult
-from rebalancer.render import run_record, run_table
-from rebalancer.scale_down import RankedPod
+from rebalancer.actions.evictor import EvictionResult, EvictorReport, Outcome
+from rebalancer.app.cli import _parser, log_level, main
+from rebalancer.app.explain import explain, explanation_record
+from rebalancer.app.render import run_record, run_table
+from rebalancer.domain.efficiency_records import EfficiencyState
+from rebalancer.domain.output import API_VERSION, encode
+from rebalancer.planning.plan import EvictionPlan, PlannedEviction, StrategyResult
+from rebalancer.planning.scale_down import RankedPod
+from rebalancer.records.rates import compute_rates
+from rebalancer.records.render import report_record
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "config" / "low-node-utilization.yaml"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.collector import CollectorPauses, paused, untrack_young
+from rebalancer.app.collector import CollectorPauses, paused, untrack_young
 from tests.fake_clock import FakeClock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,4 +93,4 @@ def test_no_other_module_touches_the_collector() -> None:
                 names = ["gc"]
             if "gc" in names:
                 touching.append(str(path.relative_to(ROOT)))
-    assert touching == ["rebalancer/collector.py"]
+    assert touching == ["rebalancer/app/collector.py"]

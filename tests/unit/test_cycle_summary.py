@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rebalancer.cycle_summary import cycle_line
-from rebalancer.evictor import EvictionResult, EvictorReport, Outcome
-from rebalancer.plan import EvictionPlan, NodeClass, NodeDecision, PlannedEviction, StrategyResult, Unrelieved
+from rebalancer.actions.evictor import EvictionResult, EvictorReport, Outcome
+from rebalancer.planning.plan import EvictionPlan, NodeClass, NodeDecision, PlannedEviction, StrategyResult, Unrelieved
+from rebalancer.service.cycle_summary import cycle_line
 
 KIND = "LowNodeUtilization"
 

@@ -10,17 +10,17 @@ from types import MappingProxyType
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rebalancer.app_prediction import needs_prediction
-from rebalancer.errors import PatchError
-from rebalancer.evictor import DryRun, EvictorReport
-from rebalancer.model import DELETION_COST_ANNOTATION, INT32_MAX, Pod
-from rebalancer.plan import EvictionPlan
-from rebalancer.predicted import PredictedLoad
-from rebalancer.protections import DELETION_COST_OWNER_ANNOTATION, STEERING_OPT_OUT_ANNOTATION, Protections
-from rebalancer.render import plan_table, run_summary
-from rebalancer.settings import PoolSettings
-from rebalancer.snapshot import ClusterSnapshot
-from rebalancer.steerer import Steerer, SteerOutcome, steering_rules, steering_summary
+from rebalancer.actions.evictor import DryRun, EvictorReport
+from rebalancer.actions.steerer import Steerer, SteerOutcome, steering_rules, steering_summary
+from rebalancer.app.prediction import needs_prediction
+from rebalancer.app.render import plan_table, run_summary
+from rebalancer.domain.errors import PatchError
+from rebalancer.domain.model import DELETION_COST_ANNOTATION, INT32_MAX, Pod
+from rebalancer.domain.settings.shared import PoolSettings
+from rebalancer.planning.plan import EvictionPlan
+from rebalancer.planning.predicted import PredictedLoad
+from rebalancer.planning.protections import DELETION_COST_OWNER_ANNOTATION, STEERING_OPT_OUT_ANNOTATION, Protections
+from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies import build
 from tests import builders as b
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from rebalancer.cli import main
-from rebalancer.descheduler import Conversion, SourceProblem, convert
-from rebalancer.descheduler.render import policy_yaml
+from rebalancer.app.cli import main
+from rebalancer.app.descheduler import Conversion, SourceProblem, convert
+from rebalancer.app.descheduler.render import policy_yaml
 from rebalancer.policy import load_policy, parse_policy
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "descheduler"

@@ -9,9 +9,9 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rebalancer.errors import ConfigError
+from rebalancer.domain.errors import ConfigError
+from rebalancer.domain.settings.shared import DURATION_PATTERN, PrometheusSettings, format_duration, parse_duration
 from rebalancer.policy import parse_policy
-from rebalancer.settings import DURATION_PATTERN, PrometheusSettings, format_duration, parse_duration
 
 STRATEGY = "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n"
 

@@ -5,8 +5,21 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from rebalancer.cycle import plan_cycle
-from rebalancer.efficiency import (
+from rebalancer.actions.evictor import EvictionResult, EvictorReport, Outcome
+from rebalancer.domain.efficiency_records import (
+    COOLED,
+    LANDED_BACK,
+    NEW_PODS,
+    NODE_GONE,
+    OTHERS_GREW,
+    TOO_LITTLE_MOVED,
+    UNKNOWN,
+)
+from rebalancer.domain.model import ClusterFacts, Pod, UsageReport
+from rebalancer.planning.plan import EvictionPlan, Unrelieved
+from rebalancer.planning.snapshot import ClusterSnapshot
+from rebalancer.policy.cycle import plan_cycle
+from rebalancer.records import (
     CLUSTER,
     EfficiencySettings,
     EfficiencyState,
@@ -16,19 +29,6 @@ from rebalancer.efficiency import (
     observe_cycle,
     recently_moved,
 )
-from rebalancer.efficiency.records import (
-    COOLED,
-    LANDED_BACK,
-    NEW_PODS,
-    NODE_GONE,
-    OTHERS_GREW,
-    TOO_LITTLE_MOVED,
-    UNKNOWN,
-)
-from rebalancer.evictor import EvictionResult, EvictorReport, Outcome
-from rebalancer.model import ClusterFacts, Pod, UsageReport
-from rebalancer.plan import EvictionPlan, Unrelieved
-from rebalancer.snapshot import ClusterSnapshot
 from tests.builders import node, pod, policy, usage
 
 T0 = 1_700_000_000.0

@@ -6,10 +6,10 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rebalancer.efficiency import CLUSTER, compute_rates
-from rebalancer.efficiency.landings import observe_landings
-from rebalancer.efficiency.records import EfficiencyState, EvictedPod, Relief
-from rebalancer.model import ClusterFacts, Pod
+from rebalancer.domain.efficiency_records import EfficiencyState, EvictedPod, Relief
+from rebalancer.domain.model import ClusterFacts, Pod
+from rebalancer.records import CLUSTER, compute_rates
+from rebalancer.records.landings import observe_landings
 from tests.builders import node, pod
 
 T0 = 1_700_000_000.0

@@ -8,10 +8,10 @@ import json
 import msgspec
 from prometheus_client import generate_latest
 
-from rebalancer.efficiency import EfficiencyState, compute_rates
-from rebalancer.efficiency.records import COOLED, TOO_LITTLE_MOVED, EvictedPod, Relief
-from rebalancer.efficiency.render import report_record, report_table
-from rebalancer.metrics import Metrics
+from rebalancer.domain.efficiency_records import COOLED, TOO_LITTLE_MOVED, EvictedPod, Relief
+from rebalancer.records import EfficiencyState, compute_rates
+from rebalancer.records.render import report_record, report_table
+from rebalancer.service.metrics import Metrics
 
 T0 = 1_700_000_000.0
 POD = EvictedPod("default", "web-0", "Deployment/default/web", 2500)

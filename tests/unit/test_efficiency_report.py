@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer import cli
-from rebalancer.efficiency import EfficiencyState, compute_rates, observe_cycle
-from rebalancer.efficiency.plot import charts, write_plot
-from rebalancer.efficiency.render import report_record, report_table
-from rebalancer.efficiency.series import bucket_bounds, buckets
-from rebalancer.errors import ConfigError
+from rebalancer.app import cli
+from rebalancer.domain.errors import ConfigError
+from rebalancer.offline.efficiency_plot import charts, write_plot
+from rebalancer.records import EfficiencyState, compute_rates, observe_cycle
+from rebalancer.records.render import report_record, report_table
+from rebalancer.records.series import bucket_bounds, buckets
 from tests.unit.test_efficiency import SETTINGS, T0, evict_all, plan_at, scene
 
 POOLS = {"hot": "default", "cold": "default", "stuck": "default"}

@@ -15,14 +15,14 @@ from collections.abc import Mapping
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rebalancer.cycle import plan_cycle
-from rebalancer.errors import EvictionError, EvictionRejected, StateConflict
-from rebalancer.evictor import DryRun, Evictor, Outcome
-from rebalancer.limits import LimiterState
-from rebalancer.model import ClusterFacts, DisruptionBudget, Pod, UsageReport
-from rebalancer.plan import EvictionPlan, NodeClass, PlannedEviction, StrategyResult
+from rebalancer.actions.evictor import DryRun, Evictor, Outcome
+from rebalancer.domain.errors import EvictionError, EvictionRejected, StateConflict
+from rebalancer.domain.model import ClusterFacts, DisruptionBudget, Pod, UsageReport
+from rebalancer.planning.limits import LimiterState
+from rebalancer.planning.plan import EvictionPlan, NodeClass, PlannedEviction, StrategyResult
+from rebalancer.planning.protections import Protections
 from rebalancer.policy import Policy
-from rebalancer.protections import Protections
+from rebalancer.policy.cycle import plan_cycle
 from tests.builders import policy
 from tests.unit.test_planner_properties import clusters
 
@@ -144,7 +144,7 @@ def test_evictions_are_safe(
     memory = MemoryCluster(facts.pods, facts.budgets)
     # evictions earlier in the hour, recorded by another run, count against the caps
     state = LimiterState()
-    from rebalancer.limits import EvictionRequest, reserve
+    from rebalancer.planning.limits import EvictionRequest, reserve
 
     for i in range(earlier):
         request = EvictionRequest("default", f"earlier-{i}", "elsewhere", "a", None)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rebalancer.explain import explain, explanation_record, explanation_table
-from rebalancer.scale_down import RankedPod
+from rebalancer.app.explain import explain, explanation_record, explanation_table
+from rebalancer.planning.scale_down import RankedPod
 
 NOW = 1_700_000_000.0
 POD = RankedPod("p", "u", "n1", "Running", True, NOW - 600, None, 0, NOW - 600)

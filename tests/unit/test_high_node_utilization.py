@@ -11,10 +11,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from rebalancer.cycle import plan_cycle
-from rebalancer.model import ClusterFacts, Pod, Taint, UsageReport
-from rebalancer.plan import EvictionPlan, NodeClass, PlannedEviction
-from rebalancer.scheduler_model import SchedulerModel
+from rebalancer.domain.model import ClusterFacts, Pod, Taint, UsageReport
+from rebalancer.planning.plan import EvictionPlan, NodeClass, PlannedEviction
+from rebalancer.planning.scheduler_model import SchedulerModel
+from rebalancer.policy.cycle import plan_cycle
 from tests.builders import budget, node, pod, policy, usage
 from tests.unit.test_planner_properties import clusters
 

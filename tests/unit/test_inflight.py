@@ -8,16 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rebalancer.cycle import plan_cycle
-from rebalancer.efficiency import EfficiencySettings, EfficiencyState, judge_followups, observe_cycle
-from rebalancer.efficiency.records import EvictedPod, Relief
-from rebalancer.evictor import EvictionResult, EvictorReport, Outcome
-from rebalancer.guard.decide import guarded_nodes
-from rebalancer.inflight import EarlierReliefs, Flight, Lag, corrected, in_flight, reading_lag
-from rebalancer.model import ClusterFacts, UsageReport
-from rebalancer.plan import EvictionPlan, NodeClass
-from rebalancer.render import plan_record, plan_table
-from rebalancer.snapshot import ClusterSnapshot
+from rebalancer.actions.evictor import EvictionResult, EvictorReport, Outcome
+from rebalancer.actions.guard.decide import guarded_nodes
+from rebalancer.app.render import plan_record, plan_table
+from rebalancer.domain.efficiency_records import EvictedPod, Relief
+from rebalancer.domain.model import ClusterFacts, UsageReport
+from rebalancer.planning.inflight import EarlierReliefs, Flight, Lag, corrected, in_flight, reading_lag
+from rebalancer.planning.plan import EvictionPlan, NodeClass
+from rebalancer.planning.snapshot import ClusterSnapshot
+from rebalancer.policy.cycle import plan_cycle
+from rebalancer.records import EfficiencySettings, EfficiencyState, judge_followups, observe_cycle
 from tests.builders import node, pod, policy, usage
 
 T0 = 1_700_000_000.0

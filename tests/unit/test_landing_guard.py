@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rebalancer.guard.decide import (
+from rebalancer.actions.guard.decide import (
     Action,
     Change,
     GuardDecision,
@@ -17,10 +17,10 @@ from rebalancer.guard.decide import (
     pool_cap,
     release,
 )
-from rebalancer.guard.marks import GUARD_KEY, Foreign, Mark, MarkReason, Orphan, read_mark, rfc3339
-from rebalancer.guard.settings import LandingGuardSettings, PoolGuardSettings
-from rebalancer.model import Taint
-from rebalancer.plan import NodeClass
+from rebalancer.domain.guard_marks import GUARD_KEY, Foreign, Mark, MarkReason, Orphan, read_mark, rfc3339
+from rebalancer.domain.model import Taint
+from rebalancer.domain.settings.guard import LandingGuardSettings, PoolGuardSettings
+from rebalancer.planning.plan import NodeClass
 
 NOW = 1_790_000_000.0
 ME = "rebalancer-a"
@@ -358,10 +358,10 @@ def test_deciding_again_on_what_was_written_writes_nothing(nodes: list[GuardedNo
 
 
 def test_run_summary_and_json_show_the_guard() -> None:
-    from rebalancer.evictor import DryRun, EvictorReport
-    from rebalancer.guard.applier import GuardOutcome, GuardReport, GuardResult
-    from rebalancer.plan import EvictionPlan
-    from rebalancer.render import run_record, run_summary
+    from rebalancer.actions.evictor import DryRun, EvictorReport
+    from rebalancer.actions.guard.applier import GuardOutcome, GuardReport, GuardResult
+    from rebalancer.app.render import run_record, run_summary
+    from rebalancer.planning.plan import EvictionPlan
 
     decision = decide([plain("n", HOT), marked("m", NORMAL, MarkReason.HOT, NOW + 60), *FILLER], guard(), ME, NOW)
     outcomes = (GuardOutcome.APPLIED, GuardOutcome.FAILED)

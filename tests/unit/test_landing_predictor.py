@@ -10,9 +10,9 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rebalancer.plan import NodeClass, NodeDecision
-from rebalancer.scheduler_model import SchedulerModel
-from rebalancer.scheduler_sampling import EPSILON
+from rebalancer.planning.plan import NodeClass, NodeDecision
+from rebalancer.planning.scheduler_model import SchedulerModel
+from rebalancer.planning.scheduler_sampling import EPSILON
 from strategies.landing import TOLERANCE, LandingPredictor, LandingVerdict
 from tests.builders import node, pod, snapshot, usage
 from tests.unit.test_scheduler_model import random_cluster

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rebalancer.errors import ConfigError, KubeUnavailable, LeaseConflict
-from rebalancer.leader import LeaderElection, LeaderElector, LeaseRecord
+from rebalancer.domain.errors import ConfigError, KubeUnavailable, LeaseConflict
+from rebalancer.service.leader import LeaderElection, LeaderElector, LeaseRecord
 from tests.fake_clock import FakeClock
 
 D, R, P = 15.0, 10.0, 2.0  # client-go's defaults: lease duration, renew deadline, retry period

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rebalancer.limits import CycleCounts, LimiterState, check, release, reserve
+from rebalancer.planning.limits import CycleCounts, LimiterState, check, release, reserve
 from tests.unit.limits_builders import DAY, HOUR, T0, Limiter, limits, request
 
 # ------------------------------------------------------------------------------------- token bucket

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from rebalancer.limits import CycleCounts, EvictionRequest, LimiterState, ReplicaCounts, check
-from rebalancer.model import WorkloadRef
+from rebalancer.domain.model import WorkloadRef
+from rebalancer.planning.limits import CycleCounts, EvictionRequest, LimiterState, ReplicaCounts, check
 from tests.builders import node, pod
 from tests.unit.limits_builders import T0, limits, request
 

@@ -18,10 +18,10 @@ from zoneinfo import ZoneInfo
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from rebalancer.limits import CycleCounts, EvictionRequest, LimiterState, LimitSettings, admit, check
-from rebalancer.limits.engine import schedules
-from rebalancer.limits.settings import TimeWindow
-from rebalancer.limits.windows import Schedule, next_open
+from rebalancer.domain.settings.limits import TimeWindow
+from rebalancer.planning.limits import CycleCounts, EvictionRequest, LimiterState, LimitSettings, admit, check
+from rebalancer.planning.limits.engine import schedules
+from rebalancer.planning.limits.windows import Schedule, next_open
 from tests.unit.limits_builders import T0, at, request
 
 EXAMPLES = 500

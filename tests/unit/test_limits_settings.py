@@ -10,10 +10,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from rebalancer.limits import LimitSettings
-from rebalancer.limits.settings import WorkloadLimits
+from rebalancer.domain.settings.limits import WorkloadLimits
+from rebalancer.domain.settings.shared import parse_duration
+from rebalancer.planning.limits import LimitSettings
 from rebalancer.policy import validation_problems
-from rebalancer.settings import parse_duration
 from tests.unit.limits_builders import DAY, HOUR, limits
 
 EXAMPLE = Path(__file__).parent / "data" / "limits-example.yaml"

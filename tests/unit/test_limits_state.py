@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from rebalancer.limits import CycleCounts, LimiterState, StateCorrupt, check, reserve
-from rebalancer.limits.state import SCHEMA, VERSION, Bucket, Reservation
+from rebalancer.planning.limits import CycleCounts, LimiterState, StateCorrupt, check, reserve
+from rebalancer.planning.limits.state import SCHEMA, VERSION, Bucket, Reservation
 from tests.unit.limits_builders import DAY, HOUR, T0, limits, request
 
 SETTINGS = limits(

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rebalancer.limits import CycleCounts, LimiterState, LimitSettings, Verdict, check
+from rebalancer.planning.limits import CycleCounts, LimiterState, LimitSettings, Verdict, check
 from tests.unit.limits_builders import at, limits, request
 
 

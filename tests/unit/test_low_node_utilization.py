@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from rebalancer.cycle import plan_cycle
-from rebalancer.model import ClusterFacts, Taint, Toleration, UsageReport
-from rebalancer.plan import EvictionPlan, NodeClass
+from rebalancer.domain.model import ClusterFacts, Taint, Toleration, UsageReport
+from rebalancer.planning.plan import EvictionPlan, NodeClass
 from rebalancer.policy import Policy
+from rebalancer.policy.cycle import plan_cycle
 from tests.builders import budget, node, pod, policy, usage
 
 LNU = """

@@ -8,12 +8,12 @@ import prometheus_client
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rebalancer.cycle import plan_cycle
-from rebalancer.evictor import EvictionResult, EvictorReport, Outcome
-from rebalancer.metrics import Metrics
-from rebalancer.model import ClusterFacts, UsageReport
-from rebalancer.plan import EvictionPlan
-from rebalancer.steerer import SteeringReport, SteerOutcome, SteerResult
+from rebalancer.actions.evictor import EvictionResult, EvictorReport, Outcome
+from rebalancer.actions.steerer import SteeringReport, SteerOutcome, SteerResult
+from rebalancer.domain.model import ClusterFacts, UsageReport
+from rebalancer.planning.plan import EvictionPlan
+from rebalancer.policy.cycle import plan_cycle
+from rebalancer.service.metrics import Metrics
 from tests.builders import node, pod, policy, usage
 
 # predictPlacement off: in make_plan's cluster, big's replacement ties between cold, dark (no data) and b1

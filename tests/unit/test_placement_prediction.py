@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rebalancer.cycle import plan_cycle
-from rebalancer.efficiency import EfficiencySettings, EfficiencyState, compute_rates, observe_cycle
-from rebalancer.evictor import EvictorReport
-from rebalancer.model import ClusterFacts, Node, Pod, Taint, Toleration, UsageReport
-from rebalancer.plan import EvictionPlan, NodeClass, Unrelieved
-from rebalancer.scheduler_model import SchedulerModel
+from rebalancer.actions.evictor import EvictorReport
+from rebalancer.domain.model import ClusterFacts, Node, Pod, Taint, Toleration, UsageReport
+from rebalancer.planning.plan import EvictionPlan, NodeClass, Unrelieved
+from rebalancer.planning.scheduler_model import SchedulerModel
+from rebalancer.policy.cycle import plan_cycle
+from rebalancer.records import EfficiencySettings, EfficiencyState, compute_rates, observe_cycle
 from strategies.thresholds import cap_millis
 from tests.builders import node, pod, policy, usage
 from tests.unit.test_planner_properties import clusters

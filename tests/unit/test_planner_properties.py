@@ -11,11 +11,11 @@ from collections import Counter, defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rebalancer.cycle import plan_cycle
-from rebalancer.model import ClusterFacts, DisruptionBudget, Node, Pod, Taint, Toleration, UsageReport
-from rebalancer.plan import NodeClass
+from rebalancer.domain.model import ClusterFacts, DisruptionBudget, Node, Pod, Taint, Toleration, UsageReport
+from rebalancer.planning.plan import NodeClass
+from rebalancer.planning.protections import Protections
 from rebalancer.policy import Policy
-from rebalancer.protections import Protections
+from rebalancer.policy.cycle import plan_cycle
 from tests.builders import budget, node, pod, policy
 
 EXAMPLES = 600

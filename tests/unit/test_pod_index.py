@@ -16,12 +16,12 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rebalancer.cycle import plan_cycle
-from rebalancer.evictor import _replica_counts
-from rebalancer.kube.pod_index import PodGroups
-from rebalancer.model import ClusterFacts, NodePods, Pod, UsageReport, WorkloadRef
+from rebalancer.actions.evictor import _replica_counts
+from rebalancer.adapters.kube.pod_index import PodGroups
+from rebalancer.domain.model import ClusterFacts, NodePods, Pod, UsageReport, WorkloadRef
+from rebalancer.planning.snapshot import TERMINAL_PHASES, group_pods
 from rebalancer.policy import Policy
-from rebalancer.snapshot import TERMINAL_PHASES, group_pods
+from rebalancer.policy.cycle import plan_cycle
 from tests.builders import pod
 from tests.unit.test_planner_properties import clusters, policies
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.cli import main
-from rebalancer.demo import demo_policy_path
-from rebalancer.errors import ConfigError
+from rebalancer.app.cli import main
+from rebalancer.domain.errors import ConfigError
+from rebalancer.offline.demo import demo_policy_path
 from rebalancer.policy import parse_policy
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"

@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from rebalancer.cli import main
-from rebalancer.cron import cron_trigger
-from rebalancer.errors import ConfigError
-from rebalancer.metrics import Metrics
+from rebalancer.app.cli import main
+from rebalancer.domain.errors import ConfigError
+from rebalancer.domain.settings.cron import cron_trigger
 from rebalancer.policy import MAX_POLICY_BYTES, MAX_PROBLEMS, Policy, load_policy, parse_policy
-from rebalancer.runner import CycleResult, Service, Trigger
+from rebalancer.service.metrics import Metrics
+from rebalancer.service.runner import CycleResult, Service, Trigger
 from strategies import REGISTRY
 
 GOOD = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}}\n"

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from rebalancer.predict.aggregate import aggregate, max_daily, same_weekday_weights, weighted_mean
-from rebalancer.predict.settings import PredictorSettings, decaying_weights
+from rebalancer.domain.settings.predictor import PredictorSettings, decaying_weights
+from rebalancer.planning.predict.aggregate import aggregate, max_daily, same_weekday_weights, weighted_mean
 
 NAN = math.nan
 

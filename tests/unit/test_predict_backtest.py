@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rebalancer.cli import main
-from rebalancer.predict import PredictorSettings
-from rebalancer.predict.backtest import backtest, daily_table, local_days, windows
-from rebalancer.predict.settings import AGGREGATIONS
-from rebalancer.predict.usage import load_usage
+from rebalancer.app.cli import main
+from rebalancer.domain.settings.predictor import AGGREGATIONS
+from rebalancer.offline.predict.backtest import backtest, daily_table, local_days, windows
+from rebalancer.offline.predict.usage import load_usage
+from rebalancer.planning.predict import PredictorSettings
 from tests.shared_data import TRACE_DIR
 
 DAY0 = 1_704_067_200  # 2024-01-01 00:00 UTC

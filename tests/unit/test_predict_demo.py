@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.cli import main
+from rebalancer.app.cli import main
 
 STRATEGY = "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n"
 

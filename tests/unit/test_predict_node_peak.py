@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rebalancer.model import ClusterFacts
-from rebalancer.predict import DailyPeaks, PredictorSettings, predict
-from rebalancer.predict.aggregate import decaying_histogram
-from rebalancer.predict.node_peak import PeakBook, pod_profile, workload_shapes
-from rebalancer.predict.predictor import peak_book
-from rebalancer.predict.profile import DailyProfiles, bucket_label, bucket_of, own_profile, predicted_peak
+from rebalancer.domain.model import ClusterFacts
+from rebalancer.planning.predict import DailyPeaks, PredictorSettings, predict
+from rebalancer.planning.predict.aggregate import decaying_histogram
+from rebalancer.planning.predict.node_peak import PeakBook, pod_profile, workload_shapes
+from rebalancer.planning.predict.predictor import peak_book
+from rebalancer.planning.predict.profile import DailyProfiles, bucket_label, bucket_of, own_profile, predicted_peak
 from tests.builders import node, pod
 
 NAN = math.nan

@@ -9,8 +9,8 @@ import msgspec
 import numpy as np
 import pytest
 
-from rebalancer.model import ClusterFacts, Pod
-from rebalancer.predict import DailyPeaks, PredictorSettings, Source, predict, repredict, stale_nodes
+from rebalancer.domain.model import ClusterFacts, Pod
+from rebalancer.planning.predict import DailyPeaks, PredictorSettings, Source, predict, repredict, stale_nodes
 from tests.builders import node, pod
 
 NAN = math.nan

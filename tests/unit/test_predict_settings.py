@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.cli import main
-from rebalancer.errors import ConfigError
+from rebalancer.app.cli import main
+from rebalancer.domain.errors import ConfigError
 from rebalancer.policy import parse_policy
 
 STRATEGY = "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n"

@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rebalancer.cycle import plan_cycle
-from rebalancer.errors import ConfigError
-from rebalancer.model import ClusterFacts, Node, Pod, UsageReport
-from rebalancer.plan import EvictionPlan, NodeClass
+from rebalancer.domain.errors import ConfigError
+from rebalancer.domain.model import ClusterFacts, Node, Pod, UsageReport
+from rebalancer.domain.settings.predictor import PredictorSettings
+from rebalancer.planning.plan import EvictionPlan, NodeClass
+from rebalancer.planning.predict.history import DailyPeaks
+from rebalancer.planning.predict.predictor import predict
+from rebalancer.planning.predicted import PredictedLoad
 from rebalancer.policy import parse_policy
-from rebalancer.predict.history import DailyPeaks
-from rebalancer.predict.predictor import predict
-from rebalancer.predict.settings import PredictorSettings
-from rebalancer.predicted import PredictedLoad
+from rebalancer.policy.cycle import plan_cycle
 from tests.builders import node, pod, policy, usage
 
 # predictPlacement off: NODES has one web pod on each node once peaky or steady left quiet-now, so the

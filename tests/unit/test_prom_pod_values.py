@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rebalancer.errors import MetricsMalformed
-from rebalancer.prom.client import by_pod, fast_pod_values, parse_vector
+from rebalancer.adapters.prom.client import by_pod, fast_pod_values, parse_vector
+from rebalancer.domain.errors import MetricsMalformed
 
 LABEL = st.text(alphabet="abcdefghijklmnop-_/.", min_size=1, max_size=8)
 GOOD_VALUE = st.floats(min_value=0.0, max_value=1e6, allow_nan=False).map(repr)

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from rebalancer.protections import Protections
-from rebalancer.settings import ProtectionSettings
+from rebalancer.domain.settings.shared import ProtectionSettings
+from rebalancer.planning.protections import Protections
 from tests.builders import pod
 
 

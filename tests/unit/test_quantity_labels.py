@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from rebalancer.labels import LabelSelector, NodeSelectorTerm, Requirement
-from rebalancer.quantity import QuantityError, cpu_millis, format_cores, memory_bytes
+from rebalancer.domain.labels import LabelSelector, NodeSelectorTerm, Requirement
+from rebalancer.domain.quantity import QuantityError, cpu_millis, format_cores, memory_bytes
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rebalancer.model import Node, Pod, Taint, Toleration
-from rebalancer.scheduling import placement_blocker
-from rebalancer.snapshot import ClusterSnapshot
+from rebalancer.domain.model import Node, Pod, Taint, Toleration
+from rebalancer.planning.scheduling import placement_blocker
+from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.placement import Placement, RoomTracker, Signature, signature
 from strategies.room_index import BLOCK, Room, RoomIndex
 from tests.builders import GI, node, pod, snapshot, usage

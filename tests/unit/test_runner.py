@@ -12,11 +12,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from rebalancer.cron import cron_trigger
-from rebalancer.evictor import EvictorReport
-from rebalancer.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult, Unrelieved
+from rebalancer.actions.evictor import EvictorReport
+from rebalancer.domain.settings.cron import cron_trigger
+from rebalancer.planning.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult, Unrelieved
 from rebalancer.policy import Policy
-from rebalancer.runner import CycleResult, Service, Trigger
+from rebalancer.service.runner import CycleResult, Service, Trigger
 
 UTC = ZoneInfo("UTC")
 GOOD = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}, schedule: {interval: 1h}}\n"
@@ -153,7 +153,7 @@ def test_start_runs_each_strategy_once_and_stop_waits_for_the_cycle_in_flight(tm
 def test_housekeeping_runs_at_start_only_while_leading_and_a_failure_is_logged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from rebalancer.errors import KubeUnavailable
+    from rebalancer.domain.errors import KubeUnavailable
 
     path = tmp_path / "policy.yaml"
     path.write_text(GOOD.replace("interval: 1h", "interval: 1d"))
@@ -184,7 +184,7 @@ def test_housekeeping_runs_at_start_only_while_leading_and_a_failure_is_logged(
 def test_a_follower_runs_the_run_on_start_cycle_when_it_first_leads(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="rebalancer.runner")
+    caplog.set_level(logging.INFO, logger="rebalancer.service.runner")
     path = tmp_path / "policy.yaml"
     path.write_text(GOOD)  # every hour: a cycle within the test is the run-on-start one
     leading = {"now": False}
@@ -235,7 +235,7 @@ def test_without_run_on_start_leading_runs_nothing_before_the_schedule(tmp_path:
 
 
 def test_a_follower_says_once_that_it_skips_cycles(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="rebalancer.runner")
+    caplog.set_level(logging.DEBUG, logger="rebalancer.service.runner")
     svc, _, _, _ = service(tmp_path, leader=False)
     for _ in range(3):
         assert svc.run(Trigger("schedule", (0,))) is None
@@ -247,7 +247,7 @@ def test_a_follower_says_once_that_it_skips_cycles(tmp_path: Path, caplog: pytes
 def test_each_cycle_logs_one_info_line_saying_why_nothing_was_done(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="rebalancer.runner")
+    caplog.set_level(logging.INFO, logger="rebalancer.service.runner")
     path = tmp_path / "policy.yaml"
     path.write_text(GOOD)
     decision = NodeDecision("LowNodeUtilization", "n1", "general", NodeClass.HOT, "hot", 3500, 4000, 87.5, 20, 70)

@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from rebalancer.kube.workload_pods import decode_pod
-from rebalancer.model import parse_deletion_cost
-from rebalancer.scale_down import RankedPod, Rule, compare, deletion_order, log_bucket, to_delete
+from rebalancer.adapters.kube.workload_pods import decode_pod
+from rebalancer.domain.model import parse_deletion_cost
+from rebalancer.planning.scale_down import RankedPod, Rule, compare, deletion_order, log_bucket, to_delete
 from tests.kubeapi import builders as b
 
 NOW = 1_700_000_000.0

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rebalancer.model import ClusterFacts, Node, Pod, Taint, Toleration, WorkloadRef
-from rebalancer.scheduler_model import SchedulerModel
-from rebalancer.scheduler_sampling import EPSILON, feasible_nodes_to_find, winning_probabilities
-from rebalancer.settings import PoolSettings
-from rebalancer.snapshot import build_snapshot, group_pods
+from rebalancer.domain.model import ClusterFacts, Node, Pod, Taint, Toleration, WorkloadRef
+from rebalancer.domain.settings.shared import PoolSettings
+from rebalancer.planning.scheduler_model import SchedulerModel
+from rebalancer.planning.scheduler_sampling import EPSILON, feasible_nodes_to_find, winning_probabilities
+from rebalancer.planning.snapshot import build_snapshot, group_pods
 from tests.builders import GI, node, pod, snapshot, usage
 
 

@@ -15,25 +15,22 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from rebalancer.cli import main
-from rebalancer.cycle import plan_cycle
-from rebalancer.errors import ConfigError, EvictionRejected, StateConflict
-from rebalancer.evictor import EvictorReport
-from rebalancer.guard.marks import GUARD_KEY, Mark, read_mark
-from rebalancer.model import ClusterFacts, Node, Taint, UsageReport, WorkloadRef
-from rebalancer.policy import Policy, parse_policy
-from rebalancer.scheduler_model import SchedulerModel
-from rebalancer.settings import PoolSettings
-from rebalancer.simulate.alert_rule import AlertRule
-from rebalancer.simulate.alerts import AlertPath
-from rebalancer.simulate.before_after import ROWS as BEFORE_AFTER_ROWS
-from rebalancer.simulate.before_after import before_after, before_after_table
-from rebalancer.simulate.cluster import NAMESPACE, Cluster, Workload, build_cluster, make_pod
-from rebalancer.simulate.config import GI, SimConfig
-from rebalancer.simulate.engine import simulate
-from rebalancer.simulate.landing_guard import OWNER, SimGuard
-from rebalancer.simulate.overshoot import Bounds, Overshoot, Truth, overshoot
-from rebalancer.simulate.readings import (
+from rebalancer.actions.evictor import EvictorReport
+from rebalancer.app.cli import main
+from rebalancer.domain.errors import ConfigError, EvictionRejected, StateConflict
+from rebalancer.domain.guard_marks import GUARD_KEY, Mark, read_mark
+from rebalancer.domain.model import ClusterFacts, Node, Taint, UsageReport, WorkloadRef
+from rebalancer.domain.settings.shared import PoolSettings
+from rebalancer.offline.simulate.alert_rule import AlertRule
+from rebalancer.offline.simulate.alerts import AlertPath
+from rebalancer.offline.simulate.before_after import ROWS as BEFORE_AFTER_ROWS
+from rebalancer.offline.simulate.before_after import before_after, before_after_table
+from rebalancer.offline.simulate.cluster import NAMESPACE, Cluster, Workload, build_cluster, make_pod
+from rebalancer.offline.simulate.config import GI, SimConfig
+from rebalancer.offline.simulate.engine import simulate
+from rebalancer.offline.simulate.landing_guard import OWNER, SimGuard
+from rebalancer.offline.simulate.overshoot import Bounds, Overshoot, Truth, overshoot
+from rebalancer.offline.simulate.readings import (
     NodeSamples,
     daily_table,
     node_usage,
@@ -42,10 +39,10 @@ from rebalancer.simulate.readings import (
     profile_table,
     usage_report,
 )
-from rebalancer.simulate.result import VariantResult
-from rebalancer.simulate.shapes import synthetic_shapes
-from rebalancer.simulate.summary import figures, summary_table
-from rebalancer.simulate.variants import (
+from rebalancer.offline.simulate.result import VariantResult
+from rebalancer.offline.simulate.shapes import synthetic_shapes
+from rebalancer.offline.simulate.summary import figures, summary_table
+from rebalancer.offline.simulate.variants import (
     AFTER,
     BEFORE,
     GROUPS,
@@ -58,8 +55,11 @@ from rebalancer.simulate.variants import (
     variant_named,
     variant_policy,
 )
-from rebalancer.simulate.world import MemoryStore, Move, SimActions, World
-from rebalancer.snapshot import build_snapshot
+from rebalancer.offline.simulate.world import MemoryStore, Move, SimActions, World
+from rebalancer.planning.scheduler_model import SchedulerModel
+from rebalancer.planning.snapshot import build_snapshot
+from rebalancer.policy import Policy, parse_policy
+from rebalancer.policy.cycle import plan_cycle
 from tests.shared_data import TRACE_DIR
 
 POLICY = """

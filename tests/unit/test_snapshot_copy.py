@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rebalancer.model import PodKey
-from rebalancer.snapshot import copied
+from rebalancer.domain.model import PodKey
+from rebalancer.planning.snapshot import copied
 
 
 class _Plain(Mapping[PodKey, int]):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from rebalancer.timeline import Timeline
+from rebalancer.domain.timeline import Timeline
 from tests.fake_clock import FakeClock
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rebalancer.traces import TraceError, load_bitbrains
+from rebalancer.offline.traces import TraceError, load_bitbrains
 from tests.shared_data import TRACE_DIR
 
 HEADER = "Timestamp [ms];\tCPU cores;\tCPU capacity provisioned [MHZ];\tCPU usage [MHZ];\tCPU usage [%]\n"

@@ -44,7 +44,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* The policy's settings the chart reads, with the code's defaults (rebalancer/policy.py). */}}
+{{/* The policy's settings the chart reads, with the code's defaults (rebalancer/policy/__init__.py). */}}
 {{- define "rebalancer.port" -}}
 {{- dig "service" "port" 8080 .Values.policy | int }}
 {{- end }}

@@ -1,0 +1,1 @@
+"""Adapters: the only code that talks to Kubernetes (``kube``) and Prometheus (``prom``)."""

@@ -1,0 +1,184 @@
+"""Real CPU usage from Prometheus: instant queries at the caller's time, strictly validated.
+
+The transport (``client.py``, prometheus-api-client over ``requests``) checks each answer's shape;
+every answer is checked before it becomes a :class:`~rebalancer.domain.model.UsageReport`; anything
+doubtful raises a :class:`~rebalancer.domain.errors.SourceError`, so the cycle makes no eviction:
+
+* ``MetricsUnavailable``: Prometheus unreachable, timed out, an HTTP error (with Prometheus'
+  ``errorType``/``error``), or ``status: error``.
+* ``MetricsMalformed``: the answer is not an instant vector, a series lacks its key labels, two
+  series share a key, a value is NaN, infinite, negative or unparsable.
+* ``MetricsStale``: a query answered with no series at all (Prometheus has no data: an empty answer
+  is never read as zero usage), or the newest freshness sample of *every* node is older than
+  ``maxDataAgeSeconds`` (scraping is broken as a whole).
+
+A single node whose newest sample is too old (or that has no freshness sample while a freshness
+query is configured) goes into ``node_problems`` and is left out of ``node_cpu_m``: unknown, not 0.
+So does a node whose data began less than rateWindow + step ago (``youngNodes``): rate() would spread
+its short history over the whole window and read it cold. Such pods (``youngPods``) are left out of
+``pod_cpu_m``. Both checks are one instant query each that answers only the young series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TypeVar
+
+from rebalancer.adapters.prom.client import PromClient, Vector, by_node, iso
+from rebalancer.domain.errors import MetricsStale
+from rebalancer.domain.model import PodKey, UsageReport
+from rebalancer.domain.settings.shared import (
+    DEFAULT_NODE_CPU_QUERY,
+    DEFAULT_NODE_FRESHNESS_QUERY,
+    DEFAULT_POD_CPU_QUERY,
+    PrometheusSettings,
+    format_duration,
+)
+
+
+class PrometheusUsageSource:
+    """Reads per-pod and per-node CPU usage (window quantiles) from Prometheus.
+
+    ``read(at)`` evaluates every query at ``at`` (epoch seconds, from the caller's clock), so one
+    cycle sees one consistent instant and tests can evaluate history far in the past.
+    """
+
+    def __init__(self, settings: PrometheusSettings) -> None:
+        self._settings = settings
+        self._client = PromClient(settings)
+        self._url = self._client.url
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> PrometheusUsageSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def read(self, at: float, nodes: frozenset[str] | None = None) -> UsageReport:
+        """Usage as seen at ``at``; raises a ``SourceError`` when the answer cannot be trusted.
+
+        ``nodes``: only those nodes' pods are needed (an alert-driven cycle); honoured when the node usage
+        comes from its own query (pod-sum mode needs every pod) and the pod template has ``{pod_filter}``."""
+        settings = self._settings
+        queries = settings.queries
+        self._client.authorize()
+        problems: dict[str, str] = {}
+        if queries.young_nodes is not None:
+            young_nodes = self._client.large_vector("young_nodes", settings.render(queries.young_nodes), at)
+            problems.update(dict.fromkeys(by_node("young_nodes", young_nodes, settings.node_label), self._too_young()))
+        fresh: dict[str, float] | None = None
+        if queries.node_freshness is not None:
+            fresh = self._by_node("node_freshness", settings.render(queries.node_freshness), at)
+            problems.update(self._stale_nodes(fresh, at))
+        node_cpu_m: dict[str, int] = {}
+        if queries.node_cpu is not None:
+            for node, cores in self._by_node("node_cpu", settings.render(queries.node_cpu), at).items():
+                if fresh is not None and node not in fresh:
+                    problems[node] = (
+                        "no freshness sample within Prometheus' lookback delta (default 5m) "
+                        "before the evaluation time: data too old or missing"
+                    )
+                if node not in problems:
+                    node_cpu_m[node] = _millicores(cores)
+        pod_nodes = nodes if queries.node_cpu is not None else None
+        pods = self._by_pod(settings.render(queries.pod_cpu, pod_nodes), at)
+        pod_cpu_m = {key: round(cores * 1000) for key, cores in pods.items()}  # _millicores, inlined: 150,000 pods
+        del pods
+        young_pods = 0
+        if queries.young_pods is not None:
+            for key in self._client.pod_values("young_pods", settings.render(queries.young_pods, pod_nodes), at):
+                young_pods += pod_cpu_m.pop(key, None) is not None
+        return UsageReport(
+            node_cpu_m=MappingProxyType(node_cpu_m),
+            pod_cpu_m=MappingProxyType(pod_cpu_m),
+            node_problems=MappingProxyType(problems),
+            failure=None,
+            node_from_pods=queries.node_cpu is None,
+            fresh_nodes=None if fresh is None else frozenset(fresh),
+            description=self._describe(at, young_pods),
+        )
+
+    # -- staleness ---------------------------------------------------------------------------
+
+    def _too_young(self) -> str:
+        s = self._settings
+        span = f"rateWindow {format_duration(s.rate_window)} + step {format_duration(s.step)}"
+        return (
+            f"less than {s.data_span_seconds}s of data ({span}): rate() would "
+            "spread the short history over the whole window and read it low, so usage is unknown"
+        )
+
+    def _stale_nodes(self, fresh: Mapping[str, float], at: float) -> dict[str, str]:
+        limit = self._settings.max_data_age_seconds
+        newest = max(fresh.values())
+        if at - newest > limit:
+            raise MetricsStale(
+                f"Prometheus' newest sample over all {len(fresh)} node(s) is {at - newest:.0f}s old at "
+                f"{iso(at)} > maxDataAgeSeconds {limit:g}: the whole source is stale"
+            )
+        return {
+            node: f"newest sample {at - stamp:.0f}s old > maxDataAgeSeconds {limit:g}"
+            for node, stamp in sorted(fresh.items())
+            if at - stamp > limit
+        }
+
+    # -- keyed vectors -----------------------------------------------------------------------
+
+    def _by_node(self, name: str, promql: str, at: float) -> dict[str, float]:
+        return by_node(name, self._vector(name, promql, at), self._settings.node_label)
+
+    def _by_pod(self, promql: str, at: float) -> dict[PodKey, float]:
+        return _some("pod_cpu", promql, at, self._client.pod_values("pod_cpu", promql, at))
+
+    def _vector(self, name: str, promql: str, at: float) -> Vector:
+        return _some(name, promql, at, self._client.large_vector(name, promql, at))  # 5,000 nodes: msgspec
+
+    def _describe(self, at: float, young_pods: int) -> str:
+        s = self._settings
+        q = s.queries
+
+        def custom(template: str | None, default: str) -> str:
+            return "" if template == default else " (custom query)"
+
+        pods = (
+            f"pods: {s.quantile:g} quantile over {format_duration(s.window)} (step {format_duration(s.step)}) "
+            f"of rate[{format_duration(s.rate_window)}]"
+            f"{custom(q.pod_cpu, DEFAULT_POD_CPU_QUERY)}"
+        )
+        if q.node_cpu is None:
+            nodes = "nodes: sum of their pods"
+        else:
+            nodes = f"nodes: same statistic per {s.node_label!r} label{custom(q.node_cpu, DEFAULT_NODE_CPU_QUERY)}"
+        if q.node_freshness is None:
+            freshness = "node freshness: not checked"
+        else:
+            freshness = (
+                f"node freshness: newest sample within {s.max_data_age_seconds:g}s"
+                f"{custom(q.node_freshness, DEFAULT_NODE_FRESHNESS_QUERY)}"
+            )
+        if q.young_pods is None:
+            young = "pods' data span: not checked"
+        else:
+            young = f"{young_pods} pod(s) with less than {s.data_span_seconds}s of data: usage unknown"
+        return f"Prometheus {self._url} at {iso(at)}; {pods}; {nodes}; {freshness}; {young}"
+
+
+_Found = TypeVar("_Found", Vector, dict[PodKey, float])
+
+
+def _some(name: str, promql: str, at: float, found: _Found) -> _Found:
+    """An answer with no series is stale, never zero usage."""
+    if not found:
+        raise MetricsStale(
+            f"query {name} answered no series at {iso(at)}: Prometheus has no data for it, "
+            f"so usage is unknown (never read as zero); query: {promql}"
+        )
+    return found
+
+
+def _millicores(cores: float) -> int:
+    return round(cores * 1000)

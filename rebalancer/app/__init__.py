@@ -1,0 +1,1 @@
+"""The command line and the composition root: where real clients are built and handed down."""

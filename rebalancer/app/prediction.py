@@ -1,0 +1,147 @@
+"""Composition root, prediction part: history from Prometheus -> the pure predictor -> what a cycle or
+`rebalancer predict` needs. Only this module and ``app`` build clients for the predictor.
+
+A failed history read never becomes an eviction: a cycle gets :meth:`PredictedLoad.failed`, so strategies
+that classify by prediction evict nothing while the others go on; `rebalancer predict` reports the error.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from rebalancer.adapters.kube import KubeSource, connect
+from rebalancer.adapters.prom import PrometheusUsageSource
+from rebalancer.adapters.prom.history import PodHistory, Progress, PrometheusHistorySource
+from rebalancer.app import collector
+from rebalancer.domain.errors import SourceError
+from rebalancer.domain.model import ClusterFacts
+from rebalancer.planning.predict.days import last_days
+from rebalancer.planning.predict.predictor import Prediction, predict, scheduled_pods
+from rebalancer.planning.predicted import PREDICTIVE, PredictedLoad
+from rebalancer.planning.protections import Protections
+from rebalancer.planning.snapshot import build_snapshot
+from rebalancer.policy import Policy
+
+log = logging.getLogger(__name__)
+
+
+class HistoryCache:
+    """The daily peaks change once a day: serve mode keeps the last read for its days and settings, so a
+    cycle that classifies by prediction reads Prometheus' history once a day, not every cycle."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: tuple[str, ...] | None = None
+        self._history: PodHistory | None = None
+
+    def get(self, key: tuple[str, ...]) -> PodHistory | None:
+        with self._lock:
+            return self._history if key == self._key else None
+
+    def put(self, key: tuple[str, ...], history: PodHistory) -> None:
+        with self._lock:
+            self._key, self._history = key, history
+
+
+def needs_prediction(policy: Policy) -> bool:
+    """Some enabled strategy classifies nodes by their predicted peak."""
+    return any(s.enabled and getattr(s, "classify_by", "current") in PREDICTIVE for s in policy.strategies)
+
+
+def pods_per_node(facts: ClusterFacts) -> dict[str, int]:
+    return {node: len(pods) for node, pods in scheduled_pods(facts).items()}
+
+
+def read_history(
+    policy: Policy,
+    facts: ClusterFacts,
+    now: float,
+    progress: Progress | None = None,
+    cache: HistoryCache | None = None,
+) -> PodHistory:
+    """The pods' daily peaks (raises a ``SourceError`` when Prometheus fails or answers nonsense)."""
+    days = last_days(now, policy.predictor.days, policy.predictor.history.time_zone)
+    key = (str(days[-1].end), policy.prometheus.model_dump_json(), policy.predictor.model_dump_json())
+    if cache is not None and (cached := cache.get(key)) is not None:
+        return cached
+    with PrometheusHistorySource(policy.prometheus, policy.predictor) as source:
+        history = source.read(pods_per_node(facts), now, progress)
+    if cache is not None:
+        cache.put(key, history)
+    return history
+
+
+def predicted_load(policy: Policy, facts: ClusterFacts, now: float, cache: HistoryCache | None) -> PredictedLoad:
+    """The next-peak load for a cycle; a failure is recorded in it, never raised."""
+    try:
+        history = read_history(policy, facts, now, cache=cache)
+    except SourceError as exc:
+        log.warning("predictor history failed: %s", exc)
+        return PredictedLoad.failed(f"predictor history: {type(exc).__name__}: {exc}")
+    prediction = predict(facts, history.pods, policy.predictor, history.system, history.profiles)
+    return PredictedLoad.from_prediction(prediction, history.description)
+
+
+@dataclass(frozen=True, slots=True)
+class LivePrediction:
+    prediction: Prediction
+    description: str
+    current_pct: dict[str, float] | None  # node -> current utilization %, None when the usage read failed
+    current_problem: str | None
+    seconds: dict[str, float]  # wall time of each step
+
+
+def predict_live(
+    policy: Policy,
+    kubeconfig: str | None,
+    context: str | None,
+    progress: Progress | None = None,
+    clock: Callable[[], float] = time.time,
+) -> LivePrediction:
+    """`rebalancer predict` on a live cluster: list it, read the history, predict; the current usage beside."""
+    now = clock()
+    started = time.perf_counter()
+    api = connect(kubeconfig, context)
+    with collector.paused():
+        facts = KubeSource(api, Protections.from_settings(policy.protections).annotations_read()).read_facts()
+    listed = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="current-usage") as pool:
+        current = pool.submit(_current_pct, policy, facts, now)  # beside the history read: Prometheus has 2 cores
+        history = read_history(policy, facts, now, progress)
+        read = time.perf_counter()
+        prediction = predict(facts, history.pods, policy.predictor, history.system, history.profiles)
+        predicted = time.perf_counter()
+        current_pct, problem = current.result()
+    return LivePrediction(
+        prediction,
+        history.description,
+        current_pct,
+        problem,
+        {
+            "cluster": listed - started,
+            "history": read - listed,
+            "predict": predicted - read,
+            "current usage wait": time.perf_counter() - predicted,  # read beside the history
+        },
+    )
+
+
+def _current_pct(policy: Policy, facts: ClusterFacts, now: float) -> tuple[dict[str, float] | None, str | None]:
+    try:
+        with PrometheusUsageSource(policy.prometheus) as source:
+            usage = source.read(now)
+    except SourceError as exc:
+        return None, f"current usage unknown: {type(exc).__name__}: {exc}"
+    # the node usage a cycle would see (unknown stays unknown: not Ready, stale, a running pod without data)
+    loads = build_snapshot(facts, usage, policy.pools, now).load
+    out = {
+        node.name: 100.0 * usage_m / node.allocatable_cpu_m
+        for node in facts.nodes
+        if (usage_m := loads[node.name].usage_m) is not None
+    }
+    return out, None

@@ -1,0 +1,92 @@
+"""Composition of `rebalancer report`: the efficiency records from the cluster, the nodes' pools, and the
+reference from Prometheus, for the whole period and per bucket."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from rebalancer.adapters.kube import ConfigMapStateStore, KubeSource, connect
+from rebalancer.adapters.prom.reference import ReferenceSource
+from rebalancer.app.efficiency import RECORDS_KEY, EfficiencyRecorder, rates_over_period
+from rebalancer.app.root import ClusterConnection, state_namespace
+from rebalancer.app.runtime import Clock
+from rebalancer.domain.errors import MetricsUnavailable, SourceError
+from rebalancer.planning.snapshot import PoolResolver
+from rebalancer.policy import Policy
+from rebalancer.records import EfficiencyReport, EfficiencyState
+from rebalancer.records.series import Bucket, bucket_bounds, buckets
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportData:
+    report: EfficiencyReport
+    timeline: tuple[Bucket, ...]
+    no_records: str | None = None  # why there is nothing to report yet (None: there are records)
+
+
+def efficiency_report(
+    policy: Policy,
+    connection: ClusterConnection,
+    period: timedelta | None = None,
+    bucket: timedelta = timedelta(hours=1),
+    clock: Clock = time.time,
+) -> ReportData:
+    """Raises a ``KubeUnavailable`` / ``KubeForbidden`` when the records or nodes cannot be read, and
+    ``MetricsUnavailable`` when the reference's Prometheus cannot be reached; a reference that answers
+    without a usable result leaves the discovery rate unknown (said in the report), never zero."""
+    now = clock()
+    settings = policy.efficiency if period is None else policy.efficiency.model_copy(update={"period": period})
+    api = connect(connection.kubeconfig, connection.context)
+    namespace = state_namespace(policy.state.namespace)
+    store = ConfigMapStateStore(api, namespace, policy.state.efficiency_config_map, RECORDS_KEY)
+    state, _ = EfficiencyRecorder(store, settings, policy.pools, write=False).load(now)
+    resolver = PoolResolver(policy.pools)
+    pool_of = {node.name: resolver.pool_of(node) for node in KubeSource(api, frozenset()).read_nodes()}
+    bounds = bucket_bounds(now - settings.period.total_seconds(), now, bucket.total_seconds())
+    no_records = _no_records(state, settings.enabled, f"ConfigMap {namespace}/{policy.state.efficiency_config_map}")
+    if settings.reference.query is None:
+        report = rates_over_period(state, settings, pool_of, now, None)
+        return ReportData(report, buckets(state, None, pool_of, bounds), no_records)
+    with ReferenceSource(policy.prometheus, settings.reference) as reference:
+        report = rates_over_period(
+            state, settings, pool_of, now, _reachable(reference, now - settings.period.total_seconds(), now)
+        )
+        per_bucket: dict[tuple[float, float], dict[str, float]] = {}
+        if report.reference_problem is None:
+            for lo, hi in bounds:
+                try:
+                    per_bucket[(lo, hi)] = reference.hot_minutes(lo, hi)
+                except SourceError as exc:
+                    log.warning("reference unknown for %.0f..%.0f: %s", lo, hi, exc)
+    return ReportData(report, buckets(state, per_bucket, pool_of, bounds), no_records)
+
+
+def _reachable(reference: ReferenceSource, start: float, end: float) -> Callable[[float, float], dict[str, float]]:
+    """The reference over the period, read now: Prometheus unreachable raises (the report would be
+    question marks and zeros); any other failure is kept for the report to say the rate is unknown."""
+    try:
+        minutes = reference.hot_minutes(start, end)
+    except MetricsUnavailable:
+        raise
+    except SourceError as exc:
+        failure = exc
+
+        def failed(_start: float, _end: float) -> dict[str, float]:
+            raise failure
+
+        return failed
+    return lambda _start, _end: minutes
+
+
+def _no_records(state: EfficiencyState, enabled: bool, where: str) -> str | None:
+    if state.sightings or state.reliefs or state.bounce_backs or state.cycles:
+        return None
+    if not enabled:
+        return f"no records: efficiency.enabled is false, so no cycle writes them ({where})"
+    return f"no records yet in {where}: each cycle of serve or run --once adds to them"

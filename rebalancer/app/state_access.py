@@ -1,0 +1,76 @@
+"""Before a cycle decides anything: can the state it will write be written?
+
+A run that plans, says "would evict" (a dry run) or marks nodes and then cannot persist its reservation
+has acted on a plan it could not keep. So before planning, every run (dry or not, `run --once` and each
+`serve` cycle) asks, writing nothing:
+
+- that the state namespace exists: the limiter ConfigMap is created with ``dryRun=All``, which the API
+  server authorizes and admits (the NamespaceLifecycle admission refuses a create in a missing namespace)
+  and does not store. A SelfSubjectAccessReview cannot tell this: authorization never looks at whether a
+  namespace exists, and reading the Namespace would need a cluster-wide permission the service has not;
+- that every verb the cycle may use on its state is allowed, one SelfSubjectAccessReview each: get and
+  update of each state ConfigMap (the efficiency records' only with efficiency on), their create; get,
+  create and update of the leader-election Lease (``serve`` with leader election); get and patch of nodes
+  (with a landing guard). A review answers for an update of a ConfigMap not created yet, where a dry-run
+  update could not.
+
+A failure is one error naming the namespace, or every verb missing. Once a check passed it is not asked
+again until what it covers changes (a reloaded policy).
+"""
+
+from __future__ import annotations
+
+from rebalancer.adapters.kube import ApiClient, ConfigMapStateStore
+from rebalancer.adapters.kube.access import AccessReview, Permission
+from rebalancer.domain.errors import KubeForbidden
+from rebalancer.policy import Policy
+
+LEASES = "coordination.k8s.io"
+
+
+def state_permissions(policy: Policy, namespace: str, lease: bool) -> tuple[Permission, ...]:
+    """What a cycle's state writes need: ``lease`` when this process holds a leader-election Lease."""
+    state = policy.state
+    names = [state.config_map, state.backoff_config_map]
+    if policy.efficiency.enabled:
+        names.append(state.efficiency_config_map)
+    needed = [Permission("create", "configmaps", namespace)]
+    needed += [Permission(verb, "configmaps", namespace, name=name) for name in names for verb in ("get", "update")]
+    if lease:
+        lease_name = policy.service.leader_election.lease_name
+        needed.append(Permission("create", "leases", namespace, LEASES))
+        needed += [Permission(verb, "leases", namespace, LEASES, lease_name) for verb in ("get", "update")]
+    if policy.landing_guard.enabled:
+        needed += [Permission("get", "nodes"), Permission("patch", "nodes")]
+    return tuple(needed)
+
+
+class StateAccess:
+    """The check, remembered once passed (``serve`` keeps one across cycles; `run --once` asks once).
+    ``lease``: this process holds a leader-election Lease (``serve`` sets it from the policy it started with)."""
+
+    def __init__(self, api: ApiClient, *, lease: bool = False) -> None:
+        self._api = api
+        self.lease = lease
+        self._passed: tuple[str, tuple[Permission, ...]] | None = None
+
+    def check(self, policy: Policy, namespace: str) -> None:
+        """Raises :class:`KubeUnavailable` (404) when the namespace does not exist, :class:`KubeForbidden`
+        naming every verb missing, or the error of a request that failed."""
+        needed = state_permissions(policy, namespace, self.lease)
+        if self._passed == (namespace, needed):
+            return
+        ConfigMapStateStore(self._api, namespace, policy.state.config_map).check_create()
+        review = AccessReview(self._api)
+        missing = [p for p in needed if not review.allowed(p)]
+        if missing:
+            first = missing[0]
+            raise KubeForbidden(
+                f"RBAC: the service account may not {'; '.join(map(str, missing))} "
+                "(grant these verbs: the state cannot be written without them)",
+                verb=first.verb,
+                resource=first.resource,
+                group=first.group,
+                namespace=first.namespace,
+            )
+        self._passed = (namespace, needed)

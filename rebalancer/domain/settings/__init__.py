@@ -1,0 +1,1 @@
+"""The settings models of every policy section (pydantic: frozen, unknown fields rejected)."""

@@ -1,0 +1,363 @@
+"""Pydantic v2 models for the parts of the policy that every strategy shares.
+
+Input from outside only: frozen, unknown fields rejected, camelCase in YAML, every field described.
+Strategy arguments live beside each strategy (``strategies/``); the whole policy is ``rebalancer.policy``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    AfterValidator,
+    AliasGenerator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from rebalancer.domain.labels import SELECTOR_OPERATORS, LabelSelector, Requirement
+
+Percent = Annotated[float, Field(ge=0, le=100)]
+
+
+def _http_url(text: str) -> str:
+    """An absolute http(s) URL with a host; the text is kept as written."""
+    if any(c.isspace() for c in text):
+        raise ValueError(f"{text!r} is not an http(s) URL: it contains white space")
+    try:
+        parts = urlsplit(text)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is not a number or out of range
+        valid = False
+    if not valid:
+        raise ValueError(f"{text!r} is not an http(s) URL such as http://prometheus-operated.monitoring:9090")
+    return text
+
+
+HttpUrlText = Annotated[str, AfterValidator(_http_url)]
+_UNIT_SECONDS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+
+
+def _duration_pattern() -> str:
+    """Whole numbers with units, largest first, each unit at most once: 30s, 5m, 1h30m, 1d (no look-ahead, so
+    that Helm's schema check reads it too)."""
+    part = {unit: f"[1-9][0-9]*{unit}" for unit in _UNIT_SECONDS}
+    units = list(_UNIT_SECONDS)
+    starts = ["".join([part[first], *(f"({part[u]})?" for u in units[i + 1 :])]) for i, first in enumerate(units)]
+    return f"^({'|'.join(starts)})$"
+
+
+DURATION_PATTERN = _duration_pattern()
+_DURATION = re.compile(DURATION_PATTERN)
+_DURATION_PART = re.compile(r"([0-9]+)([dhms])")
+
+
+def parse_duration(text: str) -> timedelta:
+    """``"30s"``, ``"5m"``, ``"1h30m"``, ``"1d"`` as a timedelta; anything else is a ValueError saying why."""
+    if _DURATION.match(text) is None:
+        raise ValueError(f"{text!r} is not a duration such as 30s, 5m, 1h30m, 1d (whole numbers, units d h m s)")
+    return timedelta(seconds=sum(int(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text)))
+
+
+def format_duration(value: timedelta) -> str:
+    """The duration in its largest whole unit (``5m``, ``90s``, ``1d``): how the policy writes it, and valid
+    PromQL. Below a second, whole seconds cannot say it: a ValueError."""
+    seconds = value.total_seconds()
+    if seconds < 1 or seconds != int(seconds):
+        raise ValueError(f"{value} is not a positive whole number of seconds")
+    for unit, size in _UNIT_SECONDS.items():
+        if int(seconds) % size == 0:
+            return f"{int(seconds) // size}{unit}"
+    raise AssertionError("unreachable: every whole number of seconds is a multiple of 1 s")
+
+
+def _read_duration(value: object) -> timedelta:
+    if isinstance(value, timedelta):
+        format_duration(value)  # positive, whole seconds
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a duration such as 30s, 5m, 1h30m, 1d: a number needs its unit")
+    return parse_duration(value)
+
+
+Duration = Annotated[
+    timedelta,
+    PlainValidator(_read_duration),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema(
+        {"type": "string", "pattern": DURATION_PATTERN, "description": "A duration such as 30s, 5m, 1h30m, 1d."}
+    ),
+]
+"""A duration: a ``timedelta`` in the model, ``"5m"`` in YAML."""
+
+
+class FieldProblems(ValueError):
+    """Raised by cross-field validators: each problem names the field it is about (relative path)."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{path}: {message}" for path, message in problems))
+
+
+class Model(BaseModel):
+    """Base of every policy model."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=AliasGenerator(validation_alias=to_camel, serialization_alias=to_camel),
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class SelectorRequirementSpec(Model):
+    key: str = Field(min_length=1, description="Label key.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(description="How the key is tested.")
+    values: tuple[str, ...] = Field(default=(), description="Values for In / NotIn; empty otherwise.")
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> SelectorRequirementSpec:
+        assert self.operator in SELECTOR_OPERATORS
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class LabelSelectorSpec(Model):
+    """A Kubernetes label selector: every matchLabels pair and every expression must hold."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict, description="Exact label values.")
+    match_expressions: tuple[SelectorRequirementSpec, ...] = Field(default=(), description="Set-based rules.")
+
+    def to_selector(self) -> LabelSelector:
+        return LabelSelector(
+            match_labels=tuple(sorted(self.match_labels.items())),
+            match_expressions=tuple(Requirement(r.key, r.operator, tuple(r.values)) for r in self.match_expressions),
+        )
+
+
+class ResourceThresholds(Model):
+    """Thresholds in percent of allocatable. Real CPU usage is the resource rebalancer measures."""
+
+    cpu: Percent = Field(description="CPU usage in percent of the node's allocatable CPU.")
+
+
+class PoolDefinition(Model):
+    name: str = Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$", description="Pool name.")
+    node_selector: LabelSelectorSpec = Field(description="Nodes whose labels match belong to this pool.")
+
+
+class PoolSettings(Model):
+    """How nodes are grouped into resource pools (for example inference / hybrid / training)."""
+
+    definitions: tuple[PoolDefinition, ...] = Field(
+        default=(), description="Named pools, tried in order; the first whose nodeSelector matches wins."
+    )
+    label: str | None = Field(
+        default=None,
+        description="Otherwise, the value of this node label names the pool (for example 'node-pool').",
+    )
+    default_pool: str = Field(default="default", min_length=1, description="Pool of nodes nothing else names.")
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> PoolSettings:
+        names = [d.name for d in self.definitions]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"pool names must be unique, repeated: {', '.join(duplicates)}")
+        return self
+
+
+class NamespaceFilter(Model):
+    include: tuple[str, ...] = Field(default=(), description="Only these namespaces (empty: all).")
+    exclude: tuple[str, ...] = Field(default=(), description="Never these namespaces.")
+
+    @model_validator(mode="after")
+    def _not_both(self) -> NamespaceFilter:
+        if self.include and self.exclude:
+            raise ValueError("set include or exclude, not both")
+        return self
+
+
+class ProtectionSettings(Model):
+    """Which pods are never evicted. Mirror, static, DaemonSet, terminating and system-critical pods
+    are always protected; the settings below add to that."""
+
+    evictable_namespaces: NamespaceFilter = Field(
+        default_factory=lambda: NamespaceFilter(exclude=("kube-system",)),
+        description="Namespaces whose pods may be evicted.",
+    )
+    label_selector: LabelSelectorSpec | None = Field(
+        default=None, description="When set, only pods matching it may be evicted."
+    )
+    protected_label_selector: LabelSelectorSpec | None = Field(
+        default=None, description="Pods matching it are never evicted (for example a service-tier label)."
+    )
+    priority_threshold: int | None = Field(
+        default=None, description="Pods with priority at or above this value are never evicted."
+    )
+    protected_priority_classes: tuple[str, ...] = Field(
+        default=(), description="Pods of these PriorityClasses are never evicted."
+    )
+    evict_local_storage_pods: bool = Field(
+        default=False,
+        description="Allow evicting pods with emptyDir or hostPath volumes (their data is lost).",
+    )
+    evict_pods_with_pvc: bool = Field(
+        default=True,
+        validation_alias="evictPodsWithPVC",
+        serialization_alias="evictPodsWithPVC",
+        description="Allow evicting pods that mount a PVC.",
+    )
+    opt_out_annotation: str = Field(
+        default="rebalancer.io/evict",
+        description="A pod with this annotation set to 'false' is never evicted; 'true' opts it in.",
+    )
+    honor_descheduler_opt_in: bool = Field(
+        default=True,
+        description="Treat 'descheduler.alpha.kubernetes.io/evict' as an explicit opt-in, as the descheduler does.",
+    )
+
+
+DEFAULT_POD_CPU_QUERY = (
+    "quantile_over_time({quantile}, (sum by (namespace, pod) ("
+    'rate(container_cpu_usage_seconds_total{{container!="", container!="POD"{pod_filter}}}[{rate_window}])'
+    "))[{window}:{step}])"
+)
+DEFAULT_NODE_CPU_QUERY = (
+    "quantile_over_time({quantile}, (sum by ({node_label}) ("
+    'rate(container_cpu_usage_seconds_total{{id="/"}}[{rate_window}])'
+    "))[{window}:{step}])"
+)
+# timestamp() alone only sees the 5-minute lookback, so a stale node would vanish instead of showing its age:
+# the newest sample time over the same span the usage queries read.
+DEFAULT_NODE_FRESHNESS_QUERY = (
+    'max by ({node_label}) (max_over_time(timestamp(container_cpu_usage_seconds_total{{id="/"}})[{window}:{step}]))'
+)
+
+# A series younger than rateWindow makes rate() spread a short history over the whole window (a node with
+# 70 s of data reads a fraction of its usage): present now, absent {data_span} earlier is too young to read.
+_POD_SERIES = 'container_cpu_usage_seconds_total{{container!="", container!="POD"{pod_filter}}}'
+DEFAULT_YOUNG_POD_QUERY = (
+    f"group by (namespace, pod) ({_POD_SERIES}) unless group by (namespace, pod) ({_POD_SERIES} offset {{data_span}})"
+)
+_NODE_SERIES = 'container_cpu_usage_seconds_total{{id="/"}}'
+DEFAULT_YOUNG_NODE_QUERY = (
+    f"group by ({{node_label}}) ({_NODE_SERIES}) unless group by ({{node_label}}) ({_NODE_SERIES} offset {{data_span}})"
+)
+
+_REGEX_SPECIAL = re.compile(r"([.\\\\+*?()|\[\]{}^$])")
+
+
+class UsageQueries(Model):
+    """PromQL templates. Placeholders: {quantile} {window} {step} {rate_window} {node_label} {pod_node_label}
+    {data_span} (rateWindow + step, in seconds), and in podCpu and youngPods {pod_filter}: empty, or
+    `, <podNodeLabel>=~"a|b"` when a cycle needs only some nodes' pods (an alert's)."""
+
+    pod_cpu: str = Field(
+        default=DEFAULT_POD_CPU_QUERY,
+        description="Per-pod CPU cores, one series per (namespace, pod). The default excludes cAdvisor's "
+        'pod-level (container="") and pause (container="POD") series, which would double the usage.',
+    )
+    node_cpu: str | None = Field(
+        default=DEFAULT_NODE_CPU_QUERY,
+        description="Per-node CPU cores, one series per node (label nodeLabel). The default reads cAdvisor's "
+        "root cgroup, which includes system daemons. null: a node's usage is the sum of its pods' usage.",
+    )
+    node_freshness: str | None = Field(
+        default=DEFAULT_NODE_FRESHNESS_QUERY,
+        description="Per-node time of the newest raw sample; nodes older than maxDataAgeSeconds are unknown.",
+    )
+    young_nodes: str | None = Field(
+        default=DEFAULT_YOUNG_NODE_QUERY,
+        description="Nodes whose data began less than {data_span} (rateWindow + step) ago: one series per node "
+        "(label nodeLabel), for example present now and absent {data_span} earlier. Their usage is unknown: "
+        "rate() would spread the short history over the whole rateWindow and read them cold. null: not checked.",
+    )
+    young_pods: str | None = Field(
+        default=DEFAULT_YOUNG_POD_QUERY,
+        description="The same for pods, one series per (namespace, pod), with {pod_filter} as in podCpu; their "
+        "usage is unknown. null: not checked.",
+    )
+
+
+class PrometheusSettings(Model):
+    url: HttpUrlText = Field(default="http://prometheus-operated.monitoring:9090", description="Prometheus base URL.")
+    timeout_seconds: float = Field(default=15.0, gt=0, le=300, description="Timeout of one query.")
+    bearer_token_file: str | None = Field(default=None, description="File holding a bearer token, if needed.")
+    verify_tls: bool = Field(default=True, description="Verify the server certificate for https URLs.")
+    window: Duration = Field(
+        default=timedelta(minutes=10), description="Usage is a statistic over this window (spike guard)."
+    )
+    quantile: float = Field(default=0.95, gt=0, le=1, description="Quantile taken over the window.")
+    step: Duration = Field(default=timedelta(minutes=1), description="Subquery resolution inside the window.")
+    rate_window: Duration = Field(
+        default=timedelta(minutes=5),
+        description="rate() window; at least two scrape intervals or rate() returns nothing.",
+    )
+    node_label: str = Field(
+        default="node",
+        min_length=1,
+        description="Label that carries the node name on the nodeCpu and nodeFreshness answers (node_exporter "
+        "series: `instance`, relabelled to the node name by kube-prometheus).",
+    )
+    pod_node_label: str = Field(
+        default="node",
+        min_length=1,
+        description="Label that carries the node name on the per-pod series (cAdvisor's, `node` under "
+        "kube-prometheus; their `instance` is the kubelet's address): {pod_filter} matches it.",
+    )
+    max_data_age_seconds: float = Field(
+        default=300,
+        gt=0,
+        description="Nodes whose newest sample is older are unknown; if all are, no evictions.",
+    )
+    queries: UsageQueries = Field(default_factory=UsageQueries, description="PromQL templates.")
+
+    def render(self, template: str, nodes: frozenset[str] | None = None) -> str:
+        """Fill a template; ``nodes`` narrows ``{pod_filter}`` to those nodes' pods (None: every pod)."""
+        pod_filter = ""
+        if nodes:
+            # node names are DNS subdomains: only "." is special in the RE2 pattern; the PromQL string doubles "\\"
+            pattern = "|".join(_REGEX_SPECIAL.sub(r"\\\\\1", n) for n in sorted(nodes))
+            pod_filter = f', {self.pod_node_label}=~"{pattern}"'
+        return template.format(
+            quantile=self.quantile,
+            window=format_duration(self.window),
+            step=format_duration(self.step),
+            rate_window=format_duration(self.rate_window),
+            node_label=self.node_label,
+            pod_node_label=self.pod_node_label,
+            pod_filter=pod_filter,
+            data_span=f"{self.data_span_seconds}s",
+        )
+
+    @property
+    def data_span_seconds(self) -> int:
+        """How much history a series needs before its usage is read: rateWindow plus one step (PromQL's
+        ``offset`` and the messages say it in seconds)."""
+        return int((self.rate_window + self.step).total_seconds())
+
+    @model_validator(mode="after")
+    def _templates_render(self) -> PrometheusSettings:
+        for name in ("pod_cpu", "node_cpu", "node_freshness", "young_nodes", "young_pods"):
+            template = getattr(self.queries, name)
+            if template is None:
+                continue
+            try:
+                self.render(template)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ValueError(f"queries.{to_camel(name)}: cannot fill the template: {exc!r}") from exc
+        return self

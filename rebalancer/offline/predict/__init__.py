@@ -1,0 +1,1 @@
+"""`rebalancer predict` and its back-test: usage traces in, predictions, tables and plots out."""

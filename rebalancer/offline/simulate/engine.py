@@ -1,0 +1,265 @@
+"""The closed loop (pure): every step the pods' usage moves on; every cycle interval (the variant's, else the
+command's) a rebalancer cycle runs the production code path on the simulated cluster: ``plan_cycle`` ->
+``Evictor.apply`` (production limiters, limiter state kept in an in-memory ConfigMap) -> efficiency records
+(``judge_followups``, ``observe_landings``, ``observe_cycle``); with a landing guard, its production rules
+mark and clear nodes after each evictor and sweep expired marks at every other step
+(``landing_guard.SimGuard``); the replacements of evicted pods are bound by the scheduler model, which reads
+the guard's taints. The planner is told what the simulated Prometheus reads (:func:`reading_policy`), so
+its in-flight correction lasts as long as the simulated reading lags. An
+alert-driven variant also runs a focused cycle (``plan_cycle``'s ``focus``) on the nodes serve queues from
+the simulated alert path (:mod:`rebalancer.offline.simulate.alerts`) at that step. At the end, the evictions beyond
+need are judged on the real usage (:mod:`rebalancer.offline.simulate.overshoot`).
+
+All variants start from the same cluster, the same traces and the same seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import timedelta
+
+import numpy as np
+
+from rebalancer.actions.evictor import DryRun, Evictor, Outcome
+from rebalancer.domain.efficiency_records import EfficiencyState
+from rebalancer.domain.errors import ConfigError
+from rebalancer.domain.model import ClusterFacts, PodKey
+from rebalancer.offline.simulate.alerts import AlertPath
+from rebalancer.offline.simulate.cluster import Cluster
+from rebalancer.offline.simulate.landing_guard import SimGuard
+from rebalancer.offline.simulate.overshoot import Bounds, Overshoot, Truth, overshoot
+from rebalancer.offline.simulate.readings import (
+    NodeSamples,
+    daily_table,
+    node_usage,
+    pod_history,
+    pod_profiles,
+    profile_table,
+    usage_report,
+)
+from rebalancer.offline.simulate.result import GuardFigures, VariantResult
+from rebalancer.offline.simulate.variants import (
+    VARIANTS,
+    UsageMode,
+    Variant,
+    cpu_thresholds,
+    variant_base,
+    variant_policy,
+)
+from rebalancer.offline.simulate.world import MemoryStore, SimActions, World
+from rebalancer.planning.inflight import EarlierReliefs
+from rebalancer.planning.predict.history import DailyPeaks
+from rebalancer.planning.predict.predictor import predict
+from rebalancer.planning.predict.profile import DailyProfiles
+from rebalancer.planning.predicted import PREDICTIVE, PredictedLoad
+from rebalancer.planning.protections import Protections
+from rebalancer.planning.snapshot import PoolResolver, build_snapshot
+from rebalancer.policy import Policy
+from rebalancer.policy.cycle import plan_cycle
+from rebalancer.records.landings import observe_landings
+from rebalancer.records.ledger import judge_followups, observe_cycle
+from rebalancer.records.moves import recently_moved
+from rebalancer.records.rates import compute_rates
+
+Progress = Callable[[str], None]
+
+
+def simulate(
+    cluster: Cluster,
+    base: Policy,
+    hot_pct: float,
+    variants: Sequence[Variant] = VARIANTS,
+    progress: Progress | None = None,
+) -> tuple[VariantResult, ...]:
+    """Run every variant on ``cluster``; ``hot_pct``: a node whose real usage is above this share of its
+    allocatable CPU at a step is hot for that step (hot-node-minutes, and the rates' reference)."""
+    table = (
+        daily_table(cluster, base.predictor.quantile) if base.predictor.days <= cluster.config.history_days else None
+    )
+    predictor = base.predictor
+    profiles = (
+        profile_table(cluster, predictor.profile_buckets)
+        if table is not None and predictor.node_peak == "coincident"
+        else None
+    )
+    resolver = PoolResolver(base.pools)
+    pools = sorted({resolver.pool_of(node) for node in cluster.nodes})
+    results = []
+    for variant in variants:
+        policy = variant_policy(variant_base(base, variant), variant, pools)
+        results.append(_Run(cluster, policy, variant, hot_pct, table, profiles).run())
+        if progress is not None:
+            progress(variant.name)
+    return tuple(results)
+
+
+def reading_policy(policy: Policy, usage: UsageMode, step_seconds: int) -> Policy:
+    """``policy`` with the Prometheus settings that describe the simulated reading: a sample every step of
+    that step's usage (a rate over one step), the policy's quantile over its window of them; an instant or
+    requests reading is one sample. The in-flight correction's lag comes from them."""
+    step = timedelta(seconds=step_seconds)
+    window = policy.prometheus.window if usage == "window" else step
+    prometheus = policy.prometheus.model_copy(update={"step": step, "rate_window": step, "window": window})
+    return policy.model_copy(update={"prometheus": prometheus})
+
+
+class _Run:
+    def __init__(
+        self,
+        cluster: Cluster,
+        policy: Policy,
+        variant: Variant,
+        hot_pct: float,
+        table: np.ndarray | None,
+        profiles: np.ndarray | None = None,
+    ) -> None:
+        self.cluster, self.policy, self.variant, self.hot_pct, self.table = cluster, policy, variant, hot_pct, table
+        self.profile_table = profiles
+        config = cluster.config
+        self.world = World(cluster)
+        window = max(1, int(policy.prometheus.window.total_seconds()) // config.step_seconds)
+        self.samples = NodeSamples(len(cluster.nodes), window)
+        self.now = cluster.time_of(cluster.measured_from)
+        self.actions = SimActions(self.world, self.now)
+        self.evictor = Evictor(
+            self.actions, MemoryStore(), MemoryStore(), policy.limits, Protections.from_settings(policy.protections),
+            DryRun.OFF, "rebalancer-simulate", clock=lambda: self.now,
+        )  # fmt: skip
+        self.records = EfficiencyState()
+        self.predictive = any(getattr(s, "classify_by", "current") in PREDICTIVE for s in policy.strategies)
+        self.history: tuple[int, DailyPeaks[PodKey], DailyProfiles[PodKey] | None] | None = None
+        self.per_cycle: list[int] = []
+        self.blocked: dict[str, int] = {}
+        self.guard = SimGuard(self.world, policy) if policy.landing_guard.enabled else None
+        self.interval = variant.interval_seconds or config.interval_seconds
+        if self.interval < config.step_seconds or self.interval % config.step_seconds:
+            raise ConfigError(f"variant {variant.name}", [("interval", f"{self.interval} s is not a multiple of "
+                                                                        f"the step {config.step_seconds} s")])  # fmt: skip
+        self.thresholds = cpu_thresholds(policy)
+        self.alerts = self._alert_path()
+        self.focused = 0
+
+    def _alert_path(self) -> AlertPath | None:
+        rule = self.variant.alert
+        if rule is None:
+            return None
+        if self.thresholds is None:
+            raise ConfigError(f"variant {self.variant.name}", [("alert", "needs a strategy with cpu thresholds")])
+        target = self._allocatable() * self.thresholds[1] / 100
+        cooldown = self.policy.service.webhook.alert_node_cooldown.total_seconds()
+        return AlertPath(rule, target, self.cluster.config.step_seconds, cooldown)
+
+    def _allocatable(self) -> np.ndarray:
+        return np.array([n.allocatable_cpu_m for n in self.cluster.nodes], dtype=np.float64)
+
+    def run(self) -> VariantResult:
+        cluster, config = self.cluster, self.cluster.config
+        first = cluster.measured_from
+        for step in range(max(0, first - self.samples.window), first):  # the window before the start
+            self.samples.add(node_usage(self.world, step))
+        capacity = self._allocatable() * self.hot_pct / 100
+        every = self.interval // config.step_seconds
+        steps = cluster.usage.shape[1] - first
+        hot_series = np.zeros(steps, dtype=np.int64)
+        real = np.zeros((len(cluster.nodes), steps))  # each node's real usage at each step, for the overshoot
+        reference = np.zeros(len(cluster.nodes))
+        run = np.zeros(len(cluster.nodes), dtype=np.int64)  # steps each node has been hot in a row
+        lag_steps = (self.samples.window * config.step_seconds + self.interval) // config.step_seconds
+        early = 0  # hot steps within the detection lag of their episode's start
+        for i in range(steps):
+            step = first + i
+            self.now = cluster.time_of(step)
+            usage = node_usage(self.world, step)
+            self.samples.add(usage)
+            real[:, i] = usage
+            hot = usage > capacity
+            hot_series[i] = int(hot.sum())
+            reference += hot * (config.step_seconds / 60)
+            run = np.where(hot, run + 1, 0)
+            early += int((hot & (run <= lag_steps)).sum())
+            alerted = self.alerts.step_at(self.now, usage) if self.alerts is not None else frozenset()
+            scheduled = self.variant.usage is not None and i % every == 0
+            if scheduled:
+                self._cycle(step)
+            if alerted and self.alerts is not None:
+                self._cycle(step, frozenset(self.world.node_names[n] for n in alerted))
+                self.alerts.handled(alerted, self.now)
+                self.focused += 1
+            if not (scheduled or alerted) and self.guard is not None:
+                self.guard.sweep(self.now)  # serve's housekeeping, every minute (a step is 1 to 5)
+            self.world.bind_due(self.now, self.variant.ideal_placement)
+        end = cluster.time_of(first + steps)
+        minutes = {name: float(m) for name, m in zip(self.world.node_names, reference, strict=True) if m > 0}
+        pools = PoolResolver(self.policy.pools)
+        pool_of = {node.name: pools.pool_of(node) for node in self.world.nodes}
+        rates = compute_rates(self.records, minutes, pool_of, cluster.time_of(first), end).cluster
+        result = VariantResult.of(self.variant, self.world, hot_series, config.step_seconds, rates, self.per_cycle,
+                                  self.blocked, self.records if self.variant.usage else None)  # fmt: skip
+        result = replace(result, early_minutes=early * config.step_seconds / 60,
+                         lag_minutes=lag_steps * config.step_seconds / 60, interval_seconds=self.interval,
+                         overshoot=self._overshoot(real, first),
+                         focused_cycles=self.focused,
+                         notifications=0 if self.alerts is None else self.alerts.notifications)  # fmt: skip
+        if self.guard is None:
+            return result
+        return replace(result, guard=GuardFigures.of(self.guard, self.now))  # the last step: its sweep ran
+
+    def _overshoot(self, nodes: np.ndarray, first: int) -> Overshoot | None:
+        if self.variant.usage is None or self.thresholds is None:
+            return None
+        cluster, policy = self.cluster, self.policy
+        slots = cluster.usage[:, first : first + nodes.shape[1]]
+        truth = Truth(nodes, slots, cluster.time_of(first), cluster.config.step_seconds)
+        cold, target = self.thresholds
+        bounds = Bounds(self._allocatable() * cold / 100, self._allocatable() * target / 100)
+        index = {name: i for i, name in enumerate(self.world.node_names)}
+        window, follow_up = policy.prometheus.window.total_seconds(), policy.efficiency.follow_up_window.total_seconds()
+        return overshoot(self.world.moves, index, truth, bounds, policy.prometheus.quantile, window, follow_up)
+
+    def _cycle(self, step: int, focus: frozenset[str] | None = None) -> None:
+        """One cycle; ``focus``: an alert-driven cycle relieving only these nodes, as the webhook's."""
+        assert self.variant.usage is not None
+        world, policy = self.world, self.policy
+        facts = world.facts()
+        quantile = policy.prometheus.quantile
+        usage = usage_report(self.variant.usage, world, step, self.samples, quantile)
+        truth = usage if self.variant.usage == "window" else usage_report("window", world, step, self.samples, quantile)
+        predicted = self._predicted(facts, step) if self.predictive else None
+        moved = recently_moved(self.records, facts, self.now, policy.efficiency)
+        earlier = EarlierReliefs(self.records.reliefs)
+        as_read = reading_policy(policy, self.variant.usage, self.cluster.config.step_seconds)
+        snapshot, plan = plan_cycle(facts, usage, as_read, self.now, focus, predicted, None, moved, reliefs=earlier)
+        self.actions.now = self.now
+        marked = snapshot if self.guard is None else self.guard.before_evictions(snapshot, plan)
+        report = self.evictor.apply(plan, snapshot)
+        if self.guard is not None:
+            self.guard.after_cycle(marked, plan, report)
+        self.per_cycle.append(report.count(Outcome.EVICTED))
+        for result in report.results:
+            if result.outcome is Outcome.EVICTED:
+                e = result.eviction
+                self.world.plan_destination(f"{e.namespace}/{e.name}", e.room_on)
+            if result.outcome is Outcome.BLOCKED and result.limiter:
+                self.blocked[result.limiter] = self.blocked.get(result.limiter, 0) + 1
+        seen = build_snapshot(facts, truth, policy.pools, self.now)
+        self.records = judge_followups(self.records, seen)
+        self.records = observe_landings(
+            self.records, facts, self.now, policy.efficiency.follow_up_window.total_seconds()
+        )
+        planned = replace(seen, moved=snapshot.moved, in_flight=snapshot.in_flight)  # reliefs keep the reading
+        self.records = observe_cycle(self.records, planned, plan, report, "simulate", policy.efficiency)
+
+    def _predicted(self, facts: ClusterFacts, step: int) -> PredictedLoad:
+        settings = self.policy.predictor
+        if self.table is None:
+            return PredictedLoad.failed(f"the simulation has fewer history days than predictor.days {settings.days}")
+        today = step // self.cluster.config.steps_per_day
+        if self.history is None or self.history[0] != today:  # read once a day, as serve mode does
+            peaks = pod_history(self.world, self.table, today, settings.days, settings.quantile)
+            profiles = None
+            if self.profile_table is not None and settings.node_peak == "coincident":
+                profiles = pod_profiles(self.world, self.profile_table, today, settings.days)
+            self.history = (today, peaks, profiles)
+        prediction = predict(facts, self.history[1], settings, profiles=self.history[2])
+        return PredictedLoad.from_prediction(prediction, f"simulated history, {settings.aggregation}")

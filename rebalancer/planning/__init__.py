@@ -1,0 +1,1 @@
+"""Planning machinery (pure): snapshot, scheduler model, landing, predictor, protections, limits, the plan."""

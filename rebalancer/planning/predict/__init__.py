@@ -1,0 +1,32 @@
+"""The 8-day weighted-P95 node load predictor (pure: no I/O clients, no clock).
+
+``history`` daily peaks per pod (missing days NaN, never zero), ``aggregate`` the aggregations, ``predictor``
+pods -> node predictions with churn fallbacks, ``backtest`` the rolling evaluation on recorded usage
+(``usage`` reads it), ``render`` tables and JSON, ``plot`` an optional PNG, ``settings`` the policy section.
+"""
+
+from rebalancer.domain.settings.predictor import AGGREGATIONS, Aggregation, PredictorSettings
+from rebalancer.planning.predict.history import DailyPeaks
+from rebalancer.planning.predict.predictor import (
+    NodePrediction,
+    PodPrediction,
+    Prediction,
+    Source,
+    predict,
+    repredict,
+    stale_nodes,
+)
+
+__all__ = [
+    "AGGREGATIONS",
+    "Aggregation",
+    "DailyPeaks",
+    "NodePrediction",
+    "PodPrediction",
+    "Prediction",
+    "PredictorSettings",
+    "Source",
+    "predict",
+    "repredict",
+    "stale_nodes",
+]

@@ -1,0 +1,334 @@
+"""The whole policy file: shared settings plus a discriminated union of strategy arguments."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from rebalancer.domain.errors import ConfigError
+from rebalancer.domain.settings.efficiency import EfficiencySettings
+from rebalancer.domain.settings.guard import LandingGuardSettings
+from rebalancer.domain.settings.predictor import PredictorSettings
+from rebalancer.domain.settings.shared import (
+    Duration,
+    FieldProblems,
+    Model,
+    PoolSettings,
+    PrometheusSettings,
+    ProtectionSettings,
+)
+from rebalancer.planning.limits import LimitSettings
+from rebalancer.policy.unknown_keys import did_you_mean
+from strategies import REGISTRY, AnyStrategySettings
+
+API_VERSION: Literal["rebalancer.io/v1alpha1"] = "rebalancer.io/v1alpha1"
+
+
+class WebhookSettings(Model):
+    """The Alertmanager webhook of `rebalancer serve`."""
+
+    token_file: str | None = Field(
+        default=None,
+        description="File with the bearer token (a mounted Secret); requests must carry it. `serve` refuses to "
+        "start without it unless allowUnauthenticated is true.",
+    )
+    allow_unauthenticated: bool = Field(
+        default=False,
+        description="Without tokenFile, accept webhook requests from anyone who can reach the port (warned at "
+        "start and exposed as rebalancer_webhook_unauthenticated 1). Ignored when tokenFile is set.",
+    )
+    node_labels: tuple[str, ...] = Field(
+        default=("node", "instance"), min_length=1, description="Alert labels naming the node, tried in order."
+    )
+    alert_node_cooldown: Duration = Field(
+        default=timedelta(minutes=5),
+        description="After an alert-triggered cycle for a node, its next alerts only wait this long.",
+    )
+
+
+class LeaderElectionSettings(Model):
+    """A coordination.k8s.io Lease, so that several replicas are safe: only the leader evicts."""
+
+    enabled: bool = Field(default=True, description="Required when running more than one replica.")
+    lease_name: str = Field(default="rebalancer", min_length=1, description="Lease name, in state.namespace.")
+    lease_duration_seconds: float = Field(default=15, gt=0, description="How long a lease holds without renewal.")
+    renew_deadline_seconds: float = Field(default=10, gt=0, description="A leader gives up if it cannot renew.")
+    retry_period_seconds: float = Field(default=2, gt=0, description="How often candidates try.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElectionSettings:
+        if not self.retry_period_seconds < self.renew_deadline_seconds < self.lease_duration_seconds:
+            raise FieldProblems(
+                [("renewDeadlineSeconds", "need retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds")]
+            )
+        return self
+
+
+class WatchCacheSettings(Model):
+    """Serve mode keeps the cluster in memory (list once, then watch) instead of listing it every cycle."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Keep nodes, pods, ReplicaSets and budgets current through watches; a cycle never re-lists. "
+        "Off: every cycle lists the cluster (alert cycles only the alerted nodes, see alertFactsMaxAgeSeconds).",
+    )
+    max_stale_seconds: float = Field(
+        default=120,
+        gt=0,
+        description="A collection without an open watch for this long (the watch failed and re-opening it keeps "
+        "failing): the cache is not trusted and cycles evict nothing until it recovers. An open watch is fresh "
+        "however long its collection stays quiet.",
+    )
+    watch_seconds: int = Field(
+        default=300, ge=10, le=3600, description="How long one watch request stays open before it is renewed."
+    )
+    relist_interval_seconds: float = Field(
+        default=1800,
+        ge=60,
+        le=86400,
+        description="Each collection is listed again this often, the fallback for a watch event lost on the way; "
+        "the new listing replaces the old one at once (the cache stays usable meanwhile).",
+    )
+
+
+class ServiceSettings(Model):
+    """`rebalancer serve`: schedules, the webhook, leader election, hot reload."""
+
+    time_zone: str = Field(default="UTC", description="Time zone of the strategies' cron schedules.")
+    host: str = Field(default="0.0.0.0", description="Listen address of the webhook.")
+    port: int = Field(default=8080, ge=1, le=65535, description="Port of the webhook (and nothing else).")
+    metrics_host: str | None = Field(
+        default=None, description="Listen address of /metrics, /healthz and /readyz (default: host)."
+    )
+    metrics_port: int = Field(
+        default=9102,
+        ge=1,
+        le=65535,
+        description="Port of /metrics and the probes /healthz and /readyz, apart from the webhook's, so that no "
+        "webhook client can keep a probe from being answered.",
+    )
+    max_concurrent_requests: int = Field(
+        default=64,
+        ge=1,
+        le=1024,
+        description="Webhook requests served at once, a thread each; a connection beyond that is answered 503 "
+        "with Retry-After at once, without a thread. Read at start, like the addresses and ports (a change needs "
+        "a restart).",
+    )
+    webhook: WebhookSettings = Field(default_factory=WebhookSettings, description="Alertmanager webhook.")
+    leader_election: LeaderElectionSettings = Field(
+        default_factory=LeaderElectionSettings, description="Lease-based leader election."
+    )
+    alert_facts_max_age_seconds: float = Field(
+        default=600,
+        ge=0,
+        description="An alert-driven cycle lists only the alerted nodes' pods when the last full listing is "
+        "younger than this (destinations' requests come from it); 0: always list everything.",
+    )
+    watch_cache: WatchCacheSettings = Field(
+        default_factory=WatchCacheSettings, description="The in-memory cluster view of serve mode."
+    )
+    run_on_start: bool = Field(default=True, description="Run every strategy once at start, then on schedule.")
+    reload_interval_seconds: float = Field(
+        default=10, gt=0, description="How often the policy file is checked for changes (hot reload)."
+    )
+
+    @model_validator(mode="after")
+    def _zone(self) -> ServiceSettings:
+        try:
+            ZoneInfo(self.time_zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise FieldProblems([("timeZone", f"unknown time zone {self.time_zone!r}")]) from None
+        return self
+
+    @model_validator(mode="after")
+    def _ports_apart(self) -> ServiceSettings:
+        if self.metrics_port == self.port:
+            raise FieldProblems([("metricsPort", f"must differ from port ({self.port}): the webhook has its own")])
+        return self
+
+
+class StateSettings(Model):
+    """Limiter state lives in the cluster, so CronJob runs and concurrent instances share the caps."""
+
+    namespace: str | None = Field(
+        default=None,
+        description="Namespace of the state ConfigMaps (default: $POD_NAMESPACE, then the service account's).",
+    )
+    config_map: str = Field(default="rebalancer-state", min_length=1, description="ConfigMap of the limiter state.")
+    backoff_config_map: str = Field(
+        default="rebalancer-backoff", min_length=1, description="ConfigMap of the per-pod backoff after 429s."
+    )
+    efficiency_config_map: str = Field(
+        default="rebalancer-efficiency",
+        min_length=1,
+        description="ConfigMap of the efficiency records (hot nodes found, evictions and their follow-up).",
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> StateSettings:
+        problems = []
+        if self.config_map == self.backoff_config_map:
+            problems.append(("backoffConfigMap", "must differ from configMap (both use the key state.json)"))
+        if self.efficiency_config_map in (self.config_map, self.backoff_config_map):
+            problems.append(("efficiencyConfigMap", "must differ from configMap and backoffConfigMap"))
+        if problems:
+            raise FieldProblems(problems)
+        return self
+
+
+class Policy(Model):
+    """A rebalancer policy (strategy YAML)."""
+
+    api_version: Literal["rebalancer.io/v1alpha1"] = Field(default=API_VERSION, description="Policy format.")
+    kind: Literal["RebalancerPolicy"] = Field(default="RebalancerPolicy", description="Always RebalancerPolicy.")
+    prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings, description="Where usage comes from.")
+    pools: PoolSettings = Field(default_factory=PoolSettings, description="How nodes form resource pools.")
+    protections: ProtectionSettings = Field(
+        default_factory=ProtectionSettings, description="Pods that are never evicted."
+    )
+    strategies: tuple[AnyStrategySettings, ...] = Field(min_length=1, description="Strategies, run in order.")
+    limits: LimitSettings = Field(
+        default_factory=LimitSettings, description="Rate limiters, caps, time windows and lists (the evictor)."
+    )
+    state: StateSettings = Field(default_factory=StateSettings, description="Where limiter state is kept.")
+    service: ServiceSettings = Field(default_factory=ServiceSettings, description="Settings of `rebalancer serve`.")
+    predictor: PredictorSettings = Field(
+        default_factory=PredictorSettings, description="The next-peak load predictor (`rebalancer predict`)."
+    )
+    efficiency: EfficiencySettings = Field(
+        default_factory=EfficiencySettings,
+        description="Eviction follow-up, bounce-back memory and the efficiency rates (`rebalancer report`).",
+    )
+    landing_guard: LandingGuardSettings = Field(
+        default_factory=LandingGuardSettings,
+        description="The soft landing guard: a taint on hot and just-relieved nodes so that replacements land "
+        "elsewhere (opt-in per pool; needs patch nodes).",
+    )
+
+
+MAX_POLICY_BYTES = 1 << 20
+"""A policy is a few kilobytes; a larger file is refused unread, before any parsing."""
+MAX_PROBLEMS = 50
+"""At most this many problems are reported for one file (the count of the others follows)."""
+
+
+class _StrictLoader(yaml.CSafeLoader):
+    """libyaml's SafeLoader (fast, nesting bounded) refusing duplicate keys instead of keeping the last one."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "a key must be a plain value, not a list or a mapping", key_node.start_mark
+            ) from None
+        if duplicate:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml(text: str, source: str) -> object:
+    """One YAML document, duplicate keys refused; ConfigError when it is not valid YAML or nested too deeply."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, [("", f"not valid YAML: {exc}")]) from exc
+    except (RecursionError, MemoryError) as exc:
+        raise ConfigError(source, [("", "not a policy: the YAML is nested too deeply")]) from exc
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    """Validate policy YAML; raise ConfigError with one (field.path, message) per problem, and nothing else."""
+    data = load_yaml(text, source)
+    if not isinstance(data, dict):
+        raise ConfigError(source, [("", f"the policy must be a YAML mapping, not {_yaml_type(data)}")])
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(source, _at_most(validation_problems(exc, Policy))) from exc
+    except RecursionError as exc:
+        raise ConfigError(source, [("", "not a policy: the YAML is nested too deeply")]) from exc
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read and validate a policy file: a file over MAX_POLICY_BYTES or not UTF-8 is refused before parsing."""
+    return parse_policy(read_policy_text(path), str(path))
+
+
+def read_policy_text(path: str | Path) -> str:
+    """A policy file's text; ConfigError when it cannot be read, is over MAX_POLICY_BYTES or is not UTF-8."""
+    try:
+        with Path(path).open("rb") as file:
+            raw = file.read(MAX_POLICY_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(str(path), [("", f"cannot read: {exc.strerror or exc}")]) from exc
+    if len(raw) > MAX_POLICY_BYTES:
+        raise ConfigError(str(path), [("", f"larger than {MAX_POLICY_BYTES // 1024} KiB: not a policy file")])
+    return decode_policy(raw, str(path))
+
+
+def decode_policy(raw: bytes, source: str) -> str:
+    """The policy's text; anything but UTF-8 is a ConfigError naming the first bad byte's line and column."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = raw[: exc.start]
+        line, column = before.count(b"\n") + 1, exc.start - (before.rfind(b"\n") + 1) + 1
+        raise ConfigError(
+            source, [("", f"not UTF-8: byte 0x{raw[exc.start]:02x} at line {line}, column {column}")]
+        ) from None
+
+
+def _yaml_type(data: object) -> str:
+    if data is None:
+        return "an empty document"
+    if isinstance(data, list):
+        return "a list"
+    return f"a single value ({type(data).__name__})"
+
+
+def _at_most(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    if len(problems) <= MAX_PROBLEMS:
+        return problems
+    return [*problems[:MAX_PROBLEMS], ("", f"and {len(problems) - MAX_PROBLEMS} more problems")]
+
+
+def validation_problems(exc: ValidationError, model: type[BaseModel] | None = None) -> list[tuple[str, str]]:
+    """Pydantic errors as (dotted.path, message), without the union's internal tag in the path; with the
+    validated ``model``, an unknown key names the closest accepted one."""
+    problems: list[tuple[str, str]] = []
+    errors = exc.errors(include_url=False)
+    for error in errors:
+        parts: list[str] = []
+        loc = error["loc"]
+        if error["type"] == "too_short" and any(
+            e["loc"][: len(loc)] == loc and len(e["loc"]) > len(loc) for e in errors
+        ):
+            continue  # pydantic recounts a sequence without its invalid items; those are reported already
+        for i, part in enumerate(loc):
+            if isinstance(part, str) and part in REGISTRY and i > 0 and isinstance(loc[i - 1], int):
+                continue  # the discriminated union's tag, not a field
+            parts.append(str(part))
+        cause = error.get("ctx", {}).get("error")
+        if isinstance(cause, FieldProblems):
+            problems.extend((".".join([*parts, sub]), message) for sub, message in cause.problems)
+            continue
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden" and model is not None:
+            message += did_you_mean(model, loc)
+        problems.append((".".join(parts), message))
+    return problems

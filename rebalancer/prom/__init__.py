@@ -1,5 +1,0 @@
-"""Prometheus adapter: the only package that imports ``prometheus_api_client`` or ``requests``."""
-
-from rebalancer.prom.source import PrometheusUsageSource
-
-__all__ = ["PrometheusUsageSource"]
