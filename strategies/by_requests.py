@@ -14,8 +14,9 @@ from types import MappingProxyType
 from typing import Literal
 
 from rebalancer.domain.model import PodKey
-from rebalancer.planning.predicted import ClassifyBy, usage_view
+from rebalancer.planning.predicted import ClassifyBy
 from rebalancer.planning.snapshot import ClusterSnapshot, NodeLoad
+from rebalancer.planning.usage_view import usage_view
 
 ByRequests = Literal["requests"]
 UsageBasis = ClassifyBy | ByRequests

@@ -26,9 +26,10 @@ from rebalancer.domain.model import (
 )
 from rebalancer.domain.settings.shared import LabelSelectorSpec, Model, NamespaceFilter
 from rebalancer.planning.plan import PlannedCostPatch, PodDecision, StrategyResult
-from rebalancer.planning.predicted import ClassifyBy, usage_view
+from rebalancer.planning.predicted import ClassifyBy
 from rebalancer.planning.protections import DELETION_COST_OWNER_ANNOTATION, Protections, foreign_deletion_cost
 from rebalancer.planning.snapshot import ClusterSnapshot
+from rebalancer.planning.usage_view import usage_view
 from strategies.base import StrategySettings
 
 KIND = "DeletionCostSteering"

@@ -22,6 +22,8 @@ SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})  # pod phases that hold no node resources
+
 # strconv.ParseInt(value, 10, 32) after the ReplicaSet controller's first-character check: no "+", no leading 0
 _DELETION_COST_TEXT = re.compile(r"-[0-9]+|0|[1-9][0-9]*")
 

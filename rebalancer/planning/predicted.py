@@ -1,4 +1,4 @@
-"""Predicted next-peak load in the snapshot, and the usage view a predictive strategy plans on (pure).
+"""Predicted next-peak load in the snapshot, and what a predictive strategy may classify by (pure).
 
 LowNodeUtilization's ``classifyBy`` chooses what "usage" means for its classification, pod choice and
 room search: ``current`` (the window statistic read now), ``predicted`` (the predictor's next peak), or
@@ -17,7 +17,6 @@ from rebalancer.domain.model import PodKey
 
 if TYPE_CHECKING:
     from rebalancer.planning.predict.predictor import Prediction
-    from rebalancer.planning.snapshot import ClusterSnapshot
 
 ClassifyBy = Literal["current", "predicted", "max"]
 PREDICTIVE: frozenset[str] = frozenset({"predicted", "max"})
@@ -65,29 +64,3 @@ class PredictedLoad:
         if destination is not None and destination in nodes:
             nodes[destination] += usage
         return replace(self, node_cpu_m=MappingProxyType(nodes))
-
-
-def usage_view(snapshot: ClusterSnapshot, classify_by: ClassifyBy) -> ClusterSnapshot:
-    """The snapshot with node and pod usage as ``classify_by`` reads them."""
-    if classify_by == "current":
-        return snapshot
-    predicted = snapshot.predicted
-    if predicted is None or predicted.failure is not None:
-        why = predicted.failure if predicted is not None else "no prediction was made for this cycle"
-        return replace(snapshot, usage_failure=f"classifyBy {classify_by}: {why}")
-    load = {}
-    for name, current in snapshot.load.items():
-        value = predicted.node_cpu_m.get(name)
-        reason = predicted.node_unknown.get(name, "no prediction for this node")
-        if classify_by == "max":
-            if current.usage_m is None:
-                value, reason = None, current.unknown_reason or "usage unknown"
-            elif value is not None:
-                value = max(value, current.usage_m)
-        load[name] = replace(current, usage_m=value, unknown_reason=None if value is not None else reason)
-    if classify_by == "predicted":
-        pods: Mapping[PodKey, int] = predicted.pod_cpu_m
-    else:
-        now = snapshot.pod_usage
-        pods = {k: max(v, now[k]) for k, v in predicted.pod_cpu_m.items() if k in now}
-    return replace(snapshot, load=MappingProxyType(load), pod_usage=MappingProxyType(dict(pods)))

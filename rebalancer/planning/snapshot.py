@@ -11,6 +11,7 @@ import msgspec
 
 from rebalancer.domain.labels import LabelSelector
 from rebalancer.domain.model import (
+    TERMINAL_PHASES,
     ClusterFacts,
     DisruptionBudget,
     Node,
@@ -24,8 +25,6 @@ from rebalancer.domain.settings.shared import PoolSettings
 from rebalancer.planning.inflight import Correction
 from rebalancer.planning.plan import PlannedEviction
 from rebalancer.planning.predicted import PredictedLoad
-
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True, slots=True)

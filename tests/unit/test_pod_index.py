@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from rebalancer.actions.evictor import _replica_counts
 from rebalancer.adapters.kube.pod_index import PodGroups
-from rebalancer.domain.model import ClusterFacts, NodePods, Pod, UsageReport, WorkloadRef
-from rebalancer.planning.snapshot import TERMINAL_PHASES, group_pods
+from rebalancer.domain.model import TERMINAL_PHASES, ClusterFacts, NodePods, Pod, UsageReport, WorkloadRef
+from rebalancer.planning.snapshot import group_pods
 from rebalancer.policy import Policy
 from rebalancer.policy.cycle import plan_cycle
 from tests.builders import pod

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from typing import Generic, TypeVar
 
-from rebalancer.domain.model import NodePods, Pod, WorkloadRef
-from rebalancer.planning.snapshot import TERMINAL_PHASES, node_pods
+from rebalancer.domain.model import TERMINAL_PHASES, NodePods, Pod, WorkloadRef
+from rebalancer.planning.snapshot import node_pods
 
 _G = TypeVar("_G", bound=Hashable)
 _V = TypeVar("_V")

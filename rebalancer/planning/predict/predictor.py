@@ -26,13 +26,12 @@ from enum import StrEnum
 import msgspec
 import numpy as np
 
-from rebalancer.domain.model import ClusterFacts, Node, Pod, PodKey
+from rebalancer.domain.model import TERMINAL_PHASES, ClusterFacts, Node, Pod, PodKey
 from rebalancer.domain.settings.predictor import PredictorSettings
 from rebalancer.planning.predict.aggregate import aggregate_with
 from rebalancer.planning.predict.history import DailyPeaks
 from rebalancer.planning.predict.node_peak import NodePeak, PeakBook, build_book
 from rebalancer.planning.predict.profile import DailyProfiles
-from rebalancer.planning.snapshot import TERMINAL_PHASES
 
 
 class Source(StrEnum):
