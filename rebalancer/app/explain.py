@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from rebalancer.app.render import text_table
+from rebalancer.domain.text_table import text_table
 from rebalancer.planning.scale_down import Ranked, RankedPod, deletion_order
 
 KIND = "ScaleDownExplanation"  # of its machine-readable document

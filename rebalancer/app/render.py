@@ -13,6 +13,7 @@ from rebalancer.actions.steerer import SteeringReport, steering_summary
 from rebalancer.domain.guard_marks import rfc3339
 from rebalancer.domain.output import plain
 from rebalancer.domain.quantity import format_cores
+from rebalancer.domain.text_table import text_table
 from rebalancer.planning.inflight import Correction
 from rebalancer.planning.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult
 
@@ -142,18 +143,6 @@ def _node_row(d: NodeDecision, in_flight: str | None) -> list[str]:
     pct = "?" if d.usage_pct is None else f"{d.usage_pct:.1f}"
     why = d.reason if in_flight is None else f"{d.reason} ({in_flight})"
     return [d.node, d.pool, usage, format_cores(d.allocatable_m), pct, d.node_class.value, why]
-
-
-def text_table(header: list[str], rows: list[list[str]], right: frozenset[int] = frozenset()) -> list[str]:
-    """Aligned columns, two spaces apart; columns in ``right`` right-aligned; the last column is free text."""
-    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i]) for i in range(len(header))]
-    widths[-1] = 0
-
-    def fmt(row: list[str]) -> str:
-        cells = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-        return "  ".join(cells).rstrip()
-
-    return [fmt(header), *(fmt(r) for r in rows)]
 
 
 def run_record(

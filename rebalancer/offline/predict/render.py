@@ -6,9 +6,9 @@ import math
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from rebalancer.app.render import text_table
 from rebalancer.domain.output import plain
 from rebalancer.domain.quantity import format_cores
+from rebalancer.domain.text_table import text_table
 from rebalancer.offline.predict.backtest import BacktestReport, BacktestRow
 from rebalancer.planning.predict.predictor import NodePrediction, Prediction
 
