@@ -125,8 +125,8 @@ def _node_backtest(args: argparse.Namespace, settings: PredictorSettings) -> tup
     simulation can pack into nodes; None for a usage table (it names no VM shapes to pack)."""
     if not Path(args.backtest).is_dir() or args.entities or args.limit:
         return None
-    from rebalancer.offline.simulate.node_backtest import node_backtest, packed_cluster
-    from rebalancer.offline.simulate.node_backtest_render import node_backtest_record, node_backtest_table
+    from rebalancer.offline.predict.node_backtest import node_backtest, packed_cluster
+    from rebalancer.offline.predict.node_backtest_render import node_backtest_record, node_backtest_table
     from rebalancer.offline.traces import TraceError
 
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import msgspec
 import numpy as np
@@ -31,8 +31,21 @@ from rebalancer.planning.predict.profile import (
     scaled,
 )
 
-if TYPE_CHECKING:
-    from rebalancer.planning.predict.predictor import PodPrediction
+
+class PredictedPod(Protocol):
+    """What the book reads of a pod's prediction (the predictor's ``PodPrediction``)."""
+
+    @property
+    def key(self) -> PodKey: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def workload(self) -> str | None: ...
+    @property
+    def cpu_m(self) -> float | None: ...
+    @property
+    def source(self) -> str: ...
+
 
 TOP_PODS = 5  # pods named as making a node's peak
 
@@ -207,7 +220,7 @@ class PeakBook:
 
 
 def build_book(
-    predictions: Iterable[PodPrediction],
+    predictions: Iterable[PredictedPod],
     profiles: DailyProfiles[PodKey],
     settings: PredictorSettings,
     system_cpu_m: Mapping[str, float],

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rebalancer.app.render import text_table
+from rebalancer.domain.text_table import text_table
+from rebalancer.offline.predict.node_backtest import NodeBacktestReport
 from rebalancer.offline.predict.render import format_value, row_record
-from rebalancer.offline.simulate.node_backtest import NodeBacktestReport
 
 
 def node_backtest_table(report: NodeBacktestReport) -> str:
