@@ -297,7 +297,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     log_path = workdir / "serve.log"
     log = log_path.open("w")
     serve = subprocess.Popen(
-        [sys.executable, "-m", "rebalancer.app.cli", "serve", "--log-level", "DEBUG", "--policy", str(policy),
+        [sys.executable, "-m", "rebalancer", "serve", "--log-level", "DEBUG", "--policy", str(policy),
          "--kubeconfig", kubeconfig(kube_url)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

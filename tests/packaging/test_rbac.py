@@ -218,7 +218,7 @@ def test_deployment_grants_exactly_what_serve_and_its_cycles_use(
     env = {**os.environ, "POD_NAMESPACE": NAMESPACE, "KUBECONFIG": str(kubeconfig)}
     with log.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "rebalancer.app.cli", *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "rebalancer", *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
         )
     serve_process.append(process)
 

@@ -153,7 +153,7 @@ def test_hot_node_alert_leads_to_evictions_through_serve(
     )
     log = (tmp_path / "serve.log").open("w")
     serve = subprocess.Popen(
-        [sys.executable, "-m", "rebalancer.app.cli", "--log-level", "INFO", "serve", "--policy", str(policy),
+        [sys.executable, "-m", "rebalancer", "--log-level", "INFO", "serve", "--policy", str(policy),
          "--kubeconfig", str(kubeconfig)],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -209,7 +209,7 @@ def start_serve(
     log_path = workdir / f"serve-{index}.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "rebalancer.app.cli", "--log-level", "INFO", "serve", "--policy", str(policy),
+            [sys.executable, "-m", "rebalancer", "--log-level", "INFO", "serve", "--policy", str(policy),
              "--kubeconfig", str(kubeconfig)],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -321,7 +321,7 @@ def test_serve_runs_on_start_once_it_leads_and_logs_each_cycle_at_the_default_le
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log:
         serve = subprocess.Popen(
-            [sys.executable, "-m", "rebalancer.app.cli", "serve", "--policy", str(policy), "--kubeconfig", str(kubeconfig)],
+            [sys.executable, "-m", "rebalancer", "serve", "--policy", str(policy), "--kubeconfig", str(kubeconfig)],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:

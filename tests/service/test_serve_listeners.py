@@ -37,7 +37,7 @@ def write_policy(path: Path, service: str) -> Path:
 def start_serve(policy: Path, kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
     with log.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "rebalancer.app.cli", "serve", "--policy", str(policy), "--kubeconfig", str(kubeconfig)],
+            [sys.executable, "-m", "rebalancer", "serve", "--policy", str(policy), "--kubeconfig", str(kubeconfig)],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
 

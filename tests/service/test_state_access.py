@@ -89,7 +89,7 @@ def test_the_cli_says_it_in_one_line_and_exits_3(
     kube_server.keep_namespaces("shop", "monitoring")
     policy = write_policy(tmp_path / "p.yaml", prometheus.url, target=50)
     done = subprocess.run(
-        [sys.executable, "-m", "rebalancer.app.cli", "run", "--once", "--policy", str(policy),
+        [sys.executable, "-m", "rebalancer", "run", "--once", "--policy", str(policy),
          "--kubeconfig", str(kubeconfig), "--dry-run=server"],
         capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
     )  # fmt: skip

@@ -30,7 +30,7 @@ def test_demo_plan_json_has_hot_nodes_and_evictions_from_them(capsys: pytest.Cap
 
 def test_demo_table_through_the_console_entry_point() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "rebalancer.app.cli", "plan", "--demo"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "rebalancer", "plan", "--demo"], capture_output=True, text=True, check=True
     ).stdout
     assert "== LowNodeUtilization" in out
     assert " hot " in out
@@ -92,7 +92,7 @@ def test_every_commands_help_shows_the_global_options(capsys: pytest.CaptureFixt
 
 def test_plan_takes_the_log_level_after_the_command_end_to_end() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "rebalancer.app.cli", "plan", "--demo", "--log-level", "DEBUG"],
+        [sys.executable, "-m", "rebalancer", "plan", "--demo", "--log-level", "DEBUG"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert "planned eviction(s)" in out.stdout
