@@ -3,7 +3,7 @@
 Reading a cluster and planning on it create millions of container objects and almost no reference
 cycles, so the collector only costs there: left on, it runs ever longer full passes over the growing
 result (about 20 % of a 150,000-pod read, 7 % of a plan, 10 % of an alert cycle). The composition root
-(``app``, ``app_prediction``, ``serve``) pauses it around those steps; adapters and planning code never
+(``root``, ``prediction``, ``serve``) pauses it around those steps; adapters and planning code never
 touch it, so that what they do does not depend on who called them.
 """
 

@@ -1,5 +1,5 @@
 """Composition root, prediction part: history from Prometheus -> the pure predictor -> what a cycle or
-`rebalancer predict` needs. Only this module and ``app`` build clients for the predictor.
+`rebalancer predict` needs. Only this module and ``root`` build clients for the predictor.
 
 A failed history read never becomes an eviction: a cycle gets :meth:`PredictedLoad.failed`, so strategies
 that classify by prediction evict nothing while the others go on; `rebalancer predict` reports the error.

@@ -32,7 +32,7 @@ def plan_cycle(
 ) -> tuple[ClusterSnapshot, EvictionPlan]:
     """``focus``: the nodes an alert named; only they are relieved (None: every hot node).
     ``predicted``: the next-peak load, for strategies that classify by prediction. ``moved``: pods the
-    bounce-back guard keeps in place (``efficiency.recently_moved``), with the reason. ``reliefs``: the earlier
+    bounce-back guard keeps in place (``rebalancer.records.recently_moved``), with the reason. ``reliefs``: the earlier
     reliefs from the efficiency records; a node's usage is corrected by those its reading still covers
     (:mod:`rebalancer.planning.inflight`), so every strategy and the landing guard plan on the same corrected usage
     (None: no records, no correction)."""

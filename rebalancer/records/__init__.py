@@ -1,7 +1,8 @@
 """Efficiency metrics (pure): did the evictions help?
 
-Records of hot nodes found, evictions and their follow-up (``records``), what each cycle adds to them
-(``ledger``), the bounce-back memory (``moves``) and the discovery / eviction / effective rates
+Records of hot nodes found, evictions and their follow-up (the document is
+``rebalancer.domain.efficiency_records``), what each cycle adds to them (``ledger``), where the replacements
+landed (``landings``), the bounce-back memory (``moves``) and the discovery / eviction / effective rates
 (``rates``). The adapters store the records in a ConfigMap and read the reference from Prometheus.
 """
 

@@ -1,7 +1,7 @@
 """What the landing guard's rules are fed besides a plan (pure): the nodes a plan is about to relieve (the
 guard marks them *before* the evictor, since a replacement is scheduled within moments of its eviction),
 the nodes an evictor report relieved, the snapshot as those first marks left it, and the nodes as a sweep
-without a cycle sees them. Shared by the service (``app_guard``) and the simulator."""
+without a cycle sees them. Shared by the service (``rebalancer.app.guard``) and the simulator."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Limiters for evictions: caps, token buckets, time windows, lists and service levels (pure).
 
-``settings`` is the policy's ``limits:`` section, ``state`` what persists across runs, ``engine`` the
-decisions. Nothing here performs I/O or reads a clock: ``now`` (epoch seconds) is an argument.
+``state`` is what persists across runs, ``engine`` the decisions; the policy's ``limits:`` section is
+``rebalancer.domain.settings.limits``. Nothing here performs I/O or reads a clock: ``now`` (epoch seconds) is an argument.
 """
 
 from rebalancer.domain.settings.limits import LimitSettings

@@ -1,8 +1,9 @@
 """The 8-day weighted-P95 node load predictor (pure: no I/O clients, no clock).
 
 ``history`` daily peaks per pod (missing days NaN, never zero), ``aggregate`` the aggregations, ``predictor``
-pods -> node predictions with churn fallbacks, ``backtest`` the rolling evaluation on recorded usage
-(``usage`` reads it), ``render`` tables and JSON, ``plot`` an optional PNG, ``settings`` the policy section.
+pods -> node predictions with churn fallbacks, ``days`` the calendar days whose peaks it reads. The policy
+section is ``rebalancer.domain.settings.predictor``; the back-test, its tables and plots are in
+``rebalancer.offline.predict``.
 """
 
 from rebalancer.domain.settings.predictor import AGGREGATIONS, Aggregation, PredictorSettings
