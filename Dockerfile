@@ -3,7 +3,8 @@
 # Two stages. `build` installs the package and its runtime dependencies (binary wheels only, so no
 # compiler is needed) into the virtual environment /opt/rebalancer, created without pip. The final stage
 # is the same slim Python image with nothing added but that environment: no build tools, no pip in the
-# environment, no tests or sources (.dockerignore keeps them out of the build context too).
+# environment, no tests or sources (.dockerignore keeps them out of the build context too), and no offline
+# tools (rebalancer/offline: simulate, predict, back-test, plots, demo; they need a full pip install).
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from rebalancer.offline.predict.usage import Progress
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_CONFIG, EXIT_SOURCE, EXIT_FAILED = 0, 1, 2, 3, 4
+OFFLINE = "rebalancer.offline"  # simulate, predict, the back-test, plots and the demo: not in the container image
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 DESCRIPTION = "Rebalance Kubernetes nodes on their real CPU usage, evicting only through the Eviction API."
 EPILOG = (
@@ -121,9 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     imported.add_argument("--out", metavar="FILE", help="write the policy here (default: stdout)")
     _predict_parser(sub)
     _report_parser(sub)
-    from rebalancer.offline.simulate.options import add_parser as add_simulate_parser
-
-    add_simulate_parser(sub)
+    _simulate_parser(sub)
     completion = sub.add_parser(
         "completion",
         help="print a shell completion script: source <(rebalancer completion bash)",
@@ -169,6 +168,30 @@ def _report_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     report.add_argument(
         "--plot", metavar="FILE", help="FILE.html (self-contained) or FILE.png (needs matplotlib) (default: none)"
     )
+
+
+def _simulate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """simulate's own options; without the offline tools, a command that accepts anything and says so."""
+    try:
+        from rebalancer.offline.simulate.options import add_parser
+    except ModuleNotFoundError as exc:
+        if not _offline_missing(exc):
+            raise
+        simulate = sub.add_parser("simulate", help="closed-loop simulation (needs the full install)")
+        simulate.set_defaults(offline_stub=True)  # its options are unknown here: main takes any
+        return
+    add_parser(sub)
+
+
+def _offline_missing(exc: ModuleNotFoundError) -> bool:
+    """The offline tools are not installed (the container image leaves them out)."""
+    return exc.name is not None and (exc.name == OFFLINE or exc.name.startswith(OFFLINE + "."))
+
+
+def _needs_offline(args: argparse.Namespace) -> str:
+    """The command line that needed the offline tools, as the user typed it: `plan --demo`, `report --plot`."""
+    flags = [f for f in ("demo", "backtest", "plot") if getattr(args, f, None)]
+    return " ".join([args.command, *(f"--{f}" for f in flags)])
 
 
 def _predict_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -248,7 +271,9 @@ def _predict_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "offline_stub", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=log_level(args), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "completion":
@@ -280,6 +305,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return predict_command(args, _predict_live)
         return _plan(args)
+    except ModuleNotFoundError as exc:
+        if not _offline_missing(exc):
+            raise
+        print(
+            f"rebalancer {_needs_offline(args)}: the offline tools (simulate, predict, back-test, plots, demo) are "
+            "not installed here, as in the container image: run it from a full install (pip or pipx, see the README)",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return EXIT_CONFIG
@@ -312,9 +346,10 @@ def _check_config(files: Sequence[str], shown: str) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from rebalancer.app import root as app
     from rebalancer.app.render import PLAN_KIND, plan_record, plan_table
-    from rebalancer.offline.demo import demo_policy_path
 
     if args.demo:
+        from rebalancer.offline.demo import demo_policy_path
+
         policy = load_policy(args.policy or demo_policy_path())
         outcome = app.plan_demo(policy)
     else:
@@ -359,7 +394,6 @@ def _report(args: argparse.Namespace) -> int:
     from rebalancer.app import root as app
     from rebalancer.app.report import efficiency_report
     from rebalancer.domain.settings.shared import parse_duration
-    from rebalancer.offline.efficiency_plot import write_plot
     from rebalancer.records.render import KIND, report_record, report_table
 
     spans: dict[str, timedelta | None] = {}
@@ -385,6 +419,8 @@ def _report(args: argparse.Namespace) -> int:
             return EXIT_OK  # a table of zeros would read as measured
     output.write(args.output, KIND, lambda: report_record(data.report, data.timeline), lambda: text)
     if args.plot:
+        from rebalancer.offline.efficiency_plot import write_plot
+
         print(f"plot written to {write_plot(args.plot, data.timeline, text)}", file=sys.stderr)
     if data.report.reference_problem:
         print(f"rebalancer report: discovery rate unknown: {data.report.reference_problem}", file=sys.stderr)

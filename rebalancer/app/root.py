@@ -26,7 +26,6 @@ from rebalancer.app.runtime import Clock, Focus, Runtime
 from rebalancer.domain.errors import ConfigError, SourceError
 from rebalancer.domain.model import ClusterFacts, UsageReport
 from rebalancer.domain.timeline import Timeline
-from rebalancer.offline.demo import load_demo, load_demo_history
 from rebalancer.planning.inflight import EarlierReliefs
 from rebalancer.planning.plan import EvictionPlan
 from rebalancer.planning.predict.predictor import predict
@@ -317,7 +316,9 @@ def parse_workload(target: str) -> tuple[str, str, str]:
 
 
 def plan_demo(policy: Policy) -> PlanOutcome:
-    """Plan on the embedded demo snapshot (no cluster, no Prometheus)."""
+    """Plan on the embedded demo snapshot (no cluster, no Prometheus; an offline tool, imported here only)."""
+    from rebalancer.offline.demo import load_demo, load_demo_history
+
     demo = load_demo()
     facts: ClusterFacts = demo.facts
     predicted = None

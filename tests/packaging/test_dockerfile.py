@@ -10,6 +10,7 @@ the files .dockerignore lets into the build context.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -91,7 +92,8 @@ def test_the_image_user_is_numeric_non_root_and_the_charts() -> None:
 
 
 def build_context(into: Path) -> Path:
-    """Copy the files .dockerignore lets through ('*' then '!path' exceptions) into ``into``."""
+    """Copy the files .dockerignore lets through ('*' then '!path' exceptions, then paths left out again)
+    into ``into``."""
     rules = [r.strip() for r in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()]
     rules = [r for r in rules if r and not r.startswith("#")]
     assert rules[0] == "*", "the context is a whitelist"
@@ -102,24 +104,142 @@ def build_context(into: Path) -> Path:
             shutil.copytree(source, into / allowed, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
             shutil.copy2(source, into / allowed)
+    for left_out in (r.rstrip("/") for r in rules[1:] if not r.startswith(("!", "**"))):
+        assert (into / left_out).is_dir(), f"{left_out} in .dockerignore is no directory of the context"
+        shutil.rmtree(into / left_out)
     return into
 
 
-def test_the_build_context_makes_a_wheel_with_the_package_data_and_no_tests(tmp_path: Path) -> None:
-    context = build_context(tmp_path / "context")
-    assert not (context / "tests").exists()
-    assert not (context / "bench").exists()
+def build_wheel(source: Path, into: Path) -> Path:
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"), str(context)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(into), str(source)],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    (wheel,) = (tmp_path / "dist").glob("rebalancer-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert not [n for n in names if n.startswith(("tests/", "bench/", "scripts/"))]
+    (wheel,) = into.glob("rebalancer-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def image_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel the image's build stage installs: built from exactly the build context."""
+    tmp = tmp_path_factory.mktemp("image")
+    return build_wheel(build_context(tmp / "context"), tmp / "dist")
+
+
+def test_the_build_context_makes_a_wheel_without_tests_or_offline_tools(image_wheel: Path) -> None:
+    names = zipfile.ZipFile(image_wheel).namelist()
+    assert not [n for n in names if n.startswith(("tests/", "bench/", "scripts/", "rebalancer/offline/"))]
     assert "rebalancer/py.typed" in names
-    assert any(n.startswith("rebalancer/offline/demo/") and n.endswith(".json") for n in names)
+    assert "rebalancer/app/cli.py" in names
     assert any(n.startswith("strategies/") for n in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    text = zipfile.ZipFile(image_wheel).read(entry_points).decode()
     assert "rebalancer = rebalancer.app.cli:main" in text
+
+
+def test_a_full_install_ships_the_offline_tools_and_their_data(tmp_path: Path) -> None:
+    names = zipfile.ZipFile(build_wheel(ROOT, tmp_path / "dist")).namelist()
+    assert "rebalancer/offline/simulate/command.py" in names
+    assert any(n.startswith("rebalancer/offline/demo/") and n.endswith(".json") for n in names)
+    assert "rebalancer/offline/simulate/shipped-policy.yaml" in names
+
+
+# Runs in a fresh interpreter on the image's files only: the unpacked wheel first on the path, the
+# editable install's finder (which would reach the repository's rebalancer/offline) dropped, and any
+# import of rebalancer.offline refused, as in the image where the package is absent.
+IMAGE_PYTHON = """
+import importlib.abc, sys
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
+
+class NoOfflineTools(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "rebalancer.offline" or name.startswith("rebalancer.offline."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoOfflineTools())
+import rebalancer
+assert rebalancer.__file__.startswith(sys.argv[1]), rebalancer.__file__
+"""
+
+IMPORT_EVERY_MODULE = """
+import importlib, pkgutil
+for module in pkgutil.walk_packages(rebalancer.__path__, "rebalancer."):
+    if module.name != "rebalancer.__main__":
+        importlib.import_module(module.name)
+"""
+
+RUN_COMMAND_LINE = """
+from rebalancer.app.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def in_image(site: Path, program: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", IMAGE_PYTHON + program, str(site), *args],
+        cwd=site, env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def image_site(image_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    site = tmp_path_factory.mktemp("site")
+    zipfile.ZipFile(image_wheel).extractall(site)
+    return site
+
+
+def test_every_module_of_the_image_imports_without_the_offline_tools(image_site: Path) -> None:
+    result = in_image(image_site, IMPORT_EVERY_MODULE)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "--help"],
+        ["run", "--help"],
+        ["plan", "--help"],
+        ["report", "--help"],
+        ["explain-scale-down", "--help"],
+        ["check-config", str(ROOT / "config" / "low-node-utilization.yaml")],
+        ["completion", "bash"],
+    ],
+)
+def test_the_in_cluster_commands_run_in_the_image(image_site: Path, argv: list[str]) -> None:
+    result = in_image(image_site, RUN_COMMAND_LINE, *argv)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["simulate", "--days", "1"], "rebalancer simulate:"),
+        (["plan", "--demo"], "rebalancer plan --demo:"),
+        (["predict", "--demo"], "rebalancer predict --demo:"),
+    ],
+)
+def test_an_offline_command_in_the_image_says_it_needs_the_full_install(
+    image_site: Path, argv: list[str], named: str
+) -> None:
+    result = in_image(image_site, RUN_COMMAND_LINE, *argv)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert named in result.stderr
+    assert "from a full install" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "plan", "serve", "report"])
+def test_the_in_cluster_commands_reach_the_cluster_connection_in_the_image(
+    image_site: Path, command: str, tmp_path: Path
+) -> None:
+    """Each command's own wiring is imported and run up to the cluster connection (here a missing kubeconfig)."""
+    policy = str(ROOT / "config" / "low-node-utilization.yaml")
+    missing = tmp_path / "kubeconfig"
+    result = in_image(image_site, RUN_COMMAND_LINE, command, "--policy", policy, "--kubeconfig", str(missing))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f"kubeconfig {missing}: no such file" in result.stderr
+    assert "offline" not in result.stderr
