@@ -104,9 +104,14 @@ def plan_live(
             pending = reader.submit(usage_now)
             with timeline.step("facts"):
                 api = api or connect(connection.kubeconfig, connection.context)
-                kube = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
+                kube = KubeSource(
+                    api,
+                    Protections.from_settings(policy.protections).annotations_read(),
+                    list_mode=policy.kubernetes.list_mode,
+                )
                 with collector.paused():
                     facts = read_facts(kube, focus, known)
+                timeline.mark(f"pods-{kube.last_stats.modes.get('pods', 'paged')}")  # how the pods were read
             with timeline.step("usage"):  # only what the listing did not hide
                 usage = pending.result()
     predicted = None

@@ -97,7 +97,7 @@ def sweep(
 
 def release_marks(policy: Policy, api: ApiClient, owner: str, dry_run: DryRun = DryRun.OFF) -> GuardReport:
     """Graceful shutdown: every mark ``owner`` wrote is removed (marks another instance renewed since stay)."""
-    nodes = KubeSource(api, frozenset()).read_nodes()
+    nodes = KubeSource(api, frozenset(), list_mode=policy.kubernetes.list_mode).read_nodes()
     return _apply(api, release(unknown_nodes(policy.pools, nodes), owner), dry_run, lambda: True)
 
 

@@ -14,7 +14,15 @@ from rebalancer.errors import ConfigError
 from rebalancer.guard.settings import LandingGuardSettings
 from rebalancer.limits import LimitSettings
 from rebalancer.predict.settings import PredictorSettings
-from rebalancer.settings import Duration, FieldProblems, Model, PoolSettings, PrometheusSettings, ProtectionSettings
+from rebalancer.settings import (
+    Duration,
+    FieldProblems,
+    KubernetesSettings,
+    Model,
+    PoolSettings,
+    PrometheusSettings,
+    ProtectionSettings,
+)
 from rebalancer.unknown_keys import did_you_mean
 from strategies import REGISTRY, AnyStrategySettings
 
@@ -179,6 +187,9 @@ class Policy(Model):
     api_version: Literal["rebalancer.io/v1alpha1"] = Field(default=API_VERSION, description="Policy format.")
     kind: Literal["RebalancerPolicy"] = Field(default="RebalancerPolicy", description="Always RebalancerPolicy.")
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings, description="Where usage comes from.")
+    kubernetes: KubernetesSettings = Field(
+        default_factory=KubernetesSettings, description="How the Kubernetes API is read."
+    )
     pools: PoolSettings = Field(default_factory=PoolSettings, description="How nodes form resource pools.")
     protections: ProtectionSettings = Field(
         default_factory=ProtectionSettings, description="Pods that are never evicted."

@@ -1,7 +1,7 @@
 """One collection kept current in memory: listed once, then watched from the list's resourceVersion.
 
-The loop of client-go's reflector, narrowly decoded: a paged LIST (``lister.list_all``), then a WATCH
-with bookmarks from its resourceVersion; each event updates the map; a BOOKMARK or a clean end of the
+The loop of client-go's reflector, narrowly decoded: a full read (a watch-list, or a paged LIST when the
+server refuses it: ``watch_list.read_all``), then a WATCH with bookmarks from its resourceVersion; each event updates the map; a BOOKMARK or a clean end of the
 stream (``timeoutSeconds``) only moves the resourceVersion on, and the watch is opened again from there.
 An expired resourceVersion (HTTP 410, or an ``ERROR`` event carrying 410) means events were lost: the
 collection is listed again and replaced whole. Every ``relist_seconds`` it is listed again anyway (the
@@ -30,7 +30,8 @@ from kubernetes.client.exceptions import ApiException
 
 from rebalancer.errors import KubeUnavailable, RebalancerError
 from rebalancer.kube import wire
-from rebalancer.kube.lister import CLIENT_ERRORS, ListCall, api_error, client_error, list_all, transport_error
+from rebalancer.kube.lister import CLIENT_ERRORS, ListCall, api_error, client_error, transport_error
+from rebalancer.kube.watch_list import ListMode, read_all
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +77,15 @@ class WatchTiming:
     """``watch_seconds``: how long one watch request asks the server to stay open (``timeoutSeconds``);
     ``request_timeout``: seconds per LIST page, and the connect timeout of a watch; ``backoff_max``:
     the longest wait between attempts after failures; ``relist_seconds``: how often the collection is
-    listed again although no 410 asked for it."""
+    listed again although no 410 asked for it; ``list_mode``: how a listing reads the collection (watch-list
+    or pages, see :func:`rebalancer.kube.watch_list.read_all`)."""
 
     watch_seconds: int = 300
     request_timeout: float = 30.0
     backoff_max: float = 30.0
     page_size: int = 500
     relist_seconds: float = 1800.0
+    list_mode: ListMode = "auto"
 
 
 class Informer(Generic[_W, _D]):
@@ -233,9 +236,10 @@ class Informer(Generic[_W, _D]):
                 self._stopped.wait(backoff)
 
     def _list(self) -> None:
-        listed = list_all(
+        listed = read_all(
             self._call,
             lambda items: [self._convert(w) for w in items],
+            mode=self._timing.list_mode,
             page_size=self._timing.page_size,
             timeout=self._timing.request_timeout,
             host=self._host,
