@@ -133,7 +133,7 @@ class TestApiServer:
         self._silent_until = 0.0  # time.monotonic(): until then open watches say nothing (silence_watches)
         self._unwatched: set[int] = set()  # revisions no watch reports (write_unwatched)
         self.watch_list = True  # the WatchList feature gate: False refuses sendInitialEvents (422), as older servers
-        self._watch_list_faults: list[watch.Interruption] = []  # the next watch-lists break so (interrupt_watch_lists)
+        self._watch_list_faults: dict[str, list[watch.Interruption]] = {}  # plural -> how the next ones break
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self._faults: dict[str, list[Fault]] = {}
         self._hooks: list[Callable[[Request], None]] = []
@@ -234,11 +234,14 @@ class TestApiServer:
             self._unwatched.add(int(stored["metadata"]["resourceVersion"]))
         return stored
 
-    def interrupt_watch_lists(self, after: int, how: Literal["cut", "expire"] = "cut", times: int = 1) -> None:
-        """The next ``times`` watch-lists (``sendInitialEvents=true``) break after ``after`` initial events: the
-        connection is cut (``cut``), or an ERROR event carrying 410 ``Expired`` ends the stream (``expire``)."""
+    def interrupt_watch_lists(
+        self, plural: str, after: int, how: Literal["cut", "expire"] = "cut", times: int = 1
+    ) -> None:
+        """The next ``times`` watch-lists (``sendInitialEvents=true``) of ``plural`` break after ``after`` initial
+        events: the connection is cut (``cut``), or an ERROR event carrying 410 ``Expired`` ends the stream
+        (``expire``)."""
         with self._lock:
-            self._watch_list_faults += [watch.Interruption(after, how)] * times
+            self._watch_list_faults.setdefault(plural, []).extend([watch.Interruption(after, how)] * times)
 
     def _watch_cut(self) -> Callable[[], bool]:
         with self._lock:
@@ -428,7 +431,8 @@ class TestApiServer:
                     self.store.check_revision(start, exact=False)
                 start = None
                 with self._lock:
-                    interruption = self._watch_list_faults.pop(0) if self._watch_list_faults else None
+                    waiting = self._watch_list_faults.get(rtype.plural)
+                    interruption = waiting.pop(0) if waiting else None
             elif initial is False and start is None:  # no initial events: from now on
                 start = self.store.revision
             events = watch.stream(
