@@ -64,7 +64,7 @@ class Response:
     code: int
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
-    stream: Iterator[bytes] | None = None  # a watch: sent chunked, as it comes
+    stream: Iterator[bytes | watch.Chunk] | None = None  # a watch: sent chunked, as it comes
     parts: list[bytes] | None = None  # the body as pieces, sent gathered (``body`` is then empty)
 
     @property
@@ -514,7 +514,7 @@ def _node_name_equality(selector: str) -> str | None:
 _GATHER = 512  # buffers per sendmsg call (the kernel takes at most IOV_MAX, 1024 on Linux)
 
 
-def _send_gathered(sock: socket.socket, parts: list[bytes]) -> None:
+def _send_gathered(sock: socket.socket, parts: list[bytes | memoryview] | list[bytes]) -> None:
     """Send ``parts`` in order with gathered writes (``sendmsg``), resuming after partial sends."""
     views = [memoryview(p) for p in parts if p]
     start = 0
@@ -609,12 +609,18 @@ class _RequestHandler(BaseHTTPRequestHandler):
         else:
             _send_gathered(self.connection, response.parts)
 
-    def _send_chunked(self, chunks: Iterator[bytes]) -> None:
-        """A watch: each event as its own chunk, sent at once (the client reads them as they come)."""
+    def _send_chunked(self, chunks: Iterator[bytes | watch.Chunk]) -> None:
+        """A watch: each event as its own chunk, sent at once (the client reads them as they come); a list of
+        pieces (initial events) as one chunk, gathered."""
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
             for chunk in chunks:
+                if isinstance(chunk, list):
+                    if chunk:
+                        size = sum(map(len, chunk))
+                        _send_gathered(self.connection, [b"%x\r\n" % size, *chunk, b"\r\n"])
+                    continue
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
             self.wfile.write(b"0\r\n\r\n")
         except watch.Cut:  # the stream is cut mid-way: no final chunk, the connection closes

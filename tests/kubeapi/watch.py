@@ -66,6 +66,8 @@ def parse_timeout(raw: str) -> float:
 
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+INITIAL_EVENTS_PER_CHUNK = 64  # the real server flushes whenever its queue runs empty: many events a chunk
+Chunk = list[bytes | memoryview]  # one HTTP chunk's pieces
 
 
 @dataclass(frozen=True)
@@ -92,26 +94,39 @@ def stream(
     unwatched: Callable[[int], bool] = lambda revision: False,
     end_marker: bool = False,
     interruption: Interruption | None = None,
-) -> Iterator[bytes]:
+) -> Iterator[bytes | Chunk]:
     """The event lines of one watch, until ``timeout`` or a 410; :class:`Cut` when ``cut()`` says so.
-    ``start`` None: the live objects first; ``end_marker``: then the bookmark marking their end."""
+    ``start`` None: the live objects first, many to a chunk (a list of pieces sent gathered, as they are
+    stored); ``end_marker``: then the bookmark marking their end."""
     prefix = f"{namespace}/" if namespace and rtype.namespaced else ""
     deadline = time.monotonic() + timeout
     if start is None:
         live, start = store.live(rtype.plural)
         sent = 0
+        batch: Chunk = []
+        head = b'{"type":"ADDED","object":{"kind":"%s","apiVersion":"%s",' % (
+            rtype.kind.encode(),
+            rtype.api_version.encode(),
+        )
         for key, version in live:
             obj = version.obj
             if key.startswith(prefix) and obj is not None and (predicate is None or predicate(obj)):
                 if interruption is not None and sent == interruption.after:
+                    yield batch
                     if interruption.how == "cut":
                         raise Cut
                     yield _encode({"type": "ERROR", "object": status.expired_resource_version(start, start).body})
                     return
                 if cut():
                     raise Cut
-                yield _line("ADDED", rtype, version.item_bytes())
+                item = version.item_bytes()
+                batch += (head, memoryview(item)[1:], b"}\n") if item != b"{}" else (head[:-1], b"}}\n")
                 sent += 1
+                if len(batch) >= 3 * INITIAL_EVENTS_PER_CHUNK:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
         if end_marker and bookmarks:
             yield _bookmark(rtype, start, {INITIAL_EVENTS_END: "true"})
     position = start
