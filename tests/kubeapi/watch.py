@@ -109,8 +109,8 @@ def stream(
             rtype.api_version.encode(),
         )
         for key, version in live:
-            obj = version.obj
-            if key.startswith(prefix) and obj is not None and (predicate is None or predicate(obj)):
+            # decoded only for a selector: most objects are served as stored, never parsed
+            if not version.deleted and key.startswith(prefix) and (predicate is None or predicate(version.obj or {})):
                 if interruption is not None and sent == interruption.after:
                     yield batch
                     if interruption.how == "cut":
