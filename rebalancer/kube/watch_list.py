@@ -20,9 +20,11 @@ bookmark (the connection cut, an ``ERROR`` event, 410 ``Expired``) is an error, 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import typing
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 import urllib3
@@ -31,7 +33,16 @@ from kubernetes.client.exceptions import ApiException
 from rebalancer.errors import KubeUnavailable
 from rebalancer.kube import wire
 from rebalancer.kube.bodies import malformed_object
-from rebalancer.kube.lister import CLIENT_ERRORS, ListCall, Listed, api_error, client_error, list_all, transport_error
+from rebalancer.kube.lister import (
+    CLIENT_ERRORS,
+    ListCall,
+    Listed,
+    api_error,
+    client_error,
+    fast_switching,
+    list_all,
+    transport_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +52,11 @@ WATCH_LIST_SECONDS = 600
 """``timeoutSeconds`` of a watch-list: the server ends the stream then, finished or not."""
 REFUSING_CODES = frozenset({400, 403, 422})
 """An answer with one of these codes refuses the watch-list (a paged LIST needs only ``list``, not ``watch``)."""
-BATCH = 500  # objects converted at once, as a page of the paged LIST
 READ_SIZE = 1 << 20
+QUEUED = 4  # chunks read ahead of the decoding at most (the server sends many events to a chunk)
 
 _W = TypeVar("_W")
 _D = TypeVar("_D")
-
-_ADDED = b'{"type":"ADDED","object":'  # the API server writes every event in this order: type, then object
-_CLOSING = ord("}")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -104,11 +112,26 @@ def read_all(
 def watch_list(
     call: ListCall[_W], convert: Callable[[Sequence[_W]], Iterable[_D]], *, timeout: float, host: str
 ) -> Listed[_D]:
-    """The collection from one watch-list stream; :class:`WatchListRefused` when the server does not serve one."""
-    item = msgspec.json.Decoder(item_type(call.decoder))
+    """The collection from one watch-list stream; :class:`WatchListRefused` when the server does not serve one.
+
+    A helper thread reads the stream while this one decodes (the socket wait releases the GIL), as the
+    paged path fetches the next page; at most :data:`QUEUED` chunks wait between them."""
+    initial = _InitialEvents(call, convert)
     response = _open(call, timeout, host)
     try:
-        return _initial_events(call, item, convert, _lines(response, call.what, host, timeout))
+        with fast_switching(), _Reader(response) as reader:
+            pending = b""
+            for chunk in reader.chunks(call.what, host, timeout):
+                buffer = pending + chunk if pending else chunk
+                end = buffer.rfind(b"\n") + 1
+                pending = buffer[end:]
+                if end and (listed := initial.feed(memoryview(buffer)[:end])) is not None:
+                    return listed
+            if pending.strip() and (listed := initial.feed(memoryview(pending))) is not None:
+                return listed
+            raise WatchListRefused(
+                f"the stream ended after {initial.seen} objects without the bookmark marking their end"
+            )
     finally:
         response.close()  # the stream goes on after the bookmark: this connection cannot serve another request
         response.release_conn()
@@ -146,47 +169,66 @@ def _open(call: ListCall[Any], timeout: float, host: str) -> urllib3.BaseHTTPRes
     return response
 
 
-def _initial_events(
-    call: ListCall[_W],
-    item: msgspec.json.Decoder[_W],
-    convert: Callable[[Sequence[_W]], Iterable[_D]],
-    lines: Iterator[memoryview],
-) -> Listed[_D]:
-    out: list[_D] = []
-    batch: list[_W] = []
-    seen = 0
-    for line in lines:
-        if line[: len(_ADDED)] == _ADDED and line[-1] == _CLOSING:
-            raw: memoryview | msgspec.Raw = line[len(_ADDED) : -1]
-            kind = "ADDED"
-        else:
+class _InitialEvents(Generic[_W, _D]):
+    """The initial events of one watch-list, fed a run of whole lines at a time, converted as they come."""
+
+    def __init__(self, call: ListCall[_W], convert: Callable[[Sequence[_W]], Iterable[_D]]) -> None:
+        self._call, self._convert = call, convert
+        item = item_type(call.decoder)
+        self._item: msgspec.json.Decoder[_W] = msgspec.json.Decoder(item)
+        added = msgspec.defstruct("AddedEvent", [("type", str), ("object", item)], gc=False)
+        self._events: msgspec.json.Decoder[Any] = msgspec.json.Decoder(added)
+        self.out: list[_D] = []
+        self.seen = 0
+
+    def feed(self, lines: memoryview) -> Listed[_D] | None:
+        """Take whole event lines; the listing once the bookmark marking the end of the initial events came.
+
+        The lines are decoded in one call as events carrying an object of the collection: that is every
+        ``ADDED`` event. Anything else among them (the bookmark, an error, a change, a malformed object)
+        fails that call, and those lines are read one by one instead."""
+        try:
+            events = self._events.decode_lines(lines)
+        except msgspec.DecodeError:
+            events = None
+        if events is not None and all(e.type == "ADDED" for e in events):
+            self.seen += len(events)
+            self.out.extend(self._convert([e.object for e in events]))
+            return None
+        return self._one_by_one(lines)
+
+    def _one_by_one(self, lines: memoryview) -> Listed[_D] | None:
+        call, objects = self._call, []
+        for line in lines.tobytes().split(b"\n"):  # a copy, of a few lines: the bulk path failed on these
+            if not line.strip():
+                continue
             try:
                 event = _EVENT.decode(line)
             except msgspec.DecodeError as exc:
                 raise KubeUnavailable(f"list {call.what}: malformed response: {exc}", reason="Malformed") from exc
             raw, kind = event.object, event.type
-        if kind == "ADDED":
-            try:
-                batch.append(item.decode(raw))
-            except msgspec.DecodeError as exc:
-                raise malformed_object(call, raw, exc) from exc
-            seen += 1
-            if len(batch) >= BATCH:
-                out.extend(convert(batch))
-                batch.clear()
-        elif kind == "BOOKMARK":
-            meta = _decoded(call, _BOOKMARK, raw).metadata
-            if meta.annotations.get(INITIAL_EVENTS_END) != "true":
-                raise WatchListRefused(f"a bookmark without {INITIAL_EVENTS_END} came after {seen} objects")
-            out.extend(convert(batch))
-            return Listed(out, meta.resource_version, pages=1, relists=0, mode="watchList")
-        elif kind == "ERROR":
-            raise _stream_error(call, _decoded(call, wire.STATUS, raw), seen)
-        elif kind in ("MODIFIED", "DELETED"):
-            raise WatchListRefused(f"a {kind} event came before the end of the initial events, after {seen} objects")
-        else:
-            raise KubeUnavailable(f"list {call.what}: unknown watch event type {kind!r}", reason="Malformed")
-    raise WatchListRefused(f"the stream ended after {seen} objects without the bookmark marking their end")
+            if kind == "ADDED":
+                try:
+                    objects.append(self._item.decode(raw))
+                except msgspec.DecodeError as exc:
+                    raise malformed_object(call, raw, exc) from exc
+                self.seen += 1
+            elif kind == "BOOKMARK":
+                meta = _decoded(call, _BOOKMARK, raw).metadata
+                if meta.annotations.get(INITIAL_EVENTS_END) != "true":
+                    raise WatchListRefused(f"a bookmark without {INITIAL_EVENTS_END} came after {self.seen} objects")
+                self.out.extend(self._convert(objects))
+                return Listed(self.out, meta.resource_version, pages=1, relists=0, mode="watchList")
+            elif kind == "ERROR":
+                raise _stream_error(call, _decoded(call, wire.STATUS, raw), self.seen)
+            elif kind in ("MODIFIED", "DELETED"):
+                raise WatchListRefused(
+                    f"a {kind} event came before the end of the initial events, after {self.seen} objects"
+                )
+            else:
+                raise KubeUnavailable(f"list {call.what}: unknown watch event type {kind!r}", reason="Malformed")
+        self.out.extend(self._convert(objects))
+        return None
 
 
 def _decoded(call: ListCall[Any], decoder: msgspec.json.Decoder[_D], raw: memoryview | msgspec.Raw) -> _D:
@@ -205,20 +247,48 @@ def _stream_error(call: ListCall[Any], status: wire.Status, seen: int) -> Except
     return KubeUnavailable(text + where, status=status.code or None, reason=status.reason or None)
 
 
-def _lines(response: urllib3.BaseHTTPResponse, what: str, host: str, timeout: float) -> Iterator[memoryview]:
-    """The newline-delimited events of a watch response as views of the bytes read (no copy per event)."""
-    pending = b""
-    try:
-        for chunk in response.stream(READ_SIZE, decode_content=True):
-            buffer = pending + chunk if pending else chunk
-            view = memoryview(buffer)
-            start = 0
-            while (end := buffer.find(b"\n", start)) >= 0:
-                if end > start:
-                    yield view[start:end]
-                start = end + 1
-            pending = buffer[start:]
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise transport_error(f"list {what}", exc, host, timeout) from exc
-    if pending.strip():
-        yield memoryview(pending)
+class _Reader:
+    """Reads a response's chunks on a helper thread into a short queue; shuts the response down on exit."""
+
+    def __init__(self, response: urllib3.BaseHTTPResponse) -> None:
+        self._response = response
+        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(QUEUED)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._pump, name="watch-list-reader", daemon=True)
+
+    def __enter__(self) -> _Reader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._response.shutdown()  # wakes a read blocked on the socket
+        self._thread.join()
+
+    def _pump(self) -> None:
+        try:
+            for chunk in self._response.stream(READ_SIZE, decode_content=True):
+                if not self._put(chunk):
+                    return
+            self._put(None)
+        except BaseException as exc:  # handed to the reading thread, which raises it
+            self._put(exc)
+
+    def _put(self, item: bytes | BaseException | None) -> bool:
+        while not self._stopped.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def chunks(self, what: str, host: str, timeout: float) -> Iterator[bytes]:
+        """The response's bytes as they arrive; a transport failure as :class:`KubeUnavailable`."""
+        while (item := self._queue.get()) is not None:
+            if isinstance(item, urllib3.exceptions.HTTPError | OSError):
+                raise transport_error(f"list {what}", item, host, timeout) from item
+            if isinstance(item, BaseException):
+                raise item
+            yield item
