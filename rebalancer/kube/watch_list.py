@@ -6,8 +6,9 @@ resourceVersion unset: a consistent read) is answered from the API server's watc
 whose resourceVersion is the snapshot's. The server encodes each object once for its cache instead of a
 whole list per request, which is what a paged LIST costs it.
 
-Each event's object is decoded as it arrives with the list's own narrow item decoder (the pod converter
-included) and converted in batches, so memory follows a batch and the result, as on the paged path.
+The events are decoded as they arrive, the lines of each chunk read in one call, with the list's own
+narrow item decoder (the pod converter included), and converted chunk by chunk: memory follows a few
+chunks (:data:`QUEUED` read ahead) and the result, as on the paged path.
 
 A server refuses it the way a real one does: HTTP 422 ``Invalid`` when the ``WatchList`` feature gate is
 off, or when it is older than the feature (``resourceVersionMatch`` is then forbidden for a watch); or it
