@@ -31,7 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from rebalancer.errors import KubeUnavailable, RebalancerError
 from rebalancer.kube import wire
 from rebalancer.kube.lister import CLIENT_ERRORS, ListCall, api_error, client_error, transport_error
-from rebalancer.kube.watch_list import ListMode, read_all
+from rebalancer.kube.watch_list import WATCH_EVENT, ListMode, read_all
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +44,6 @@ MIN_QUIET_WATCH_SECONDS = 1.0  # a watch that ends sooner without an event is re
 RELIST_RETRY_SECONDS = 60.0  # a periodic listing that failed is tried again this much later, watching meanwhile
 
 
-class _Envelope(msgspec.Struct, gc=False):
-    type: str = ""
-    object: msgspec.Raw = msgspec.Raw(b"null")
-
-
 class _Versioned(msgspec.Struct, gc=False):
     class Meta(msgspec.Struct, rename="camel", gc=False):
         resource_version: str = ""
@@ -56,7 +51,6 @@ class _Versioned(msgspec.Struct, gc=False):
     metadata: Meta = msgspec.field(default_factory=Meta)
 
 
-_ENVELOPE = msgspec.json.Decoder(_Envelope)
 _VERSIONED = msgspec.json.Decoder(_Versioned)
 
 
@@ -300,7 +294,7 @@ class Informer(Generic[_W, _D]):
 
     def _apply(self, line: bytes) -> None:
         try:
-            event = _ENVELOPE.decode(line)
+            event = WATCH_EVENT.decode(line)
             kind = event.type
             if kind == "ERROR":
                 status = wire.STATUS.decode(event.object)

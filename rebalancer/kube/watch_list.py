@@ -60,7 +60,9 @@ _W = TypeVar("_W")
 _D = TypeVar("_D")
 
 
-class _Event(msgspec.Struct, gc=False):
+class WatchEvent(msgspec.Struct, gc=False):
+    """A watch event, its object left undecoded."""
+
     type: str = ""
     object: msgspec.Raw = msgspec.Raw(b"null")
 
@@ -73,7 +75,7 @@ class _Bookmark(msgspec.Struct, gc=False):
     metadata: Meta = msgspec.field(default_factory=Meta)
 
 
-_EVENT = msgspec.json.Decoder(_Event)
+WATCH_EVENT = msgspec.json.Decoder(WatchEvent)
 _BOOKMARK = msgspec.json.Decoder(_Bookmark)
 
 
@@ -204,7 +206,7 @@ class _InitialEvents(Generic[_W, _D]):
             if not line.strip():
                 continue
             try:
-                event = _EVENT.decode(line)
+                event = WATCH_EVENT.decode(line)
             except msgspec.DecodeError as exc:
                 raise KubeUnavailable(f"list {call.what}: malformed response: {exc}", reason="Malformed") from exc
             raw, kind = event.object, event.type
