@@ -311,20 +311,29 @@ def report_size(
 
 def report_paths(pods: int, by_mode: dict[str, list[dict[str, Any]]]) -> None:
     """Each list mode's medians over all its children's runs, and each against the first mode."""
-    keys = (("cycle_s", "full cycle", "s"), ("snapshot_s", "snapshot", "s"), ("client_cpu_s", "client CPU", "s"),
-            ("server_cpu_s", "server CPU", "s"), ("wire_mb", "on the wire", "MB"), ("peak_rss_mb", "peak RSS", "MB"))  # fmt: skip
+    keys = (
+        ("cycle_s", "full cycle", "s"),
+        ("snapshot_s", "snapshot", "s"),
+        ("client_cpu_s", "client CPU", "s"),
+        ("server_cpu_s", "server CPU", "s"),
+        ("wire_mb", "on the wire", "MB"),
+        ("peak_rss_mb", "peak RSS", "MB"),
+    )
     medians = {
-        mode: {key: median([v for f in runs for v in (f[key] if isinstance(f[key], list) else [f[key]])])
-               for key, _, _ in keys}
+        mode: {
+            key: median([v for f in runs for v in (f[key] if isinstance(f[key], list) else [f[key]])])
+            for key, _, _ in keys
+        }
         for mode, runs in by_mode.items()
-    }  # fmt: skip
+    }
     first = next(iter(medians))
     print(f"== {pods} pods, by list mode (medians over every run of every child; ratio to {first})")
     for mode, values in medians.items():
         text = "; ".join(
-            f"{label} {values[key]:.2f} {unit}" + (f" ({values[key] / medians[first][key]:.2f}x)" if mode != first else "")
+            f"{label} {values[key]:.2f} {unit}"
+            + (f" ({values[key] / medians[first][key]:.2f}x)" if mode != first else "")
             for key, label, unit in keys
-        )  # fmt: skip
+        )
         print(f"  {mode}: {text}")
 
 
