@@ -330,11 +330,17 @@ def report_paths(pods: int, by_mode: dict[str, list[dict[str, Any]]]) -> None:
     print(f"== {pods} pods, by list mode (medians over every run of every child; ratio to {first})")
     for mode, values in medians.items():
         text = "; ".join(
-            f"{label} {values[key]:.2f} {unit}"
-            + (f" ({values[key] / medians[first][key]:.2f}x)" if mode != first else "")
+            f"{label} {values[key]:.2f} {unit}{_ratio(values[key], medians[first][key], mode != first)}"
             for key, label, unit in keys
         )
         print(f"  {mode}: {text}")
+
+
+def _ratio(value: float, base: float, shown: bool) -> str:
+    """`` (1.23x)`` against the first mode's figure; a figure too small to measure (a CPU tick) gives no ratio."""
+    if not shown:
+        return ""
+    return f" ({value / base:.2f}x)" if base > 0 else " (n/a)"
 
 
 def report_scaling(rows: list[dict[str, float]]) -> None:
