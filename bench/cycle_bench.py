@@ -2,6 +2,10 @@
 
     .venv/bin/python -m bench.cycle_bench                            # 15,000 / 50,000 / 150,000 pods
     .venv/bin/python -m bench.cycle_bench --sizes 300 --runs 1 --baseline-pods 100   # a smoke run
+    .venv/bin/python -m bench.cycle_bench --sizes 150000 --list-modes watchList,paged --rounds 2
+
+``--list-modes``: how the cluster is read (policy ``kubernetes.listMode``), one fresh child per mode and
+round against the same served cluster, the modes alternating; the last lines compare them.
 
 For each size the test API server serves the synthetic cluster (bench.cluster_gen, 30 pods a node) in
 its own process, and a canned Prometheus in this process answers the three default usage queries in
@@ -13,7 +17,9 @@ hot, a quarter cold). A fresh child process then measures, each as a median of `
 - the snapshot alone (``KubeSource.read_facts``), the usage read alone (``PrometheusUsageSource.read``)
   and the plan alone (``cycle.plan_cycle`` on them), with the collector paused as ``plan_live`` pauses it;
 - the memory a listing holds beyond its result (peak minus retained RSS across the first read): pages
-  are decoded as they come, so this stays flat whatever the size.
+  are decoded as they come, so this stays flat whatever the size;
+- for the snapshot alone, how it was read (watch-list or pages), this process's CPU time (all its
+  threads) and the bytes it read from the wire, beside the test API server's CPU time.
 
 The official client's default path (generated ``V1Pod`` models) lists the first ``--baseline-pods``
 pods of the smallest size once, and is extrapolated linearly to each size for the ratio.
@@ -33,6 +39,7 @@ from typing import Any
 from bench.alert_latency import serve_prometheus
 from bench.cluster_gen import NAMESPACES, pod_usage_millicores
 from bench.harness import (
+    bytes_read,
     kubeconfig,
     peak_rss_mb,
     process_cpu_s,
@@ -47,6 +54,7 @@ NODE_LOAD = (0.10, 0.80, 0.40, 0.45)  # by node index modulo 4: cold, hot, norma
 POLICY = (
     "prometheus: {{url: '{url}', maxDataAgeSeconds: 600}}\n"
     "pools: {{label: node-pool}}\n"
+    "kubernetes: {{listMode: {list_mode}}}\n"
     "strategies:\n- {{kind: LowNodeUtilization, thresholds: {{cpu: 20}}, targetThresholds: {{cpu: 50}}}}\n"
 )
 
@@ -92,15 +100,17 @@ def _vector(series: list[tuple[dict[str, str], float]]) -> bytes:
 # --- child ------------------------------------------------------------------------------------
 
 
-def child_cycle(kube_url: str, prom_url: str, server_pid: int, runs: int) -> dict[str, Any]:
+def child_cycle(kube_url: str, prom_url: str, server_pid: int, runs: int, list_mode: str) -> dict[str, Any]:
     from rebalancer.adapters.kube import KubeSource, connect
     from rebalancer.adapters.prom import PrometheusUsageSource
     from rebalancer.planning.protections import Protections
     from rebalancer.policy import parse_policy
 
-    policy = parse_policy(POLICY.format(url=prom_url))
+    policy = parse_policy(POLICY.format(url=prom_url, list_mode=list_mode))
     api = connect(kubeconfig(kube_url))
-    source = KubeSource(api, Protections.from_settings(policy.protections).annotations_read())
+    source = KubeSource(
+        api, Protections.from_settings(policy.protections).annotations_read(), list_mode=policy.kubernetes.list_mode
+    )
     out = first_read(source)
     out.update(snapshots(source, server_pid, runs))
     with PrometheusUsageSource(policy.prometheus) as prometheus:
@@ -131,18 +141,23 @@ def first_read(source: Any) -> dict[str, Any]:
 def snapshots(source: Any, server_pid: int, runs: int) -> dict[str, Any]:
     from rebalancer.app.collector import paused
 
-    seconds, server_cpu = [], []
+    seconds, server_cpu, client_cpu, wire = [], [], [], []
     for _ in range(runs):
-        cpu, started = process_cpu_s(server_pid), time.perf_counter()
+        cpu, mine, read, started = process_cpu_s(server_pid), time.process_time(), bytes_read(), time.perf_counter()
         with paused():
             source.read_facts()
         seconds.append(time.perf_counter() - started)
+        client_cpu.append(time.process_time() - mine)
+        wire.append(bytes_read() - read)
         server_cpu.append(process_cpu_s(server_pid) - cpu)
     stats = source.last_stats
     return {
         "snapshot_s": seconds,
         "server_cpu_s": server_cpu,
+        "client_cpu_s": client_cpu,
+        "wire_mb": [b / 1e6 for b in wire],
         "pages": stats.pages["pods"],
+        "path": stats.modes["pods"],
     }
 
 
@@ -168,7 +183,7 @@ def plans(source: Any, prometheus: Any, policy: Any, runs: int) -> dict[str, Any
     unpredicted = policy.model_copy(
         update={"strategies": tuple(s.model_copy(update={"predict_placement": False}) for s in policy.strategies)}
     )
-    guarded = parse_policy(POLICY.format(url=policy.prometheus.url) + GUARD)
+    guarded = parse_policy(POLICY.format(url=policy.prometheus.url, list_mode=policy.kubernetes.list_mode) + GUARD)
     out: dict[str, Any] = {}
     for key, variant in (("plan", policy), ("plan_unpredicted", unpredicted), ("plan_guarded", guarded)):
         seconds = []
@@ -207,37 +222,33 @@ def main() -> None:
     parser.add_argument("--sizes", default="15000,50000,150000", help="pod counts, comma-separated")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline-pods", type=int, default=15_000)
+    parser.add_argument("--list-modes", default="auto", help="kubernetes.listMode per child, comma-separated")
+    parser.add_argument("--rounds", type=int, default=1, help="children per list mode, the modes alternating")
+    parser.add_argument("--list-mode", default="auto", help=argparse.SUPPRESS)  # a child's
     parser.add_argument("--child", choices=["cycle"])
     parser.add_argument("--url")
     parser.add_argument("--prometheus")
     parser.add_argument("--server-pid", type=int, default=0)
     args = parser.parse_args()
     if args.child == "cycle":
-        print(json.dumps(child_cycle(args.url, args.prometheus, args.server_pid, args.runs)))
+        print(json.dumps(child_cycle(args.url, args.prometheus, args.server_pid, args.runs, args.list_mode)))
         return
     sizes = sorted(int(s) for s in args.sizes.split(","))
+    modes = args.list_modes.split(",")
     baseline: dict[str, Any] | None = None
     rows = []
     for pods in sizes:
         nodes = max(1, pods // PODS_PER_NODE)
         prometheus = serve_prometheus(SkewedPrometheus(nodes, pods))
         prom_url = f"http://127.0.0.1:{prometheus.server_address[1]}"
+        by_mode: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
         try:
             with served_cluster(nodes, pods) as served:
-                figures = run_child(
-                    "bench.cycle_bench",
-                    "cycle",
-                    [
-                        "--url",
-                        served.url,
-                        "--prometheus",
-                        prom_url,
-                        "--server-pid",
-                        str(served.pid),
-                        "--runs",
-                        str(args.runs),
-                    ],
-                )
+                for _ in range(args.rounds):
+                    for mode in modes:
+                        child = ["--url", served.url, "--prometheus", prom_url, "--server-pid", str(served.pid)]
+                        child += ["--runs", str(args.runs), "--list-mode", mode]
+                        by_mode[mode].append(run_child("bench.cycle_bench", "cycle", child))
                 if baseline is None:
                     baseline = run_child(
                         "bench.snapshot_bench",
@@ -246,7 +257,11 @@ def main() -> None:
                     )
         finally:
             prometheus.shutdown()
-        rows.append(report_size(pods, nodes, figures, baseline, args.runs))
+        for mode in modes:
+            for figures in by_mode[mode]:
+                rows.append(report_size(pods, nodes, figures, baseline, args.runs, mode))
+        if len(modes) > 1:
+            report_paths(pods, by_mode)
     report_scaling(rows)
 
 
@@ -254,18 +269,21 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def report_size(pods: int, nodes: int, f: dict[str, Any], base: dict[str, Any], runs: int) -> dict[str, float]:
+def report_size(
+    pods: int, nodes: int, f: dict[str, Any], base: dict[str, Any], runs: int, mode: str = "auto"
+) -> dict[str, float]:
     cycle, snapshot, usage, plan = (median(f[k]) for k in ("cycle_s", "snapshot_s", "usage_s", "plan_s"))
     rss = f["peak_rss_mb"]
     base_s = base["seconds"] / base["pods"] * pods
-    print(f"== {pods} pods on {nodes} nodes ({f['series']} pod usage series), medians of {runs}")
+    print(f"== {pods} pods on {nodes} nodes ({f['series']} pod usage series), listMode {mode}, medians of {runs}")
     print(
         f"full cycle: {cycle:.2f} s ({', '.join(f'{s:.2f}' for s in f['cycle_s'])}); "
         f"peak RSS {rss:.0f} MB; {f['hot']} hot nodes, {f['planned']} evictions planned"
     )
     print(
-        f"  snapshot alone: {snapshot:.2f} s ({f['pages']} pod pages; test API server CPU {median(f['server_cpu_s']):.2f} s); first read in a fresh process "
-        f"{f['first_snapshot_s']:.2f} s"
+        f"  snapshot alone: {snapshot:.2f} s (pods read by {f['path']}, {f['pages']} requests; client CPU "
+        f"{median(f['client_cpu_s']):.2f} s, {median(f['wire_mb']):.0f} MB on the wire; test API server CPU "
+        f"{median(f['server_cpu_s']):.2f} s); first read in a fresh process {f['first_snapshot_s']:.2f} s"
     )
     print(
         f"  usage read alone: {usage:.2f} s; plan alone (snapshot + strategies): {plan:.2f} s "
@@ -290,6 +308,40 @@ def report_size(pods: int, nodes: int, f: dict[str, Any], base: dict[str, Any], 
     verdict = "misses " + ", ".join(missed) if missed else "meets"
     print(f"  target (full cycle <= 3 s and <= 1 GB, >= 50x the baseline): {verdict}")
     return {"pods": pods, "cycle": cycle, "snapshot": snapshot, "usage": usage, "plan": plan, "rss": rss}
+
+
+def report_paths(pods: int, by_mode: dict[str, list[dict[str, Any]]]) -> None:
+    """Each list mode's medians over all its children's runs, and each against the first mode."""
+    keys = (
+        ("cycle_s", "full cycle", "s"),
+        ("snapshot_s", "snapshot", "s"),
+        ("client_cpu_s", "client CPU", "s"),
+        ("server_cpu_s", "server CPU", "s"),
+        ("wire_mb", "on the wire", "MB"),
+        ("peak_rss_mb", "peak RSS", "MB"),
+    )
+    medians = {
+        mode: {
+            key: median([v for f in runs for v in (f[key] if isinstance(f[key], list) else [f[key]])])
+            for key, _, _ in keys
+        }
+        for mode, runs in by_mode.items()
+    }
+    first = next(iter(medians))
+    print(f"== {pods} pods, by list mode (medians over every run of every child; ratio to {first})")
+    for mode, values in medians.items():
+        text = "; ".join(
+            f"{label} {values[key]:.2f} {unit}{_ratio(values[key], medians[first][key], mode != first)}"
+            for key, label, unit in keys
+        )
+        print(f"  {mode}: {text}")
+
+
+def _ratio(value: float, base: float, shown: bool) -> str:
+    """`` (1.23x)`` against the first mode's figure; a figure too small to measure (a CPU tick) gives no ratio."""
+    if not shown:
+        return ""
+    return f" ({value / base:.2f}x)" if base > 0 else " (n/a)"
 
 
 def report_scaling(rows: list[dict[str, float]]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,33 @@ def peak_rss_mb() -> float:
 def rss_mb() -> float:
     """This process's resident memory now (Linux /proc)."""
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class _Received:
+    """Bytes this process received over sockets (every ``recv_into``, as http.client reads a response)."""
+
+    total = 0
+
+    @classmethod
+    def install(cls) -> None:
+        original = socket.socket.recv_into
+        if getattr(original, "counted", False):
+            return
+
+        def recv_into(sock: socket.socket, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+            got = original(sock, buffer, nbytes, flags)
+            cls.total += got
+            return got
+
+        recv_into.counted = True  # type: ignore[attr-defined]
+        socket.socket.recv_into = recv_into  # type: ignore[method-assign]
+
+
+def bytes_read() -> int:
+    """Bytes this process has received over sockets so far: across a read of the cluster, the bytes on the
+    wire (HTTP headers and chunk framing included). Counting starts at the first call."""
+    _Received.install()
+    return _Received.total
 
 
 def process_cpu_s(pid: int) -> float:

@@ -108,7 +108,8 @@ def predict_live(
     started = time.perf_counter()
     api = connect(kubeconfig, context)
     with collector.paused():
-        facts = KubeSource(api, Protections.from_settings(policy.protections).annotations_read()).read_facts()
+        annotations = Protections.from_settings(policy.protections).annotations_read()
+        facts = KubeSource(api, annotations, list_mode=policy.kubernetes.list_mode).read_facts()
     listed = time.perf_counter()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="current-usage") as pool:
         current = pool.submit(_current_pct, policy, facts, now)  # beside the history read: Prometheus has 2 cores

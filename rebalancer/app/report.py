@@ -47,7 +47,10 @@ def efficiency_report(
     store = ConfigMapStateStore(api, namespace, policy.state.efficiency_config_map, RECORDS_KEY)
     state, _ = EfficiencyRecorder(store, settings, policy.pools, write=False).load(now)
     resolver = PoolResolver(policy.pools)
-    pool_of = {node.name: resolver.pool_of(node) for node in KubeSource(api, frozenset()).read_nodes()}
+    pool_of = {
+        node.name: resolver.pool_of(node)
+        for node in KubeSource(api, frozenset(), list_mode=policy.kubernetes.list_mode).read_nodes()
+    }
     bounds = bucket_bounds(now - settings.period.total_seconds(), now, bucket.total_seconds())
     no_records = _no_records(state, settings.enabled, f"ConfigMap {namespace}/{policy.state.efficiency_config_map}")
     if settings.reference.query is None:

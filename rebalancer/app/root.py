@@ -101,9 +101,14 @@ def plan_live(
         with ThreadPoolExecutor(1, thread_name_prefix="usage-read") as reader:
             pending = reader.submit(usage_now)
             with timeline.step("facts"):
-                kube = KubeSource(runtime.api, Protections.from_settings(policy.protections).annotations_read())
+                kube = KubeSource(
+                    runtime.api,
+                    Protections.from_settings(policy.protections).annotations_read(),
+                    list_mode=policy.kubernetes.list_mode,
+                )
                 with collector.paused():
                     facts = read_facts(kube, focus)
+                timeline.mark(f"pods-{kube.last_stats.modes.get('pods', 'paged')}")  # how the pods were read
             with timeline.step("usage"):  # only what the listing did not hide
                 usage = pending.result()
     predicted = None

@@ -69,14 +69,23 @@ class _ClusterCache:
     def ensure(self, policy: Policy) -> WatchCache | None:
         settings = policy.service.watch_cache
         annotations = Protections.from_settings(policy.protections).annotations_read()
-        key = (annotations, settings.max_stale_seconds, settings.watch_seconds, settings.relist_interval_seconds)
+        list_mode = policy.kubernetes.list_mode
+        key = (
+            annotations,
+            settings.max_stale_seconds,
+            settings.watch_seconds,
+            settings.relist_interval_seconds,
+            list_mode,
+        )
         with self._lock:
             old = self._cache
             if not settings.enabled:
                 self._cache = self._key = None
             elif old is None or key != self._key:
                 timing = WatchTiming(
-                    watch_seconds=settings.watch_seconds, relist_seconds=settings.relist_interval_seconds
+                    watch_seconds=settings.watch_seconds,
+                    relist_seconds=settings.relist_interval_seconds,
+                    list_mode=list_mode,
                 )
                 self._cache = WatchCache(
                     self._api,

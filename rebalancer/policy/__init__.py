@@ -17,6 +17,7 @@ from rebalancer.domain.settings.predictor import PredictorSettings
 from rebalancer.domain.settings.shared import (
     Duration,
     FieldProblems,
+    KubernetesSettings,
     Model,
     PoolSettings,
     PrometheusSettings,
@@ -188,6 +189,9 @@ class Policy(Model):
     api_version: Literal["rebalancer.io/v1alpha1"] = Field(default=API_VERSION, description="Policy format.")
     kind: Literal["RebalancerPolicy"] = Field(default="RebalancerPolicy", description="Always RebalancerPolicy.")
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings, description="Where usage comes from.")
+    kubernetes: KubernetesSettings = Field(
+        default_factory=KubernetesSettings, description="How the Kubernetes API is read."
+    )
     pools: PoolSettings = Field(default_factory=PoolSettings, description="How nodes form resource pools.")
     protections: ProtectionSettings = Field(
         default_factory=ProtectionSettings, description="Pods that are never evicted."

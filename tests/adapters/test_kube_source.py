@@ -54,7 +54,7 @@ def test_paging_returns_every_pod_exactly_once(
     kube_server: TestApiServer, kubeconfig: Path, page_size: int, pages: int
 ) -> None:
     add_many_pods(kube_server, 1234)
-    source = KubeSource(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, page_size=page_size)
+    source = KubeSource(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, page_size=page_size, list_mode="paged")
 
     facts = source.read_facts()
 
@@ -81,7 +81,7 @@ def test_expired_continue_token_restarts_the_list(kube_server: TestApiServer, ku
             kube_server.store.expire_continue_tokens()
 
     kube_server.on_request(compact_mid_list)
-    source = KubeSource(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, page_size=500)
+    source = KubeSource(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, page_size=500, list_mode="paged")
 
     facts = source.read_facts()
 
@@ -98,7 +98,7 @@ def test_a_list_that_keeps_expiring_fails_after_bounded_relists(kube_server: Tes
     kube_server.expire_continue_on(PODS, times=100)
 
     with pytest.raises(KubeUnavailable, match="continue token expired") as caught:
-        read(kubeconfig, page_size=10)
+        read(kubeconfig, page_size=10, list_mode="paged")
 
     assert caught.value.status == 410
     assert caught.value.reason == "Expired"

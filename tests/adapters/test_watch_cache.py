@@ -296,7 +296,8 @@ def test_a_failing_periodic_relist_keeps_the_watch_and_is_tried_again(
     def node_lists() -> int:
         return len([r for r in kube_server.requests if r.path == "/api/v1/nodes" and "watch" not in r.query])
 
-    with synced_cache(kubeconfig, dataclasses.replace(FAST, relist_seconds=1.5)) as relisting:
+    paged = dataclasses.replace(FAST, relist_seconds=1.5, list_mode="paged")
+    with synced_cache(kubeconfig, paged) as relisting:
         kube_server.set_fault("/api/v1/nodes", Fault(code=500, times=None, watch=False))  # lists fail, watches work
         deadline = time.monotonic() + 4.0
         while time.monotonic() < deadline:
@@ -339,6 +340,7 @@ def test_a_watcher_that_dies_makes_its_collection_stale(kube_server: TestApiServ
 def test_facts_are_refused_until_every_collection_is_listed(kube_server: TestApiServer, cache: WatchCache) -> None:
     populate(kube_server)
     kube_server.forbid("list", "poddisruptionbudgets", group="policy")
+    kube_server.forbid("watch", "poddisruptionbudgets", group="policy")  # the watch-list too
     cache.start()
     assert not cache.wait_synced(1.0)
     with pytest.raises(KubeUnavailable, match=r"poddisruptionbudgets: not listed yet .*403"):

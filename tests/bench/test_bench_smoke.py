@@ -55,16 +55,28 @@ def test_snapshot_bench_prints_its_figures() -> None:
 
 
 def test_cycle_bench_prints_its_figures_for_each_size() -> None:
-    out = run("bench.cycle_bench", "--sizes", "300,1200", "--runs", "1", "--baseline-pods", "100")
+    out = run(
+        "bench.cycle_bench",
+        *("--sizes", "300,1200", "--runs", "1", "--baseline-pods", "100", "--list-modes", "watchList,paged"),
+    )
 
-    sizes = re.findall(r"== (\d+) pods on (\d+) nodes \((\d+) pod usage series\)", out)
-    assert sizes == [("300", "10", "300"), ("1200", "40", "1200")]
+    sizes = re.findall(r"== (\d+) pods on (\d+) nodes \((\d+) pod usage series\), listMode (\w+)", out)
+    assert sizes == [(p, n, p, mode) for p, n in (("300", "10"), ("1200", "40")) for mode in ("watchList", "paged")]
     cycles = re.findall(rf"full cycle: {SECONDS} .*peak RSS (\d+) MB; (\d+) hot nodes, (\d+) evictions planned", out)
-    assert len(cycles) == 2
+    assert len(cycles) == 4
     # planned may be 0: with placement prediction, most replacements on this synthetic cluster (each node's pods
     # request alike, a quarter of the nodes hot) risk landing back or on hot and normal nodes
     assert all(float(s) > 0 and int(rss) > 0 and int(hot) > 0 and int(planned) >= 0 for s, rss, hot, planned in cycles)
-    assert len(re.findall(rf"snapshot alone: {SECONDS} \((\d+) pod pages; test API server CPU", out)) == 2
+    snapshots = re.findall(
+        rf"snapshot alone: {SECONDS} \(pods read by (\w+), (\d+) requests; client CPU {SECONDS}, (\d+) MB on the wire; "
+        rf"test API server CPU",
+        out,
+    )
+    assert [s[1] for s in snapshots] == ["watchList", "paged"] * 2
+    assert all(float(client) > 0 and int(wire) >= 0 for _, _, _, client, wire in snapshots)
+    compared = re.findall(r"  (watchList|paged): full cycle (\d+\.\d+) s.*on the wire (\d+\.\d+) MB", out)
+    assert [c[0] for c in compared] == ["watchList", "paged"] * 2
+    assert len(re.findall(r"snapshot \d+\.\d+ s \((\d+\.\d+)x\); client CPU", out)) == 2  # paged against watchList
     plans = re.findall(
         rf"usage read alone: {SECONDS}; plan alone \(snapshot \+ strategies\): {SECONDS} \((\d+) evictions\); "
         rf"without placement prediction {SECONDS} \((\d+) evictions\); "
@@ -72,19 +84,19 @@ def test_cycle_bench_prints_its_figures_for_each_size() -> None:
         out,
     )
     # with the guard's mark modelled on the hot nodes, their replacements land elsewhere: pods move
-    assert len(plans) == 2 and all(int(unpredicted) > 0 and int(guarded) > 0 for *_, unpredicted, _, guarded in plans)
-    assert len(re.findall(r"listing memory: -?\d+ MB retained \(the result\), -?\d+ MB more", out)) == 2
-    assert len(re.findall(r"ratio (\d+)x the full cycle, (\d+)x the snapshot", out)) == 2
+    assert len(plans) == 4 and all(int(unpredicted) > 0 and int(guarded) > 0 for *_, unpredicted, _, guarded in plans)
+    assert len(re.findall(r"listing memory: -?\d+ MB retained \(the result\), -?\d+ MB more", out)) == 4
+    assert len(re.findall(r"ratio (\d+)x the full cycle, (\d+)x the snapshot", out)) == 4
     assert (
         len(
             re.findall(r"target \(full cycle <= 3 s and <= 1 GB, >= 50x the baseline\): (meets|misses [a-z, ]+)\n", out)
         )
-        == 2
+        == 4
     )
     per_pod = re.findall(
         r"(\d+) pods: cycle (\d+\.\d+) us/pod \(snapshot (\d+\.\d+), usage (\d+\.\d+), plan (\d+\.\d+)\)", out
     )
-    assert [p[0] for p in per_pod] == ["300", "1200"]
+    assert [p[0] for p in per_pod] == ["300", "300", "1200", "1200"]
     assert float(figure(r"cost per pod at 1200 / at 300 pods: (\d+\.\d+)", out)[0]) > 0
 
 
@@ -93,5 +105,8 @@ def test_kube_list_prints_its_figures() -> None:
 
     assert int(figure(r"page of 500 pods: \d+\.\d+ MB \((\d+) bytes per pod\)", out)[0]) > 1000
     assert len(re.findall(rf"decode 1,000 pods \(gc (?:enabled|paused)\): {SECONDS}", out)) == 2
-    assert figure(rf"read_facts over loopback, ([\d,]+) pods and 500 nodes: {SECONDS}", out)[0] == "300"
+    assert figure(r"read_facts over loopback, ([\d,]+) pods and 10 nodes, medians of 3", out)[0] == "300"
+    for mode in ("watchList", "paged"):
+        wall, cpu, wire = figure(rf"  {mode}: {SECONDS} wall, {SECONDS} client CPU, (\d+) MB on the wire", out)
+        assert float(wall) > 0 and float(cpu) > 0 and int(wire) > 0
     assert int(figure(r"peak RSS: (\d+) MB", out)[0]) > 0

@@ -3,7 +3,10 @@
 It serves what rebalancer's adapters read (nodes, pods, ReplicaSets, PodDisruptionBudgets, ...)
 from a versioned in-memory :class:`Store`, with the real server's list semantics: ``limit`` and
 ``continue`` (consistent pages, 410 Expired after compaction), ``fieldSelector``,
-``labelSelector``, ``resourceVersion``/``resourceVersionMatch``, and ``Status`` error bodies.
+``labelSelector``, ``resourceVersion``/``resourceVersionMatch`` (checked as the real server checks its
+ListOptions, :mod:`tests.kubeapi.list_options`), watches (:mod:`tests.kubeapi.watch`) including the
+streaming watch-list (``sendInitialEvents``; ``server.watch_list = False`` refuses it as a server without
+the WatchList feature gate does), and ``Status`` error bodies.
 Faults (an error answer, a delay, a dropped connection) are injected per path.
 
 Routing is a small table of (method, path regex, handler); :meth:`TestApiServer.route` adds to
@@ -30,12 +33,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
 
-from tests.kubeapi import authorization, patch, rbac, resources, selectors, status, watch, writes
+from tests.kubeapi import authorization, list_options, patch, rbac, resources, selectors, status, watch, writes
 from tests.kubeapi.disruption import DisruptionController
 from tests.kubeapi.eviction import EvictionSubresource
 from tests.kubeapi.resources import ResourceType
@@ -61,7 +64,7 @@ class Response:
     code: int
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
-    stream: Iterator[bytes] | None = None  # a watch: sent chunked, as it comes
+    stream: Iterator[bytes | watch.Chunk] | None = None  # a watch: sent chunked, as it comes
     parts: list[bytes] | None = None  # the body as pieces, sent gathered (``body`` is then empty)
 
     @property
@@ -129,6 +132,8 @@ class TestApiServer:
         self._watch_epoch = 0  # close_watches() moves it on: streams opened before it are cut
         self._silent_until = 0.0  # time.monotonic(): until then open watches say nothing (silence_watches)
         self._unwatched: set[int] = set()  # revisions no watch reports (write_unwatched)
+        self.watch_list = True  # the WatchList feature gate: False refuses sendInitialEvents (422), as older servers
+        self._watch_list_faults: dict[str, list[watch.Interruption]] = {}  # plural -> how the next ones break
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self._faults: dict[str, list[Fault]] = {}
         self._hooks: list[Callable[[Request], None]] = []
@@ -228,6 +233,15 @@ class TestApiServer:
         with self._lock:
             self._unwatched.add(int(stored["metadata"]["resourceVersion"]))
         return stored
+
+    def interrupt_watch_lists(
+        self, plural: str, after: int, how: Literal["cut", "expire"] = "cut", times: int = 1
+    ) -> None:
+        """The next ``times`` watch-lists (``sendInitialEvents=true``) of ``plural`` break after ``after`` initial
+        events: the connection is cut (``cut``), or an ERROR event carrying 410 ``Expired`` ends the stream
+        (``expire``)."""
+        with self._lock:
+            self._watch_list_faults.setdefault(plural, []).extend([watch.Interruption(after, how)] * times)
 
     def _watch_cut(self) -> Callable[[], bool]:
         with self._lock:
@@ -407,19 +421,34 @@ class TestApiServer:
             predicates.append(selectors.field_selector(q["fieldSelector"], rtype))
         if q.get("labelSelector"):
             predicates.append(selectors.label_selector(q["labelSelector"]))
-        if q.get("watch") in ("1", "true"):
+        list_options.validate(q, watch_list_enabled=self.watch_list)
+        if list_options.flag(q, "watch"):
+            initial = list_options.flag(q, "sendInitialEvents")
+            start = watch.parse_start(q.get("resourceVersion", ""))
+            interruption = None
+            if initial:  # not older than ``start``: the current state (a future revision is too large)
+                if start is not None:
+                    self.store.check_revision(start, exact=False)
+                start = None
+                with self._lock:
+                    waiting = self._watch_list_faults.get(rtype.plural)
+                    interruption = waiting.pop(0) if waiting else None
+            elif initial is False and start is None:  # no initial events: from now on
+                start = self.store.revision
             events = watch.stream(
                 self.store,
                 rtype,
                 request.params.get("namespace"),
-                watch.parse_start(q.get("resourceVersion", "")),
+                start,
                 predicate=(lambda o: all(p(o) for p in predicates)) if predicates else None,
-                bookmarks=q.get("allowWatchBookmarks") in ("1", "true"),
+                bookmarks=bool(list_options.flag(q, "allowWatchBookmarks")),
                 bookmark_interval=self.bookmark_interval,
                 timeout=watch.parse_timeout(q.get("timeoutSeconds", "")),
                 cut=self._watch_cut(),
                 silent=self._silent,
                 unwatched=self._unwatched.__contains__,
+                end_marker=bool(initial),
+                interruption=interruption,
             )
             return Response(200, b"", stream=events)
         try:
@@ -457,8 +486,6 @@ class TestApiServer:
         raw, match = q.get("resourceVersion", ""), q.get("resourceVersionMatch", "")
         if token and raw not in ("", "0"):
             raise status.bad_request("specifying resource version is not allowed when using continue")
-        if match and not raw:
-            raise status.bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")
         if raw in ("", "0"):
             return None  # most recent ("0": any, which this server serves as the most recent)
         try:
@@ -487,7 +514,7 @@ def _node_name_equality(selector: str) -> str | None:
 _GATHER = 512  # buffers per sendmsg call (the kernel takes at most IOV_MAX, 1024 on Linux)
 
 
-def _send_gathered(sock: socket.socket, parts: list[bytes]) -> None:
+def _send_gathered(sock: socket.socket, parts: list[bytes | memoryview] | list[bytes]) -> None:
     """Send ``parts`` in order with gathered writes (``sendmsg``), resuming after partial sends."""
     views = [memoryview(p) for p in parts if p]
     start = 0
@@ -582,12 +609,18 @@ class _RequestHandler(BaseHTTPRequestHandler):
         else:
             _send_gathered(self.connection, response.parts)
 
-    def _send_chunked(self, chunks: Iterator[bytes]) -> None:
-        """A watch: each event as its own chunk, sent at once (the client reads them as they come)."""
+    def _send_chunked(self, chunks: Iterator[bytes | watch.Chunk]) -> None:
+        """A watch: each event as its own chunk, sent at once (the client reads them as they come); a list of
+        pieces (initial events) as one chunk, gathered."""
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
             for chunk in chunks:
+                if isinstance(chunk, list):
+                    if chunk:
+                        size = sum(map(len, chunk))
+                        _send_gathered(self.connection, [b"%x\r\n" % size, *chunk, b"\r\n"])
+                    continue
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
             self.wfile.write(b"0\r\n\r\n")
         except watch.Cut:  # the stream is cut mid-way: no final chunk, the connection closes

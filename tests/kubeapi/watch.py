@@ -4,6 +4,11 @@ Newline-delimited JSON objects ``{"type": ..., "object": ...}`` over a chunked r
 
 - ``resourceVersion`` N: every change after N (ADDED / MODIFIED / DELETED, the object as written; a
   DELETED carries the last state); unset or ``"0"``: first a synthetic ADDED per live object.
+- ``sendInitialEvents=true`` (the streaming watch-list; ``resourceVersionMatch=NotOlderThan`` required, see
+  :mod:`tests.kubeapi.list_options`): first a synthetic ADDED per live object as of a revision not older
+  than ``resourceVersion`` (unset: the current one, a consistent read), then, with bookmarks allowed, a
+  ``BOOKMARK`` at that revision annotated ``k8s.io/initial-events-end: "true"``, then the changes after it.
+  ``sendInitialEvents=false``: no initial events, whatever ``resourceVersion`` says.
 - A compacted N is not an HTTP error but an ``ERROR`` event carrying a 410 ``Expired`` Status, after which
   the stream ends (the watch cache says so: "once we have passed authn/authz/admission ... errors must fail
   with a watch event of type ERROR"). A client re-lists then.
@@ -20,7 +25,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import msgspec
 
@@ -59,6 +65,20 @@ def parse_timeout(raw: str) -> float:
     return float(max(seconds, 0))
 
 
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+INITIAL_EVENTS_PER_CHUNK = 64  # the real server flushes whenever its queue runs empty: many events a chunk
+Chunk = list[bytes | memoryview]  # one HTTP chunk's pieces
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """What breaks a watch-list after ``after`` initial events: ``cut`` the connection (no final chunk), or
+    send an ``expire`` ERROR event (410 ``Expired``) and end the stream."""
+
+    after: int
+    how: Literal["cut", "expire"]
+
+
 def stream(
     store: Store,
     rtype: ResourceType,
@@ -72,16 +92,43 @@ def stream(
     cut: Callable[[], bool],
     silent: Callable[[], bool] = lambda: False,
     unwatched: Callable[[int], bool] = lambda revision: False,
-) -> Iterator[bytes]:
-    """The event lines of one watch, until ``timeout`` or a 410; :class:`Cut` when ``cut()`` says so."""
+    end_marker: bool = False,
+    interruption: Interruption | None = None,
+) -> Iterator[bytes | Chunk]:
+    """The event lines of one watch, until ``timeout`` or a 410; :class:`Cut` when ``cut()`` says so.
+    ``start`` None: the live objects first, many to a chunk (a list of pieces sent gathered, as they are
+    stored); ``end_marker``: then the bookmark marking their end."""
     prefix = f"{namespace}/" if namespace and rtype.namespaced else ""
     deadline = time.monotonic() + timeout
     if start is None:
         live, start = store.live(rtype.plural)
+        sent = 0
+        batch: Chunk = []
+        head = b'{"type":"ADDED","object":{"kind":"%s","apiVersion":"%s",' % (
+            rtype.kind.encode(),
+            rtype.api_version.encode(),
+        )
         for key, version in live:
-            obj = version.obj
-            if key.startswith(prefix) and obj is not None and (predicate is None or predicate(obj)):
-                yield _line("ADDED", rtype, version.item_bytes())
+            # decoded only for a selector: most objects are served as stored, never parsed
+            if not version.deleted and key.startswith(prefix) and (predicate is None or predicate(version.obj or {})):
+                if interruption is not None and sent == interruption.after:
+                    yield batch
+                    if interruption.how == "cut":
+                        raise Cut
+                    yield _encode({"type": "ERROR", "object": status.expired_resource_version(start, start).body})
+                    return
+                if cut():
+                    raise Cut
+                item = version.item_bytes()
+                batch += (head, memoryview(item)[1:], b"}\n") if item != b"{}" else (head[:-1], b"}}\n")
+                sent += 1
+                if len(batch) >= 3 * INITIAL_EVENTS_PER_CHUNK:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+        if end_marker and bookmarks:
+            yield _bookmark(rtype, start, {INITIAL_EVENTS_END: "true"})
     position = start
     last_bookmark = time.monotonic()
     while True:
@@ -107,9 +154,15 @@ def stream(
             position = max(position, current)  # nothing of this table changed up to ``current``
         if bookmarks and time.monotonic() - last_bookmark >= bookmark_interval:
             last_bookmark = time.monotonic()
-            meta = {"resourceVersion": str(position), "annotations": {}}
-            yield _encode({"type": "BOOKMARK", "object": {"kind": rtype.kind, "apiVersion": rtype.api_version,
-                                                           "metadata": meta}})  # fmt: skip
+            yield _bookmark(rtype, position, {})
+
+
+def _bookmark(rtype: ResourceType, revision: int, annotations: dict[str, str]) -> bytes:
+    """A BOOKMARK: an empty object of the kind, as Go encodes one (a pod's spec says ``containers: null``)."""
+    meta = {"resourceVersion": str(revision), "creationTimestamp": None, "annotations": annotations}
+    empty = {"spec": {"containers": None}, "status": {}} if rtype.kind == "Pod" else {}
+    obj = {"kind": rtype.kind, "apiVersion": rtype.api_version, "metadata": meta, **empty}
+    return _encode({"type": "BOOKMARK", "object": obj})
 
 
 def _event(change: Change, rtype: ResourceType, prefix: str, predicate: Predicate | None) -> bytes | None:

@@ -48,6 +48,7 @@ SERVE_VARIANTS = {
     "landing-guard": GUARD,  # get and patch nodes: the start-up sweep clears the cycles' marks (expired by now)
 }
 PATCH_PODS = ("", "pods", "patch")
+WATCHED = {"nodes", "pods", "replicasets", "poddisruptionbudgets"}
 NODE_WRITES = {("", "nodes", "get"), ("", "nodes", "patch")}
 
 
@@ -91,13 +92,16 @@ def rendered_policy(rendered: Rendered, prometheus_url: str, **service: object) 
 
 def run_rendered_cycle(rendered: Rendered, server: TestApiServer, kubeconfig: Path, prometheus_url: str) -> None:
     """What the CronJob's pod does (`run --once`; serve's cycles call the same run_cycle), against the
-    test cluster at the time of the Prometheus history, in the namespace the pod's env names."""
+    test cluster at the time of the Prometheus history, in the namespace the pod's env names. The first run
+    reads the cluster by watch-list, the second on a server refusing it (page by page, the fallback)."""
     build_cluster(server)
     policy = parse_policy(rendered_policy(rendered, prometheus_url))
     with mock.patch.dict(os.environ, {"POD_NAMESPACE": NAMESPACE}):  # the rendered env (fieldRef)
-        for _ in range(2):  # the second run finds the state ConfigMaps and updates them
+        for watch_list in (True, False):  # the second run finds the state ConfigMaps and updates them
+            server.watch_list = watch_list
             outcome = app.run_cycle(Runtime(policy, connect(str(kubeconfig)), lambda: END, DryRun.OFF))
             assert not outcome.report.aborted, outcome.report
+    server.watch_list = True
     assert [r for r in server.eviction.records if r.code == 201], "the scenario evicted nothing"
     assert server.store.get("configmaps", "rebalancer-state", NAMESPACE) is not None
 
@@ -170,7 +174,13 @@ def test_cronjob_grants_exactly_what_run_once_uses(
     made = requests_made(kube_server)
     assert refused(granted, made) == []
     assert unused(granted, made) == set()
-    assert not any(g.verb == "watch" or g.resource == "leases" for g in granted)
+    assert not any(g.resource == "leases" for g in granted)
+    assert {g.resource for g in granted if g.verb == "watch"} == WATCHED  # the watch-lists
+
+
+def test_cronjob_listing_page_by_page_grants_no_watch() -> None:
+    granted = grants(render({"kind": "CronJob", "policy": {"strategies": [LNU], "kubernetes": {"listMode": "paged"}}}))
+    assert not any(g.verb == "watch" for g in granted)
 
 
 @pytest.fixture
@@ -243,8 +253,7 @@ def test_deployment_grants_exactly_what_serve_and_its_cycles_use(
     made = requests_made(kube_server)
     assert refused(granted, made) == []
     assert unused(granted, made) == set()
-    watched = {a.resource for a in made if a.verb == "watch"}
-    assert watched == ({"nodes", "pods", "replicasets", "poddisruptionbudgets"} if watch_cache else set())
+    assert {a.resource for a in made if a.verb == "watch"} == WATCHED  # the watch cache, the cycles' watch-lists
     assert any(a.resource == "leases" for a in made) == leader_election
 
 

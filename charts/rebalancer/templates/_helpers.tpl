@@ -72,6 +72,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (eq .Values.kind "Deployment") (dig "service" "watchCache" "enabled" true .Values.policy) }}true{{ end }}
 {{- end }}
 
+{{- define "rebalancer.watchList" -}}
+{{- if ne (dig "kubernetes" "listMode" "auto" .Values.policy) "paged" }}true{{ end }}
+{{- end }}
+
 {{- define "rebalancer.serve" -}}
 {{- if eq .Values.kind "Deployment" }}true{{ end }}
 {{- end }}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -40,18 +40,38 @@ def malformed(call: Named, raw: bytes | memoryview, exc: msgspec.DecodeError) ->
     found = _ITEM_PATH.search(text)
     if found is None:
         return KubeUnavailable(f"list {call.what}: malformed response: {text}", reason="Malformed")
-    index, field = int(found.group(1)), found.group(2)
+    index = int(found.group(1))
+    name = _loose_name(raw, "items", index) or f"item {index}"
+    return _naming(call, name, text, found)
+
+
+_OBJECT_PATH = re.compile(r"`\$\.?([^`]*)`")
+
+
+def malformed_object(call: Named, raw: bytes | memoryview, exc: msgspec.DecodeError) -> KubeUnavailable:
+    """One object (a watch event's) that is not the expected JSON; names it and the field when it can."""
+    text = str(exc)
+    found = _OBJECT_PATH.search(text)
+    if found is None:
+        return KubeUnavailable(f"list {call.what}: malformed object: {text}", reason="Malformed")
+    return _naming(call, _loose_name(raw) or "(unnamed)", text, found)
+
+
+def _naming(call: Named, name: str, text: str, found: re.Match[str]) -> KubeUnavailable:
+    field = found.group(found.lastindex or 0)
     if field.startswith(_ANNOTATION_FIELD):  # a struct field named by its key: shown as a map's key
         field = f"metadata.annotations[{field.removeprefix(_ANNOTATION_FIELD)}]"
     problem = re.sub(r"\s*-\s*at\s*$", "", text[: found.start()])
-    name = _item_name(raw, index) or f"item {index}"
     return KubeUnavailable(f"{call.kind} {name}: {field}: {problem}", reason="Malformed")
 
 
-def _item_name(raw: bytes | memoryview, index: int) -> str | None:
-    """namespace/name of item ``index``, read loosely (only on the error path)."""
+def _loose_name(raw: bytes | memoryview, *path: str | int) -> str | None:
+    """namespace/name of the object at ``path`` in ``raw``, read loosely (only on the error path)."""
     try:
-        meta = msgspec.json.decode(raw)["items"][index]["metadata"]
+        found: Any = msgspec.json.decode(raw)
+        for step in path:
+            found = found[step]
+        meta = found["metadata"]
         return "/".join(p for p in (meta.get("namespace"), meta["name"]) if p)
     except (msgspec.DecodeError, LookupError, TypeError, AttributeError):
         return None

@@ -1,7 +1,7 @@
 """One collection kept current in memory: listed once, then watched from the list's resourceVersion.
 
-The loop of client-go's reflector, narrowly decoded: a paged LIST (``lister.list_all``), then a WATCH
-with bookmarks from its resourceVersion; each event updates the map; a BOOKMARK or a clean end of the
+The loop of client-go's reflector, narrowly decoded: a full read (a watch-list, or a paged LIST when the
+server refuses it: ``watch_list.read_all``), then a WATCH with bookmarks from its resourceVersion; each event updates the map; a BOOKMARK or a clean end of the
 stream (``timeoutSeconds``) only moves the resourceVersion on, and the watch is opened again from there.
 An expired resourceVersion (HTTP 410, or an ``ERROR`` event carrying 410) means events were lost: the
 collection is listed again and replaced whole. Every ``relist_seconds`` it is listed again anyway (the
@@ -29,7 +29,8 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from rebalancer.adapters.kube import wire
-from rebalancer.adapters.kube.lister import CLIENT_ERRORS, ListCall, api_error, client_error, list_all, transport_error
+from rebalancer.adapters.kube.lister import CLIENT_ERRORS, ListCall, api_error, client_error, transport_error
+from rebalancer.adapters.kube.watch_list import WATCH_EVENT, ListMode, read_all
 from rebalancer.domain.errors import KubeUnavailable, RebalancerError
 
 log = logging.getLogger(__name__)
@@ -43,11 +44,6 @@ MIN_QUIET_WATCH_SECONDS = 1.0  # a watch that ends sooner without an event is re
 RELIST_RETRY_SECONDS = 60.0  # a periodic listing that failed is tried again this much later, watching meanwhile
 
 
-class _Envelope(msgspec.Struct, gc=False):
-    type: str = ""
-    object: msgspec.Raw = msgspec.Raw(b"null")
-
-
 class _Versioned(msgspec.Struct, gc=False):
     class Meta(msgspec.Struct, rename="camel", gc=False):
         resource_version: str = ""
@@ -55,7 +51,6 @@ class _Versioned(msgspec.Struct, gc=False):
     metadata: Meta = msgspec.field(default_factory=Meta)
 
 
-_ENVELOPE = msgspec.json.Decoder(_Envelope)
 _VERSIONED = msgspec.json.Decoder(_Versioned)
 
 
@@ -76,13 +71,15 @@ class WatchTiming:
     """``watch_seconds``: how long one watch request asks the server to stay open (``timeoutSeconds``);
     ``request_timeout``: seconds per LIST page, and the connect timeout of a watch; ``backoff_max``:
     the longest wait between attempts after failures; ``relist_seconds``: how often the collection is
-    listed again although no 410 asked for it."""
+    listed again although no 410 asked for it; ``list_mode``: how a listing reads the collection (watch-list
+    or pages, see :func:`rebalancer.adapters.kube.watch_list.read_all`)."""
 
     watch_seconds: int = 300
     request_timeout: float = 30.0
     backoff_max: float = 30.0
     page_size: int = 500
     relist_seconds: float = 1800.0
+    list_mode: ListMode = "auto"
 
 
 class Informer(Generic[_W, _D]):
@@ -233,9 +230,10 @@ class Informer(Generic[_W, _D]):
                 self._stopped.wait(backoff)
 
     def _list(self) -> None:
-        listed = list_all(
+        listed = read_all(
             self._call,
             lambda items: [self._convert(w) for w in items],
+            mode=self._timing.list_mode,
             page_size=self._timing.page_size,
             timeout=self._timing.request_timeout,
             host=self._host,
@@ -296,7 +294,7 @@ class Informer(Generic[_W, _D]):
 
     def _apply(self, line: bytes) -> None:
         try:
-            event = _ENVELOPE.decode(line)
+            event = WATCH_EVENT.decode(line)
             kind = event.type
             if kind == "ERROR":
                 status = wire.STATUS.decode(event.object)

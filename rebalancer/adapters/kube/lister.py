@@ -63,6 +63,7 @@ class Listed(Generic[_D]):
     resource_version: str
     pages: int
     relists: int
+    mode: str = "paged"  # how it was read: "paged" (LIST pages) or "watchList" (one watch-list stream)
 
 
 class _Expired(Exception):

@@ -10,7 +10,8 @@ import kubernetes.client
 import msgspec
 
 from rebalancer.adapters.kube import decode, wire
-from rebalancer.adapters.kube.lister import ListCall, Listed, list_all
+from rebalancer.adapters.kube.lister import ListCall, Listed
+from rebalancer.adapters.kube.watch_list import ListMode, read_all
 from rebalancer.domain.model import ClusterFacts, DisruptionBudget, Node
 
 _W = TypeVar("_W")
@@ -19,10 +20,12 @@ _D = TypeVar("_D")
 
 @dataclass(frozen=True, slots=True)
 class ReadStats:
-    """How the last read went, per collection: pages fetched, restarts after a 410."""
+    """How the last read went, per collection: pages fetched, restarts after a 410, and how it was read
+    (``watchList``: one watch-list stream; ``paged``: LIST pages)."""
 
     pages: dict[str, int] = field(default_factory=dict)
     relists: dict[str, int] = field(default_factory=dict)
+    modes: dict[str, str] = field(default_factory=dict)
 
 
 def escape_field_value(value: str) -> str:
@@ -35,6 +38,9 @@ class KubeSource:
 
     ``annotations``: the pod annotation keys to keep (``Protections.annotations_read()``).
     ``request_timeout``: seconds per HTTP request (one page), not per whole list.
+    ``list_mode``: how a whole collection is read (``kubernetes.listMode``): ``auto`` by watch-list, page
+    by page when the server refuses it; ``watchList`` or ``paged`` only that way. Reads of one node's
+    pods (field selected) are always paged.
     The caller pauses the garbage collector around a read (:mod:`rebalancer.app.collector`): it creates
     millions of objects and no reference cycles.
     """
@@ -45,6 +51,7 @@ class KubeSource:
         annotations: frozenset[str],
         page_size: int = 500,
         request_timeout: float = 30.0,
+        list_mode: ListMode = "auto",
     ) -> None:
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
@@ -55,6 +62,7 @@ class KubeSource:
         self._annotations = annotations
         self._page_size = page_size
         self._timeout = request_timeout
+        self._mode: ListMode = list_mode
         self.last_stats = ReadStats()
 
     def read_facts(self, node_name: str | None = None) -> ClusterFacts:
@@ -118,9 +126,11 @@ class KubeSource:
         call: ListCall[_W],
         convert: Callable[[Sequence[_W]], Iterable[_D]],
     ) -> Listed[_D]:
-        listed = list_all(call, convert, page_size=self._page_size, timeout=self._timeout, host=self._host)
+        mode: ListMode = self._mode if call.field_selector is None else "paged"
+        listed = read_all(call, convert, mode=mode, page_size=self._page_size, timeout=self._timeout, host=self._host)
         self.last_stats.pages[call.what] = listed.pages
         self.last_stats.relists[call.what] = listed.relists
+        self.last_stats.modes[call.what] = listed.mode
         return listed
 
 

@@ -361,3 +361,16 @@ class PrometheusSettings(Model):
             except (KeyError, IndexError, ValueError) as exc:
                 raise ValueError(f"queries.{to_camel(name)}: cannot fill the template: {exc!r}") from exc
         return self
+
+
+class KubernetesSettings(Model):
+    """How the Kubernetes API is read."""
+
+    list_mode: Literal["auto", "watchList", "paged"] = Field(
+        default="auto",
+        description="How a whole collection (nodes, pods, ReplicaSets, budgets) is read, by a CronJob cycle, "
+        "`plan`, and the serve mode's watch cache when it lists: auto: one streaming watch-list "
+        "(sendInitialEvents, answered from the API server's watch cache), and page by page when the server "
+        "refuses it (older than v1.27, or the WatchList feature gate off); watchList: only by watch-list (a "
+        "refusal is an error); paged: only page by page (LIST with limit and continue).",
+    )
