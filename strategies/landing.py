@@ -32,6 +32,7 @@ import msgspec
 
 from rebalancer.domain.guard_marks import GUARD_KEY, MarkReason
 from rebalancer.domain.model import Node, Pod, Taint
+from rebalancer.domain.quantity import cores_text
 from rebalancer.planning.landing_groups import Group, LandingGroups
 from rebalancer.planning.plan import NodeDecision
 from rebalancer.planning.scheduler_model import (
@@ -171,7 +172,7 @@ class LandingPredictor:
         i, group = self._likeliest_good(found, tally, s, usage_m)
         node = self._model.names[i]
         scored = f"{percent(group.probability)}, scheduler score {group.total}/{MAX_SCORE}{sampled}"
-        reason = f"predicted to land on {node} ({scored}), {self._room[i]}m of real-usage room"
+        reason = f"predicted to land on {node} ({scored}), {cores_text(self._room[i])} of real-usage room"
         if risk > 0:
             reason += f"; landing risk {percent(risk)}: {self._bad(found, tally, s, usage_m, risk)}"
         return Landing(node, reason, risk=risk)
@@ -353,7 +354,7 @@ class LandingPredictor:
         if kind == _BACK:
             return f"back on {node}", ""
         if kind == _NO_ROOM:
-            return f"on {node}", f"{self._room[i]}m of real-usage room, not {usage_m}m; "
+            return f"on {node}", f"{cores_text(self._room[i])} of real-usage room, not {cores_text(usage_m)}; "
         if self._same_pool and self._pool[i] != self._pool[s]:
             return f"on {node}", f"pool {self._pool_names[self._pool[i]]}, not a destination of this pool; "
         return f"on {self._what[i]} {node}", ""

@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from rebalancer.domain.quantity import cores_text
 from rebalancer.domain.settings.shared import FieldProblems
 from rebalancer.planning.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult, Unrelieved
 from rebalancer.planning.protections import Protections
@@ -381,7 +382,7 @@ def _ordered(pool: list[Candidate], excess: int) -> list[Candidate]:
 
 def _why_chosen(candidate: Candidate, excess: int, room: str) -> str:
     covers = "covers" if candidate.usage_m >= excess else "reduces"
-    return f"usage {candidate.usage_m}m {covers} the remaining {excess}m above target; {room}"
+    return f"usage {cores_text(candidate.usage_m)} {covers} the remaining {cores_text(excess)} above target; {room}"
 
 
 def _stop_reason(excess: int, limit: int | None, chosen: int) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import msgspec
 
 from rebalancer.domain.model import Node, Pod
+from rebalancer.domain.quantity import cores_text
 from rebalancer.planning.scheduling import placement_blocker
 from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.room_index import BLOCK, Key, Requests, Room, RoomIndex
@@ -86,7 +87,7 @@ class RoomTracker:
             if name in excluded or name not in allowed:
                 continue
             if self._request_blocker(pod, name) is None:
-                return Placement(name, f"{name} has {room_m}m of real-usage room")
+                return Placement(name, f"{name} has {cores_text(room_m)} of real-usage room")
         self._failed.setdefault(memo, []).append(need)
         return self._none_for(pod, usage_m, allowed, excluded)
 
@@ -108,7 +109,7 @@ class RoomTracker:
             if why is not None:
                 rejected[why] = rejected.get(why, 0) + 1
         if not rejected:
-            return Placement(None, f"no destination has {usage_m}m of real-usage room left")
+            return Placement(None, f"no destination has {cores_text(usage_m)} of real-usage room left")
         summary = "; ".join(f"{n} node(s): {why}" for why, n in sorted(rejected.items(), key=lambda kv: -kv[1])[:3])
         return Placement(None, f"no destination with room accepts it ({summary})")
 

@@ -72,3 +72,8 @@ def memory_bytes(text: str) -> int:
 def format_cores(millis: float) -> str:
     """Millicores as cores with three decimals, exact to the millicore: 1500 -> '1.500', 5 -> '0.005'."""
     return f"{millis / 1000:.3f}"
+
+
+def cores_text(millis: float) -> str:
+    """CPU for a sentence, in the unit every table prints: 4000 -> '4.000 cores'."""
+    return f"{format_cores(millis)} cores"

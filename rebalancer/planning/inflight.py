@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rebalancer.domain.model import PodKey
+from rebalancer.domain.quantity import cores_text
 
 if TYPE_CHECKING:
     from rebalancer.domain.efficiency_records import Relief
@@ -137,8 +138,12 @@ def describe(flight: Flight, measured_m: int, corrected_m: int, allocatable_m: i
         parts.append(f"relieved {_ago(now - flight.relieved_at)}: {flight.left_m / 1000:.1f} cores moved")
     if flight.landed_m:
         parts.append(f"{flight.landed_m / 1000:.1f} cores landed")
-    reads = f"reads {100 * measured_m / allocatable_m:.1f}%" if allocatable_m > 0 else f"reads {measured_m}m"
-    expected = f"expected {100 * corrected_m / allocatable_m:.1f}%" if allocatable_m > 0 else f"expected {corrected_m}m"
+    reads = f"reads {100 * measured_m / allocatable_m:.1f}%" if allocatable_m > 0 else f"reads {cores_text(measured_m)}"
+    expected = (
+        f"expected {100 * corrected_m / allocatable_m:.1f}%"
+        if allocatable_m > 0
+        else f"expected {cores_text(corrected_m)}"
+    )
     return f"{', '.join(parts)}; {reads}, {expected} until the usage window has caught up"
 
 

@@ -32,6 +32,7 @@ from rebalancer.domain.efficiency_records import (
     Sighting,
 )
 from rebalancer.domain.model import Pod
+from rebalancer.domain.quantity import cores_text
 from rebalancer.domain.settings.efficiency import EfficiencySettings
 from rebalancer.planning.plan import EvictionPlan, NodeClass, NodeDecision
 from rebalancer.planning.snapshot import ClusterSnapshot
@@ -326,5 +327,8 @@ def _why_not_cooled(relief: Relief, snapshot: ClusterSnapshot) -> tuple[str, str
     if new_m <= 0 and grown_m <= 0:
         return TOO_LITTLE_MOVED, "no pod came and the others did not grow: the evictions took too little off"
     if new_m >= grown_m:
-        return NEW_PODS, f"{new_count} pod(s) scheduled onto it since use {new_m}m (the others grew {grown_m}m)"
-    return OTHERS_GREW, f"the pods that stayed grew {grown_m}m (new pods use {new_m}m)"
+        return (
+            NEW_PODS,
+            f"{new_count} pod(s) scheduled onto it since use {cores_text(new_m)} (the others grew {cores_text(grown_m)})",
+        )
+    return OTHERS_GREW, f"the pods that stayed grew {cores_text(grown_m)} (new pods use {cores_text(new_m)})"

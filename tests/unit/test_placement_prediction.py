@@ -82,7 +82,7 @@ CASES = [
         [("api-1", "b")],
         {
             "web-1": "predicted landing risk 100% > maxLandingRisk 10%: back on a",
-            "api-1": "usage 2500m covers the remaining 2000m above target; predicted to land on b (100%",
+            "api-1": "usage 2.500 cores covers the remaining 2.000 cores above target; predicted to land on b (100%",
         },
     ),
     Case(
@@ -92,7 +92,9 @@ CASES = [
         {"a": 9000, "b": 1000},
         {"web-1": 3000},
         [("web-1", "b")],
-        {"web-1": "usage 3000m covers the remaining 2000m above target; predicted to land on b (100%, scheduler score"},
+        {
+            "web-1": "usage 3.000 cores covers the remaining 2.000 cores above target; predicted to land on b (100%, scheduler score"
+        },
     ),
     Case(
         "moves planned earlier in the cycle update the model: the second replacement goes to the other cold node",
@@ -109,7 +111,9 @@ CASES = [
         {"a": 9000, "b": 1000, "c": 5000, "d": 1000},
         {"web-1": 3000},
         [],
-        {"web-1": "predicted landing risk 100% > maxLandingRisk 10%: on c 100% (2000m of real-usage room, not 3000m"},
+        {
+            "web-1": "predicted landing risk 100% > maxLandingRisk 10%: on c 100% (2.000 cores of real-usage room, not 3.000 cores"
+        },
         {"a": Unrelieved.NO_ROOM},  # c is a good landing but for its room
     ),
     Case(
@@ -119,7 +123,7 @@ CASES = [
         {"a": 9000, "b": 1000, "c": 5000, "d": 1000},
         {"web-1": 1500},
         [("web-1", "c")],
-        {"web-1": "usage 1500m reduces the remaining 2000m above target; predicted to land on c (100%"},
+        {"web-1": "usage 1.500 cores reduces the remaining 2.000 cores above target; predicted to land on c (100%"},
     ),
     Case(
         "with landOnNormalNodes false, only a cold node is a good landing",
@@ -160,7 +164,9 @@ CASES = [
         {"web-1": 3000},
         [("web-1", "b")],
         # b and c tie, both cold: no risk, the landing is the first of them by name
-        {"web-1": "usage 3000m covers the remaining 2000m above target; predicted to land on b (50%, scheduler score"},
+        {
+            "web-1": "usage 3.000 cores covers the remaining 2.000 cores above target; predicted to land on b (50%, scheduler score"
+        },
     ),
     Case(
         "landing on another hot node is refused, and that node's own pod would land back",
@@ -182,7 +188,9 @@ CASES = [
         {"a": 10_000, "b": 1900, "c": 0},
         {"web-1": 6000},
         [],
-        {"web-1": "predicted landing risk 100% > maxLandingRisk 10%: on b 100% (5100m of real-usage room, not 6000m"},
+        {
+            "web-1": "predicted landing risk 100% > maxLandingRisk 10%: on b 100% (5.100 cores of real-usage room, not 6.000 cores"
+        },
         {"a": Unrelieved.NO_ROOM},
     ),
     Case(
@@ -259,8 +267,8 @@ def test_the_eviction_reason_names_the_landing() -> None:
     # b with the replacement: 2000m and 512Mi requested -> least allocated (80 + 99) // 2 = 89, balanced 90,
     # taints 3 x 100, spread 2 x 100; room: 70% of 10000m minus its 1000m of usage
     assert plan.evictions[0].reason == (
-        "node a hot (usage 90.0% > 70.0%): usage 3000m covers the remaining 2000m above target; "
-        "predicted to land on b (100%, scheduler score 679/700), 6000m of real-usage room"
+        "node a hot (usage 90.0% > 70.0%): usage 3.000 cores covers the remaining 2.000 cores above target; "
+        "predicted to land on b (100%, scheduler score 679/700), 6.000 cores of real-usage room"
     )
 
 
@@ -298,7 +306,7 @@ def test_a_tie_with_one_hot_node_in_ten_is_a_landing_risk_of_10_percent_accepted
     plan = tie_of_ten()
     assert [(e.name, e.landing) for e in plan.evictions] == [("web-1", "b")]  # the first of the likeliest
     assert plan.evictions[0].reason.endswith(
-        "predicted to land on b (10%, scheduler score 669/700), 6000m of real-usage room; "
+        "predicted to land on b (10%, scheduler score 669/700), 6.000 cores of real-usage room; "
         "landing risk 10%: on hot k 10% (score 669/700)"
     )
 

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rebalancer.domain.model import Node, Pod, Taint, Toleration
+from rebalancer.domain.quantity import cores_text
 from rebalancer.planning.scheduling import placement_blocker
 from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.placement import Placement, RoomTracker, Signature, signature
@@ -78,11 +79,11 @@ class ScanTracker:
             elif pods < 1:
                 why = "pod capacity full"
             else:
-                return Placement(name, f"{name} has {room_m}m of real-usage room")
+                return Placement(name, f"{name} has {cores_text(room_m)} of real-usage room")
             rejected[why] = rejected.get(why, 0) + 1
         self._failed.setdefault(memo, []).append(need)
         if not rejected:
-            return Placement(None, f"no destination has {usage_m}m of real-usage room left")
+            return Placement(None, f"no destination has {cores_text(usage_m)} of real-usage room left")
         summary = "; ".join(f"{n} node(s): {why}" for why, n in sorted(rejected.items(), key=lambda kv: -kv[1])[:3])
         return Placement(None, f"no destination with room accepts it ({summary})")
 
