@@ -187,7 +187,7 @@ def write_policy(
     """``ports``: the webhook's (posted to without a token: loopback only), then /metrics'."""
     limits = f"limits: {{cluster: {{maxPerCycle: {max_per_cycle}}}}}\n" if max_per_cycle else ""
     path.write_text(
-        f"prometheus: {{url: '{prometheus_url}', maxDataAgeSeconds: 600}}\n"
+        f"prometheus: {{url: '{prometheus_url}', maxDataAge: 10m}}\n"
         "pools: {label: node-pool}\n"
         "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}, "
         f"maxNoOfPodsToEvictPerNode: 1, schedule: {{interval: {interval}}}}}\n"
@@ -197,8 +197,8 @@ def write_policy(
         # marks the hot node ahead of the eviction (a node patch on the alert path, timed with it)
         "landingGuard: {pools: [{pool: general}]}\n"
         "state: {namespace: rebalancer}\n"
-        f"service: {{host: 127.0.0.1, port: {ports[0]}, metricsPort: {ports[1]}, alertFactsMaxAgeSeconds: 3600, "
-        "reloadIntervalSeconds: 1, webhook: {allowUnauthenticated: true}, leaderElection: {enabled: false}}\n"
+        f"service: {{host: 127.0.0.1, port: {ports[0]}, metricsPort: {ports[1]}, alertFactsMaxAge: 1h, "
+        "reloadInterval: 1s, webhook: {allowUnauthenticated: true}, leaderElection: {enabled: false}}\n"
     )
 
 

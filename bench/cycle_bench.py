@@ -52,7 +52,7 @@ PODS_PER_NODE = 30
 ALLOCATABLE_M = 31750  # bench.cluster_gen's nodes
 NODE_LOAD = (0.10, 0.80, 0.40, 0.45)  # by node index modulo 4: cold, hot, normal, normal
 POLICY = (
-    "prometheus: {{url: '{url}', maxDataAgeSeconds: 600}}\n"
+    "prometheus: {{url: '{url}', maxDataAge: 10m}}\n"
     "pools: {{label: node-pool}}\n"
     "kubernetes: {{listMode: {list_mode}}}\n"
     "strategies:\n- {{kind: LowNodeUtilization, thresholds: {{cpu: 20}}, targetThresholds: {{cpu: 50}}}}\n"

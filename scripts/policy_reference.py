@@ -164,6 +164,8 @@ def _constraints(metadata: list[Any]) -> list[str]:
 
 
 def _number(value: Any) -> str:
+    if isinstance(value, timedelta):
+        return format_duration(value)
     return f"{value:,}" if isinstance(value, int) and abs(value) >= 10_000 else str(value)
 
 
@@ -171,7 +173,8 @@ def type_text(annotation: Any, links: dict[tuple[type[BaseModel], str | None], s
     """A field's type in words, models as links to their sections."""
     annotation, metadata = _strip(annotation)
     if annotation is timedelta:
-        return "duration"
+        words = _constraints(metadata)
+        return "duration" + (f" ({', '.join(words)})" if words else "")
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return links[(annotation, None)]
     origin = get_origin(annotation)
@@ -249,6 +252,9 @@ def render_section(section: Section, links: dict[tuple[type[BaseModel], str | No
         alias = _alias(name, info)
         described = _cell(info.description or "")
         lines.append(f"| `{alias}` | {type_text(_field_type(info), links)} | {default_text(info)} | {described} |")
+    former = [f"`{old}` (now `{new}`)" for old, new in getattr(section.model, "renamed_seconds", {}).items()]
+    if former:
+        lines += ["", "Former keys, a number of seconds, still read with a warning: " + ", ".join(former) + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -72,9 +72,9 @@ class _ClusterCache:
         list_mode = policy.kubernetes.list_mode
         key = (
             annotations,
-            settings.max_stale_seconds,
-            settings.watch_seconds,
-            settings.relist_interval_seconds,
+            settings.max_stale,
+            settings.watch_timeout,
+            settings.relist_interval,
             list_mode,
         )
         with self._lock:
@@ -83,15 +83,15 @@ class _ClusterCache:
                 self._cache = self._key = None
             elif old is None or key != self._key:
                 timing = WatchTiming(
-                    watch_seconds=settings.watch_seconds,
-                    relist_seconds=settings.relist_interval_seconds,
+                    watch_seconds=int(settings.watch_timeout.total_seconds()),
+                    relist_seconds=settings.relist_interval.total_seconds(),
                     list_mode=list_mode,
                 )
                 self._cache = WatchCache(
                     self._api,
                     annotations,
                     timing=timing,
-                    max_stale=settings.max_stale_seconds,
+                    max_stale=settings.max_stale.total_seconds(),
                     on_pods_listed=self._on_pods_listed,
                 )
                 self._key = key
@@ -231,8 +231,9 @@ class _Cycles:
         cache = self._cache.ensure(policy)
         if cache is not None and not cache.wait_synced(CACHE_SYNC_WAIT_SECONDS):
             log.warning("the watch cache is not listed yet: this cycle plans on nothing and evicts nothing")
-        max_age = policy.service.alert_facts_max_age_seconds
-        known = self._facts if trigger.nodes and time.monotonic() - self._facts_at < max_age else None
+        max_age = policy.service.alert_facts_max_age
+        young = max_age is not None and time.monotonic() - self._facts_at < max_age.total_seconds()
+        known = self._facts if trigger.nodes and young else None
         runtime = replace(
             self._runtime,
             policy=policy.model_copy(update={"strategies": chosen}),
@@ -294,11 +295,11 @@ def _leader_election(
         return None
     elector = LeaderElector(
         # a request must not outlast a retry period, or a lapse of leadership is noticed late
-        LeaseClient(api, state_namespace(policy.state.namespace), lease.lease_name, lease.retry_period_seconds),
+        LeaseClient(api, state_namespace(policy.state.namespace), lease.lease_name, lease.retry_period.total_seconds()),
         identity,
-        lease.lease_duration_seconds,
-        lease.renew_deadline_seconds,
-        lease.retry_period_seconds,
+        lease.lease_duration.total_seconds(),
+        lease.renew_deadline.total_seconds(),
+        lease.retry_period.total_seconds(),
     )
     return LeaderElection(elector, on_change=on_change)
 

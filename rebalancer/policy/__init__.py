@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -16,16 +18,21 @@ from rebalancer.domain.settings.guard import LandingGuardSettings
 from rebalancer.domain.settings.predictor import PredictorSettings
 from rebalancer.domain.settings.shared import (
     Duration,
+    DurationBounds,
     FieldProblems,
     KubernetesSettings,
     Model,
     PoolSettings,
     PrometheusSettings,
     ProtectionSettings,
+    format_duration,
 )
 from rebalancer.planning.limits import LimitSettings
+from rebalancer.policy.renamed import rename_seconds
 from rebalancer.policy.unknown_keys import did_you_mean
 from strategies import REGISTRY, AnyStrategySettings
+
+log = logging.getLogger(__name__)
 
 API_VERSION: Literal["rebalancer.io/v1alpha1"] = "rebalancer.io/v1alpha1"
 
@@ -55,43 +62,53 @@ class WebhookSettings(Model):
 class LeaderElectionSettings(Model):
     """A coordination.k8s.io Lease, so that several replicas are safe: only the leader evicts."""
 
+    renamed_seconds: ClassVar[Mapping[str, str]] = {
+        "leaseDurationSeconds": "leaseDuration",
+        "renewDeadlineSeconds": "renewDeadline",
+        "retryPeriodSeconds": "retryPeriod",
+    }
+
     enabled: bool = Field(default=True, description="Required when running more than one replica.")
     lease_name: str = Field(default="rebalancer", min_length=1, description="Lease name, in state.namespace.")
-    lease_duration_seconds: float = Field(default=15, gt=0, description="How long a lease holds without renewal.")
-    renew_deadline_seconds: float = Field(default=10, gt=0, description="A leader gives up if it cannot renew.")
-    retry_period_seconds: float = Field(default=2, gt=0, description="How often candidates try.")
+    lease_duration: Duration = Field(
+        default=timedelta(seconds=15), description="How long a lease holds without renewal."
+    )
+    renew_deadline: Duration = Field(default=timedelta(seconds=10), description="A leader gives up if it cannot renew.")
+    retry_period: Duration = Field(default=timedelta(seconds=2), description="How often candidates try.")
 
     @model_validator(mode="after")
     def _ordered(self) -> LeaderElectionSettings:
-        if not self.retry_period_seconds < self.renew_deadline_seconds < self.lease_duration_seconds:
-            raise FieldProblems(
-                [("renewDeadlineSeconds", "need retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds")]
-            )
+        if not self.retry_period < self.renew_deadline < self.lease_duration:
+            got = ", ".join(format_duration(d) for d in (self.retry_period, self.renew_deadline, self.lease_duration))
+            raise FieldProblems([("renewDeadline", f"need retryPeriod < renewDeadline < leaseDuration (got {got})")])
         return self
 
 
 class WatchCacheSettings(Model):
     """Serve mode keeps the cluster in memory (list once, then watch) instead of listing it every cycle."""
 
+    renamed_seconds: ClassVar[Mapping[str, str]] = {
+        "maxStaleSeconds": "maxStale",
+        "watchSeconds": "watchTimeout",
+        "relistIntervalSeconds": "relistInterval",
+    }
+
     enabled: bool = Field(
         default=True,
         description="Keep nodes, pods, ReplicaSets and budgets current through watches; a cycle never re-lists. "
-        "Off: every cycle lists the cluster (alert cycles only the alerted nodes, see alertFactsMaxAgeSeconds).",
+        "Off: every cycle lists the cluster (alert cycles only the alerted nodes, see alertFactsMaxAge).",
     )
-    max_stale_seconds: float = Field(
-        default=120,
-        gt=0,
+    max_stale: Duration = Field(
+        default=timedelta(minutes=2),
         description="A collection without an open watch for this long (the watch failed and re-opening it keeps "
         "failing): the cache is not trusted and cycles evict nothing until it recovers. An open watch is fresh "
         "however long its collection stays quiet.",
     )
-    watch_seconds: int = Field(
-        default=300, ge=10, le=3600, description="How long one watch request stays open before it is renewed."
+    watch_timeout: Annotated[Duration, DurationBounds(ge=timedelta(seconds=10), le=timedelta(hours=1))] = Field(
+        default=timedelta(minutes=5), description="How long one watch request stays open before it is renewed."
     )
-    relist_interval_seconds: float = Field(
-        default=1800,
-        ge=60,
-        le=86400,
+    relist_interval: Annotated[Duration, DurationBounds(ge=timedelta(minutes=1), le=timedelta(days=1))] = Field(
+        default=timedelta(minutes=30),
         description="Each collection is listed again this often, the fallback for a watch event lost on the way; "
         "the new listing replaces the old one at once (the cache stays usable meanwhile).",
     )
@@ -99,6 +116,11 @@ class WatchCacheSettings(Model):
 
 class ServiceSettings(Model):
     """`rebalancer serve`: schedules, the webhook, leader election, hot reload."""
+
+    renamed_seconds: ClassVar[Mapping[str, str]] = {
+        "alertFactsMaxAgeSeconds": "alertFactsMaxAge",
+        "reloadIntervalSeconds": "reloadInterval",
+    }
 
     time_zone: str = Field(default="UTC", description="Time zone of the strategies' cron schedules.")
     host: str = Field(default="0.0.0.0", description="Listen address of the webhook.")
@@ -125,18 +147,17 @@ class ServiceSettings(Model):
     leader_election: LeaderElectionSettings = Field(
         default_factory=LeaderElectionSettings, description="Lease-based leader election."
     )
-    alert_facts_max_age_seconds: float = Field(
-        default=600,
-        ge=0,
+    alert_facts_max_age: Duration | None = Field(
+        default=timedelta(minutes=10),
         description="An alert-driven cycle lists only the alerted nodes' pods when the last full listing is "
-        "younger than this (destinations' requests come from it); 0: always list everything.",
+        "younger than this (destinations' requests come from it); null: always list everything.",
     )
     watch_cache: WatchCacheSettings = Field(
         default_factory=WatchCacheSettings, description="The in-memory cluster view of serve mode."
     )
     run_on_start: bool = Field(default=True, description="Run every strategy once at start, then on schedule.")
-    reload_interval_seconds: float = Field(
-        default=10, gt=0, description="How often the policy file is checked for changes (hot reload)."
+    reload_interval: Duration = Field(
+        default=timedelta(seconds=10), description="How often the policy file is checked for changes (hot reload)."
     )
 
     @model_validator(mode="after")
@@ -261,11 +282,17 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     if not isinstance(data, dict):
         raise ConfigError(source, [("", f"the policy must be a YAML mapping, not {_yaml_type(data)}")])
     try:
-        return Policy.model_validate(data)
+        data, renaming = rename_seconds(Policy, data)
+        if renaming.problems:
+            raise ConfigError(source, _at_most(renaming.problems))
+        policy = Policy.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(source, _at_most(validation_problems(exc, Policy))) from exc
+        raise ConfigError(source, _at_most(renaming.name_old_keys(validation_problems(exc, Policy)))) from exc
     except RecursionError as exc:
         raise ConfigError(source, [("", "not a policy: the YAML is nested too deeply")]) from exc
+    for warning in renaming.warnings:
+        log.warning("%s: %s", source, warning)
+    return policy
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -34,13 +34,13 @@ def _model_at(root: type[BaseModel], loc: Sequence[int | str]) -> type[BaseModel
         current = _step(current, part)
         if current is None:
             return None
-    models = [c for c in _members(current) if _is_model(c)]
+    models = [c for c in members(current) if is_model(c)]
     return models[0] if len(models) == 1 else None
 
 
 def _step(annotation: Any, part: int | str) -> Any:
-    for member in _members(annotation):
-        if _is_model(member) and isinstance(part, str):
+    for member in members(annotation):
+        if is_model(member) and isinstance(part, str):
             if _tagged(member, part):
                 return member  # a discriminated union's tag: the member it selects, not a field
             for name, field in member.model_fields.items():
@@ -54,17 +54,17 @@ def _step(annotation: Any, part: int | str) -> Any:
     return None
 
 
-def _members(annotation: Any) -> list[Any]:
+def members(annotation: Any) -> list[Any]:
     """A union's members, Annotated and Optional unwrapped."""
     origin = get_origin(annotation)
     if origin is Annotated:
-        return _members(get_args(annotation)[0])
+        return members(get_args(annotation)[0])
     if origin in (Union, types.UnionType):
-        return [m for arg in get_args(annotation) for m in _members(arg)]
+        return [m for arg in get_args(annotation) for m in members(arg)]
     return [annotation]
 
 
-def _is_model(annotation: Any) -> bool:
+def is_model(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 

@@ -150,7 +150,7 @@ class Service:
             with self._on_start_lock:
                 self._on_start = set(jobs)
         self._scheduler.add_job(
-            self.reload, IntervalTrigger(seconds=self._policy.service.reload_interval_seconds), id="reload"
+            self.reload, IntervalTrigger(seconds=self._policy.service.reload_interval.total_seconds()), id="reload"
         )
         if self._housekeeping is not None:
             self._scheduler.add_job(

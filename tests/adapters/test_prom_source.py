@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import time
 import urllib.parse
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +180,7 @@ def test_stale_node_is_unknown_not_zero(prom: PrometheusServer) -> None:
     report = read(prom.url)
 
     assert set(report.node_cpu_m) == {"n1", "n2"}
-    assert report.node_problems == {"n3": f"newest sample {STALE_AGE}s old > maxDataAgeSeconds 300"}
+    assert report.node_problems == {"n3": f"newest sample {STALE_AGE}s old > maxDataAge 5m"}
 
 
 def test_freshness_query_limited_to_the_lookback_still_flags_the_node(prom: PrometheusServer) -> None:
@@ -282,8 +283,8 @@ def test_timeout_is_unavailable(canned_http: CannedHttpServer) -> None:
     canned_http.reply(200, answer(), delay=5)
 
     started = time.monotonic()
-    with pytest.raises(MetricsUnavailable, match=r"did not answer within 0.3s") as caught:
-        read(canned_http.url, timeout_seconds=0.3)
+    with pytest.raises(MetricsUnavailable, match=r"did not answer within 1s") as caught:
+        read(canned_http.url, timeout=timedelta(seconds=1))
     assert time.monotonic() - started < 2
     assert isinstance(caught.value.__cause__, requests.Timeout)
 

@@ -9,6 +9,7 @@ a sentence naming the value.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ REJECTED: list[tuple[str, Doc, list[str]]] = [
     ("misspelt policy field", {"policy": {"prometheus": {"uri": "http://p:9090"}}}, ["/policy/prometheus", "uri"]),
     ("policy duration", {"policy": {"prometheus": {"window": "ten minutes"}}}, ["/policy/prometheus/window"]),
     ("policy port", {"policy": {"service": {"port": 0}}}, ["/policy/service/port"]),
+    ("former key as text", {"policy": {"prometheus": {"timeoutSeconds": "30s"}}}, ["/policy/prometheus/timeoutSeconds"]),
 ]  # fmt: skip
 
 
@@ -109,3 +111,19 @@ def assert_within(given: Any, rendered: Any, path: str) -> None:
         assert set(rendered[len(given) :]) <= {"monitoring", NAMESPACE}, path
     else:
         assert rendered == given, path
+
+
+def test_a_policy_with_former_seconds_keys_still_installs() -> None:
+    """Values written for an older chart (durations as numbers of seconds) pass the schema; the pod reads them
+    as the durations that replaced them."""
+    former = {"timeoutSeconds": 30, "maxDataAgeSeconds": 600}
+    lease = {"leaseDurationSeconds": 30, "renewDeadlineSeconds": 20, "retryPeriodSeconds": 4}
+    rendered = render({"policy": {"prometheus": former, "service": {"leaderElection": lease}}})
+    policy = parse_policy(rendered.policy_text, "rendered.yaml")
+    assert (policy.prometheus.timeout, policy.prometheus.max_data_age) == (timedelta(seconds=30), timedelta(minutes=10))
+    timings = policy.service.leader_election
+    assert (timings.lease_duration, timings.renew_deadline, timings.retry_period) == (
+        timedelta(seconds=30),
+        timedelta(seconds=20),
+        timedelta(seconds=4),
+    )

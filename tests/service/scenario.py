@@ -47,7 +47,7 @@ def build_cluster(server: TestApiServer) -> None:
 
 def write_policy(path: Path, prometheus_url: str, *, target: int = 70, extra: str = "") -> Path:
     path.write_text(
-        f"prometheus: {{url: '{prometheus_url}', maxDataAgeSeconds: 600}}\n"
+        f"prometheus: {{url: '{prometheus_url}', maxDataAge: 10m}}\n"
         "protections: {evictableNamespaces: {exclude: [kube-system, monitoring]}}\n"
         f"strategies:\n- {{kind: LowNodeUtilization, thresholds: {{cpu: 30}}, targetThresholds: {{cpu: {target}}}}}\n"
         "state: {namespace: rebalancer}\n" + extra

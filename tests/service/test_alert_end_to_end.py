@@ -142,14 +142,14 @@ def test_hot_node_alert_leads_to_evictions_through_serve(
     prometheus = start_prometheus(tmp_path, exporter, alertmanager.port)
     policy = tmp_path / "policy.yaml"
     policy.write_text(
-        f"prometheus: {{url: '{prometheus.url}', window: 10s, step: 1s, rateWindow: 5s, maxDataAgeSeconds: 60}}\n"
+        f"prometheus: {{url: '{prometheus.url}', window: 10s, step: 1s, rateWindow: 5s, maxDataAge: 1m}}\n"
         "protections: {evictableNamespaces: {exclude: [kube-system, monitoring]}}\n"
         "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 50}, "
         "schedule: {interval: 1h}}\n"
         "state: {namespace: rebalancer}\n"
         f"service: {{host: 127.0.0.1, port: {serve_port}, metricsPort: {metrics_port}, runOnStart: false, "
         f"webhook: {{tokenFile: '{token_file}'}},"
-        " leaderElection: {leaseDurationSeconds: 3, renewDeadlineSeconds: 2, retryPeriodSeconds: 0.5}}\n"
+        " leaderElection: {leaseDuration: 3s, renewDeadline: 2s, retryPeriod: 1s}}\n"
     )
     log = (tmp_path / "serve.log").open("w")
     serve = subprocess.Popen(
@@ -199,7 +199,7 @@ def start_serve(
     """A replica with its webhook on ``ports[0]``, /metrics and the probes on ``ports[1]``."""
     policy = workdir / f"policy-{index}.yaml"
     policy.write_text(
-        f"prometheus: {{url: '{prometheus_url}', window: 10s, step: 1s, rateWindow: 5s, maxDataAgeSeconds: 60}}\n"
+        f"prometheus: {{url: '{prometheus_url}', window: 10s, step: 1s, rateWindow: 5s, maxDataAge: 1m}}\n"
         "protections: {evictableNamespaces: {exclude: [kube-system, monitoring]}}\n"
         "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 50}, "
         "schedule: {interval: 1h}}\n"
@@ -207,8 +207,8 @@ def start_serve(
         "state: {namespace: rebalancer}\n"
         f"service: {{host: 127.0.0.1, port: {ports[0]}, metricsPort: {ports[1]}, runOnStart: false, "
         f"webhook: {{tokenFile: '{token_file}', "
-        "alertNodeCooldown: 1s}, leaderElection: {leaseDurationSeconds: 3, renewDeadlineSeconds: 2, "
-        "retryPeriodSeconds: 0.5}}\n"
+        "alertNodeCooldown: 1s}, leaderElection: {leaseDuration: 3s, renewDeadline: 2s, "
+        "retryPeriod: 1s}}\n"
     )
     log_path = workdir / f"serve-{index}.log"
     with log_path.open("w") as log:
@@ -309,14 +309,14 @@ def test_serve_runs_on_start_once_it_leads_and_logs_each_cycle_at_the_default_le
     port = free_port()
     policy = tmp_path / "policy.yaml"
     policy.write_text(
-        f"prometheus: {{url: '{prometheus.url}', window: 10s, step: 1s, rateWindow: 5s, maxDataAgeSeconds: 60}}\n"
+        f"prometheus: {{url: '{prometheus.url}', window: 10s, step: 1s, rateWindow: 5s, maxDataAge: 1m}}\n"
         "protections: {evictableNamespaces: {exclude: [kube-system, monitoring]}}\n"
         "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 50}, "
         "schedule: {interval: 1h}}\n"
         "state: {namespace: rebalancer}\n"
         f"service: {{host: 127.0.0.1, port: {port}, metricsPort: {free_port()}, "
-        "webhook: {allowUnauthenticated: true}, leaderElection: {leaseDurationSeconds: 3, "
-        "renewDeadlineSeconds: 2, retryPeriodSeconds: 0.5}}\n"
+        "webhook: {allowUnauthenticated: true}, leaderElection: {leaseDuration: 3s, "
+        "renewDeadline: 2s, retryPeriod: 1s}}\n"
     )
     deadline = time.monotonic() + 60  # a usage window's worth of samples before the first cycle
     while samples_of(prometheus.url, 'container_cpu_usage_seconds_total{id="/",node="hot-1"}[1m]') < 12:

@@ -45,7 +45,7 @@ HISTORY = CadvisorHistory(
     start=END - 3600,
     end=END,
 )
-POLICY = """prometheus: {{url: '{url}', maxDataAgeSeconds: 600}}
+POLICY = """prometheus: {{url: '{url}', maxDataAge: 10m}}
 pools: {{label: pool}}
 strategies:
 - kind: DeletionCostSteering

@@ -46,9 +46,7 @@ def import_policy(fixture: str, history: CadvisorHistory, start: StartPrometheus
     policy = tmp / "imported.yaml"
     assert main(["import-policy", str(DATA / fixture), "--out", str(policy)]) == 0
     with policy.open("a") as file:
-        file.write(
-            f"prometheus: {{url: '{prometheus.url}', maxDataAgeSeconds: 600}}\nstate: {{namespace: rebalancer}}\n"
-        )
+        file.write(f"prometheus: {{url: '{prometheus.url}', maxDataAge: 10m}}\nstate: {{namespace: rebalancer}}\n")
     return policy
 
 

@@ -132,7 +132,7 @@ def build_cluster(server: TestApiServer) -> None:
 
 def write_policy(path: Path, prometheus_url: str, extra: str = "") -> Path:
     path.write_text(
-        f"prometheus: {{url: '{prometheus_url}', maxDataAgeSeconds: 600}}\n"
+        f"prometheus: {{url: '{prometheus_url}', maxDataAge: 10m}}\n"
         "pools: {label: pool}\n"
         "protections: {evictableNamespaces: {exclude: [kube-system, monitoring]}}\n"
         # predictPlacement off: the story places cart-9 back on hot-3 by hand; by the scheduler model both

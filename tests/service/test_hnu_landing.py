@@ -67,7 +67,7 @@ def build(server: TestApiServer, *, idle_taints: list[dict[str, str]]) -> None:
 
 def write_policy(path: Path, prometheus_url: str) -> Path:
     path.write_text(
-        f"prometheus: {{url: '{prometheus_url}', maxDataAgeSeconds: 600}}\n"
+        f"prometheus: {{url: '{prometheus_url}', maxDataAge: 10m}}\n"
         "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}}\n"
         "state: {namespace: rebalancer}\n"
     )

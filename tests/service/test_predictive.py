@@ -75,7 +75,7 @@ def build_cluster(server: TestApiServer) -> None:
 
 def write_policy(path: Path, prometheus_url: str, classify_by: str, extra: str = "") -> Path:
     path.write_text(
-        f"prometheus: {{url: '{prometheus_url}', maxDataAgeSeconds: 600}}\n"
+        f"prometheus: {{url: '{prometheus_url}', maxDataAge: 10m}}\n"
         "strategies:\n"
         "- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 70}, "
         f"classifyBy: {classify_by}}}\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -130,7 +131,7 @@ def test_one_prometheus_source_is_kept_between_cycles_until_its_settings_change(
     first = PrometheusSettings(url="http://127.0.0.1:9")
     source = usage.get(first)
     assert usage.get(PrometheusSettings(url="http://127.0.0.1:9")) is source  # equal settings after a reload
-    changed = usage.get(PrometheusSettings(url="http://127.0.0.1:9", timeout_seconds=3))
+    changed = usage.get(PrometheusSettings(url="http://127.0.0.1:9", timeout=timedelta(seconds=3)))
     assert changed is not source
     usage.close()
     assert usage.get(first) is not changed
@@ -145,11 +146,11 @@ def prometheus(start_prometheus: StartPrometheus) -> PrometheusServer:
 def test_schedule_cycles_keep_running_while_the_api_server_says_nothing(
     kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
-    """A quiet cluster: no event and no bookmark for four times maxStaleSeconds (time scaled: 1 s), and
+    """A quiet cluster: no event and no bookmark for four times maxStale (time scaled: 1 s), and
     past a watch's renewal. Every cycle plans from the cache; once the API server is gone they fail."""
     build_cluster(kube_server)
     kube_server.bookmark_interval = float("inf")
-    quiet = "service: {watchCache: {maxStaleSeconds: 1, watchSeconds: 10}}\n"
+    quiet = "service: {watchCache: {maxStale: 1s, watchTimeout: 10s}}\n"
     policy = load_policy(write_policy(tmp_path / "policy.yaml", prometheus.url, extra=quiet))
     api = connect(kubeconfig=str(kubeconfig))
     cache = _ClusterCache(api)

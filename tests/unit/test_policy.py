@@ -184,9 +184,9 @@ BAD = [
         "greater than or equal to 1",
     ),
     (
-        "service: {watchCache: {relistIntervalSeconds: 10}}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
-        "service.watchCache.relistIntervalSeconds",
-        "greater than or equal to 60",
+        "service: {watchCache: {relistInterval: 10s}}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "service.watchCache.relistInterval",
+        "10s is shorter than 1m",
     ),
     ("a: 1\na: 2\n", "", "duplicate key 'a'"),
     ("- just a list\n", "", "must be a YAML mapping"),

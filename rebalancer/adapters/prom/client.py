@@ -125,7 +125,7 @@ class PromClient:
     def __init__(self, settings: PrometheusSettings, timeout_seconds: float | None = None) -> None:
         self._settings = settings
         self.url = settings.url.rstrip("/")
-        self.timeout_seconds = timeout_seconds if timeout_seconds is not None else settings.timeout_seconds
+        self.timeout_seconds = timeout_seconds if timeout_seconds is not None else settings.timeout.total_seconds()
         self._last = threading.local()  # the raw HTTP answer of this thread's last query
         # Our own session: custom_query() returns only data.result and folds HTTP errors into a
         # string, so a response hook keeps the raw answer for Prometheus' own error message.

@@ -10,7 +10,7 @@ doubtful raises a :class:`~rebalancer.domain.errors.SourceError`, so the cycle m
   series share a key, a value is NaN, infinite, negative or unparsable.
 * ``MetricsStale``: a query answered with no series at all (Prometheus has no data: an empty answer
   is never read as zero usage), or the newest freshness sample of *every* node is older than
-  ``maxDataAgeSeconds`` (scraping is broken as a whole).
+  ``maxDataAge`` (scraping is broken as a whole).
 
 A single node whose newest sample is too old (or that has no freshness sample while a freshness
 query is configured) goes into ``node_problems`` and is left out of ``node_cpu_m``: unknown, not 0.
@@ -113,15 +113,16 @@ class PrometheusUsageSource:
         )
 
     def _stale_nodes(self, fresh: Mapping[str, float], at: float) -> dict[str, str]:
-        limit = self._settings.max_data_age_seconds
+        written = format_duration(self._settings.max_data_age)
+        limit = self._settings.max_data_age.total_seconds()
         newest = max(fresh.values())
         if at - newest > limit:
             raise MetricsStale(
                 f"Prometheus' newest sample over all {len(fresh)} node(s) is {at - newest:.0f}s old at "
-                f"{iso(at)} > maxDataAgeSeconds {limit:g}: the whole source is stale"
+                f"{iso(at)} > maxDataAge {written}: the whole source is stale"
             )
         return {
-            node: f"newest sample {at - stamp:.0f}s old > maxDataAgeSeconds {limit:g}"
+            node: f"newest sample {at - stamp:.0f}s old > maxDataAge {written}"
             for node, stamp in sorted(fresh.items())
             if at - stamp > limit
         }
@@ -157,7 +158,7 @@ class PrometheusUsageSource:
             freshness = "node freshness: not checked"
         else:
             freshness = (
-                f"node freshness: newest sample within {s.max_data_age_seconds:g}s"
+                f"node freshness: newest sample within {format_duration(s.max_data_age)}"
                 f"{custom(q.node_freshness, DEFAULT_NODE_FRESHNESS_QUERY)}"
             )
         if q.young_pods is None:

@@ -7,15 +7,16 @@ before's, and so on. They are normalised, so only their ratios matter.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import Field, model_validator
 
 from rebalancer.domain.settings.limits import TimeZoneName
-from rebalancer.domain.settings.shared import Duration, FieldProblems, Model, Percent
+from rebalancer.domain.settings.shared import Duration, DurationBounds, FieldProblems, Model, Percent
 
 Aggregation = Literal["weighted_mean", "max_daily", "pooled_p95", "same_weekday", "decaying_histogram"]
 AGGREGATIONS: tuple[Aggregation, ...] = (
@@ -52,6 +53,8 @@ class HistorySettings(Model):
     per batch of nodes), never raw samples. Day d's peak is ``quantile_over_time`` over that calendar day
     in ``timeZone``, evaluated at the day's end."""
 
+    renamed_seconds: ClassVar[Mapping[str, str]] = {"timeoutSeconds": "timeout"}
+
     pod_query: str = Field(
         default=DEFAULT_HISTORY_POD_QUERY,
         description="Per-pod CPU cores as an instant vector, one series per (namespace, pod); each day's peak is "
@@ -83,7 +86,9 @@ class HistorySettings(Model):
         "(Prometheus refuses a query above its --query.max-samples, 50,000,000 by default, with HTTP 422).",
     )
     concurrency: int = Field(default=2, ge=1, le=16, description="Queries sent to Prometheus at once.")
-    timeout_seconds: float = Field(default=120, gt=0, le=600, description="Timeout of one history query.")
+    timeout: Annotated[Duration, DurationBounds(le=timedelta(minutes=10))] = Field(
+        default=timedelta(minutes=2), description="Timeout of one history query."
+    )
 
     @model_validator(mode="after")
     def _valid(self) -> HistorySettings:

@@ -7,22 +7,27 @@ Strategy arguments live beside each strategy (``strategies/``); the whole policy
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
+import annotated_types
 from pydantic import (
     AfterValidator,
     AliasGenerator,
     BaseModel,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
     PlainSerializer,
     PlainValidator,
     WithJsonSchema,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import core_schema
 
 from rebalancer.domain.labels import SELECTOR_OPERATORS, LabelSelector, Requirement
 
@@ -100,12 +105,44 @@ Duration = Annotated[
 """A duration: a ``timedelta`` in the model, ``"5m"`` in YAML."""
 
 
+@dataclass(frozen=True)
+class DurationBounds(annotated_types.BaseMetadata):
+    """Inclusive bounds of a :data:`Duration` field (``Annotated[Duration, DurationBounds(le=...)]``), checked
+    after the text is read; the error says the bound as the policy writes it."""
+
+    ge: timedelta | None = None
+    le: timedelta | None = None
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def _check(self, value: timedelta) -> timedelta:
+        if self.ge is not None and value < self.ge:
+            raise ValueError(f"{format_duration(value)} is shorter than {format_duration(self.ge)}")
+        if self.le is not None and value > self.le:
+            raise ValueError(f"{format_duration(value)} is longer than {format_duration(self.le)}")
+        return value
+
+
 class FieldProblems(ValueError):
     """Raised by cross-field validators: each problem names the field it is about (relative path)."""
 
     def __init__(self, problems: list[tuple[str, str]]) -> None:
         self.problems = problems
         super().__init__("; ".join(f"{path}: {message}" for path, message in problems))
+
+
+def _former_keys_in_schema(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """The JSON schema accepts a model's former keys (a number of seconds), so that a chart install with an
+    older policy passes; the pod converts them and warns."""
+    renamed: Mapping[str, str] = getattr(model, "renamed_seconds", {})
+    for old, new in renamed.items():
+        schema["properties"][old] = {
+            "type": "number",
+            "minimum": 0,
+            "deprecated": True,
+            "description": f"Former name of {new}, in seconds: still read, with a warning.",
+        }
 
 
 class Model(BaseModel):
@@ -117,7 +154,12 @@ class Model(BaseModel):
         alias_generator=AliasGenerator(validation_alias=to_camel, serialization_alias=to_camel),
         populate_by_name=True,
         use_attribute_docstrings=True,
+        json_schema_extra=_former_keys_in_schema,
     )
+
+    renamed_seconds: ClassVar[Mapping[str, str]] = {}
+    """Former keys that held a number of seconds, each with the Duration field that replaced it (YAML names):
+    a policy file may still use them (``rebalancer.policy.renamed`` converts them, with a warning)."""
 
 
 class SelectorRequirementSpec(Model):
@@ -278,7 +320,7 @@ class UsageQueries(Model):
     )
     node_freshness: str | None = Field(
         default=DEFAULT_NODE_FRESHNESS_QUERY,
-        description="Per-node time of the newest raw sample; nodes older than maxDataAgeSeconds are unknown.",
+        description="Per-node time of the newest raw sample; nodes older than maxDataAge are unknown.",
     )
     young_nodes: str | None = Field(
         default=DEFAULT_YOUNG_NODE_QUERY,
@@ -294,8 +336,12 @@ class UsageQueries(Model):
 
 
 class PrometheusSettings(Model):
+    renamed_seconds: ClassVar[Mapping[str, str]] = {"timeoutSeconds": "timeout", "maxDataAgeSeconds": "maxDataAge"}
+
     url: HttpUrlText = Field(default="http://prometheus-operated.monitoring:9090", description="Prometheus base URL.")
-    timeout_seconds: float = Field(default=15.0, gt=0, le=300, description="Timeout of one query.")
+    timeout: Annotated[Duration, DurationBounds(le=timedelta(minutes=5))] = Field(
+        default=timedelta(seconds=15), description="Timeout of one query."
+    )
     bearer_token_file: str | None = Field(default=None, description="File holding a bearer token, if needed.")
     verify_tls: bool = Field(default=True, description="Verify the server certificate for https URLs.")
     window: Duration = Field(
@@ -319,9 +365,8 @@ class PrometheusSettings(Model):
         description="Label that carries the node name on the per-pod series (cAdvisor's, `node` under "
         "kube-prometheus; their `instance` is the kubelet's address): {pod_filter} matches it.",
     )
-    max_data_age_seconds: float = Field(
-        default=300,
-        gt=0,
+    max_data_age: Duration = Field(
+        default=timedelta(minutes=5),
         description="Nodes whose newest sample is older are unknown; if all are, no evictions.",
     )
     queries: UsageQueries = Field(default_factory=UsageQueries, description="PromQL templates.")
