@@ -60,7 +60,8 @@ class WebhookSettings(Model):
 
 
 class LeaderElectionSettings(Model):
-    """A coordination.k8s.io Lease, so that several replicas are safe: only the leader evicts."""
+    """A coordination.k8s.io Lease, so that several replicas are safe: only the leader evicts. The timings
+    keep retryPeriod < renewDeadline < leaseDuration."""
 
     renamed_seconds: ClassVar[Mapping[str, str]] = {
         "leaseDurationSeconds": "leaseDuration",

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from scripts.chart_schema import SCHEMA_FILE, with_policy
 
+from rebalancer.domain.errors import ConfigError
 from rebalancer.policy import parse_policy
 from tests.packaging.chart import NAMESPACE, ROOT, Doc, render, validate_schema
 
@@ -127,3 +128,19 @@ def test_a_policy_with_former_seconds_keys_still_installs() -> None:
         timedelta(seconds=20),
         timedelta(seconds=4),
     )
+
+
+@pytest.mark.parametrize(
+    "lease",
+    [{"leaseDuration": "10s", "renewDeadline": "10s"}, {"retryPeriodSeconds": 12}],
+    ids=["durations", "former seconds"],
+)
+def test_leader_election_timings_out_of_order_install_but_the_pod_refuses_them(lease: Doc) -> None:
+    """The order retryPeriod < renewDeadline < leaseDuration ties three fields: no JSON schema says it, the
+    pod's start does, naming the field."""
+    rendered = render({"policy": {"service": {"leaderElection": lease}}})
+    with pytest.raises(ConfigError) as refused:
+        parse_policy(rendered.policy_text, "rendered.yaml")
+    [(field, message)] = refused.value.problems
+    assert field == "service.leaderElection.renewDeadline"
+    assert "need retryPeriod < renewDeadline < leaseDuration" in message
