@@ -328,7 +328,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
               f"p50 {statistics.median(latencies) * 1000:.0f} ms, p95 {quantile(latencies, 0.95) * 1000:.0f} ms, "
               f"max {latencies[-1] * 1000:.0f} ms (target p95 <= 300 ms)")  # fmt: skip
         log_text = log_path.read_text()
-        cycles = [float(c) for c in re.findall(r"alert cycle for .*? in ([0-9.]+) s", log_text)]
+        cycles = [float(c) for c in re.findall(r"alert cycle for .*; ([0-9.]+) s$", log_text, re.M)]
         if cycles:
             print(f"  of which the alert cycle itself (serve's log): median {statistics.median(cycles) * 1000:.0f} ms")
         alert_breakdown(runs, cycle_timings(log_text, "alert"))
@@ -342,7 +342,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
                     raise SystemExit("no steady-state cycles:\n" + log_path.read_text()[-3000:])
                 time.sleep(0.5)
             log_text = log_path.read_text()
-            durations = [float(c) * 1000 for c in re.findall(r"schedule cycle: .*? in ([0-9.]+) s", log_text)]
+            durations = [float(c) * 1000 for c in re.findall(r"schedule cycle: .*; ([0-9.]+) s$", log_text, re.M)]
             steady_report(steady_cycles(log_text, before, args.steady_cycles),
                           durations[before : before + args.steady_cycles])  # fmt: skip
     finally:
