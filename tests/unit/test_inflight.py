@@ -270,7 +270,7 @@ def test_the_landing_guard_sees_the_corrected_usage() -> None:
     _, _, state = cycle(pods, report, T0, EfficiencyState())
     left = [p for p in pods if p.name != "big"]
     snap, plan, _ = cycle(left, usage({"hot": 9000, "cold": 1000}, {"a": 300, "b": 300}), T0 + 60, state)
-    guarded = {g.name: g for g in guarded_nodes(snap, plan, frozenset())}
+    guarded = {g.name: g for g in guarded_nodes(snap, plan, frozenset(), every_node=True)}
     assert guarded["hot"].node_class is NodeClass.NORMAL and guarded["hot"].usage_pct == 65.0
 
 

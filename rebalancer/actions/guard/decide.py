@@ -5,8 +5,9 @@ Inputs are plain values so that serve, run --once and the simulator call the sam
 - ``GuardedNode``: a node's pool, its class this cycle (``NodeClass``: hot, cold, normal, unknown),
   whether pods were evicted from it this cycle (``relieved``), its usage in percent (priority under the
   cap), its taints and the value of its ``rebalancer.io/landing-guard`` annotation. ``guarded_nodes``
-  builds them from a snapshot, a plan and the relieved nodes.
-- ``decide(nodes, settings, owner, now)`` -> ``GuardDecision``: the ``Change`` to make per node (set,
+  builds those the rules can change or note from a snapshot, a plan and the relieved nodes, ``pool_sizes``
+  the pools' sizes the caps are fractions of.
+- ``decide(nodes, settings, owner, now, sizes)`` -> ``GuardDecision``: the ``Change`` to make per node (set,
   refresh, clear, each with a reason; the clears first, so that making them in order never puts more
   marks on a pool than its cap) and a ``Note`` for each node left alone on purpose.
 - ``release(nodes, owner)``: the changes that clear the marks ``owner`` wrote (graceful shutdown).
@@ -42,7 +43,8 @@ Rules, per node of a pool with a guard (``landingGuard.pools``):
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -119,10 +121,17 @@ class GuardDecision:
     notes: tuple[Note, ...] = ()
 
 
-def guarded_nodes(snapshot: ClusterSnapshot, plan: EvictionPlan, relieved: Collection[str]) -> tuple[GuardedNode, ...]:
-    """Every node of the snapshot as the guard sees it. A node is hot when a strategy classified it hot;
+def guarded_nodes(
+    snapshot: ClusterSnapshot, plan: EvictionPlan, relieved: Collection[str], *, every_node: bool = False
+) -> tuple[GuardedNode, ...]:
+    """The snapshot's nodes as the guard sees them. A node is hot when a strategy classified it hot;
     unknown when no strategy classified it, one found its usage unknown, or the plan is blocked (the
-    usage source failed); cool otherwise."""
+    usage source failed); cool otherwise.
+
+    Only the nodes the rules can change or note: hot, relieved, or carrying the key or its annotation
+    (``every_node``: all of them). Any other node is left as it is whatever its class, and only counts
+    toward its pool's size (:func:`pool_sizes`): a cycle's guard pass so costs what its hot and marked
+    nodes cost, not the cluster."""
     classes: dict[str, list[NodeClass]] = {}
     usage: dict[str, float] = {}
     for result in plan.results:
@@ -133,6 +142,11 @@ def guarded_nodes(snapshot: ClusterSnapshot, plan: EvictionPlan, relieved: Colle
     out = []
     for name, node in snapshot.nodes.items():
         seen = classes.get(name, [])
+        annotation = node.annotations.get(GUARD_KEY)
+        if not (
+            every_node or NodeClass.HOT in seen or name in relieved or annotation is not None or _keyed(node.taints)
+        ):
+            continue
         if plan.blocked or not seen:
             node_class = NodeClass.UNKNOWN
         elif NodeClass.HOT in seen:
@@ -143,16 +157,19 @@ def guarded_nodes(snapshot: ClusterSnapshot, plan: EvictionPlan, relieved: Colle
             node_class = NodeClass.NORMAL if NodeClass.NORMAL in seen else NodeClass.COLD
         out.append(
             GuardedNode(
-                name,
-                snapshot.pool_of[name],
-                node_class,
-                name in relieved,
-                node.taints,
-                node.annotations.get(GUARD_KEY),
-                usage.get(name),
+                name, snapshot.pool_of[name], node_class, name in relieved, node.taints, annotation, usage.get(name)
             )
         )
     return tuple(out)
+
+
+def _keyed(taints: tuple[Taint, ...]) -> bool:
+    return any(t.key == GUARD_KEY for t in taints)
+
+
+def pool_sizes(snapshot: ClusterSnapshot) -> dict[str, int]:
+    """How many nodes each pool of the snapshot has (what a pool's cap is a fraction of)."""
+    return dict(Counter(snapshot.pool_of.values()))
 
 
 def pool_cap(settings: PoolGuardSettings, pool_size: int) -> int:
@@ -160,9 +177,16 @@ def pool_cap(settings: PoolGuardSettings, pool_size: int) -> int:
     return max(0, min(math.floor(settings.max_marked_fraction * pool_size + 1e-9), pool_size - 1))
 
 
-def decide(nodes: Iterable[GuardedNode], settings: LandingGuardSettings, owner: str, now: float) -> GuardDecision:
+def decide(
+    nodes: Iterable[GuardedNode],
+    settings: LandingGuardSettings,
+    owner: str,
+    now: float,
+    sizes: Mapping[str, int] | None = None,
+) -> GuardDecision:
     """The changes that bring every node's mark in line with the rules above. ``nodes``: every node of
-    the cluster (a pool's cap counts all of its nodes given)."""
+    the cluster, or at least every one the rules can change or note (:func:`guarded_nodes`); ``sizes``:
+    each pool's number of nodes, which its cap is a fraction of (None: the nodes given are the whole pools)."""
     by_pool: dict[str, list[GuardedNode]] = {}
     for node in nodes:
         by_pool.setdefault(node.pool, []).append(node)
@@ -173,7 +197,8 @@ def decide(nodes: Iterable[GuardedNode], settings: LandingGuardSettings, owner: 
         if guard is None:
             changes.extend(_clear(n, ClearReason.GUARD_OFF) for n in members if isinstance(n.state, Mark | Orphan))
             continue
-        _decide_pool(members, guard, owner, now, changes, notes)
+        size = len(members) if sizes is None else max(sizes.get(pool, 0), len(members))
+        _decide_pool(members, size, guard, owner, now, changes, notes)
     changes.sort(key=lambda c: c.action is not Action.CLEAR)  # clears first: no moment above the cap
     return GuardDecision(tuple(changes), tuple(notes))
 
@@ -214,6 +239,7 @@ class _Want:
 
 def _decide_pool(
     members: list[GuardedNode],
+    size: int,
     guard: PoolGuardSettings,
     owner: str,
     now: float,
@@ -238,15 +264,13 @@ def _decide_pool(
             kept = _kept_or_cleared(node, state, guard, now, changes, notes)
             if kept is not None:
                 wanted.append(_Want(node, kept, state, False))
-    room = pool_cap(guard, len(members)) - foreign
+    room = pool_cap(guard, size) - foreign
     wanted.sort(key=_priority)
     for index, want in enumerate(wanted):
         node, previous = want.node, want.previous
         if index >= room:
             if previous is None or want.orphan:
-                notes.append(
-                    Note(node.name, node.pool, f"capped: {max(room, 0)} of {len(members)} node(s) may be marked")
-                )
+                notes.append(Note(node.name, node.pool, f"capped: {max(room, 0)} of {size} node(s) may be marked"))
                 if want.orphan:
                     changes.append(_clear(node, ClearReason.TAINT_REMOVED))
             else:

@@ -11,7 +11,15 @@ from dataclasses import replace
 import msgspec
 
 from rebalancer.actions.evictor import EvictorReport, Outcome
-from rebalancer.actions.guard.decide import Change, GuardDecision, GuardedNode, apply_change, decide, guarded_nodes
+from rebalancer.actions.guard.decide import (
+    Change,
+    GuardDecision,
+    GuardedNode,
+    apply_change,
+    decide,
+    guarded_nodes,
+    pool_sizes,
+)
 from rebalancer.domain.guard_marks import GUARD_KEY, NodeEdit
 from rebalancer.domain.model import Node
 from rebalancer.domain.settings.guard import LandingGuardSettings
@@ -51,14 +59,16 @@ def ahead_of_evictions(
     snapshot: ClusterSnapshot, plan: EvictionPlan, settings: LandingGuardSettings, owner: str
 ) -> GuardDecision:
     """The marks to make before the evictor: the nodes the plan is about to relieve count as relieved."""
-    return decide(guarded_nodes(snapshot, plan, planned_nodes(plan)), settings, owner, snapshot.taken_at)
+    nodes = guarded_nodes(snapshot, plan, planned_nodes(plan))
+    return decide(nodes, settings, owner, snapshot.taken_at, pool_sizes(snapshot))
 
 
 def after_evictions(
     snapshot: ClusterSnapshot, plan: EvictionPlan, report: EvictorReport, settings: LandingGuardSettings, owner: str
 ) -> GuardDecision:
     """The marks after the evictor, on what it really relieved (``snapshot`` as the first pass left it)."""
-    return decide(guarded_nodes(snapshot, plan, relieved_nodes(report)), settings, owner, snapshot.taken_at)
+    nodes = guarded_nodes(snapshot, plan, relieved_nodes(report))
+    return decide(nodes, settings, owner, snapshot.taken_at, pool_sizes(snapshot))
 
 
 def relieved_nodes(report: EvictorReport) -> frozenset[str]:
