@@ -33,9 +33,9 @@ from strategies.landing import LandingPredictor, LandingVerdict, percent
 from strategies.placement import RoomTracker
 from strategies.thresholds import (
     Band,
+    NodeClasses,
     PoolThresholds,
     cap_millis,
-    classify_nodes,
     pool_bands,
     thresholds_problems,
 )
@@ -102,9 +102,13 @@ class HighNodeUtilizationSettings(StrategySettings, PoolThresholds):
         return self
 
 
+def _class_of(pct: float, band: Band) -> NodeClass:
+    return NodeClass.COLD if pct < band.low_pct else NodeClass.NORMAL
+
+
 def _decider(usage: str) -> Callable[[float, Band], tuple[NodeClass, str]]:
     def decide(pct: float, band: Band) -> tuple[NodeClass, str]:
-        if pct < band.low_pct:
+        if _class_of(pct, band) is NodeClass.COLD:
             return (
                 NodeClass.COLD,
                 f"{usage} {pct:.1f}% < threshold {band.low_pct:.1f}%: underutilized, to be emptied",
@@ -126,14 +130,17 @@ class HighNodeUtilization:
         s = self.settings
         snapshot = view(snapshot, s.classify_by)
         bands = pool_bands(snapshot, s, s.pools, False)
-        decisions = classify_nodes(
-            snapshot, KIND, bands, _decider("CPU requests" if s.classify_by == "requests" else "usage")
+        classes = NodeClasses(
+            snapshot, KIND, bands, _class_of, _decider("CPU requests" if s.classify_by == "requests" else "usage")
         )
-        ordered = tuple(decisions.values())
+        if snapshot.focus is not None:
+            note = f"no evictions: {snapshot.usage_failure}" if snapshot.usage_failure else None
+            why = note or "not run: this cycle relieves the nodes an alert named"
+            return StrategyResult(KIND, (), classes.reported(), (), (why,))
+        ordered = classes.decisions()
+        decisions = {d.node: d for d in ordered}
         if snapshot.usage_failure:
             return StrategyResult(KIND, (), ordered, (), (f"no evictions: {snapshot.usage_failure}",))
-        if snapshot.focus is not None:
-            return StrategyResult(KIND, (), ordered, (), ("not run: this cycle relieves the nodes an alert named",))
         notes: list[str] = []
         evictions: list[PlannedEviction] = []
         pod_decisions: list[PodDecision] = []
@@ -179,7 +186,7 @@ class HighNodeUtilization:
         s = self.settings
         return LandingPredictor(
             snapshot,
-            decisions,
+            {name: d.node_class for name, d in decisions.items()},
             room,
             same_pool=True,
             max_risk=s.max_landing_risk,

@@ -34,7 +34,7 @@ from rebalancer.domain.guard_marks import GUARD_KEY, MarkReason
 from rebalancer.domain.model import Node, Pod, Taint
 from rebalancer.domain.quantity import cores_text
 from rebalancer.planning.landing_groups import Group, LandingGroups
-from rebalancer.planning.plan import NodeDecision
+from rebalancer.planning.plan import NodeClass
 from rebalancer.planning.scheduler_model import (
     WEIGHT_BALANCED,
     WEIGHT_FIT,
@@ -113,7 +113,8 @@ class _Tally:
 class LandingPredictor:
     """Predicted landings for one plan, kept current as moves are committed (local working state only).
 
-    ``room``: destination node -> real CPU usage it may still take (its cap minus its usage).
+    ``classes``: each node's class (named in the reasons). ``room``: destination node -> real CPU usage it
+    may still take (its cap minus its usage).
     ``same_pool``: a landing must be in the source node's pool. ``max_risk``: the highest accepted
     landing risk. ``percentage_of_nodes_to_score``: the cluster scheduler's setting (None: adaptive).
 
@@ -125,7 +126,7 @@ class LandingPredictor:
     def __init__(
         self,
         snapshot: ClusterSnapshot,
-        decisions: Mapping[str, NodeDecision],
+        classes: Mapping[str, NodeClass],
         room: Mapping[str, int],
         *,
         same_pool: bool,
@@ -144,7 +145,7 @@ class LandingPredictor:
         self._destination = [n in room for n in names]
         self._pool_names = sorted({snapshot.pool_of.get(n, "") for n in names})
         self._pool = [self._pool_names.index(snapshot.pool_of.get(n, "")) for n in names]
-        self._what = [d.node_class.value if (d := decisions.get(n)) is not None else "unclassified" for n in names]
+        self._what = [c.value if (c := classes.get(n)) is not None else "unclassified" for n in names]
         self._cache: dict[tuple[object, ...], LandingGroups] = {}
         self._kinds: dict[tuple[int, int, int], _BucketKinds] = {}
         self._described: dict[tuple[int, int, int, int, float], str] = {}

@@ -14,6 +14,7 @@ the room is bookkept, but nothing says the scheduler will use it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -30,7 +31,14 @@ from strategies.by_requests import UsageBasis, view
 from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
 from strategies.placement import RoomTracker
-from strategies.thresholds import Band, PoolThresholds, cap_millis, classify_nodes, pool_bands, thresholds_problems
+from strategies.thresholds import (
+    Band,
+    NodeClasses,
+    PoolThresholds,
+    cap_millis,
+    pool_bands,
+    thresholds_problems,
+)
 
 KIND = "LowNodeUtilization"
 CAP_REACHED = "maxNoOfPodsToEvictPerNode"
@@ -138,15 +146,22 @@ _USAGE_WORDS: dict[UsageBasis, str] = {
 }
 
 
+def _class_of(pct: float, band: Band) -> NodeClass:
+    if pct > band.high_pct:
+        return NodeClass.HOT
+    return NodeClass.COLD if pct < band.low_pct else NodeClass.NORMAL
+
+
 def _decider(classify_by: UsageBasis) -> Callable[[float, Band], tuple[NodeClass, str]]:
     usage = _USAGE_WORDS[classify_by]
 
     def decide(pct: float, band: Band) -> tuple[NodeClass, str]:
-        if pct > band.high_pct:
-            return NodeClass.HOT, f"{usage} {pct:.1f}% > target {band.high_pct:.1f}% ({band.explanation})"
-        if pct < band.low_pct:
-            return NodeClass.COLD, f"{usage} {pct:.1f}% < threshold {band.low_pct:.1f}% ({band.explanation})"
-        return NodeClass.NORMAL, f"{usage} {pct:.1f}% within [{band.low_pct:.1f}%, {band.high_pct:.1f}%]"
+        node_class = _class_of(pct, band)
+        if node_class is NodeClass.HOT:
+            return node_class, f"{usage} {pct:.1f}% > target {band.high_pct:.1f}% ({band.explanation})"
+        if node_class is NodeClass.COLD:
+            return node_class, f"{usage} {pct:.1f}% < threshold {band.low_pct:.1f}% ({band.explanation})"
+        return node_class, f"{usage} {pct:.1f}% within [{band.low_pct:.1f}%, {band.high_pct:.1f}%]"
 
     return decide
 
@@ -165,27 +180,30 @@ class LowNodeUtilization:
         by_prediction = s.predicted is not None and s.classify_by in ("predicted", "max")
         default, pools = (s.predicted, {}) if by_prediction and s.predicted is not None else (s, s.pools)
         bands = pool_bands(snapshot, default, pools, bool(s.use_deviation_thresholds))
-        decisions = classify_nodes(snapshot, KIND, bands, _decider(s.classify_by))
-        ordered = tuple(decisions.values())
+        classes = NodeClasses(snapshot, KIND, bands, _class_of, _decider(s.classify_by))
         if snapshot.usage_failure:
-            return StrategyResult(KIND, (), ordered, (), (f"no evictions: {snapshot.usage_failure}",))
+            return StrategyResult(KIND, (), classes.decisions(), (), (f"no evictions: {snapshot.usage_failure}",))
         notes: list[str] = []
         inactive: dict[str, Unrelieved] = {}
-        active_pools = self._active_pools(snapshot, decisions, notes, inactive)
+        active_pools = self._active_pools(snapshot, classes, notes, inactive)
+        pool_of = snapshot.pool_of
         caps = {
-            name: cap_millis(d.allocatable_m, d.high_pct or 0.0)
-            for name, d in decisions.items()
-            if d.node_class is NodeClass.COLD and (d.pool in active_pools or not s.destinations_in_same_pool)
+            name: classes.cap_m(name)
+            for name in classes.named(NodeClass.COLD)
+            if pool_of[name] in active_pools or not s.destinations_in_same_pool
         }
         trackers = self._trackers(snapshot, caps)
-        hot_everywhere = [d for d in ordered if d.node_class is NodeClass.HOT]
+        hot_names = classes.named(NodeClass.HOT)
         if snapshot.focus is not None:
-            hot_everywhere = [d for d in hot_everywhere if d.node in snapshot.focus]
-            notes.append(f"focused on {', '.join(sorted(snapshot.focus))}: {len(hot_everywhere)} of them hot")
+            focus = snapshot.focus
+            hot_everywhere = [classes.decision(n) for n in hot_names if n in focus]
+            notes.append(f"focused on {', '.join(sorted(focus))}: {len(hot_everywhere)} of them hot")
+        else:
+            hot_everywhere = [classes.decision(n) for n in hot_names]
         unrelieved = {d.node: inactive[d.pool] for d in hot_everywhere if d.pool in inactive}
         hot = sorted((d for d in hot_everywhere if d.pool in active_pools), key=lambda d: -(d.usage_pct or 0.0))
         ledger = BudgetLedger(snapshot.budgets)
-        predictor = self._predictor(snapshot, decisions, caps) if hot and s.predict_placement else None
+        predictor = self._predictor(snapshot, classes, caps, hot_names) if hot and s.predict_placement else None
         evictions: list[PlannedEviction] = []
         pod_decisions: list[PodDecision] = []
         for decision in hot:
@@ -203,23 +221,25 @@ class LowNodeUtilization:
                 "applies first, while planning; limits.node.maxPerCycle applies afterwards, in the evictor, to every "
                 "strategy's evictions from a node"
             )
+        ordered = classes.reported(e.room_on for e in evictions)
         return StrategyResult(KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes), unrelieved)
 
     def _active_pools(
-        self,
-        snapshot: ClusterSnapshot,
-        decisions: dict[str, NodeDecision],
-        notes: list[str],
-        inactive: dict[str, Unrelieved],
+        self, snapshot: ClusterSnapshot, classes: NodeClasses, notes: list[str], inactive: dict[str, Unrelieved]
     ) -> set[str]:
+        counts = Counter((snapshot.pool_of[name], node_class) for name, node_class in classes.of.items())
+        everywhere: Counter[NodeClass] = Counter(classes.of.values())
         active = set()
         for pool in snapshot.pools():
-            in_pool = [d for d in decisions.values() if d.pool == pool]
             # without destinationsInSamePool, every pool's cold nodes can take the load
-            receivers = in_pool if self.settings.destinations_in_same_pool else list(decisions.values())
-            cold = sum(1 for d in receivers if d.node_class is NodeClass.COLD)
-            hot = sum(1 for d in in_pool if d.node_class is NodeClass.HOT)
-            known = sum(1 for d in receivers if d.node_class is not NodeClass.UNKNOWN)
+            receivers = (
+                Counter({c: counts[(pool, c)] for c in NodeClass})
+                if self.settings.destinations_in_same_pool
+                else everywhere
+            )
+            cold = receivers[NodeClass.COLD]
+            hot = counts[(pool, NodeClass.HOT)]
+            known = receivers.total() - receivers[NodeClass.UNKNOWN]
             if hot == 0:
                 notes.append(f"pool {pool}: no hot node")
             elif cold == 0 and self.settings.destinations_in_same_pool:
@@ -237,24 +257,23 @@ class LowNodeUtilization:
         return active
 
     def _predictor(
-        self, snapshot: ClusterSnapshot, decisions: dict[str, NodeDecision], caps: dict[str, int]
+        self, snapshot: ClusterSnapshot, classes: NodeClasses, caps: dict[str, int], hot: list[str]
     ) -> LandingPredictor:
         s = self.settings
         caps = dict(caps)
         if s.land_on_normal_nodes:
             pools = {snapshot.pool_of[n] for n in caps}  # the active pools' destinations
-            for name, d in decisions.items():
-                if d.node_class is NodeClass.NORMAL and (d.pool in pools or not s.destinations_in_same_pool):
-                    caps[name] = cap_millis(d.allocatable_m, d.high_pct or 0.0)
+            for name in classes.named(NodeClass.NORMAL):
+                if snapshot.pool_of[name] in pools or not s.destinations_in_same_pool:
+                    caps[name] = classes.cap_m(name)
         room = {}
         for name, cap in caps.items():
             usage_m = snapshot.load[name].usage_m
             if usage_m is not None:  # unknown usage: never a destination
                 room[name] = cap - usage_m
-        hot = [name for name, d in decisions.items() if d.node_class is NodeClass.HOT]
         return LandingPredictor(
             snapshot,
-            decisions,
+            classes.of,
             room,
             marked=guard_marks(snapshot, hot),
             same_pool=s.destinations_in_same_pool,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from statistics import fmean
 
 from pydantic import Field
 
+from rebalancer.domain.guard_marks import carries_guard_key
 from rebalancer.domain.settings.shared import Model, ResourceThresholds
 from rebalancer.planning.plan import NodeClass, NodeDecision
 from rebalancer.planning.snapshot import ClusterSnapshot
@@ -137,36 +138,90 @@ def _known_pcts(snapshot: ClusterSnapshot) -> list[tuple[str, float]]:
     return out
 
 
-def classify_nodes(
-    snapshot: ClusterSnapshot,
-    strategy: str,
-    bands: Mapping[str, Band],
-    decide: Callable[[float, Band], tuple[NodeClass, str]],
-) -> dict[str, NodeDecision]:
-    """One decision per node; nodes with unknown usage are UNKNOWN, never hot or cold."""
-    decisions: dict[str, NodeDecision] = {}
-    for name, node in snapshot.nodes.items():
+class NodeClasses:
+    """One strategy's class of every node and its usage in percent: cheap to make for the whole cluster.
+    The decision records, with their reasons, are made for the nodes asked only (a cycle focused on an
+    alert's nodes reports those it needs, not the cluster). Nodes with unknown usage are UNKNOWN, never
+    hot or cold.
+
+    ``class_of`` gives a known usage's class in its pool's band; ``decide`` the same class with its reason."""
+
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        strategy: str,
+        bands: Mapping[str, Band],
+        class_of: Callable[[float, Band], NodeClass],
+        decide: Callable[[float, Band], tuple[NodeClass, str]],
+    ) -> None:
+        self._snapshot, self._strategy, self._bands, self._decide = snapshot, strategy, bands, decide
+        self.of: dict[str, NodeClass] = {}
+        self.pct: dict[str, float | None] = {}
+        pool_of, load = snapshot.pool_of, snapshot.load
+        for name, node in snapshot.nodes.items():
+            usage = load[name].usage_m
+            if usage is None:
+                self.of[name], self.pct[name] = NodeClass.UNKNOWN, None
+            else:
+                pct = 100.0 * usage / node.allocatable_cpu_m
+                self.of[name], self.pct[name] = class_of(pct, bands[pool_of[name]]), pct
+
+    def band(self, name: str) -> Band:
+        return self._bands[self._snapshot.pool_of[name]]
+
+    def cap_m(self, name: str) -> int:
+        """The usage the node may reach: its pool's upper percentage of its allocatable CPU."""
+        return cap_millis(self._snapshot.nodes[name].allocatable_cpu_m, self.band(name).high_pct)
+
+    def named(self, node_class: NodeClass) -> list[str]:
+        """The nodes of that class, in the snapshot's order."""
+        return [name for name, found in self.of.items() if found is node_class]
+
+    def decision(self, name: str) -> NodeDecision:
+        snapshot = self._snapshot
         pool = snapshot.pool_of[name]
-        band = bands[pool]
+        band = self._bands[pool]
         load = snapshot.load[name]
-        if load.usage_m is None:
-            node_class, reason, pct = NodeClass.UNKNOWN, load.unknown_reason or "usage unknown", None
+        pct = self.pct[name]
+        if pct is None:
+            node_class, reason = NodeClass.UNKNOWN, load.unknown_reason or "usage unknown"
         else:
-            pct = 100.0 * load.usage_m / node.allocatable_cpu_m
-            node_class, reason = decide(pct, band)
-        decisions[name] = NodeDecision(
-            strategy=strategy,
+            node_class, reason = self._decide(pct, band)
+        return NodeDecision(
+            strategy=self._strategy,
             node=name,
             pool=pool,
             node_class=node_class,
             reason=reason,
             usage_m=load.usage_m,
-            allocatable_m=node.allocatable_cpu_m,
+            allocatable_m=snapshot.nodes[name].allocatable_cpu_m,
             usage_pct=pct,
             low_pct=band.low_pct,
             high_pct=band.high_pct,
         )
-    return decisions
+
+    def decisions(self, names: Collection[str] | None = None) -> tuple[NodeDecision, ...]:
+        """The decision records of ``names`` (None: every node), in the snapshot's order."""
+        return tuple(self.decision(name) for name in self.of if names is None or name in names)
+
+    def reported(self, touched: Iterable[str] = ()) -> tuple[NodeDecision, ...]:
+        """The decision records a plan reports: every node's; in a cycle focused on an alert's nodes, those
+        its readers need: the focused nodes and ``touched`` (its evictions' destinations), the hot and
+        unknown ones (the cycle's summary and records count them) and those carrying the landing guard's
+        key or annotation (the guard's pass decides on their class). A cool node none of these is left out:
+        nothing of the cycle is decided on its record."""
+        snapshot = self._snapshot
+        if snapshot.focus is None:
+            return self.decisions()
+        wanted = set(snapshot.focus) | set(touched)
+        for name, node_class in self.of.items():
+            if (
+                node_class is NodeClass.HOT
+                or node_class is NodeClass.UNKNOWN
+                or carries_guard_key(snapshot.nodes[name])
+            ):
+                wanted.add(name)
+        return self.decisions(wanted)
 
 
 def cap_millis(allocatable_m: int, pct: float) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from rebalancer.domain.model import Taint
+from rebalancer.domain.model import Node, Taint
 
 GUARD_KEY = "rebalancer.io/landing-guard"
 """The taint key and the annotation key of a mark."""
@@ -81,6 +81,11 @@ def parse_annotation(text: str) -> Mark | None:
         return Mark(owner, effect, MarkReason(reason), when.timestamp())
     except (ValueError, TypeError):
         return None
+
+
+def carries_guard_key(node: Node) -> bool:
+    """The node carries the mark's annotation or a taint of its key (the project's or not)."""
+    return GUARD_KEY in node.annotations or any(t.key == GUARD_KEY for t in node.taints)
 
 
 def read_mark(taints: tuple[Taint, ...], annotation: str | None) -> MarkState:

@@ -55,7 +55,9 @@ CycleFn = Callable[[Policy, Trigger], CycleResult]
 
 
 class ServiceMetrics(Protocol):
-    def observe_cycle(self, trigger: str, seconds: float, plan: EvictionPlan, report: EvictorReport | None) -> None: ...
+    def observe_cycle(
+        self, trigger: str, seconds: float, plan: EvictionPlan, report: EvictorReport | None, *, partial: bool = False
+    ) -> None: ...
 
     def cycle_failed(self, reason: str) -> None: ...
 
@@ -275,7 +277,9 @@ class Service:
                 self._metrics.cycle_failed(type(exc).__name__)
                 return None
             seconds = self._clock() - started
-            self._metrics.observe_cycle(trigger.kind, seconds, result.plan, result.report)
+            # an alert's cycle reports the decisions of the nodes it needed only: the others' are kept
+            partial = trigger.nodes is not None
+            self._metrics.observe_cycle(trigger.kind, seconds, result.plan, result.report, partial=partial)
             log.info("%s", cycle_line(trigger.kind, trigger.nodes, result.plan, result.report, seconds))
             if result.timeline is not None:
                 log.debug("%s cycle timings (ms): %s", trigger.kind, result.timeline.text())

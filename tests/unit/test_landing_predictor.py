@@ -10,7 +10,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rebalancer.planning.plan import NodeClass, NodeDecision
+from rebalancer.planning.plan import NodeClass
 from rebalancer.planning.scheduler_model import SchedulerModel
 from rebalancer.planning.scheduler_sampling import EPSILON
 from strategies.landing import TOLERANCE, LandingPredictor, LandingVerdict
@@ -18,10 +18,6 @@ from tests.builders import node, pod, snapshot, usage
 from tests.unit.test_scheduler_model import random_cluster
 
 KINDS = ("ok", "back", "elsewhere", "no-room")
-
-
-def decision(name: str, pool: str, node_class: NodeClass) -> NodeDecision:
-    return NodeDecision("LowNodeUtilization", name, pool, node_class, "", 0, 16_000, 0.0, 20.0, 60.0)
 
 
 @settings(max_examples=40, deadline=None)
@@ -53,12 +49,16 @@ def test_each_landing_verdict_equals_the_node_by_node_count(
     )
     snap = snapshot(nodes, pods, usage({n.name: 0 for n in nodes}))
     classes = [rnd.choice([NodeClass.HOT, NodeClass.NORMAL, NodeClass.COLD, NodeClass.COLD]) for _ in nodes]
-    decisions = {n.name: decision(n.name, snap.pool_of[n.name], c) for n, c in zip(nodes, classes, strict=True)}
     room = {
         n.name: rnd.choice([0, 300, 800, 3000]) for n, c in zip(nodes, classes, strict=True) if c is not NodeClass.HOT
     }
     predictor = LandingPredictor(
-        snap, decisions, room, same_pool=same_pool, max_risk=cap, percentage_of_nodes_to_score=percentage
+        snap,
+        {n.name: c for n, c in zip(nodes, classes, strict=True)},
+        room,
+        same_pool=same_pool,
+        max_risk=cap,
+        percentage_of_nodes_to_score=percentage,
     )
     oracle = SchedulerModel(snap, percentage_of_nodes_to_score=percentage)
     rooms = dict(room)
@@ -114,10 +114,7 @@ def test_a_cap_just_below_one_still_refuses_a_pod_with_no_good_landing() -> None
     nodes = [node(n, cpu_m=16_000) for n in ("n0", "n1", "n2")]
     moved = pod("p", "n0", workload="w", cpu_request_m=100)
     snap = snapshot(nodes, [moved], usage({n.name: 0 for n in nodes}))
-    decisions = {
-        "n0": decision("n0", "default", NodeClass.HOT),
-        **{n: decision(n, "default", NodeClass.NORMAL) for n in ("n1", "n2")},
-    }
-    landing = LandingPredictor(snap, decisions, {}, same_pool=False, max_risk=0.9999999995).land(moved, "n0", 100)
+    classes = {"n0": NodeClass.HOT, "n1": NodeClass.NORMAL, "n2": NodeClass.NORMAL}
+    landing = LandingPredictor(snap, classes, {}, same_pool=False, max_risk=0.9999999995).land(moved, "n0", 100)
     assert landing.node is None and landing.refused is LandingVerdict.ELSEWHERE, landing.reason  # 2 of 3 nodes
     assert landing.reason.startswith("predicted landing risk 100% > maxLandingRisk >99.9%: back on n0 33% ")

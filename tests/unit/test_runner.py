@@ -25,11 +25,15 @@ GOOD = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetT
 class RecordingMetrics:
     def __init__(self) -> None:
         self.cycles: list[str] = []
+        self.partial: list[bool] = []  # an alert's cycle keeps the other nodes' classes
         self.failures: list[str] = []
         self.reloads: list[bool] = []
 
-    def observe_cycle(self, trigger: str, seconds: float, plan: EvictionPlan, report: EvictorReport | None) -> None:
+    def observe_cycle(
+        self, trigger: str, seconds: float, plan: EvictionPlan, report: EvictorReport | None, *, partial: bool = False
+    ) -> None:
         self.cycles.append(trigger)
+        self.partial.append(partial)
 
     def cycle_failed(self, reason: str) -> None:
         self.failures.append(reason)
@@ -108,7 +112,7 @@ def test_invalid_policy_on_reload_keeps_the_last_good_one(tmp_path: Path) -> Non
 
 
 def test_alerts_are_coalesced_per_node_then_cooled_down(tmp_path: Path) -> None:
-    svc, cycles, _, _ = service(tmp_path)
+    svc, cycles, metrics, _ = service(tmp_path)
     cycles.release.clear()
     svc.start()
     try:
@@ -132,6 +136,7 @@ def test_alerts_are_coalesced_per_node_then_cooled_down(tmp_path: Path) -> None:
     assert alert_cycles[0].nodes == frozenset({"n1", "n2"})
     queued_at = alert_cycles[0].queued_at  # when the alert was queued, for the cycle's timeline
     assert queued_at is not None and before <= queued_at <= after
+    assert dict(zip(metrics.cycles, metrics.partial, strict=True)) == {"schedule": False, "alert": True}
 
 
 def test_start_runs_each_strategy_once_and_stop_waits_for_the_cycle_in_flight(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ from rebalancer.domain.guard_marks import (
     MarkState,
     NodeEdit,
     Orphan,
+    carries_guard_key,
     read_mark,
     with_mark,
 )
@@ -143,9 +144,7 @@ def guarded_nodes(
     for name, node in snapshot.nodes.items():
         seen = classes.get(name, [])
         annotation = node.annotations.get(GUARD_KEY)
-        if not (
-            every_node or NodeClass.HOT in seen or name in relieved or annotation is not None or _keyed(node.taints)
-        ):
+        if not (every_node or NodeClass.HOT in seen or name in relieved or carries_guard_key(node)):
             continue
         if plan.blocked or not seen:
             node_class = NodeClass.UNKNOWN
@@ -161,10 +160,6 @@ def guarded_nodes(
             )
         )
     return tuple(out)
-
-
-def _keyed(taints: tuple[Taint, ...]) -> bool:
-    return any(t.key == GUARD_KEY for t in taints)
 
 
 def pool_sizes(snapshot: ClusterSnapshot) -> dict[str, int]:
