@@ -147,11 +147,14 @@ class DisruptionBudget(msgspec.Struct, frozen=True, gc=False):
 
 
 class NodePods(msgspec.Struct, frozen=True, gc=False):
-    """The non-terminal pods bound to one node (in the order of the facts' pods) and their request sums."""
+    """The non-terminal pods bound to one node (in the order of the facts' pods), their request sums and
+    how many of them request no CPU / no memory (the scheduler scores those with default requests)."""
 
     pods: tuple[Pod, ...]
     cpu_request_m: int
     memory_request: int
+    cpu_unrequested: int
+    memory_unrequested: int
 
 
 class ClusterFacts(msgspec.Struct, frozen=True, gc=False):

@@ -6,7 +6,7 @@ import itertools
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import msgspec
@@ -650,3 +650,29 @@ def test_workloads_counted_when_first_asked_from_the_cache_groups_equal_the_coun
         assert {i: c for i, c in lazy.workload_counts(w).items() if c} == {
             i: c for i, c in eager.workload_counts(w).items() if c
         }
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), unrequested=st.floats(0.0, 1.0))
+def test_a_model_from_the_grouped_request_sums_equals_one_summed_pod_by_pod(seed: int, unrequested: float) -> None:
+    """The scheduler model reads a node's request sums from the snapshot's groups (the watch cache keeps
+    them): every score and landing equals those of a model that summed each node's pods itself, pods
+    requesting no CPU or no memory (scored with the scheduler's defaults) among them."""
+    rnd = random.Random(seed)
+    nodes, pods = random_cluster(
+        rnd, 60, cpu_m=(8_000, 16_000), zones=("z0",), pools=(None,), tainted=0.0, workloads=5, requests=(0, 500)
+    )
+    pods = [
+        msgspec.structs.replace(p, memory_request=0 if rnd.random() < unrequested else rnd.choice((GI, 2 * GI)))
+        for p in pods
+    ]
+    grouped = snapshot(nodes, pods, usage({n.name: 0 for n in nodes}))
+    assert grouped.groups is not None
+    summed = replace(grouped, groups=None)
+    from_groups, from_pods = SchedulerModel(grouped), SchedulerModel(summed)
+    for probe in (pods[0], pod("new", None, cpu_request_m=0), pod("big", None, cpu_request_m=3000, memory_request=GI)):
+        assert from_groups.scores(probe) == from_pods.scores(probe)
+        assert (
+            from_groups.landing_distribution(probe, vacate=True).as_dict()
+            == from_pods.landing_distribution(probe, vacate=True).as_dict()
+        )
