@@ -1,0 +1,848 @@
+"""The client's CPU to read pods as protobuf (``application/vnd.kubernetes.protobuf``) against JSON.
+
+    .venv/bin/python -m bench.protobuf_decode [pods,...] [runs]     # default 30000,150000 and 5 runs
+
+The same pods of :mod:`bench.cluster_gen` (managedFields, env, probes, ... as served) as pages of 500, in
+JSON as the test API server serves them and in the Kubernetes protobuf encoding (:mod:`bench.k8s_protobuf`),
+held in memory: no server, no socket, only the client's decoding. Each path turns every page into the same
+domain pods (checked), with the collector paused as a snapshot pauses it:
+
+- ``json``: the shipping path, msgspec's narrow structs, each pod converted as soon as it is decoded
+  (``PodDecoder.converting_list``); ``json decode only``: the same structs, not converted, each page's
+  dropped once decoded;
+- ``upb``: a narrow message set built at run time (``descriptor_pb2``, only the fields the snapshot reads,
+  with the API's field numbers; every other field is skipped in C by the ``protobuf`` package's upb
+  backend), each pod's message copied into the same narrow structs and converted by the same
+  ``PodDecoder.pod``; ``upb fields only``: the parse and every field the snapshot reads fetched into
+  Python values, nothing built from them (the floor of any converter); ``upb parse only``: the C parse;
+- ``python``: a hand-written pure-Python wire decoder straight into the narrow structs (unread fields
+  skipped by their length), then ``PodDecoder.pod``.
+
+Prints, per size, the median CPU seconds of ``runs`` rounds (paths alternating in each round), the ratio of
+each to ``json``, and the bytes of the two encodings. The ``protobuf`` package is not a dependency of
+rebalancer: install it to run this.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from bench import cluster_gen, k8s_protobuf
+from rebalancer.adapters.kube import decode, wire
+from rebalancer.app.collector import paused as collector_paused
+from rebalancer.domain.model import Pod
+from rebalancer.planning.protections import MIRROR_ANNOTATION
+
+PAGE = 500
+ANNOTATIONS = frozenset({"descheduler.alpha.kubernetes.io/evict", "controller.kubernetes.io/pod-deletion-cost"})
+
+
+# --- the pages -----------------------------------------------------------------------------------
+
+
+def _filled(value: Any, fillers: dict[str, str]) -> Any:
+    """``value`` with each placeholder of :func:`cluster_gen.pod_bytes`'s template replaced by its filler."""
+    if isinstance(value, str):
+        for placeholder, filler in fillers.items():
+            value = value.replace(placeholder, filler)
+        return value
+    if isinstance(value, dict):
+        return {key: _filled(item, fillers) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_filled(item, fillers) for item in value]
+    return value
+
+
+_TEMPLATES: dict[tuple[int, tuple[int, ...]], bytes] = {}
+
+
+def pod_protobuf(i: int, node_count: int) -> bytes:
+    """The protobuf of the pod whose JSON is ``cluster_gen.pod_bytes(i, node_count)``, as fast.
+
+    Made the same way: one encoding per template (and length of the varying values), the values put in
+    for fillers of their length (a protobuf string's length is written ahead of it).
+    """
+    namespace, name, _ = cluster_gen.pod_bytes(i, 1)  # (cheap: the template is cached)
+    values = (
+        name,
+        namespace,
+        f"svc-{(i // 7) % 2000:04d}",
+        f"node-{(i * 7919) % node_count:05d}",
+        f"{i:012d}",
+        f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
+    )
+    lengths = tuple(map(len, values))
+    key = (i % 20, lengths)
+    template = _TEMPLATES.get(key)
+    if template is None:
+        fillers = {
+            p: chr(1 + mark) * n for mark, (p, n) in enumerate(zip(cluster_gen._PLACEHOLDERS, lengths, strict=True))
+        }
+        pod = _filled(msgspec.json.decode(cluster_gen._template(i % 20)), fillers)
+        template = _TEMPLATES[key] = k8s_protobuf.message("Pod", pod)
+    out = template
+    for mark, value in enumerate(values):
+        out = out.replace(chr(1 + mark).encode() * lengths[mark], value.encode())
+    return out
+
+
+def json_page(items: list[bytes], continue_token: str) -> bytes:
+    meta = msgspec.json.encode({"resourceVersion": "1000", "continue": continue_token} if continue_token else {})
+    return b'{"kind":"PodList","apiVersion":"v1","metadata":' + meta + b',"items":[' + b",".join(items) + b"]}"
+
+
+def pages(count: int, node_count: int) -> tuple[list[bytes], list[bytes]]:
+    """(JSON pages, protobuf pages) of the first ``count`` pods of a ``node_count``-node cluster."""
+    json_pages, proto_pages = [], []
+    for start in range(0, count, PAGE):
+        stop = min(count, start + PAGE)
+        token = f"page-{stop}" if stop < count else ""
+        json_pages.append(json_page([cluster_gen.pod_bytes(i, node_count)[2] for i in range(start, stop)], token))
+        meta = {"resourceVersion": "1000", "continue": token} if token else {}
+        proto_pages.append(
+            k8s_protobuf.list_body("Pod", meta, [pod_protobuf(i, node_count) for i in range(start, stop)])
+        )
+    return json_pages, proto_pages
+
+
+# --- the pure-Python wire decoder -----------------------------------------------------------------
+
+
+class ProtobufError(ValueError):
+    """A body that is not the protobuf it claims to be; the message names the field path."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}" if path else problem)
+        self.path, self.problem = path, problem
+
+    def inside(self, name: str) -> ProtobufError:
+        return ProtobufError(f"{name}.{self.path}" if self.path else name, self.problem)
+
+
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise ProtobufError("", "truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ProtobufError("", "varint longer than 10 bytes")
+
+
+def _skip(buf: bytes, pos: int, end: int, tag: int) -> int:
+    wire_type = tag & 7
+    if wire_type == 0:
+        return _varint(buf, pos, end)[1]
+    if wire_type == 2:
+        length, pos = _varint(buf, pos, end)
+        stop = pos + length
+    elif wire_type == 1:
+        stop = pos + 8
+    elif wire_type == 5:
+        stop = pos + 4
+    else:
+        raise ProtobufError(f"#{tag >> 3}", f"unknown wire type {wire_type}")
+    if stop > end:
+        raise ProtobufError(f"#{tag >> 3}", "truncated field")
+    return stop
+
+
+# Kinds of a read field.
+STRING, INT, BOOL, MESSAGE, REPEATED, STRINGS, MAP, PRESENT, TIME, QUANTITIES = range(10)
+_LENGTH_DELIMITED = {STRING, MESSAGE, REPEATED, STRINGS, MAP, PRESENT, TIME, QUANTITIES}
+
+
+class Message:
+    """How one narrow message is read: its fields by number, and what the values are built into."""
+
+    def __init__(self, build: Callable[..., Any], fields: dict[int, tuple[str, int, Any]]) -> None:
+        self.build = build
+        self.fields = {
+            number << 3 | (2 if kind in _LENGTH_DELIMITED else 0): (name, kind, sub)
+            for number, (name, kind, sub) in fields.items()
+        }
+
+    def read(self, buf: bytes, pos: int, end: int) -> Any:  # noqa: PLR0915 - the inner loop, kept inline
+        values: dict[str, Any] = {}
+        fields = self.fields
+        while pos < end:
+            tag = buf[pos]
+            pos += 1
+            if tag > 0x7F:
+                rest, pos = _varint(buf, pos, end)
+                tag = (tag & 0x7F) | rest << 7
+            field = fields.get(tag)
+            if field is None:
+                pos = _skip(buf, pos, end, tag)
+                continue
+            name, kind, sub = field
+            try:
+                if tag & 7 == 0:
+                    value, pos = _varint(buf, pos, end)
+                    values[name] = bool(value) if kind == BOOL else (value - (1 << 64) if value >> 63 else value)
+                    continue
+                length = buf[pos]
+                pos += 1
+                if length > 0x7F:
+                    rest, pos = _varint(buf, pos, end)
+                    length = (length & 0x7F) | rest << 7
+                stop = pos + length
+                if stop > end:
+                    raise ProtobufError("", "truncated field")
+                if kind == STRING:
+                    values[name] = buf[pos:stop].decode()
+                elif kind == REPEATED:
+                    item = sub.read(buf, pos, stop)
+                    if name in values:
+                        values[name].append(item)
+                    else:
+                        values[name] = [item]
+                elif kind in (MESSAGE, TIME):
+                    values[name] = sub.read(buf, pos, stop)
+                elif kind == STRINGS:
+                    text = buf[pos:stop].decode()
+                    if name in values:
+                        values[name].append(text)
+                    else:
+                        values[name] = [text]
+                elif kind in (MAP, QUANTITIES):
+                    entry_key, entry_value = _entry(buf, pos, stop, kind == QUANTITIES)
+                    if name in values:
+                        values[name][entry_key] = entry_value
+                    else:
+                        values[name] = {entry_key: entry_value}
+                else:  # PRESENT
+                    values[name] = _PRESENT
+            except ProtobufError as exc:
+                raise exc.inside(name) from None
+            except UnicodeDecodeError:
+                raise ProtobufError(name, "not UTF-8") from None
+            pos = stop
+        return self.build(**values)
+
+
+_PRESENT = wire.Present()
+
+
+def _entry(buf: bytes, pos: int, end: int, quantity: bool) -> tuple[str, str]:
+    """A map entry {key=1, value=2}: the value a string, or a resource.Quantity {string=1}."""
+    key = value = ""
+    while pos < end:
+        tag = buf[pos]
+        pos += 1
+        if tag not in (10, 18):
+            pos = _skip(buf, pos, end, tag)
+            continue
+        length, pos = _varint(buf, pos, end)
+        stop = pos + length
+        if stop > end:
+            raise ProtobufError("", "truncated map entry")
+        if tag == 10:
+            key = buf[pos:stop].decode()
+        elif quantity:
+            value = _entry(buf, pos, stop, False)[0]  # Quantity {string=1}: read as an entry's key
+        else:
+            value = buf[pos:stop].decode()
+        pos = stop
+    return key, value
+
+
+_TIMES: dict[int, str] = {}
+
+
+def _time(seconds: int = 0, nanos: int = 0) -> str:
+    """A meta/v1 Time as the RFC 3339 text JSON carries (whole seconds: JSON's Time drops the nanos)."""
+    text = _TIMES.get(seconds)
+    if text is None:
+        text = _TIMES[seconds] = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return text
+
+
+def _tuples(struct: type[Any], names: tuple[str, ...]) -> Callable[..., Any]:
+    """A builder of ``struct`` that turns the repeated fields ``names`` into tuples (hashable keys)."""
+
+    def build(**values: Any) -> Any:
+        for name in names:
+            if name in values:
+                values[name] = tuple(values[name])
+        return struct(**values)
+
+    return build
+
+
+def _resource_list(entries: dict[str, str]) -> wire.Quantities:
+    return wire.Quantities(cpu=entries.get("cpu"), memory=entries.get("memory"))
+
+
+def _resources(**values: Any) -> wire.ResourceRequirements:
+    requests, limits = values.get("requests"), values.get("limits")
+    return wire.ResourceRequirements(
+        requests=None if requests is None else _resource_list(requests),
+        limits=None if limits is None else _resource_list(limits),
+    )
+
+
+def _volume(**values: Any) -> wire.Volume:
+    found: wire.Volume = values.get("source", _NO_VOLUME)
+    return found
+
+
+_NO_VOLUME = wire.Volume()
+
+
+def python_decoder(pod_wire: wire.PodWire) -> Message:
+    """The pure-Python reader of a PodList's raw bytes, building ``pod_wire``'s narrow structs."""
+    requirement = Message(
+        _tuples(wire.SelectorRequirement, ("values",)),
+        {1: ("key", STRING, None), 2: ("operator", STRING, None), 3: ("values", STRINGS, None)},
+    )
+    term = Message(
+        _tuples(wire.NodeSelectorTerm, ("match_expressions", "match_fields")),
+        {1: ("match_expressions", REPEATED, requirement), 2: ("match_fields", REPEATED, requirement)},
+    )
+    node_selector = Message(
+        _tuples(wire.NodeSelector, ("node_selector_terms",)), {1: ("node_selector_terms", REPEATED, term)}
+    )
+    node_affinity = Message(
+        wire.NodeAffinity, {1: ("required_during_scheduling_ignored_during_execution", MESSAGE, node_selector)}
+    )
+    affinity = Message(wire.Affinity, {1: ("node_affinity", MESSAGE, node_affinity)})
+    resources = Message(_resources, {1: ("limits", QUANTITIES, None), 2: ("requests", QUANTITIES, None)})
+    container = Message(wire.Container, {8: ("resources", MESSAGE, resources), 24: ("restart_policy", STRING, None)})
+    toleration = Message(
+        wire.WireToleration,
+        {
+            1: ("key", STRING, None),
+            2: ("operator", STRING, None),
+            3: ("value", STRING, None),
+            4: ("effect", STRING, None),
+        },
+    )
+    kinds = {
+        json_name: attribute
+        for attribute, json_name in zip(
+            wire.Volume.__struct_fields__, wire.Volume.__struct_encode_fields__, strict=True
+        )
+    }
+    source = Message(
+        wire.Volume,
+        {
+            number: (kinds[json_name], PRESENT, None)
+            for json_name, (number, _) in k8s_protobuf.SCHEMA["VolumeSource"].items()
+        },
+    )
+    volume = Message(_volume, {2: ("source", MESSAGE, source)})
+    spec_tuples = _tuples(wire.PodSpec, ("containers", "init_containers", "tolerations", "volumes"))
+
+    def pod_spec(**values: Any) -> wire.PodSpec:
+        if "overhead" in values:
+            values["overhead"] = _resource_list(values["overhead"])
+        return spec_tuples(**values)  # type: ignore[no-any-return]
+
+    spec = Message(
+        pod_spec,
+        {
+            1: ("volumes", REPEATED, volume),
+            2: ("containers", REPEATED, container),
+            7: ("node_selector", MAP, None),
+            10: ("node_name", STRING, None),
+            18: ("affinity", MESSAGE, affinity),
+            20: ("init_containers", REPEATED, container),
+            22: ("tolerations", REPEATED, toleration),
+            24: ("priority_class_name", STRING, None),
+            25: ("priority", INT, None),
+            32: ("overhead", QUANTITIES, None),
+            40: ("resources", MESSAGE, resources),
+        },
+    )
+    condition = Message(wire.Condition, {1: ("type", STRING, None), 2: ("status", STRING, None)})
+    container_status = Message(wire.ContainerStatus, {5: ("restart_count", INT, None)})
+    status = Message(
+        wire.PodStatus,
+        {
+            1: ("phase", STRING, None),
+            2: ("conditions", REPEATED, condition),
+            8: ("container_statuses", REPEATED, container_status),
+            9: ("qos_class", STRING, None),
+        },
+    )
+    owner = Message(
+        wire.OwnerReference, {1: ("kind", STRING, None), 3: ("name", STRING, None), 6: ("controller", BOOL, None)}
+    )
+    time_message = Message(_time, {1: ("seconds", INT, None), 2: ("nanos", INT, None)})
+    annotations_type = type(pod_wire.no_annotations)
+    meta_type = type(pod_wire.pod_type().metadata)
+    kept = {key: attribute for attribute, key in pod_wire.keys}
+    mirror_key = MIRROR_ANNOTATION
+
+    def meta(**values: Any) -> Any:
+        annotations = values.pop("annotations", None)
+        if annotations:
+            found = {kept[k]: v for k, v in annotations.items() if k in kept}
+            if mirror_key in annotations and pod_wire.mirror not in found:
+                found[pod_wire.mirror] = msgspec.Raw(b'""')
+            values["annotations"] = annotations_type(**found) if found else pod_wire.no_annotations
+        return meta_type(**values)
+
+    metadata = Message(
+        meta,
+        {
+            1: ("name", STRING, None),
+            3: ("namespace", STRING, None),
+            5: ("uid", STRING, None),
+            8: ("creation_timestamp", TIME, time_message),
+            9: ("deletion_timestamp", TIME, time_message),
+            11: ("labels", MAP, None),
+            12: ("annotations", MAP, None),
+            13: ("owner_references", REPEATED, owner),
+        },
+    )
+    return Message(
+        pod_wire.pod_type,
+        {1: ("metadata", MESSAGE, metadata), 2: ("spec", MESSAGE, spec), 3: ("status", MESSAGE, status)},
+    )
+
+
+def unwrap(body: bytes) -> tuple[int, int]:
+    """(start, end) of the object inside a protobuf body: the magic, then runtime.Unknown's raw=2."""
+    if body[:4] != k8s_protobuf.MAGIC:
+        raise ProtobufError("", "not a Kubernetes protobuf body (no k8s magic)")
+    pos, end = 4, len(body)
+    raw = None
+    while pos < end:
+        tag, pos = _varint(body, pos, end)
+        if tag == 18:
+            length, pos = _varint(body, pos, end)
+            raw = (pos, pos + length)
+            pos += length
+        else:
+            pos = _skip(body, pos, end, tag)
+    if raw is None or raw[1] > end:
+        raise ProtobufError("raw", "missing or truncated")
+    return raw
+
+
+def python_pods(body: bytes, pod: Message, convert: Callable[[Any], Pod], out: list[Pod]) -> str:
+    """The pods of a PodList body appended to ``out``, each converted as soon as read; the continue token."""
+    pos, end = unwrap(body)
+    token = ""
+    while pos < end:
+        tag, pos = _varint(body, pos, end)
+        length, pos = _varint(body, pos, end)
+        stop = pos + length
+        if tag == 18:
+            try:
+                out.append(convert(pod.read(body, pos, stop)))
+            except ProtobufError as exc:
+                raise exc.inside(f"items[{len(out)}]") from None
+        elif tag == 10:
+            list_meta = _LIST_META.read(body, pos, stop)
+            token = list_meta.continue_
+        pos = stop
+    return token
+
+
+_LIST_META = Message(
+    wire.ListMeta,
+    {2: ("resource_version", STRING, None), 3: ("continue_", STRING, None), 4: ("remaining_item_count", INT, None)},
+)
+
+
+# --- the upb decoder: a narrow message set built at run time ------------------------------------
+
+# Narrow messages: field name -> (number, type, message type name or None). Types: "string", "int32",
+# "int64", "bool", "bytes" (presence only: never parsed), "message", "repeated" (of a message),
+# "strings", "map:string", "map:quantity" (map<string, resource.Quantity>).
+NARROW: dict[str, dict[str, tuple[int, str, str | None]]] = {
+    "Unknown": {"raw": (2, "bytes", None)},
+    "ListMeta": {
+        "resourceVersion": (2, "string", None),
+        "continue": (3, "string", None),
+        "remainingItemCount": (4, "int64", None),
+    },
+    "PodList": {"metadata": (1, "message", "ListMeta"), "items": (2, "repeated", "Pod")},
+    "Pod": {
+        "metadata": (1, "message", "ObjectMeta"),
+        "spec": (2, "message", "PodSpec"),
+        "status": (3, "message", "PodStatus"),
+    },
+    "Time": {"seconds": (1, "int64", None), "nanos": (2, "int32", None)},
+    "Quantity": {"string": (1, "string", None)},
+    "ObjectMeta": {
+        "name": (1, "string", None),
+        "namespace": (3, "string", None),
+        "uid": (5, "string", None),
+        "creationTimestamp": (8, "message", "Time"),
+        "deletionTimestamp": (9, "message", "Time"),
+        "labels": (11, "map:string", None),
+        "annotations": (12, "map:string", None),
+        "ownerReferences": (13, "repeated", "OwnerReference"),
+    },
+    "OwnerReference": {"kind": (1, "string", None), "name": (3, "string", None), "controller": (6, "bool", None)},
+    "PodSpec": {
+        "volumes": (1, "repeated", "Volume"),
+        "containers": (2, "repeated", "Container"),
+        "nodeSelector": (7, "map:string", None),
+        "nodeName": (10, "string", None),
+        "affinity": (18, "message", "Affinity"),
+        "initContainers": (20, "repeated", "Container"),
+        "tolerations": (22, "repeated", "Toleration"),
+        "priorityClassName": (24, "string", None),
+        "priority": (25, "int32", None),
+        "overhead": (32, "map:quantity", None),
+        "resources": (40, "message", "ResourceRequirements"),
+    },
+    "Volume": {"volumeSource": (2, "message", "VolumeSource")},
+    "VolumeSource": {
+        name: (number, "bytes", None) for name, (number, _) in k8s_protobuf.SCHEMA["VolumeSource"].items()
+    },
+    "Container": {"resources": (8, "message", "ResourceRequirements"), "restartPolicy": (24, "string", None)},
+    "ResourceRequirements": {"limits": (1, "map:quantity", None), "requests": (2, "map:quantity", None)},
+    "Affinity": {"nodeAffinity": (1, "message", "NodeAffinity")},
+    "NodeAffinity": {"required": (1, "message", "NodeSelector")},
+    "NodeSelector": {"nodeSelectorTerms": (1, "repeated", "NodeSelectorTerm")},
+    "NodeSelectorTerm": {
+        "matchExpressions": (1, "repeated", "Requirement"),
+        "matchFields": (2, "repeated", "Requirement"),
+    },
+    "Requirement": {"key": (1, "string", None), "operator": (2, "string", None), "values": (3, "strings", None)},
+    "Toleration": {
+        "key": (1, "string", None),
+        "operator": (2, "string", None),
+        "value": (3, "string", None),
+        "effect": (4, "string", None),
+    },
+    "PodStatus": {
+        "phase": (1, "string", None),
+        "conditions": (2, "repeated", "Condition"),
+        "containerStatuses": (8, "repeated", "ContainerStatus"),
+        "qosClass": (9, "string", None),
+    },
+    "Condition": {"type": (1, "string", None), "status": (2, "string", None)},
+    "ContainerStatus": {"restartCount": (5, "int32", None)},
+}
+
+
+def upb_classes() -> dict[str, Any]:
+    """The message classes of :data:`NARROW` (proto2, so that presence is kept), built at run time."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
+
+    f = descriptor_pb2.FieldDescriptorProto
+    scalars = {
+        "string": f.TYPE_STRING,
+        "int32": f.TYPE_INT32,
+        "int64": f.TYPE_INT64,
+        "bool": f.TYPE_BOOL,
+        "bytes": f.TYPE_BYTES,
+    }
+    file = descriptor_pb2.FileDescriptorProto(name="rebalancer_narrow.proto", package="narrow", syntax="proto2")
+    for name, fields in NARROW.items():
+        message = file.message_type.add(name=name)
+        for field_name, (number, kind, type_name) in fields.items():
+            field = message.field.add(name=field_name, number=number, label=f.LABEL_OPTIONAL)
+            if kind in scalars:
+                field.type = scalars[kind]
+            elif kind == "strings":
+                field.type, field.label = f.TYPE_STRING, f.LABEL_REPEATED
+            elif kind in ("message", "repeated"):
+                field.type, field.type_name = f.TYPE_MESSAGE, f".narrow.{type_name}"
+                if kind == "repeated":
+                    field.label = f.LABEL_REPEATED
+            else:  # a map: a repeated nested entry message
+                entry_name = field_name[0].upper() + field_name[1:] + "Entry"
+                entry = message.nested_type.add(name=entry_name)
+                entry.options.map_entry = True
+                entry.field.add(name="key", number=1, label=f.LABEL_OPTIONAL, type=f.TYPE_STRING)
+                value = entry.field.add(name="value", number=2, label=f.LABEL_OPTIONAL)
+                if kind == "map:string":
+                    value.type = f.TYPE_STRING
+                else:
+                    value.type, value.type_name = f.TYPE_MESSAGE, ".narrow.Quantity"
+                field.type, field.label, field.type_name = (
+                    f.TYPE_MESSAGE,
+                    f.LABEL_REPEATED,
+                    f".narrow.{name}.{entry_name}",
+                )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"narrow.{name}")) for name in NARROW}
+
+
+class UpbPods:
+    """Pods of a protobuf PodList through upb, copied into ``pod_wire``'s narrow structs."""
+
+    def __init__(self, pod_wire: wire.PodWire) -> None:
+        classes = upb_classes()
+        self._unknown, self._pod_list = classes["Unknown"], classes["PodList"]
+        self._wire = pod_wire
+        self._annotations = type(pod_wire.no_annotations)
+        self._meta = type(pod_wire.pod_type().metadata)
+        self._kept = {key: attribute for attribute, key in pod_wire.keys}
+        self._volume_kinds = {
+            json_name: attribute
+            for attribute, json_name in zip(
+                wire.Volume.__struct_fields__, wire.Volume.__struct_encode_fields__, strict=True
+            )
+        }
+
+    def parse(self, body: bytes) -> Any:
+        if body[:4] != k8s_protobuf.MAGIC:
+            raise ProtobufError("", "not a Kubernetes protobuf body (no k8s magic)")
+        return self._pod_list.FromString(self._unknown.FromString(body[4:]).raw)
+
+    def pods(self, body: bytes, convert: Callable[[Any], Pod], out: list[Pod]) -> str:
+        pod_list = self.parse(body)
+        to_wire = self.to_wire
+        for item in pod_list.items:
+            out.append(convert(to_wire(item)))
+        return str(getattr(pod_list.metadata, "continue"))  # a Python keyword
+
+    def to_wire(self, m: Any) -> wire.Pod:
+        meta, spec, status = m.metadata, m.spec, m.status
+        annotations = self._wire.no_annotations
+        if meta.annotations:  # the kept keys looked up in C: no string made for the others
+            found = {
+                attribute: meta.annotations[key] for key, attribute in self._kept.items() if key in meta.annotations
+            }
+            if MIRROR_ANNOTATION in meta.annotations and self._wire.mirror not in found:
+                found[self._wire.mirror] = msgspec.Raw(b'""')
+            if found:
+                annotations = self._annotations(**found)
+        return self._wire.pod_type(
+            metadata=self._meta(
+                name=meta.name,
+                namespace=meta.namespace,
+                uid=meta.uid,
+                creation_timestamp=_time(meta.creationTimestamp.seconds)
+                if meta.HasField("creationTimestamp")
+                else None,
+                deletion_timestamp=_time(meta.deletionTimestamp.seconds)
+                if meta.HasField("deletionTimestamp")
+                else None,
+                labels=dict(meta.labels),
+                owner_references=[
+                    wire.OwnerReference(kind=r.kind, name=r.name, controller=r.controller) for r in meta.ownerReferences
+                ],
+                annotations=annotations,
+            ),
+            spec=wire.PodSpec(
+                node_name=spec.nodeName,
+                priority=spec.priority if spec.HasField("priority") else None,
+                priority_class_name=spec.priorityClassName,
+                containers=tuple(self._container(c) for c in spec.containers),
+                init_containers=tuple(self._container(c) for c in spec.initContainers),
+                overhead=_upb_quantities(spec.overhead) if spec.overhead else None,
+                resources=self._resources(spec.resources) if spec.HasField("resources") else None,
+                tolerations=tuple(
+                    wire.WireToleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
+                    for t in spec.tolerations
+                ),
+                node_selector=dict(spec.nodeSelector),
+                affinity=self._affinity(spec.affinity) if spec.HasField("affinity") else None,
+                volumes=tuple(self._volume(v) for v in spec.volumes),
+            ),
+            status=wire.PodStatus(
+                phase=status.phase,
+                qos_class=status.qosClass,
+                conditions=[wire.Condition(type=c.type, status=c.status) for c in status.conditions],
+                container_statuses=[
+                    wire.ContainerStatus(restart_count=s.restartCount) for s in status.containerStatuses
+                ],
+            ),
+        )
+
+    def _container(self, c: Any) -> wire.Container:
+        return wire.Container(
+            resources=self._resources(c.resources) if c.HasField("resources") else None,
+            restart_policy=c.restartPolicy if c.HasField("restartPolicy") else None,
+        )
+
+    @staticmethod
+    def _resources(r: Any) -> wire.ResourceRequirements:
+        return wire.ResourceRequirements(
+            requests=_upb_quantities(r.requests) if r.requests else None,
+            limits=_upb_quantities(r.limits) if r.limits else None,
+        )
+
+    def _volume(self, v: Any) -> wire.Volume:
+        kinds = self._volume_kinds
+        return wire.Volume(**{kinds[field.name]: _PRESENT for field, _ in v.volumeSource.ListFields()})
+
+    @staticmethod
+    def _affinity(a: Any) -> wire.Affinity:
+        if not a.HasField("nodeAffinity"):
+            return wire.Affinity()
+        required = a.nodeAffinity.required if a.nodeAffinity.HasField("required") else None
+        if required is None:
+            return wire.Affinity(node_affinity=wire.NodeAffinity())
+
+        def requirement(r: Any) -> wire.SelectorRequirement:
+            return wire.SelectorRequirement(key=r.key, operator=r.operator, values=tuple(r.values))
+
+        terms = tuple(
+            wire.NodeSelectorTerm(
+                match_expressions=tuple(requirement(r) for r in t.matchExpressions),
+                match_fields=tuple(requirement(r) for r in t.matchFields),
+            )
+            for t in required.nodeSelectorTerms
+        )
+        return wire.Affinity(
+            node_affinity=wire.NodeAffinity(
+                required_during_scheduling_ignored_during_execution=wire.NodeSelector(node_selector_terms=terms)
+            )
+        )
+
+
+def _upb_quantities(entries: Any) -> wire.Quantities:
+    cpu, memory = entries.get("cpu"), entries.get("memory")
+    return wire.Quantities(cpu=None if cpu is None else cpu.string, memory=None if memory is None else memory.string)
+
+
+# --- the measurement -----------------------------------------------------------------------------
+
+
+def _json(json_pages: list[bytes]) -> list[Pod]:
+    out: list[Pod] = []
+    with decode.PodDecoder(ANNOTATIONS, {}).converting_list() as pod_list:
+        for page in json_pages:
+            out.extend(decode.converted(pod_list.decode(page).items))
+    return out
+
+
+def _json_decode_only(json_pages: list[bytes]) -> list[Any]:
+    pod_list = decode.pod_wire(ANNOTATIONS).pod_list
+    return [len(pod_list.decode(page).items) for page in json_pages]  # each page's structs dropped at once
+
+
+def _upb(proto_pages: list[bytes]) -> list[Pod]:
+    pod_decoder = decode.PodDecoder(ANNOTATIONS, {})
+    reader = UpbPods(pod_decoder.wire)
+    out: list[Pod] = []
+    for page in proto_pages:
+        reader.pods(page, pod_decoder.pod, out)
+    return out
+
+
+def _upb_parse_only(proto_pages: list[bytes]) -> list[Any]:
+    reader = UpbPods(decode.pod_wire(ANNOTATIONS))
+    return [len(reader.parse(page).items) for page in proto_pages]
+
+
+def _upb_fields(m: Any) -> list[Any]:
+    """Every field the snapshot reads, read from one pod's upb message into Python values: the floor
+    of any converter from these messages (no narrow struct, no domain pod)."""
+    meta, spec, status = m.metadata, m.spec, m.status
+    out = [meta.name, meta.namespace, meta.uid, meta.creationTimestamp.seconds, meta.HasField("deletionTimestamp")]
+    annotations = meta.annotations  # the kept keys looked up in C: no string made for the others
+    out += [dict(meta.labels), [annotations.get(key) for key in (*ANNOTATIONS, MIRROR_ANNOTATION)]]
+    out += [(r.kind, r.name, r.controller) for r in meta.ownerReferences]
+    for container in (*spec.containers, *spec.initContainers):
+        resources = container.resources
+        requests = [(k, v.string) for k, v in resources.requests.items()]
+        out.append((container.restartPolicy, requests, [(k, v.string) for k, v in resources.limits.items()]))
+    out += [spec.nodeName, spec.priority, spec.priorityClassName, dict(spec.nodeSelector), dict(spec.overhead)]
+    out += [spec.HasField("resources"), spec.HasField("affinity")]
+    out += [(t.key, t.operator, t.value, t.effect) for t in spec.tolerations]
+    out += [[field.name for field, _ in v.volumeSource.ListFields()] for v in spec.volumes]
+    out += [status.phase, status.qosClass, [(c.type, c.status) for c in status.conditions]]
+    out += [s.restartCount for s in status.containerStatuses]
+    return out
+
+
+def _upb_fields_only(proto_pages: list[bytes]) -> list[Any]:
+    reader = UpbPods(decode.pod_wire(ANNOTATIONS))
+    return [len(_upb_fields(m)) for page in proto_pages for m in reader.parse(page).items]
+
+
+def _python(proto_pages: list[bytes]) -> list[Pod]:
+    pod_decoder = decode.PodDecoder(ANNOTATIONS, {})
+    pod = python_decoder(pod_decoder.wire)
+    out: list[Pod] = []
+    for page in proto_pages:
+        python_pods(page, pod, pod_decoder.pod, out)
+    return out
+
+
+PATHS: dict[str, tuple[str, Callable[[list[bytes]], list[Any]]]] = {
+    "json": ("json", _json),
+    "json decode only": ("json", _json_decode_only),
+    "upb": ("protobuf", _upb),
+    "upb fields only": ("protobuf", _upb_fields_only),
+    "upb parse only": ("protobuf", _upb_parse_only),
+    "python": ("protobuf", _python),
+}
+try:
+    import google.protobuf  # type: ignore[import-untyped]  # noqa: F401  (not a dependency of rebalancer)
+except ImportError:
+    print("the protobuf package is not installed: the upb paths are left out", file=sys.stderr)
+    PATHS = {name: path for name, path in PATHS.items() if not name.startswith("upb")}
+
+
+def _timed(run: Callable[[list[bytes]], list[Any]], data: list[bytes]) -> tuple[float, float]:
+    gc.collect()
+    with collector_paused():
+        cpu, wall = time.process_time(), time.perf_counter()
+        result = run(data)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        del result
+    return cpu, wall
+
+
+def measure(count: int, runs: int) -> None:
+    node_count = max(1, count // 30)
+    started = time.perf_counter()
+    json_pages, proto_pages = pages(count, node_count)
+    data = {"json": json_pages, "protobuf": proto_pages}
+    json_bytes, proto_bytes = sum(map(len, json_pages)), sum(map(len, proto_pages))
+    print(
+        f"{count:,} pods in {len(json_pages)} pages (made in {time.perf_counter() - started:.0f} s): "
+        f"JSON {json_bytes / 1e6:,.0f} MB, protobuf {proto_bytes / 1e6:,.0f} MB ({proto_bytes / json_bytes:.2f}x)"
+    )
+    expected = _json(json_pages)
+    for name in ("upb", "python"):
+        if name not in PATHS:
+            continue
+        got = PATHS[name][1](proto_pages)
+        if got != expected:
+            bad = next(i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b)
+            raise SystemExit(f"{name}: pod {bad} differs from JSON's:\n{got[bad]}\n{expected[bad]}")
+    del expected
+    figures: dict[str, list[tuple[float, float]]] = {name: [] for name in PATHS}
+    for round_ in range(runs):
+        order = list(PATHS) if round_ % 2 == 0 else list(reversed(PATHS))
+        for name in order:
+            encoding, run = PATHS[name]
+            figures[name].append(_timed(run, data[encoding]))
+    base = statistics.median(cpu for cpu, _ in figures["json"])
+    print(f"  client CPU, median of {runs} (min-max), and its ratio to the JSON path:")
+    for name, values in figures.items():
+        cpus = [cpu for cpu, _ in values]
+        median = statistics.median(cpus)
+        print(
+            f"    {name:17s} {median:6.2f} s ({min(cpus):.2f}-{max(cpus):.2f}) "
+            f"{median / count * 1e6:6.1f} us/pod  {median / base:5.2f}x"
+        )
+
+
+def main(argv: list[str]) -> None:
+    sizes = [int(s) for s in (argv[0] if argv else "30000,150000").split(",")]
+    runs = int(argv[1]) if len(argv) > 1 else 5
+    for count in sizes:
+        measure(count, runs)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
