@@ -4,8 +4,8 @@
 
 The same pods of :mod:`bench.cluster_gen` (managedFields, env, probes, ... as served) as pages of 500, in
 JSON as the test API server serves them and in the Kubernetes protobuf encoding (:mod:`bench.k8s_protobuf`),
-held in memory: no server, no socket, only the client's decoding. Each path turns every page into the same
-domain pods (checked), with the collector paused as a snapshot pauses it:
+held in memory and decoded with no server in the way. Each path turns every page into the same domain pods
+(checked), with the collector paused as a snapshot pauses it:
 
 - ``json``: the shipping path, msgspec's narrow structs, each pod converted as soon as it is decoded
   (``PodDecoder.converting_list``); ``json decode only``: the same structs, not converted, each page's
@@ -19,7 +19,9 @@ domain pods (checked), with the collector paused as a snapshot pauses it:
   skipped by their length), then ``PodDecoder.pod``.
 
 Prints, per size, the median CPU seconds of ``runs`` rounds (paths alternating in each round), the ratio of
-each to ``json``, and the bytes of the two encodings. The ``protobuf`` package is not a dependency of
+each to ``json``, and the bytes of the two encodings; then the client CPU to receive pages of the same
+sizes over loopback through urllib3 (as the official client receives a page; a server process sends
+them), and each protobuf path's decoding plus its transfer against JSON's. The ``protobuf`` package is not a dependency of
 rebalancer: install it to run this.
 """
 
@@ -801,6 +803,79 @@ def _timed(run: Callable[[list[bytes]], list[Any]], data: list[bytes]) -> tuple[
     return cpu, wall
 
 
+# --- the transfer: the bytes received over loopback, as the official client receives a page --------
+
+
+def serve(largest: int) -> None:
+    """``--serve LARGEST``: answer ``GET /<n>`` with ``n`` bytes (at most ``largest``) on a loopback port
+    printed on the first line, until standard input closes."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = memoryview(b"x" * largest)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            size = int(self.path.strip("/"))
+            self.send_response(200)
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            self.wfile.write(body[:size])
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print(server.server_address[1], flush=True)
+    sys.stdin.read()
+    server.shutdown()
+
+
+def _received(pool: Any, url: str, sizes: list[int]) -> float:
+    """The client CPU to receive pages of ``sizes`` bytes (``response.data``, as the lister reads a page)."""
+    cpu = time.process_time()
+    for size in sizes:
+        response = pool.request("GET", f"{url}/{size}", preload_content=False)
+        try:
+            if len(response.data) != size:
+                raise SystemExit(f"short page: {size} bytes asked")
+        finally:
+            response.release_conn()
+    return time.process_time() - cpu
+
+
+def transfer(json_pages: list[bytes], proto_pages: list[bytes], runs: int) -> tuple[float, float]:
+    """Median client CPU seconds to receive the JSON pages and the protobuf pages over loopback."""
+    import subprocess
+
+    import urllib3
+
+    largest = max(map(len, json_pages + proto_pages))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bench.protobuf_decode", "--serve", str(largest)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        url = f"http://127.0.0.1:{server.stdout.readline().strip()}"
+        pool = urllib3.PoolManager()
+        sizes = {"json": [len(p) for p in json_pages], "protobuf": [len(p) for p in proto_pages]}
+        cpus: dict[str, list[float]] = {"json": [], "protobuf": []}
+        for round_ in range(runs):
+            for name in ("json", "protobuf") if round_ % 2 == 0 else ("protobuf", "json"):
+                cpus[name].append(_received(pool, url, sizes[name]))
+    finally:
+        if server.stdin:
+            server.stdin.close()
+        server.wait(timeout=30)
+    return statistics.median(cpus["json"]), statistics.median(cpus["protobuf"])
+
+
 def measure(count: int, runs: int) -> None:
     node_count = max(1, count // 30)
     started = time.perf_counter()
@@ -826,18 +901,31 @@ def measure(count: int, runs: int) -> None:
         for name in order:
             encoding, run = PATHS[name]
             figures[name].append(_timed(run, data[encoding]))
-    base = statistics.median(cpu for cpu, _ in figures["json"])
-    print(f"  client CPU, median of {runs} (min-max), and its ratio to the JSON path:")
+    medians = {name: statistics.median(cpu for cpu, _ in values) for name, values in figures.items()}
+    base = medians["json"]
+    print(f"  client CPU to decode, median of {runs} (min-max), and its ratio to the JSON path:")
     for name, values in figures.items():
         cpus = [cpu for cpu, _ in values]
-        median = statistics.median(cpus)
         print(
-            f"    {name:17s} {median:6.2f} s ({min(cpus):.2f}-{max(cpus):.2f}) "
-            f"{median / count * 1e6:6.1f} us/pod  {median / base:5.2f}x"
+            f"    {name:17s} {medians[name]:6.2f} s ({min(cpus):.2f}-{max(cpus):.2f}) "
+            f"{medians[name] / count * 1e6:6.1f} us/pod  {medians[name] / base:5.2f}x"
         )
+    json_transfer, proto_transfer = transfer(json_pages, proto_pages, runs)
+    print(
+        f"  client CPU to receive the pages over loopback (urllib3), median of {runs}: "
+        f"JSON {json_transfer:.2f} s, protobuf {proto_transfer:.2f} s ({proto_transfer / json_transfer:.2f}x)"
+    )
+    json_read = base + json_transfer
+    for name in ("upb", "python"):
+        if name in medians:
+            read = medians[name] + proto_transfer
+            print(f"  received and decoded: json {json_read:.2f} s, {name} {read:.2f} s ({read / json_read:.2f}x)")
 
 
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["--serve"]:
+        serve(int(argv[1]))
+        return
     sizes = [int(s) for s in (argv[0] if argv else "30000,150000").split(",")]
     runs = int(argv[1]) if len(argv) > 1 else 5
     for count in sizes:

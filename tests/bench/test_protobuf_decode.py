@@ -112,6 +112,10 @@ def test_the_benchmark_prints_each_path_against_json() -> None:
     if "the protobuf package is not installed" not in done.stderr:
         expected |= {"upb", "upb fields only", "upb parse only"}
     assert set(paths) == expected and paths["json"] == "1.00"
+    received = re.search(r"receive the pages .*: JSON (\d+\.\d+) s, protobuf (\d+\.\d+) s \((\d+\.\d+)x\)", done.stdout)
+    assert received is not None, done.stdout
+    both = re.findall(r"received and decoded: json \d+\.\d+ s, (\w+) \d+\.\d+ s \(\d+\.\d+x\)", done.stdout)
+    assert set(both) == expected - {"json", "json decode only", "upb fields only", "upb parse only"}
 
 
 _QUANTITY = st.sampled_from(["100m", "1", "250m", "1.5", "64Mi", "1Gi", "500M"])
