@@ -24,3 +24,4 @@ def test_the_alert_latency_benchmark_runs_at_a_small_size() -> None:
         assert row in out, out
     assert "steady-state scheduled cycles on the warm watch cache (1 cycles)" in out, out
     assert "plan cycle: facts+usage+snapshot+plan" in out, out
+    assert re.search(r"whole cycle \(serve's log\) +median +\d+\.\d ms", out), out
