@@ -200,6 +200,8 @@ def rates_over_period(
     if reference is not None:
         try:
             minutes = reference(start, end)
+        except StillUnknown as exc:  # warned when it was read
+            problem = exc.problem
         except SourceError as exc:
             problem = f"{type(exc).__name__}: {exc}"
             log.warning("efficiency reference unknown: %s", problem)
@@ -208,18 +210,44 @@ def rates_over_period(
     return compute_rates(state, minutes, pool_of, start, end, problem)
 
 
-class CachedReference:
-    """The reference's hot minutes, re-read at most every ``refreshInterval`` (serve mode)."""
+class StillUnknown(SourceError):
+    """The reference read failed within its refresh interval: the failure as first read (and warned of)."""
 
-    def __init__(self, read: Callable[[float, float], dict[str, float]], refresh_seconds: float) -> None:
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
+class CachedReference:
+    """The reference's hot minutes, re-read at most every ``refreshInterval`` (serve mode). A failed read
+    is not retried before the interval either: the cycles in between get :class:`StillUnknown` (no stale
+    value, no query per cycle against a Prometheus without the reference's inputs, one warning)."""
+
+    def __init__(
+        self,
+        read: Callable[[float, float], dict[str, float]],
+        refresh_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._read = read
         self._refresh = refresh_seconds
         self._at = float("-inf")
         self._value: dict[str, float] | None = None
-        self._clock = time.monotonic
+        self._failure: str | None = None
+        self._clock = clock
 
     def __call__(self, start: float, end: float) -> dict[str, float]:
-        if self._value is None or self._clock() - self._at >= self._refresh:
-            self._value = self._read(start, end)  # a failure raises and keeps nothing stale
+        if self._clock() - self._at < self._refresh:
+            if self._failure is not None:
+                raise StillUnknown(self._failure)
+            if self._value is not None:
+                return self._value
+        self._value, self._failure = None, None
+        try:
+            self._value = self._read(start, end)
+        except SourceError as exc:
+            self._failure = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
             self._at = self._clock()
         return self._value
