@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rebalancer import __version__
 from rebalancer.domain import output
 from rebalancer.domain.errors import ConfigError, RebalancerError
-from rebalancer.policy import Policy, load_policy
+from rebalancer.policy import Policy, load_policy, parse_policy_warning, read_policy_text
 
 if TYPE_CHECKING:
     from rebalancer.offline.predict.command import LiveResult
@@ -327,17 +327,22 @@ def _check_config(files: Sequence[str], shown: str) -> int:
     checked: list[dict[str, Any]] = []
     for name in files:
         try:
-            policy = load_policy(name)
+            policy, warnings = parse_policy_warning(read_policy_text(name), name)
         except ConfigError as exc:
             print(exc, file=sys.stderr)
             status = EXIT_CONFIG
             problems = [{"field": field, "message": message} for field, message in exc.problems]
-            checked.append({"file": name, "valid": False, "strategies": [], "problems": problems})
+            checked.append({"file": name, "valid": False, "strategies": [], "problems": problems, "warnings": []})
             continue
-        checked.append({"file": name, "valid": True, "strategies": [s.kind for s in policy.strategies], "problems": []})
+        strategies = [s.kind for s in policy.strategies]
+        checked.append({"file": name, "valid": True, "strategies": strategies, "problems": [], "warnings": warnings})
 
     def table() -> str:
-        return "".join(f"{c['file']}: ok ({', '.join(c['strategies'])})\n" for c in checked if c["valid"])
+        return "".join(
+            f"{c['file']}: ok ({', '.join(c['strategies'])})\n" + "".join(f"  warning: {w}\n" for w in c["warnings"])
+            for c in checked
+            if c["valid"]
+        )
 
     output.write(shown, "ConfigCheck", lambda: {"files": checked}, table)
     return status

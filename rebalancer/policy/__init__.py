@@ -278,7 +278,16 @@ def load_yaml(text: str, source: str) -> object:
 
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
-    """Validate policy YAML; raise ConfigError with one (field.path, message) per problem, and nothing else."""
+    """Validate policy YAML; raise ConfigError with one (field.path, message) per problem, and nothing else.
+    Each former key read is logged as a warning."""
+    policy, warnings = parse_policy_warning(text, source)
+    for warning in warnings:
+        log.warning("%s: %s", source, warning)
+    return policy
+
+
+def parse_policy_warning(text: str, source: str = "<policy>") -> tuple[Policy, list[str]]:
+    """:func:`parse_policy`, with the warnings returned instead of logged (``check-config`` shows them)."""
     data = load_yaml(text, source)
     if not isinstance(data, dict):
         raise ConfigError(source, [("", f"the policy must be a YAML mapping, not {_yaml_type(data)}")])
@@ -291,9 +300,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         raise ConfigError(source, _at_most(renaming.name_old_keys(validation_problems(exc, Policy)))) from exc
     except RecursionError as exc:
         raise ConfigError(source, [("", "not a policy: the YAML is nested too deeply")]) from exc
-    for warning in renaming.warnings:
-        log.warning("%s: %s", source, warning)
-    return policy
+    return policy, renaming.warnings
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import timedelta
 from pathlib import Path
@@ -16,7 +17,7 @@ from pydantic.alias_generators import to_snake
 from rebalancer.app.cli import main
 from rebalancer.domain.errors import ConfigError
 from rebalancer.domain.settings.shared import format_duration
-from rebalancer.policy import Policy, parse_policy
+from rebalancer.policy import Policy, load_policy, parse_policy
 
 STRATEGY = "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n"
 
@@ -141,8 +142,15 @@ def test_check_config_accepts_a_former_key_and_shows_the_warning(
 ) -> None:
     policy = tmp_path / "old.yaml"
     policy.write_text("prometheus: {maxDataAgeSeconds: 600}\n" + STRATEGY, encoding="utf-8")
-    with caplog.at_level(logging.WARNING):
-        assert main(["check-config", str(policy)]) == 0
-    assert f"{policy}: ok (HighNodeUtilization)" in capsys.readouterr().out
-    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warning.startswith(f"{policy}: prometheus.maxDataAgeSeconds is now prometheus.maxDataAge")
+    assert main(["check-config", str(policy)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{policy}: ok (HighNodeUtilization)"
+    assert lines[1].startswith("  warning: prometheus.maxDataAgeSeconds is now prometheus.maxDataAge")
+    assert main(["check-config", "-o", "json", str(policy)]) == 0
+    [checked] = json.loads(capsys.readouterr().out)["files"]
+    [warning] = checked["warnings"]
+    assert warning.startswith("prometheus.maxDataAgeSeconds is now prometheus.maxDataAge")
+    with caplog.at_level(logging.WARNING):  # the other commands log it
+        load_policy(policy)
+    [logged] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert logged == f"{policy}: {warning}"
