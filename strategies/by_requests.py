@@ -1,7 +1,7 @@
 """Classification by requests, the community descheduler's meaning of utilization (pure).
 
-With ``classifyBy: requests`` a utilization strategy reads a node's "usage" as the CPU its non-terminal
-pods request and a pod's as its own CPU request, both from the cluster listing: what the descheduler's
+With ``classifyBy: requests`` a utilization strategy reads a node's "usage" as the CPU (and memory) its
+non-terminal pods request and a pod's as its own request, both from the cluster listing: what the descheduler's
 LowNodeUtilization and HighNodeUtilization compare with their thresholds. Prometheus plays no part in the
 classification (a failed read still blocks the cycle's evictions, as for every strategy). A node that is
 not Ready, or reports no allocatable CPU, stays unknown, as the descheduler skips it.
@@ -24,7 +24,8 @@ UsageBasis = ClassifyBy | ByRequests
 
 
 def requests_view(snapshot: ClusterSnapshot) -> ClusterSnapshot:
-    """The snapshot with each node's usage its pods' CPU requests and each pod's usage its CPU request."""
+    """The snapshot with each node's usage its pods' CPU requests and each pod's usage its CPU request; the
+    same for memory."""
     load: dict[str, NodeLoad] = {}
     for name, current in snapshot.load.items():
         node = snapshot.nodes[name]
@@ -34,12 +35,15 @@ def requests_view(snapshot: ClusterSnapshot) -> ClusterSnapshot:
         elif node.allocatable_cpu_m <= 0:
             why = "node reports no allocatable CPU"
         value = None if why else current.requested_cpu_m
-        load[name] = replace(current, usage_m=value, unknown_reason=why)
-    pods: dict[PodKey, int] = {pod.key: pod.cpu_request_m for pods in snapshot.pods_by_node.values() for pod in pods}
+        memory = None if why else current.requested_memory
+        load[name] = replace(current, usage_m=value, unknown_reason=why, memory_usage=memory, memory_unknown_reason=why)
+    every = [pod for pods in snapshot.pods_by_node.values() for pod in pods]
+    pods: dict[PodKey, int] = {pod.key: pod.cpu_request_m for pod in every}
     return replace(
         snapshot,
         load=MappingProxyType(load),
         pod_usage=MappingProxyType(pods),
+        pod_memory=MappingProxyType({pod.key: pod.memory_request for pod in every}),
         in_flight=MappingProxyType({}),  # corrections of a usage reading: requests need none
     )
 

@@ -173,7 +173,7 @@ class ClusterFacts(msgspec.Struct, frozen=True, gc=False):
 
 
 class UsageReport(msgspec.Struct, frozen=True, gc=False):
-    """Real CPU usage as a window statistic, read from Prometheus.
+    """Real CPU usage (and memory working set, when asked) as a window statistic, read from Prometheus.
 
     A node or pod missing from the mappings is *unknown*, never zero. ``failure`` set means the
     source as a whole failed or cannot be trusted: no eviction may follow from this cycle.
@@ -186,6 +186,9 @@ class UsageReport(msgspec.Struct, frozen=True, gc=False):
     node_from_pods: bool = False  # no node query: a node's usage is the sum of its pods' usage
     fresh_nodes: frozenset[str] | None = None  # nodes the freshness query answered for (None: not checked)
     description: str = ""
+    # memory working set in bytes, read only when a strategy has memory thresholds (None: not read)
+    node_memory: Mapping[str, int] | None = None
+    pod_memory: Mapping[PodKey, int] = msgspec.field(default_factory=dict)
 
     @classmethod
     def failed(cls, reason: str) -> UsageReport:

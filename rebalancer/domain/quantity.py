@@ -77,3 +77,8 @@ def format_cores(millis: float) -> str:
 def cores_text(millis: float) -> str:
     """CPU for a sentence, in the unit every table prints: 4000 -> '4.000 cores'."""
     return f"{format_cores(millis)} cores"
+
+
+def bytes_text(amount: float) -> str:
+    """Memory for a sentence, in GiB: 3 * 2**30 -> '3.00 GiB', 512 * 2**20 -> '0.50 GiB'."""
+    return f"{amount / 2**30:.2f} GiB"

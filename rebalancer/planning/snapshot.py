@@ -29,13 +29,16 @@ from rebalancer.planning.predicted import PredictedLoad
 
 @dataclass(frozen=True, slots=True)
 class NodeLoad:
-    """What is on a node: requests of its non-terminal pods and its real usage (None: unknown)."""
+    """What is on a node: requests of its non-terminal pods and its real usage (None: unknown). Memory
+    usage (working set, bytes) is read only for memory thresholds: None with no reason when not read."""
 
     requested_cpu_m: int
     requested_memory: int
     pod_count: int
     usage_m: int | None
     unknown_reason: str | None
+    memory_usage: int | None = None
+    memory_unknown_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,10 @@ class ClusterSnapshot:
     # the corrected value and why); ``in_flight_off``: why no correction could be made this cycle
     in_flight: Mapping[str, Correction] = field(default_factory=dict)
     in_flight_off: str | None = None
+    pod_memory: Mapping[PodKey, int] = field(default_factory=dict)  # working set in bytes (read for memory thresholds)
+
+    def memory_of(self, pod: Pod) -> int | None:
+        return self.pod_memory.get(pod.key)
 
     def pods_on(self, node: str) -> tuple[Pod, ...]:
         return self.pods_by_node.get(node, ())
@@ -127,6 +134,7 @@ def build_snapshot(
         pods_by_node=MappingProxyType(pods_by_node),
         load=MappingProxyType(load),
         pod_usage=MappingProxyType(copied(usage.pod_cpu_m)),
+        pod_memory=MappingProxyType(copied(usage.pod_memory)) if usage.node_memory is not None else {},
         budgets=facts.budgets,
         usage_failure=usage.failure,
         focus=focus,
@@ -203,7 +211,22 @@ def _node_load(node: Node, group: NodePods, usage: UsageReport) -> NodeLoad:
             else:
                 pod_sum += value
     usage_m, why = _node_usage(node, usage, pod_sum, missing)
-    return NodeLoad(group.cpu_request_m, group.memory_request, len(pods), usage_m, why)
+    memory, memory_why = _node_memory(node, usage, why)
+    return NodeLoad(group.cpu_request_m, group.memory_request, len(pods), usage_m, why, memory, memory_why)
+
+
+def _node_memory(node: Node, usage: UsageReport, cpu_unknown: str | None) -> tuple[int | None, str | None]:
+    """The node's memory working set, when read; unknown with its CPU (the same data, as old or as young)."""
+    if usage.node_memory is None:
+        return None, None
+    if cpu_unknown is not None:
+        return None, cpu_unknown
+    if node.allocatable_memory <= 0:
+        return None, "node reports no allocatable memory"
+    value = usage.node_memory.get(node.name)
+    if value is None:
+        return None, "no memory usage data for this node"
+    return value, None
 
 
 def _node_usage(node: Node, usage: UsageReport, pod_sum: int, missing: int) -> tuple[int | None, str | None]:
@@ -247,10 +270,11 @@ def after_evictions(snapshot: ClusterSnapshot, evictions: Iterable[PlannedEvicti
         for pod in leaving:
             # the pod's current usage (a predictive strategy planned with its predicted usage)
             usage = snapshot.pod_usage.get(pod.key, moved[pod.key].usage_m)
-            load[node] = _shifted(load[node], pod, -usage, -1)
+            memory = snapshot.pod_memory.get(pod.key)
+            load[node] = _shifted(load[node], pod, -usage, -1, memory)
             destination = moved[pod.key].room_on
             if destination in load:
-                load[destination] = _shifted(load[destination], pod, usage, 1)
+                load[destination] = _shifted(load[destination], pod, usage, 1, memory)
             if predicted is not None:
                 predicted = predicted.moved(pod.key, node, destination)
             if pod.ready:
@@ -272,12 +296,22 @@ def after_evictions(snapshot: ClusterSnapshot, evictions: Iterable[PlannedEvicti
     )
 
 
-def _shifted(load: NodeLoad, pod: Pod, usage_m: int, count: int) -> NodeLoad:
+def _shifted(load: NodeLoad, pod: Pod, usage_m: int, count: int, memory: int | None) -> NodeLoad:
+    """The load with ``pod`` added (count 1) or taken away (-1); a pod of unknown memory leaves the node's
+    memory unknown (the sum can no longer be told)."""
     sign = 1 if count > 0 else -1
+    memory_usage, memory_why = load.memory_usage, load.memory_unknown_reason
+    if memory_usage is not None:
+        if memory is None:
+            memory_usage, memory_why = None, f"memory of moved pod {pod.namespace}/{pod.name} unknown"
+        else:
+            memory_usage += sign * memory
     return NodeLoad(
         requested_cpu_m=load.requested_cpu_m + sign * pod.cpu_request_m,
         requested_memory=load.requested_memory + sign * pod.memory_request,
         pod_count=load.pod_count + count,
         usage_m=None if load.usage_m is None else load.usage_m + usage_m,
         unknown_reason=load.unknown_reason,
+        memory_usage=memory_usage,
+        memory_unknown_reason=memory_why,
     )

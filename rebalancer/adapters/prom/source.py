@@ -31,7 +31,9 @@ from rebalancer.domain.model import PodKey, UsageReport
 from rebalancer.domain.settings.shared import (
     DEFAULT_NODE_CPU_QUERY,
     DEFAULT_NODE_FRESHNESS_QUERY,
+    DEFAULT_NODE_MEMORY_QUERY,
     DEFAULT_POD_CPU_QUERY,
+    DEFAULT_POD_MEMORY_QUERY,
     PrometheusSettings,
     format_duration,
 )
@@ -58,11 +60,12 @@ class PrometheusUsageSource:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def read(self, at: float, nodes: frozenset[str] | None = None) -> UsageReport:
+    def read(self, at: float, nodes: frozenset[str] | None = None, *, memory: bool = False) -> UsageReport:
         """Usage as seen at ``at``; raises a ``SourceError`` when the answer cannot be trusted.
 
         ``nodes``: only those nodes' pods are needed (an alert-driven cycle); honoured when the node usage
-        comes from its own query (pod-sum mode needs every pod) and the pod template has ``{pod_filter}``."""
+        comes from its own query (pod-sum mode needs every pod) and the pod template has ``{pod_filter}``.
+        ``memory``: read the memory working set too (nodeMemory and podMemory), for memory thresholds."""
         settings = self._settings
         queries = settings.queries
         self._client.authorize()
@@ -92,15 +95,30 @@ class PrometheusUsageSource:
         if queries.young_pods is not None:
             for key in self._client.pod_values("young_pods", settings.render(queries.young_pods, pod_nodes), at):
                 young_pods += pod_cpu_m.pop(key, None) is not None
+        node_memory, pod_memory = self._memory(at, pod_nodes, problems) if memory else (None, {})
         return UsageReport(
+            node_memory=node_memory,
+            pod_memory=MappingProxyType(pod_memory),
             node_cpu_m=MappingProxyType(node_cpu_m),
             pod_cpu_m=MappingProxyType(pod_cpu_m),
             node_problems=MappingProxyType(problems),
             failure=None,
             node_from_pods=queries.node_cpu is None,
             fresh_nodes=None if fresh is None else frozenset(fresh),
-            description=self._describe(at, young_pods),
+            description=self._describe(at, young_pods, memory),
         )
+
+    def _memory(
+        self, at: float, pod_nodes: frozenset[str] | None, problems: Mapping[str, str]
+    ) -> tuple[Mapping[str, int], dict[PodKey, int]]:
+        """The nodes' and pods' memory working set in bytes; a node with a problem (stale, young) is left
+        out: unknown, as its CPU."""
+        settings, queries = self._settings, self._settings.queries
+        found = self._by_node("node_memory", settings.render(queries.node_memory), at)
+        node_memory = {node: round(value) for node, value in found.items() if node not in problems}
+        promql = settings.render(queries.pod_memory, pod_nodes)
+        pods = _some("pod_memory", promql, at, self._client.pod_values("pod_memory", promql, at))
+        return MappingProxyType(node_memory), {key: round(value) for key, value in pods.items()}
 
     # -- staleness ---------------------------------------------------------------------------
 
@@ -138,7 +156,7 @@ class PrometheusUsageSource:
     def _vector(self, name: str, promql: str, at: float) -> Vector:
         return _some(name, promql, at, self._client.large_vector(name, promql, at))  # 5,000 nodes: msgspec
 
-    def _describe(self, at: float, young_pods: int) -> str:
+    def _describe(self, at: float, young_pods: int, with_memory: bool) -> str:
         s = self._settings
         q = s.queries
 
@@ -165,7 +183,13 @@ class PrometheusUsageSource:
             young = "pods' data span: not checked"
         else:
             young = f"{young_pods} pod(s) with less than {s.data_span_seconds}s of data: usage unknown"
-        return f"Prometheus {self._url} at {iso(at)}; {pods}; {nodes}; {freshness}; {young}"
+        memory = (
+            "; memory: working set, same statistic"
+            f"{custom(q.pod_memory, DEFAULT_POD_MEMORY_QUERY)}{custom(q.node_memory, DEFAULT_NODE_MEMORY_QUERY)}"
+            if with_memory
+            else ""
+        )
+        return f"Prometheus {self._url} at {iso(at)}; {pods}; {nodes}; {freshness}; {young}{memory}"
 
 
 _Found = TypeVar("_Found", Vector, dict[PodKey, float])

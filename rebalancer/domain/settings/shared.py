@@ -283,6 +283,17 @@ DEFAULT_NODE_CPU_QUERY = (
     'rate(container_cpu_usage_seconds_total{{id="/"}}[{rate_window}])'
     "))[{window}:{step}])"
 )
+# memory is a gauge: the same statistic over the working set itself, no rate()
+DEFAULT_POD_MEMORY_QUERY = (
+    "quantile_over_time({quantile}, (sum by (namespace, pod) ("
+    'container_memory_working_set_bytes{{container!="", container!="POD"{pod_filter}}}'
+    "))[{window}:{step}])"
+)
+DEFAULT_NODE_MEMORY_QUERY = (
+    "quantile_over_time({quantile}, (sum by ({node_label}) ("
+    'container_memory_working_set_bytes{{id="/"}}'
+    "))[{window}:{step}])"
+)
 # timestamp() alone only sees the 5-minute lookback, so a stale node would vanish instead of showing its age:
 # the newest sample time over the same span the usage queries read.
 DEFAULT_NODE_FRESHNESS_QUERY = (
@@ -332,6 +343,19 @@ class UsageQueries(Model):
         default=DEFAULT_YOUNG_POD_QUERY,
         description="The same for pods, one series per (namespace, pod), with {pod_filter} as in podCpu; their "
         "usage is unknown. null: not checked.",
+    )
+    pod_memory: str = Field(
+        default=DEFAULT_POD_MEMORY_QUERY,
+        description="Per-pod memory working set in bytes, one series per (namespace, pod), with {pod_filter} as "
+        "in podCpu. Read only when a strategy has memory thresholds (classifyBy current). The default excludes "
+        "cAdvisor's pod-level and pause series, as podCpu does.",
+    )
+    node_memory: str = Field(
+        default=DEFAULT_NODE_MEMORY_QUERY,
+        description="Per-node memory working set in bytes, one series per node (label nodeLabel); read only when "
+        "a strategy has memory thresholds. The default reads cAdvisor's root cgroup, as nodeCpu does; "
+        "node_exporter's `node_memory_MemTotal_bytes - node_memory_MemAvailable_bytes` (label instance) is the "
+        "other common choice.",
     )
 
 
@@ -397,7 +421,7 @@ class PrometheusSettings(Model):
 
     @model_validator(mode="after")
     def _templates_render(self) -> PrometheusSettings:
-        for name in ("pod_cpu", "node_cpu", "node_freshness", "young_nodes", "young_pods"):
+        for name in ("pod_cpu", "node_cpu", "node_freshness", "young_nodes", "young_pods", "pod_memory", "node_memory"):
             template = getattr(self.queries, name)
             if template is None:
                 continue
