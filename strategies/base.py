@@ -36,6 +36,10 @@ class StrategySettings(Model):
         default_factory=lambda: Schedule(interval="5m"), description="When `serve` runs it (default every 5m)."
     )
 
+    def reads_memory_usage(self) -> bool:
+        """The strategy needs the memory working set read from Prometheus (memory thresholds)."""
+        return False
+
 
 def percentage_of_nodes_to_score_field() -> Any:
     """The ``percentageOfNodesToScore`` setting of the strategies that predict placement."""

@@ -95,6 +95,15 @@ class HighNodeUtilizationSettings(StrategySettings, PoolThresholds):
             for prefix, pool_settings in every
             if pool_settings.use_deviation_thresholds
         ]
+        problems += [
+            (f"{prefix}{side}.{resource}", f"{KIND} classifies by CPU alone: memory and pods are not read")
+            for prefix, pool_settings in every
+            for side, values in (
+                ("thresholds", pool_settings.thresholds),
+                ("targetThresholds", pool_settings.target_thresholds),
+            )
+            for resource, _ in values.extra()
+        ]
         if not problems:
             problems = thresholds_problems(self, self.pools, False, targets_select_hot=False)
         if problems:

@@ -21,7 +21,6 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rebalancer.domain.quantity import cores_text
 from rebalancer.domain.settings.shared import FieldProblems
 from rebalancer.planning.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult, Unrelieved
 from rebalancer.planning.protections import Protections
@@ -30,7 +29,8 @@ from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
 from strategies.by_requests import UsageBasis, view
 from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
-from strategies.placement import RoomTracker
+from strategies.placement import Placement, RoomTracker
+from strategies.resources import Excess, ExtraRoom, amount_text, bands_named, pod_amount
 from strategies.thresholds import (
     Band,
     NodeClasses,
@@ -133,9 +133,32 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
                 (f"predicted.{path}", message)
                 for path, message in self.predicted.band_problems(default, targets_select_hot=True)
             ]
+        problems += self._memory_by_prediction()
         if problems:
             raise FieldProblems(problems)
         return self
+
+    def _memory_by_prediction(self) -> list[tuple[str, str]]:
+        """The predictor forecasts CPU alone: memory thresholds need classifyBy current or requests."""
+        if self.classify_by not in ("predicted", "max"):
+            return []
+        every = [("", self), *((f"pools.{k}.", v) for k, v in self.pools.items())]
+        if self.predicted is not None:
+            every.append(("predicted.", self.predicted))
+        return [
+            (
+                f"{prefix}targetThresholds.memory",
+                f"classifyBy {self.classify_by} forecasts CPU alone: memory "
+                "thresholds need classifyBy current or requests",
+            )
+            for prefix, settings in every
+            if "memory" in settings.resources()
+        ]
+
+    def reads_memory_usage(self) -> bool:
+        """Some thresholds name memory and the usage window is read: the memory working set is needed."""
+        every = [self, *self.pools.values()]
+        return self.enabled and self.classify_by == "current" and any("memory" in t.resources() for t in every)
 
 
 _USAGE_WORDS: dict[UsageBasis, str] = {
@@ -206,9 +229,10 @@ class LowNodeUtilization:
         predictor = self._predictor(snapshot, classes, caps, hot_names) if hot and s.predict_placement else None
         evictions: list[PlannedEviction] = []
         pod_decisions: list[PodDecision] = []
+        extra_room = classes.extra_room()
         for decision in hot:
             tracker = trackers[decision.pool if s.destinations_in_same_pool else ""]
-            destinations = _Destinations(tracker, predictor)
+            destinations = _Destinations(tracker, predictor, extra_room)
             chosen, records, why_none = self._relieve(decision, snapshot, protections, ledger, destinations)
             evictions.extend(chosen)
             pod_decisions.extend(records)
@@ -300,16 +324,22 @@ class LowNodeUtilization:
         """The evictions chosen on one hot node, the decision record, and why none when none."""
         node = decision.node
         target_m = cap_millis(decision.allocatable_m, decision.high_pct or 0.0)
-        excess = (decision.usage_m or 0) - target_m
+        bands = destinations.extra.bands_of(node) if destinations.extra is not None else ()
+        over = Excess.of(snapshot, node, (decision.usage_m or 0) - target_m, bands)
         pool, records = screen(KIND, node, snapshot, protections, ledger)[:2]
+        if destinations.extra is not None and "memory" in destinations.extra.resources:
+            pool = _known_memory(pool, snapshot, node, records)
         limit = self.settings.max_no_of_pods_to_evict_per_node
         chosen: list[PlannedEviction] = []
         had_candidates = bool(pool)
-        while excess > 0 and pool:
+        while (resource := over.over()) is not None and pool:
             if limit is not None and len(chosen) >= limit:
                 break
             picked = None
-            for candidate in _ordered(pool, excess):
+            excess = over.amounts[resource]
+            amount = _amount(snapshot, resource)
+            movable = pool if amount is _cpu else [c for c in pool if amount(c) > 0]  # CPU: screened for usage
+            for candidate in _ordered(movable, excess, amount):
                 pool.remove(candidate)
                 blocked = ledger.blocker(candidate.pod)  # earlier choices may have spent its budget
                 if blocked is not None:
@@ -322,7 +352,7 @@ class LowNodeUtilization:
                 picked = candidate
                 destinations.commit(candidate, room_on)
                 ledger.take(candidate.pod)
-                reason = _why_chosen(candidate, excess, why)
+                reason = _why_chosen(resource, amount(candidate), excess, why)
                 landing = room_on if destinations.predictor is not None else None
                 usage_word = _USAGE_WORDS[self.settings.classify_by]
                 chosen.append(_eviction(candidate, decision, reason, room_on, landing, usage_word))
@@ -337,11 +367,12 @@ class LowNodeUtilization:
                         candidate.usage_m,
                     )
                 )
-                excess -= candidate.usage_m
+                over.take({r: pod_amount(snapshot, candidate.pod, r) for r in bands_named(bands)})
+                over.take({"cpu": candidate.usage_m})
                 break
             if picked is None:
                 break
-        stop = _stop_reason(excess, limit, len(chosen))
+        stop = _stop_reason(over.over() is not None, limit, len(chosen))
         records.extend(_passed(c, node, stop) for c in pool)
         return chosen, records, None if chosen else _why_none(snapshot, node, had_candidates, destinations)
 
@@ -356,6 +387,7 @@ class _Destinations:
 
     tracker: RoomTracker
     predictor: LandingPredictor | None
+    extra: ExtraRoom | None = None  # memory and pods room under their targets, when the thresholds name them
     no_room: bool = False  # some candidate found no cold node with room
     landed_wrong: bool = False  # some candidate's replacement risked landing back or off the cold nodes
     lands_back: bool = False  # the last candidate found was refused because its replacement would land back
@@ -363,6 +395,8 @@ class _Destinations:
     def find(self, candidate: Candidate, node: str) -> tuple[str | None, str]:
         self.lands_back = False
         placement = self.tracker.find(candidate.pod, candidate.usage_m, exclude=(node,))
+        if self.extra is not None and placement.node is not None:
+            placement = self._under_every_target(candidate, node, placement)
         if self.predictor is None or placement.node is None:  # no cold node has room: no prediction needed
             self.no_room |= placement.node is None
             return placement.node, placement.reason
@@ -370,13 +404,34 @@ class _Destinations:
         self.no_room |= landing.refused in (LandingVerdict.NO_ROOM, LandingVerdict.UNSCHEDULABLE)
         self.landed_wrong |= landing.refused in (LandingVerdict.BACK, LandingVerdict.ELSEWHERE)
         self.lands_back = landing.refused is LandingVerdict.BACK
+        if landing.node is not None and self.extra is not None:
+            refused = self.extra.refusal(landing.node, candidate.pod)
+            if refused is not None:  # the predictor weighs CPU room alone: the landing must keep the others too
+                self.no_room = True
+                return None, f"predicted to land on {landing.node}, but the move {refused}"
         return landing.node, landing.reason
+
+    def _under_every_target(self, candidate: Candidate, node: str, placement: Placement) -> Placement:
+        """The first destination with CPU room that keeps memory and pods under their targets too."""
+        assert self.extra is not None
+        excluded = {node}
+        first_refusal = None
+        while placement.node is not None:
+            refused = self.extra.refusal(placement.node, candidate.pod)
+            if refused is None:
+                return placement
+            first_refusal = first_refusal or refused
+            excluded.add(placement.node)
+            placement = self.tracker.find(candidate.pod, candidate.usage_m, exclude=excluded)
+        return Placement(None, f"no destination keeps every resource under target: the move {first_refusal}")
 
     def commit(self, candidate: Candidate, room_on: str) -> None:
         if room_on in self.tracker:  # a normal node a replacement lands on is the predictor's alone
             self.tracker.commit(room_on, candidate.pod, candidate.usage_m)
         if self.predictor is not None:
             self.predictor.commit(candidate.pod, room_on, candidate.usage_m)
+        if self.extra is not None:
+            self.extra.commit(room_on, candidate.pod)
 
 
 def _why_none(snapshot: ClusterSnapshot, node: str, had_candidates: bool, destinations: _Destinations) -> Unrelieved:
@@ -389,23 +444,51 @@ def _why_none(snapshot: ClusterSnapshot, node: str, had_candidates: bool, destin
     return Unrelieved.NO_EVICTABLE_POD
 
 
-def _ordered(pool: list[Candidate], excess: int) -> list[Candidate]:
+def _cpu(candidate: Candidate) -> int:
+    return candidate.usage_m
+
+
+def _amount(snapshot: ClusterSnapshot, resource: str) -> Callable[[Candidate], int]:
+    """How much of ``resource`` moving a candidate takes off its node (its CPU usage, memory, one pod)."""
+    if resource == "cpu":
+        return _cpu
+    return lambda c: pod_amount(snapshot, c.pod, resource) or 0
+
+
+def _known_memory(
+    pool: list[Candidate], snapshot: ClusterSnapshot, node: str, records: list[PodDecision]
+) -> list[Candidate]:
+    """The candidates of known memory; the others are passed over: a destination's memory room under its
+    target cannot be told with them (missing is never read as zero)."""
+    why = "memory usage unknown (missing is never read as zero): no destination's memory room can be told"
+    records.extend(_passed(c, node, why) for c in pool if snapshot.memory_of(c.pod) is None)
+    return [c for c in pool if snapshot.memory_of(c.pod) is not None]
+
+
+def _ordered(pool: list[Candidate], excess: int, amount: Callable[[Candidate], int] = _cpu) -> list[Candidate]:
     """Fewest evictions first: if one pod can cover the excess, the preferred one among those that can
     (closest fit on ties); otherwise the biggest pods first, so that the count stays minimal."""
-    covering = [c for c in pool if c.usage_m >= excess]
-    covering.sort(key=lambda c: (*c.preference[:3], c.usage_m, c.preference[3]))
-    rest = [c for c in pool if c.usage_m < excess]
-    rest.sort(key=lambda c: (-c.usage_m, c.preference))
+    if amount is _cpu:  # the usual case, without a call per key (a 150,000-pod plan sorts often)
+        covering = [c for c in pool if c.usage_m >= excess]
+        covering.sort(key=lambda c: (*c.preference[:3], c.usage_m, c.preference[3]))
+        rest = [c for c in pool if c.usage_m < excess]
+        rest.sort(key=lambda c: (-c.usage_m, c.preference))
+        return covering + rest
+    covering = [c for c in pool if amount(c) >= excess]
+    covering.sort(key=lambda c: (*c.preference[:3], amount(c), c.preference[3]))
+    rest = [c for c in pool if amount(c) < excess]
+    rest.sort(key=lambda c: (-amount(c), c.preference))
     return covering + rest
 
 
-def _why_chosen(candidate: Candidate, excess: int, room: str) -> str:
-    covers = "covers" if candidate.usage_m >= excess else "reduces"
-    return f"usage {cores_text(candidate.usage_m)} {covers} the remaining {cores_text(excess)} above target; {room}"
+def _why_chosen(resource: str, amount: int, excess: int, room: str) -> str:
+    covers = "covers" if amount >= excess else "reduces"
+    what = "usage" if resource == "cpu" else resource
+    return f"{what} {amount_text(resource, amount)} {covers} the remaining {amount_text(resource, excess)} above target; {room}"
 
 
-def _stop_reason(excess: int, limit: int | None, chosen: int) -> str:
-    if excess <= 0:
+def _stop_reason(over: bool, limit: int | None, chosen: int) -> str:
+    if not over:
         return "not needed: the node is under target after the chosen evictions"
     if limit is not None and chosen >= limit:
         return f"{CAP_REACHED} {limit} reached (this strategy's cap, applied while planning)"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import fmean
 
 from pydantic import Field
@@ -12,6 +12,15 @@ from rebalancer.domain.guard_marks import carries_guard_key
 from rebalancer.domain.settings.shared import Model, ResourceThresholds
 from rebalancer.planning.plan import NodeClass, NodeDecision
 from rebalancer.planning.snapshot import ClusterSnapshot
+from strategies.resources import (
+    ExtraRoom,
+    ResourceBand,
+    combined_class,
+    combined_reason,
+    resource_band,
+    unknown_reason,
+    uses,
+)
 
 
 class PoolThresholds(Model):
@@ -41,6 +50,8 @@ class PoolThresholds(Model):
         problems = []
         if not deviation and low > high:
             problems.append(("thresholds.cpu", f"{low:g} must not be above targetThresholds.cpu ({high:g})"))
+        if targets_select_hot:
+            problems += self._extra_problems(deviation)
         if not targets_select_hot or self._cold_off(deviation) == self._hot_off():
             return problems
         off = 100 if deviation else 0
@@ -55,6 +66,36 @@ class PoolThresholds(Model):
         else:
             problems.append(("targetThresholds.cpu", f"{high:g} makes no node hot: nothing is ever evicted; {alone}"))
         return problems
+
+    def _extra_problems(self, deviation: bool) -> list[tuple[str, str]]:
+        """Memory and pods: named on both sides or neither, in order, and not making every node warm."""
+        low, high = dict(self.thresholds.extra()), dict(self.target_thresholds.extra())
+        problems = []
+        for resource in sorted(set(low) | set(high)):
+            if resource not in low or resource not in high:
+                missing = "thresholds" if resource not in low else "targetThresholds"
+                other = "targetThresholds" if resource not in low else "thresholds"
+                problems.append((f"{missing}.{resource}", f"missing: {other}.{resource} is set; set both or neither"))
+            elif not deviation and low[resource] > high[resource]:
+                problems.append(
+                    (
+                        f"thresholds.{resource}",
+                        f"{low[resource]:g} must not be above targetThresholds.{resource} ({high[resource]:g})",
+                    )
+                )
+            elif (low[resource] >= 100) if deviation else (low[resource] == 0):
+                problems.append(
+                    (
+                        f"thresholds.{resource}",
+                        f"{low[resource]:g} makes no node cold (a node is cold only under every threshold): "
+                        "hot nodes have nowhere to go; leave the resource out instead",
+                    )
+                )
+        return problems
+
+    def resources(self) -> tuple[str, ...]:
+        """The resources other than CPU these thresholds classify by."""
+        return tuple(name for name, _ in self.target_thresholds.extra())
 
     def selects_nothing(self, strategy_default: bool, *, targets_select_hot: bool) -> bool:
         """No node is ever selected with these thresholds (the pool is left alone)."""
@@ -93,11 +134,13 @@ def thresholds_problems(
 
 @dataclass(frozen=True, slots=True)
 class Band:
-    """Effective percentages for one pool in this snapshot (deviation already resolved)."""
+    """Effective percentages for one pool in this snapshot (deviation already resolved); ``extra``: those
+    of memory and pods, when the thresholds name them."""
 
     low_pct: float
     high_pct: float
     explanation: str
+    extra: tuple[ResourceBand, ...] = ()
 
 
 def pool_bands(
@@ -107,6 +150,27 @@ def pool_bands(
     deviation_default: bool,
 ) -> dict[str, Band]:
     """Resolve each pool's low/high band, taking the pool's mean usage when deviation is on."""
+    bands = _cpu_bands(snapshot, default, per_pool, deviation_default)
+    for pool, band in bands.items():
+        settings = per_pool.get(pool, default)
+        deviation = settings.effective_deviation(deviation_default)
+        highs = dict(settings.target_thresholds.extra())
+        extra = tuple(
+            resource_band(snapshot, pool, resource, low, highs[resource], deviation)  # type: ignore[arg-type]
+            for resource, low in settings.thresholds.extra()
+            if resource in highs
+        )
+        if extra:
+            bands[pool] = replace(band, extra=extra)
+    return bands
+
+
+def _cpu_bands(
+    snapshot: ClusterSnapshot,
+    default: PoolThresholds,
+    per_pool: Mapping[str, PoolThresholds],
+    deviation_default: bool,
+) -> dict[str, Band]:
     bands: dict[str, Band] = {}
     for pool in snapshot.pools():
         settings = per_pool.get(pool, default)
@@ -164,7 +228,10 @@ class NodeClasses:
                 self.of[name], self.pct[name] = NodeClass.UNKNOWN, None
             else:
                 pct = 100.0 * usage / node.allocatable_cpu_m
-                self.of[name], self.pct[name] = class_of(pct, bands[pool_of[name]]), pct
+                band = bands[pool_of[name]]
+                self.of[name], self.pct[name] = class_of(pct, band), pct
+                if band.extra:  # memory, pods: only where the thresholds name them
+                    self.of[name] = combined_class(self.of[name], uses(snapshot, name, band.extra))
 
     def band(self, name: str) -> Band:
         return self._bands[self._snapshot.pool_of[name]]
@@ -172,6 +239,13 @@ class NodeClasses:
     def cap_m(self, name: str) -> int:
         """The usage the node may reach: its pool's upper percentage of its allocatable CPU."""
         return cap_millis(self._snapshot.nodes[name].allocatable_cpu_m, self.band(name).high_pct)
+
+    def extra_room(self) -> ExtraRoom | None:
+        """Room under the memory and pods targets of the destinations (None: no thresholds name them)."""
+        resources = frozenset(extra.resource for band in self._bands.values() for extra in band.extra)
+        if not resources:
+            return None
+        return ExtraRoom(self._snapshot, lambda name: self.band(name).extra, resources)
 
     def named(self, node_class: NodeClass) -> list[str]:
         """The nodes of that class, in the snapshot's order."""
@@ -183,10 +257,15 @@ class NodeClasses:
         band = self._bands[pool]
         load = snapshot.load[name]
         pct = self.pct[name]
+        others = uses(snapshot, name, band.extra)
         if pct is None:
             node_class, reason = NodeClass.UNKNOWN, load.unknown_reason or "usage unknown"
         else:
             node_class, reason = self._decide(pct, band)
+            if band.extra:
+                cpu_class, node_class = node_class, self.of[name]
+                unknown = unknown_reason(snapshot, name, band.extra)
+                reason = unknown or combined_reason(node_class, cpu_class, reason, others)
         return NodeDecision(
             strategy=self._strategy,
             node=name,
@@ -198,6 +277,7 @@ class NodeClasses:
             usage_pct=pct,
             low_pct=band.low_pct,
             high_pct=band.high_pct,
+            others=others,
         )
 
     def decisions(self, names: Collection[str] | None = None) -> tuple[NodeDecision, ...]:

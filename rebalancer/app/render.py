@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -101,10 +101,12 @@ def _strategy_section(result: StrategyResult, in_flight: Mapping[str, str]) -> l
     summary = ", ".join(f"{counts[c]} {c.value}" for c in NodeClass)
     if nodes:
         out = [f"== {result.strategy}: {len(nodes)} nodes ({summary})"]
+        others = _other_resources(nodes)
+        extra = [column for resource in others for column in _OTHER_COLUMNS[resource]]
         out += text_table(
-            ["NODE", "POOL", "USAGE", "ALLOC", "USE%", "CLASS", "WHY"],
-            [_node_row(d, in_flight.get(d.node)) for d in nodes],
-            frozenset({2, 3, 4}),
+            ["NODE", "POOL", "USAGE", "ALLOC", "USE%", *extra, "CLASS", "WHY"],
+            [_node_row(d, in_flight.get(d.node), others) for d in nodes],
+            frozenset(range(2, 5 + len(extra))),
         )
     else:  # deletion-cost steering classifies no node
         out = [f"== {result.strategy}"]
@@ -138,11 +140,29 @@ def _strategy_section(result: StrategyResult, in_flight: Mapping[str, str]) -> l
     return out
 
 
-def _node_row(d: NodeDecision, in_flight: str | None) -> list[str]:
+_OTHER_COLUMNS = {"memory": ("MEM GiB", "MEM%"), "pods": ("PODS", "PODS%")}
+
+
+def _other_resources(nodes: Iterable[NodeDecision]) -> list[str]:
+    """The resources beside CPU the thresholds name (memory, pods): only those get columns."""
+    found = {use.resource for d in nodes for use in d.others}
+    return [resource for resource in _OTHER_COLUMNS if resource in found]
+
+
+def _node_row(d: NodeDecision, in_flight: str | None, others: Iterable[str] = ()) -> list[str]:
     usage = "?" if d.usage_m is None else format_cores(d.usage_m)
     pct = "?" if d.usage_pct is None else f"{d.usage_pct:.1f}"
     why = d.reason if in_flight is None else f"{d.reason} ({in_flight})"
-    return [d.node, d.pool, usage, format_cores(d.allocatable_m), pct, d.node_class.value, why]
+    uses = {use.resource: use for use in d.others}
+    extra = []
+    for resource in others:
+        use = uses.get(resource)
+        if use is None or use.used is None or use.pct is None:
+            extra += ["?", "?"]
+        else:
+            amount = f"{use.used / 2**30:.2f}" if resource == "memory" else str(use.used)
+            extra += [amount, f"{use.pct:.1f}"]
+    return [d.node, d.pool, usage, format_cores(d.allocatable_m), pct, *extra, d.node_class.value, why]
 
 
 def run_record(

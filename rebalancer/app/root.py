@@ -79,14 +79,15 @@ def plan_live(
     timeline = timeline or Timeline()
     policy, prometheus = runtime.policy, runtime.usage
     nodes = focus.nodes if focus is not None else None
+    memory = policy.reads_memory
     now = runtime.clock()
 
     def usage_now() -> UsageReport:
         if prometheus is not None:
-            usage = read_usage(lambda at: prometheus.read(at, nodes), now)
+            usage = read_usage(lambda at: prometheus.read(at, nodes, memory=memory), now)
         else:
             with PrometheusUsageSource(policy.prometheus) as source:
-                usage = read_usage(lambda at: source.read(at, nodes), now)
+                usage = read_usage(lambda at: source.read(at, nodes, memory=memory), now)
         collector.untrack_young()  # its per-pod keys, while in the CPU cache, if a listing paused the collector
         return usage
 

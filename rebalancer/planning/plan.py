@@ -35,6 +35,19 @@ class Unrelieved(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class ResourceUse:
+    """A node's use of a resource other than CPU that a strategy's thresholds name (memory in bytes, pods):
+    ``used`` and ``pct`` None when unknown."""
+
+    resource: str
+    used: int | None
+    allocatable: int
+    pct: float | None
+    low_pct: float
+    high_pct: float
+
+
+@dataclass(frozen=True, slots=True)
 class NodeDecision:
     """Why a node got its class from one strategy."""
 
@@ -48,6 +61,7 @@ class NodeDecision:
     usage_pct: float | None
     low_pct: float | None
     high_pct: float | None
+    others: tuple[ResourceUse, ...] = ()  # memory, pods: only when the thresholds name them
 
 
 class PodDecision(msgspec.Struct, frozen=True, gc=False):

@@ -237,6 +237,11 @@ class Policy(Model):
         "elsewhere (opt-in per pool; needs patch nodes).",
     )
 
+    @property
+    def reads_memory(self) -> bool:
+        """Some strategy has memory thresholds on real usage: each cycle reads the memory working set too."""
+        return any(s.reads_memory_usage() for s in self.strategies)
+
 
 MAX_POLICY_BYTES = 1 << 20
 """A policy is a few kilobytes; a larger file is refused unread, before any parsing."""

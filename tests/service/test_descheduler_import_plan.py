@@ -7,7 +7,7 @@ thresholds (every resource), pod by pod, until the node is under target; HighNod
 of the nodes below thresholds, when more than numberOfNodes are; the DefaultEvictor passes over DaemonSet
 pods, pods with local storage or a PVC when told, pods at or above priorityThreshold, pods outside
 labelSelector and pods of excluded namespaces. Memory requests and pod counts stay far below every
-threshold here, so the CPU alone decides, as it does in the imported policy. Real usage is set against the
+threshold here, so the CPU alone decides (memory and pods carry over but select nothing). Real usage is set against the
 requests, to show that it plays no part.
 """
 

@@ -42,8 +42,8 @@ def test_low_node_utilization_policy_maps_thresholds_evictor_and_limits():
             "kind": "LowNodeUtilization",
             "classifyBy": "requests",
             "predictPlacement": False,
-            "thresholds": {"cpu": 20},
-            "targetThresholds": {"cpu": 50},
+            "thresholds": {"cpu": 20, "memory": 20, "pods": 20},
+            "targetThresholds": {"cpu": 50, "memory": 50, "pods": 50},
             "numberOfNodes": 0,
         }
     ]
@@ -59,13 +59,8 @@ def test_low_node_utilization_policy_maps_thresholds_evictor_and_limits():
         "namespace": {"maxPerCycle": 5},
     }
     unsupported = paths(conversion, "unsupported")
-    assert {
-        "profiles.0.RemoveDuplicates",
-        "profiles.0.RemovePodsViolatingInterPodAntiAffinity",
-        "profiles.0.LowNodeUtilization.thresholds",
-    } <= unsupported
-    memory = next(n for n in conversion.notes if n.path == "profiles.0.LowNodeUtilization.thresholds")
-    assert "memory, pods" in memory.message
+    assert {"profiles.0.RemoveDuplicates", "profiles.0.RemovePodsViolatingInterPodAntiAffinity"} <= unsupported
+    assert "profiles.0.LowNodeUtilization.thresholds" not in unsupported  # memory and pods carry over
     assert "profiles.0.DefaultEvictor.nodeFit" in paths(conversion, "differs")
     assert conversion.by_requests
 
@@ -110,7 +105,7 @@ def test_evictor_arguments_without_equivalent_are_named():
 def test_v1alpha1_strategy_params_become_protections_and_limits():
     conversion = imported("v1alpha1.yaml")
     policy = conversion.policy
-    assert policy["strategies"][0]["thresholds"] == {"cpu": 25}
+    assert policy["strategies"][0]["thresholds"] == {"cpu": 25, "memory": 25}
     assert policy["strategies"][0]["numberOfNodes"] == 1
     assert policy["protections"]["priorityThreshold"] == 100000
     assert policy["protections"]["evictLocalStoragePods"] is True
@@ -185,6 +180,36 @@ def test_a_threshold_out_of_range_names_its_field():
     with pytest.raises(SourceProblem) as caught:
         convert(document)
     assert caught.value.path == "profiles.0.LowNodeUtilization.thresholds.cpu"
+
+
+def test_memory_and_pods_stay_out_of_high_node_utilization_and_prometheus_metrics():
+    hnu = {"name": "HighNodeUtilization", "args": {"thresholds": {"cpu": 20, "memory": 20}}}
+    by_query = {"name": "LowNodeUtilization", "args": {
+        "thresholds": {"MetricResource": 20, "memory": 20}, "targetThresholds": {"MetricResource": 50, "memory": 50},
+        "metricsUtilization": {"prometheus": {"query": "instance:node_cpu:rate:sum"}}}}  # fmt: skip
+    for plugin, why in ((hnu, "classifies by CPU alone"), (by_query, "MetricResource stands for one resource")):
+        document = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
+                    "profiles": [{"name": "p", "pluginConfig": [plugin],
+                                  "plugins": {"balance": {"enabled": [plugin["name"]]}}}]}  # fmt: skip
+        conversion = convert(document)
+        (strategy,) = conversion.policy["strategies"]
+        assert "memory" not in strategy["thresholds"]
+        note = next(n for n in conversion.notes if n.path == f"profiles.0.{plugin['name']}.thresholds")
+        assert note.message.startswith("memory: ") and why in note.message
+
+
+def test_memory_from_the_metrics_server_is_read_as_the_working_set():
+    lnu = {"name": "LowNodeUtilization", "args": {
+        "thresholds": {"cpu": 20, "memory": 30}, "targetThresholds": {"cpu": 50, "memory": 70},
+        "metricsUtilization": {"metricsServer": True}}}  # fmt: skip
+    document = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
+                "profiles": [{"name": "p", "pluginConfig": [lnu],
+                              "plugins": {"balance": {"enabled": ["LowNodeUtilization"]}}}]}  # fmt: skip
+    conversion = convert(document)
+    (strategy,) = conversion.policy["strategies"]
+    assert strategy["classifyBy"] == "current" and strategy["targetThresholds"] == {"cpu": 50, "memory": 70}
+    assert "profiles.0.LowNodeUtilization.thresholds.memory" in paths(conversion, "differs")
+    assert parse_policy(policy_yaml(conversion, "metrics.yaml"), "metrics.yaml").reads_memory
 
 
 def test_memory_only_thresholds_import_nothing_and_say_why():

@@ -2,7 +2,9 @@
 
 The descheduler reads utilization as requests (unless ``metricsUtilization`` says otherwise): the imported
 strategy classifies by ``requests`` and does not predict placement, so that it first behaves as the
-descheduler did. Only the CPU thresholds carry over: a node's class then depends on CPU alone.
+descheduler did. LowNodeUtilization's CPU, memory and pods thresholds carry over (a node is hot when any is
+over its target, cold when all are under their thresholds, as in the descheduler); HighNodeUtilization's CPU
+thresholds alone.
 """
 
 from __future__ import annotations
@@ -25,23 +27,24 @@ def strategy_of(kind: str, args: Mapping[str, Any], path: str, notes: Notes) -> 
     resource = METRIC_RESOURCE if by_metrics == "prometheus" else "cpu"
     low, others = _cpu(args.get("thresholds"), f"{path}.thresholds", resource)
     high, more = _cpu(args.get("targetThresholds"), f"{path}.targetThresholds", resource)
+    carried = _carried(kind, args, path, by_metrics, notes) if low is not None else ({}, {})
     others += [r for r in more if r not in others]
+    others = [r for r in others if r not in carried[0]]
     if others:
-        why = "until they are supported" if set(others) <= {"memory", "pods"} else "and no extended resources"
-        notes.add(Note.unsupported(f"{path}.thresholds", f"{', '.join(others)}: rebalancer classifies by CPU only "
-                                   f"({why}), where the descheduler made a node cold only below every threshold and "
-                                   "hot above any target"))  # fmt: skip
+        notes.add(Note.unsupported(f"{path}.thresholds", f"{', '.join(others)}: {_why_not(kind, others, by_metrics)}, "
+                                   "where the descheduler made a node cold only below every threshold and hot above "
+                                   "any target"))  # fmt: skip
     strategy: dict[str, Any] = {"kind": kind, "classifyBy": "current" if by_metrics else "requests"}
     strategy["predictPlacement"] = False
     if low is None:
         notes.add(Note.unsupported(f"{path}.thresholds", "no cpu threshold: rebalancer classifies nodes by CPU "
                                    f"only, so this {kind} is not imported"))  # fmt: skip
         return {}, {}
-    strategy["thresholds"] = {"cpu": low}
+    strategy["thresholds"] = {"cpu": low, **carried[0]}
     if kind == "LowNodeUtilization":
         if high is None:
             raise SourceProblem(f"{path}.targetThresholds", "needs the same resources as thresholds (cpu)")
-        strategy["targetThresholds"] = {"cpu": high}
+        strategy["targetThresholds"] = {"cpu": high, **carried[1]}
     else:
         strategy["targetThresholds"] = {"cpu": 100}
         notes.add(Note.differs(f"{path}", "HighNodeUtilization: destinations may fill up to 100% (targetThresholds "
@@ -68,6 +71,41 @@ def strategy_of(kind: str, args: Mapping[str, Any], path: str, notes: Notes) -> 
         else:
             notes.add(Note.unsupported(at, f"no {kind} argument of rebalancer matches: not imported"))
     return strategy, protections
+
+
+def _carried(
+    kind: str, args: Mapping[str, Any], path: str, by_metrics: str | None, notes: Notes
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The memory and pods percentages of LowNodeUtilization read from requests or the metrics server, named
+    on both sides (thresholds, targetThresholds)."""
+    if kind != "LowNodeUtilization" or by_metrics == "prometheus":
+        return {}, {}
+    low, high = mapping(args.get("thresholds"), path), mapping(args.get("targetThresholds"), path)
+    names = [r for r in ("memory", "pods") if r in low and r in high]
+    for name in names:
+        for side, found in (("thresholds", low), ("targetThresholds", high)):
+            _percentage(found[name], f"{path}.{side}.{name}")
+    if "memory" in names and by_metrics:
+        notes.add(Note.differs(f"{path}.thresholds.memory", "memory is the working set read from Prometheus "
+                               "(prometheus.queries nodeMemory and podMemory), as the metrics server reports it; a "
+                               "pod of unknown memory is never moved"))  # fmt: skip
+    return {n: low[n] for n in names}, {n: high[n] for n in names}
+
+
+def _why_not(kind: str, resources: list[str], by_metrics: str | None) -> str:
+    if not set(resources) <= {"memory", "pods"}:
+        return "rebalancer has no thresholds on extended resources"
+    if kind != "LowNodeUtilization":
+        return f"rebalancer's {kind} classifies by CPU alone"
+    if by_metrics == "prometheus":
+        return "a Prometheus query's MetricResource stands for one resource, read as CPU"
+    return "named on one side only (thresholds or targetThresholds): the descheduler needs both"
+
+
+def _percentage(amount: object, path: str) -> float:
+    if isinstance(amount, bool) or not isinstance(amount, int | float) or not 0 <= amount <= 100:
+        raise SourceProblem(path, f"expected a percentage from 0 to 100, not {amount!r}")
+    return float(amount)
 
 
 def _metrics_source(value: object, path: str, notes: Notes) -> str | None:
@@ -97,8 +135,7 @@ def _cpu(value: object, path: str, resource: str) -> tuple[float | None, list[st
     amount = found.get(resource)
     if amount is None:
         return None, others
-    if isinstance(amount, bool) or not isinstance(amount, int | float) or not 0 <= amount <= 100:
-        raise SourceProblem(f"{path}.{resource}", f"expected a percentage from 0 to 100, not {amount!r}")
+    _percentage(amount, f"{path}.{resource}")
     return amount, others
 
 

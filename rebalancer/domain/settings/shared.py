@@ -191,9 +191,27 @@ class LabelSelectorSpec(Model):
 
 
 class ResourceThresholds(Model):
-    """Thresholds in percent of allocatable. Real CPU usage is the resource rebalancer measures."""
+    """Thresholds in percent of allocatable, per resource. A node is hot when any resource named is over its
+    target, cold when every one is under its threshold (the descheduler's rule)."""
 
     cpu: Percent = Field(description="CPU usage in percent of the node's allocatable CPU.")
+    memory: Percent | None = Field(
+        default=None,
+        description="Memory usage (working set, from prometheus.queries nodeMemory and podMemory; requests with "
+        "classifyBy requests) in percent of the node's allocatable memory; LowNodeUtilization only, on both sides. "
+        "Unset: memory plays no part.",
+    )
+    pods: Percent | None = Field(
+        default=None,
+        description="Pods bound to the node (not finished) in percent of its allocatable pods; LowNodeUtilization "
+        "only, on both sides. Unset: the pod count plays no part.",
+    )
+
+    def extra(self) -> tuple[tuple[str, float], ...]:
+        """The resources other than CPU that are set, with their percentages (memory first)."""
+        return tuple(
+            (name, value) for name, value in (("memory", self.memory), ("pods", self.pods)) if value is not None
+        )
 
 
 class PoolDefinition(Model):

@@ -1,0 +1,209 @@
+"""Memory and pod count beside CPU (pure): their bands, the node classes they make, what a node has above
+target, and the room a destination keeps under every target.
+
+The descheduler's rule: a node is hot when any configured resource is over its target, cold when every
+one is under its threshold. CPU stays in :mod:`strategies.thresholds` as it always was; the resources here
+are added to it only where a policy configures them. Memory is the working set in bytes (requests with
+``classifyBy: requests``) and unknown when not read or missing, never zero; pods are the non-terminal pods
+bound to the node against its allocatable pods. A node with any configured resource unknown is UNKNOWN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rebalancer.domain.model import Pod
+from rebalancer.domain.quantity import bytes_text, cores_text
+from rebalancer.planning.plan import NodeClass, ResourceUse
+from rebalancer.planning.snapshot import ClusterSnapshot
+
+Extra = Literal["memory", "pods"]
+EXTRA: tuple[Extra, ...] = ("memory", "pods")
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceBand:
+    """Effective percentages of one resource other than CPU, for one pool."""
+
+    resource: Extra
+    low_pct: float
+    high_pct: float
+    explanation: str
+
+
+def node_amount(snapshot: ClusterSnapshot, name: str, resource: Extra) -> tuple[int | None, int, str | None]:
+    """The node's use of ``resource`` (None: unknown), its allocatable amount, and why unknown."""
+    load, node = snapshot.load[name], snapshot.nodes[name]
+    if resource == "memory":
+        why = load.memory_unknown_reason or "memory usage not read"
+        return load.memory_usage, node.allocatable_memory, None if load.memory_usage is not None else why
+    return load.pod_count, node.allocatable_pods, None
+
+
+def pod_amount(snapshot: ClusterSnapshot, pod: Pod, resource: str) -> int | None:
+    """What moving ``pod`` takes off its node in ``resource`` ("cpu": its usage; None: unknown)."""
+    if resource == "memory":
+        return snapshot.memory_of(pod)
+    if resource == "pods":
+        return 1
+    return snapshot.usage_of(pod)
+
+
+def amount_text(resource: str, amount: float) -> str:
+    """An amount as a sentence says it: cores, GiB, pods."""
+    if resource == "memory":
+        return bytes_text(amount)
+    if resource == "pods":
+        return f"{amount:g} pod(s)"
+    return cores_text(amount)
+
+
+def resource_band(
+    snapshot: ClusterSnapshot, pool: str, resource: Extra, low: float, high: float, deviation: bool
+) -> ResourceBand:
+    """One pool's band of ``resource``: absolute, or around the mean of the pool's known nodes."""
+    if not deviation:
+        return ResourceBand(resource, low, high, f"{resource}: below {low:g}% cold, above {high:g}% hot")
+    pcts = []
+    for name in snapshot.nodes:
+        if snapshot.pool_of[name] == pool:
+            used, allocatable, _ = node_amount(snapshot, name, resource)
+            if used is not None and allocatable > 0:
+                pcts.append(100.0 * used / allocatable)
+    if not pcts:
+        return ResourceBand(resource, 0.0, 100.0, f"{resource}: no node with known usage, no mean")
+    mean = sum(pcts) / len(pcts)
+    lo, hi = max(0.0, mean - low), min(100.0, mean + high)
+    text = f"{resource}: mean {mean:.1f}% - {low:g} = {lo:.1f}% cold, mean + {high:g} = {hi:.1f}% hot"
+    return ResourceBand(resource, lo, hi, text)
+
+
+def uses(snapshot: ClusterSnapshot, name: str, bands: Iterable[ResourceBand]) -> tuple[ResourceUse, ...]:
+    """The node's use of each banded resource (``used`` and ``pct`` None when unknown)."""
+    out = []
+    for band in bands:
+        used, allocatable, _ = node_amount(snapshot, name, band.resource)
+        pct = None if used is None or allocatable <= 0 else 100.0 * used / allocatable
+        out.append(ResourceUse(band.resource, used, allocatable, pct, band.low_pct, band.high_pct))
+    return tuple(out)
+
+
+def unknown_reason(snapshot: ClusterSnapshot, name: str, bands: Iterable[ResourceBand]) -> str | None:
+    """Why some banded resource of the node is unknown (None: all known)."""
+    for band in bands:
+        used, allocatable, why = node_amount(snapshot, name, band.resource)
+        if used is None:
+            return f"{band.resource} unknown: {why}"
+        if allocatable <= 0:
+            return f"node reports no allocatable {band.resource}"
+    return None
+
+
+def _class_of(pct: float, low: float, high: float) -> NodeClass:
+    if pct > high:
+        return NodeClass.HOT
+    return NodeClass.COLD if pct < low else NodeClass.NORMAL
+
+
+def combined_class(cpu: NodeClass, found: Iterable[ResourceUse]) -> NodeClass:
+    """Hot when any resource is over its target, cold when every one is under its threshold, unknown when
+    any is unknown."""
+    classes = [cpu]
+    for use in found:
+        if use.pct is None:
+            return NodeClass.UNKNOWN
+        classes.append(_class_of(use.pct, use.low_pct, use.high_pct))
+    if NodeClass.HOT in classes:
+        return NodeClass.HOT
+    return NodeClass.COLD if all(c is NodeClass.COLD for c in classes) else NodeClass.NORMAL
+
+
+def combined_reason(node_class: NodeClass, cpu_class: NodeClass, cpu_reason: str, found: Iterable[ResourceUse]) -> str:
+    """The reasons of the resources that make the class: the hot ones for a hot node, every one otherwise."""
+    parts = [] if node_class is NodeClass.HOT and cpu_class is not NodeClass.HOT else [f"CPU {cpu_reason}"]
+    for use in found:
+        assert use.pct is not None
+        own = _class_of(use.pct, use.low_pct, use.high_pct)
+        if node_class is NodeClass.HOT and own is not NodeClass.HOT:
+            continue
+        if own is NodeClass.HOT:
+            parts.append(f"{use.resource} {use.pct:.1f}% > target {use.high_pct:.1f}%")
+        elif own is NodeClass.COLD:
+            parts.append(f"{use.resource} {use.pct:.1f}% < threshold {use.low_pct:.1f}%")
+        else:
+            parts.append(f"{use.resource} {use.pct:.1f}% within [{use.low_pct:.1f}%, {use.high_pct:.1f}%]")
+    return "; ".join(parts)
+
+
+def bands_named(bands: Iterable[ResourceBand]) -> tuple[str, ...]:
+    return tuple(band.resource for band in bands)
+
+
+def cap(allocatable: int, pct: float) -> int:
+    """The amount ``pct`` percent of ``allocatable`` allows (rounded down)."""
+    return int(allocatable * pct / 100.0)
+
+
+@dataclass(slots=True)
+class Excess:
+    """What a hot node has above target, per resource ("cpu" in millicores, memory in bytes, pods); the
+    resource to relieve next is the one most over, relative to the node's allocatable amount."""
+
+    amounts: dict[str, int]
+    allocatable: dict[str, int]
+
+    @classmethod
+    def of(cls, snapshot: ClusterSnapshot, name: str, cpu_excess: int, bands: Iterable[ResourceBand]) -> Excess:
+        amounts = {"cpu": cpu_excess}
+        allocatable = {"cpu": max(1, snapshot.nodes[name].allocatable_cpu_m)}
+        for band in bands:
+            used, whole, _ = node_amount(snapshot, name, band.resource)
+            assert used is not None, "a hot node's configured resources are known"
+            amounts[band.resource] = used - cap(whole, band.high_pct)
+            allocatable[band.resource] = max(1, whole)
+        return cls(amounts, allocatable)
+
+    def over(self) -> str | None:
+        """The resource most over its target (None: every one is at or under it)."""
+        over = [(amount / self.allocatable[r], r) for r, amount in self.amounts.items() if amount > 0]
+        return max(over)[1] if over else None
+
+    def take(self, amounts: Mapping[str, int | None]) -> None:
+        for resource, amount in amounts.items():
+            if resource in self.amounts and amount is not None:
+                self.amounts[resource] -= amount
+
+
+@dataclass(slots=True)
+class ExtraRoom:
+    """Room under the targets of memory and pods on destination nodes, consumed as moves are planned
+    (CPU room stays with :class:`~strategies.placement.RoomTracker` and the landing predictor)."""
+
+    snapshot: ClusterSnapshot
+    bands_of: Callable[[str], tuple[ResourceBand, ...]]
+    resources: frozenset[str]  # those some pool's thresholds name
+    added: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def refusal(self, node: str, pod: Pod) -> str | None:
+        """Why ``pod`` may not go to ``node``: a resource over its target after the move (None: fits)."""
+        for band in self.bands_of(node):
+            used, allocatable, _ = node_amount(self.snapshot, node, band.resource)
+            need = pod_amount(self.snapshot, pod, band.resource)
+            if used is None or need is None or allocatable <= 0:
+                what = "the pod's" if need is None else f"{node}'s"
+                return f"{what} {band.resource} usage is unknown: {node}'s room under its target cannot be told"
+            after = used + self.added.get((node, band.resource), 0) + need
+            if after > cap(allocatable, band.high_pct):
+                return (
+                    f"would put {node}'s {band.resource} at {100.0 * after / allocatable:.1f}% > target "
+                    f"{band.high_pct:.1f}% ({amount_text(band.resource, after)} of "
+                    f"{amount_text(band.resource, allocatable)})"
+                )
+        return None
+
+    def commit(self, node: str, pod: Pod) -> None:
+        for band in self.bands_of(node):
+            need = pod_amount(self.snapshot, pod, band.resource) or 0
+            self.added[(node, band.resource)] = self.added.get((node, band.resource), 0) + need

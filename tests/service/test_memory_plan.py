@@ -1,0 +1,119 @@
+"""Memory thresholds end to end: the real kubernetes client against the test API server, a real Prometheus
+holding cAdvisor-shaped CPU and memory working-set history, the production planner.
+
+Nodes of 4 cores and 16 GiB; thresholds {cpu: 30, memory: 40}, targetThresholds {cpu: 70, memory: 80}: a
+node is hot above 2.8 cores or 12.8 GiB, cold below 1.2 cores and 6.4 GiB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rebalancer.app import root as app
+from rebalancer.planning.plan import EvictionPlan, NodeClass
+from rebalancer.policy import load_policy
+from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
+from tests.adapters.cadvisor_memory import GiB, memory_series
+from tests.adapters.prom_fixture import StartPrometheus
+from tests.kubeapi import TestApiServer
+from tests.kubeapi import builders as b
+
+pytestmark = pytest.mark.prometheus
+
+END = 1_700_000_000.0
+RS = "shop-7d9c2"
+Loads = dict[str, tuple[str, float, int]]  # pod -> (node, cores, working-set bytes)
+
+
+def plan(
+    server: TestApiServer,
+    kubeconfig: Path,
+    start: StartPrometheus,
+    tmp: Path,
+    loads: Loads,
+    system: dict[str, tuple[float, int]],
+) -> EvictionPlan:
+    """The cluster and its history (``system``: each node's daemons, cores and bytes), then a plan."""
+    for name in system:
+        server.add(b.node(name, cpu="4", memory="16Gi"))
+    server.add(b.deployment("shop", "shop", replicas=len(loads)), b.replica_set(RS, "shop", deployment="shop"))
+    for pod, (node, _, _) in loads.items():
+        server.add(
+            b.pod(pod, namespace="shop", node=node, owners=[b.owner("ReplicaSet", RS)], labels={"app": "shop"},
+                  containers=[b.container(cpu="200m", memory="256Mi")])
+        )  # fmt: skip
+    server.disruption.sync_all()
+    history = CadvisorHistory(
+        nodes=tuple(NodeSpec(n, cores) for n, (cores, _) in system.items()),
+        pods=tuple(PodSpec("shop", p, node, (Container("app", constant(c)),)) for p, (node, c, _) in loads.items()),
+        start=END - 3600,
+        end=END,
+    )
+    pod_bytes = {("shop", p): memory for p, (_, _, memory) in loads.items()}
+    prometheus = start([*history.series(), *memory_series(history, pod_bytes, {n: m for n, (_, m) in system.items()})])
+    policy = tmp / "policy.yaml"
+    policy.write_text(
+        f"prometheus: {{url: '{prometheus.url}', maxDataAge: 10m}}\n"
+        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30, memory: 40}, "
+        "targetThresholds: {cpu: 70, memory: 80}}\n"
+        "state: {namespace: rebalancer}\n"
+    )
+    runtime = app.connect_runtime(load_policy(policy), app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
+    outcome = app.plan_live(runtime)
+    assert outcome.plan.blocked is None
+    return outcome.plan
+
+
+def test_a_memory_hot_node_with_cool_cpu_sheds_its_memory_heavy_pod(
+    kube_server: TestApiServer, kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
+) -> None:
+    # mem-1: 1.0 core (25%, CPU-cold) but 4.5 + 8 + 1 + 0.5 GiB = 14 GiB (87.5%): 1.2 GiB over its 12.8 GiB
+    # target, which cache-0 (8 GiB) alone covers; the cold nodes then hold 9.5 GiB (59%)
+    loads = {
+        "cache-0": ("mem-1", 0.2, 8 * GiB),
+        "api-0": ("mem-1", 0.3, GiB),
+        "web-0": ("mem-1", 0.2, GiB // 2),
+        "web-1": ("cold-1", 0.1, GiB // 2),
+        "web-2": ("cold-2", 0.1, GiB // 2),
+    }
+    system = {"mem-1": (0.3, 4 * GiB + GiB // 2), "cold-1": (0.3, GiB), "cold-2": (0.3, GiB)}
+
+    found = plan(kube_server, kubeconfig, start_prometheus, tmp_path, loads, system)
+
+    result = found.results[0]
+    by_node = {d.node: d for d in result.node_decisions}
+    assert {n: d.node_class for n, d in by_node.items()} == {
+        "mem-1": NodeClass.HOT,
+        "cold-1": NodeClass.COLD,
+        "cold-2": NodeClass.COLD,
+    }
+    assert by_node["mem-1"].usage_pct is not None and by_node["mem-1"].usage_pct < 30  # CPU cool
+    assert "memory 87.5% > target 80.0%" in by_node["mem-1"].reason
+    assert [(e.name, e.node) for e in found.evictions] == [("cache-0", "mem-1")]
+    assert found.evictions[0].room_on in {"cold-1", "cold-2"}
+    chosen = next(d for d in result.pod_decisions if d.name == "cache-0")
+    assert "memory 8.00 GiB covers the remaining 1.20 GiB above target" in chosen.reason
+
+
+def test_a_cpu_move_that_would_push_a_destination_over_its_memory_target_is_refused(
+    kube_server: TestApiServer, kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
+) -> None:
+    # cpu-1: 1.8 cores of daemons + 1.2 = 3.0 cores (75%), 0.2 core over target, 8 GiB (50%); big-0 covers the
+    # CPU but holds 7 GiB: a cold node's 6 GiB would become 13 GiB (81.25%) > 80%
+    loads = {
+        "big-0": ("cpu-1", 1.2, 7 * GiB),
+        "web-1": ("cold-1", 0.1, GiB),
+        "web-2": ("cold-2", 0.1, GiB),
+    }
+    five = 5 * GiB - 2 * 600 * 1024  # with their pods and pause containers: 6 GiB each
+    system = {"cpu-1": (1.8, GiB), "cold-1": (0.3, five), "cold-2": (0.3, five)}
+
+    found = plan(kube_server, kubeconfig, start_prometheus, tmp_path, loads, system)
+
+    result = found.results[0]
+    assert {d.node: d.node_class for d in result.node_decisions}["cpu-1"] is NodeClass.HOT
+    assert found.evictions == ()
+    reasons = {d.name: d.reason for d in result.pod_decisions}
+    assert reasons["big-0"].startswith("no destination keeps every resource under target: the move would put cold-")
+    assert "'s memory at 81.2% > target 80.0% (13.00 GiB of 16.00 GiB)" in reasons["big-0"]
