@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import itertools
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
@@ -177,6 +177,31 @@ class LandingPredictor:
         if risk > 0:
             reason += f"; landing risk {percent(risk)}: {self._bad(found, tally, s, usage_m, risk)}"
         return Landing(node, reason, risk=risk)
+
+    @property
+    def max_risk(self) -> float:
+        return self._max_risk
+
+    def destinations(self) -> list[str]:
+        """The nodes a landing may relieve onto, room permitting (of any pool)."""
+        return [name for name, good in zip(self._model.names, self._destination, strict=True) if good]
+
+    def mass_on(self, pod: Pod, source: str, usage_m: int, nodes: Collection[str]) -> tuple[float, str | None]:
+        """The probability that ``pod``'s replacement lands on one of ``nodes`` where the landing is otherwise
+        good (its CPU room fits): what the landing risk does not count when those nodes refuse the pod for
+        another reason. With the likeliest such node (None: no chance)."""
+        s = self._index[source]
+        wanted = {i for n in nodes if (i := self._index.get(n)) is not None and self._kind(i, s, usage_m) == _OK}
+        if not wanted:
+            return 0.0, None
+        found = self._groups(pod, source)
+        mass, likeliest = 0.0, None
+        for group in found.groups:
+            hits = sorted(i for i in found.members(group) if i in wanted)
+            mass += group.probability * len(hits)
+            if hits and likeliest is None and group.probability > 0:
+                likeliest = self._model.names[hits[0]]
+        return mass, likeliest
 
     def commit(self, pod: Pod, landing: str, usage_m: int) -> None:
         """The move is planned: the replacement is bound to ``landing`` and uses its room."""

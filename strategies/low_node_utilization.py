@@ -28,7 +28,7 @@ from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
 from strategies.by_requests import UsageBasis, view
 from strategies.candidates import BudgetLedger, Candidate, screen
-from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
+from strategies.landing import TOLERANCE, Landing, LandingPredictor, LandingVerdict, guard_marks, percent
 from strategies.placement import Placement, RoomTracker
 from strategies.resources import Excess, ExtraRoom, amount_text, bands_named, pod_amount
 from strategies.thresholds import (
@@ -405,11 +405,30 @@ class _Destinations:
         self.landed_wrong |= landing.refused in (LandingVerdict.BACK, LandingVerdict.ELSEWHERE)
         self.lands_back = landing.refused is LandingVerdict.BACK
         if landing.node is not None and self.extra is not None:
-            refused = self.extra.refusal(landing.node, candidate.pod)
-            if refused is not None:  # the predictor weighs CPU room alone: the landing must keep the others too
-                self.no_room = True
-                return None, f"predicted to land on {landing.node}, but the move {refused}"
+            return self._landing_under_every_target(candidate, node, landing)
         return landing.node, landing.reason
+
+    def _landing_under_every_target(self, candidate: Candidate, node: str, landing: Landing) -> tuple[str | None, str]:
+        """The predictor weighs CPU room alone: a landing on a destination the move would put over its memory or
+        pods target relieves nothing either, so its probability adds to the landing risk."""
+        assert self.extra is not None and self.predictor is not None and landing.node is not None
+        refusals = {}
+        for name in self.predictor.destinations():
+            why = self.extra.refusal(name, candidate.pod)
+            if why is not None:
+                refusals[name] = why
+        if landing.node in refusals:
+            self.no_room = True
+            return None, f"predicted to land on {landing.node}, but the move {refusals[landing.node]}"
+        mass, likeliest = self.predictor.mass_on(candidate.pod, node, candidate.usage_m, refusals)
+        if likeliest is None:
+            return landing.node, landing.reason
+        risk, cap = landing.risk + mass, self.predictor.max_risk
+        over = f"{percent(mass)} on destinations the move would put over a target (it {refusals[likeliest]})"
+        if risk > cap + TOLERANCE:
+            self.no_room = True
+            return None, f"predicted landing risk {percent(risk)} > maxLandingRisk {percent(cap)}: {over}"
+        return landing.node, f"{landing.reason}; {over}"
 
     def _under_every_target(self, candidate: Candidate, node: str, placement: Placement) -> Placement:
         """The first destination with CPU room that keeps memory and pods under their targets too."""

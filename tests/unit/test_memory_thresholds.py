@@ -223,3 +223,22 @@ def test_the_plan_table_shows_memory_columns_only_when_memory_is_configured() ->
     row = next(line for line in with_memory.splitlines() if line.startswith("a "))
     assert "9.00" in row and "90.0" in row
     assert "MEM" not in cpu_only
+
+
+def test_a_predicted_landing_on_a_destination_over_its_memory_target_counts_as_landing_risk() -> None:
+    # b (cold) and c (normal: memory 75%) score the same for the scheduler: the replacement lands on each
+    # with 50%; on c the pod's 1 GiB would put c's memory at 85% > 80%
+    pods = [pod("big", "a"), *(pod(f"sys-{i}", "a", namespace="kube-system") for i in range(3))]
+    usage = report({"a": (8_000, 3 * GI), "b": (1_000, 2 * GI), "c": (1_000, 7 * GI + GI // 2)}, {"big": (2_000, GI)})
+    strict = lnu().replace("predictPlacement: false", "predictPlacement: true")
+
+    refused = run(strict, NODES, pods, usage)
+
+    assert refused.evictions == ()
+    reason = next(d.reason for d in refused.results[0].pod_decisions if d.name == "big")
+    assert reason.startswith("predicted landing risk 50% > maxLandingRisk 10%: 50% on destinations the move")
+    assert "it would put c's memory at 85.0% > target 80.0%" in reason
+
+    accepted = run(f"{strict}maxLandingRisk: 0.6\n", NODES, pods, usage)
+    assert [(e.name, e.room_on) for e in accepted.evictions] == [("big", "b")]
+    assert "; 50% on destinations the move would put over a target" in accepted.evictions[0].reason
