@@ -106,7 +106,8 @@ class PoolThresholds(Model):
         return self.thresholds.cpu >= 100 if deviation else self.thresholds.cpu == 0
 
     def _hot_off(self) -> bool:
-        return self.target_thresholds.cpu >= 100
+        """No usage passes any target: a node is hot when any resource named is over its target."""
+        return self.target_thresholds.cpu >= 100 and all(pct >= 100 for _, pct in self.target_thresholds.extra())
 
 
 def thresholds_problems(

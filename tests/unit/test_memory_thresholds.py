@@ -242,3 +242,12 @@ def test_a_predicted_landing_on_a_destination_over_its_memory_target_counts_as_l
     accepted = run(f"{strict}maxLandingRisk: 0.6\n", NODES, pods, usage)
     assert [(e.name, e.room_on) for e in accepted.evictions] == [("big", "b")]
     assert "; 50% on destinations the move would put over a target" in accepted.evictions[0].reason
+
+
+def test_memory_alone_may_make_nodes_hot() -> None:
+    # targetThresholds.cpu 100 selects no node by CPU, but memory over 50% still does
+    text = lnu(memory="{cpu: 20, memory: 20}", target="{cpu: 100, memory: 50}")
+    usage = report({"a": (1_000, 6 * GI), "b": (1_000, GI)}, {})
+    assert classes(run(text, NODES[:2], [], usage)) == {"a": NodeClass.HOT, "b": NodeClass.COLD}
+    with pytest.raises(ConfigError, match=r"targetThresholds\.cpu: 100 makes no node hot"):
+        policy(lnu(memory="{cpu: 20, memory: 20}", target="{cpu: 100, memory: 100}"))
