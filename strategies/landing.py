@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import itertools
 from bisect import bisect_left
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
@@ -182,26 +182,27 @@ class LandingPredictor:
     def max_risk(self) -> float:
         return self._max_risk
 
-    def destinations(self) -> list[str]:
-        """The nodes a landing may relieve onto, room permitting (of any pool)."""
-        return [name for name, good in zip(self._model.names, self._destination, strict=True) if good]
-
-    def mass_on(self, pod: Pod, source: str, usage_m: int, nodes: Collection[str]) -> tuple[float, str | None]:
-        """The probability that ``pod``'s replacement lands on one of ``nodes`` where the landing is otherwise
-        good (its CPU room fits): what the landing risk does not count when those nodes refuse the pod for
-        another reason. With the likeliest such node (None: no chance)."""
-        s = self._index[source]
-        wanted = {i for n in nodes if (i := self._index.get(n)) is not None and self._kind(i, s, usage_m) == _OK}
-        if not wanted:
-            return 0.0, None
+    def mass_refused(
+        self, pod: Pod, source: str, usage_m: int, refusal: Callable[[str], str | None]
+    ) -> tuple[float, str | None]:
+        """The probability that ``pod``'s replacement, evicted from ``source`` now, lands where the landing is
+        otherwise good (a destination with the CPU room) but ``refusal`` names a reason against it: what the
+        landing risk leaves out when a destination refuses the pod for another resource. With the reason of
+        the likeliest such node (None: no chance). ``refusal`` is asked only of nodes with some chance."""
         found = self._groups(pod, source)
-        mass, likeliest = 0.0, None
+        s = self._index[source]
+        mass, first = 0.0, None
         for group in found.groups:
-            hits = sorted(i for i in found.members(group) if i in wanted)
-            mass += group.probability * len(hits)
-            if hits and likeliest is None and group.probability > 0:
-                likeliest = self._model.names[hits[0]]
-        return mass, likeliest
+            if group.probability <= 0:
+                continue
+            for i in sorted(found.members(group)):
+                if self._kind(i, s, usage_m) != _OK:
+                    continue
+                why = refusal(self._model.names[i])
+                if why is not None:
+                    mass += group.probability
+                    first = first or why
+        return mass, first
 
     def commit(self, pod: Pod, landing: str, usage_m: int) -> None:
         """The move is planned: the replacement is bound to ``landing`` and uses its room."""

@@ -412,19 +412,16 @@ class _Destinations:
         """The predictor weighs CPU room alone: a landing on a destination the move would put over its memory or
         pods target relieves nothing either, so its probability adds to the landing risk."""
         assert self.extra is not None and self.predictor is not None and landing.node is not None
-        refusals = {}
-        for name in self.predictor.destinations():
-            why = self.extra.refusal(name, candidate.pod)
-            if why is not None:
-                refusals[name] = why
-        if landing.node in refusals:
+        extra, pod = self.extra, candidate.pod
+        refused = extra.refusal(landing.node, pod)
+        if refused is not None:
             self.no_room = True
-            return None, f"predicted to land on {landing.node}, but the move {refusals[landing.node]}"
-        mass, likeliest = self.predictor.mass_on(candidate.pod, node, candidate.usage_m, refusals)
+            return None, f"predicted to land on {landing.node}, but the move {refused}"
+        mass, likeliest = self.predictor.mass_refused(pod, node, candidate.usage_m, lambda n: extra.refusal(n, pod))
         if likeliest is None:
             return landing.node, landing.reason
         risk, cap = landing.risk + mass, self.predictor.max_risk
-        over = f"{percent(mass)} on destinations the move would put over a target (it {refusals[likeliest]})"
+        over = f"{percent(mass)} on destinations the move would put over a target (it {likeliest})"
         if risk > cap + TOLERANCE:
             self.no_room = True
             return None, f"predicted landing risk {percent(risk)} > maxLandingRisk {percent(cap)}: {over}"
