@@ -65,7 +65,7 @@ def resource_band(
 ) -> ResourceBand:
     """One pool's band of ``resource``: absolute, or around the mean of the pool's known nodes."""
     if not deviation:
-        return ResourceBand(resource, low, high, f"{resource}: below {low:g}% cold, above {high:g}% hot")
+        return ResourceBand(resource, low, high, f"pool {pool}: below {low:g}% cold, above {high:g}% hot")
     pcts = []
     for name in snapshot.nodes:
         if snapshot.pool_of[name] == pool:
@@ -73,10 +73,10 @@ def resource_band(
             if used is not None and allocatable > 0:
                 pcts.append(100.0 * used / allocatable)
     if not pcts:
-        return ResourceBand(resource, 0.0, 100.0, f"{resource}: no node with known usage, no mean")
+        return ResourceBand(resource, 0.0, 100.0, f"no node of pool {pool} with known {resource}, no mean")
     mean = sum(pcts) / len(pcts)
     lo, hi = max(0.0, mean - low), min(100.0, mean + high)
-    text = f"{resource}: mean {mean:.1f}% - {low:g} = {lo:.1f}% cold, mean + {high:g} = {hi:.1f}% hot"
+    text = f"pool {pool}: mean {mean:.1f}% - {low:g} = {lo:.1f}% cold, mean + {high:g} = {hi:.1f}% hot"
     return ResourceBand(resource, lo, hi, text)
 
 
@@ -120,18 +120,24 @@ def combined_class(cpu: NodeClass, found: Iterable[ResourceUse]) -> NodeClass:
     return NodeClass.COLD if all(c is NodeClass.COLD for c in classes) else NodeClass.NORMAL
 
 
-def combined_reason(node_class: NodeClass, cpu_class: NodeClass, cpu_reason: str, found: Iterable[ResourceUse]) -> str:
+def combined_reason(
+    node_class: NodeClass,
+    cpu_class: NodeClass,
+    cpu_reason: str,
+    bands: Iterable[ResourceBand],
+    found: Iterable[ResourceUse],
+) -> str:
     """The reasons of the resources that make the class: the hot ones for a hot node, every one otherwise."""
     parts = [] if node_class is NodeClass.HOT and cpu_class is not NodeClass.HOT else [f"CPU {cpu_reason}"]
-    for use in found:
+    for band, use in zip(bands, found, strict=True):
         assert use.pct is not None
         own = _class_of(use.pct, use.low_pct, use.high_pct)
         if node_class is NodeClass.HOT and own is not NodeClass.HOT:
             continue
         if own is NodeClass.HOT:
-            parts.append(f"{use.resource} {use.pct:.1f}% > target {use.high_pct:.1f}%")
+            parts.append(f"{use.resource} {use.pct:.1f}% > target {use.high_pct:.1f}% ({band.explanation})")
         elif own is NodeClass.COLD:
-            parts.append(f"{use.resource} {use.pct:.1f}% < threshold {use.low_pct:.1f}%")
+            parts.append(f"{use.resource} {use.pct:.1f}% < threshold {use.low_pct:.1f}% ({band.explanation})")
         else:
             parts.append(f"{use.resource} {use.pct:.1f}% within [{use.low_pct:.1f}%, {use.high_pct:.1f}%]")
     return "; ".join(parts)

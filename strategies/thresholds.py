@@ -266,7 +266,7 @@ class NodeClasses:
             if band.extra:
                 cpu_class, node_class = node_class, self.of[name]
                 unknown = unknown_reason(snapshot, name, band.extra)
-                reason = unknown or combined_reason(node_class, cpu_class, reason, others)
+                reason = unknown or combined_reason(node_class, cpu_class, reason, band.extra, others)
         return NodeDecision(
             strategy=self._strategy,
             node=name,
