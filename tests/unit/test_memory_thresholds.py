@@ -251,3 +251,15 @@ def test_memory_alone_may_make_nodes_hot() -> None:
     assert classes(run(text, NODES[:2], [], usage)) == {"a": NodeClass.HOT, "b": NodeClass.COLD}
     with pytest.raises(ConfigError, match=r"targetThresholds\.cpu: 100 makes no node hot"):
         policy(lnu(memory="{cpu: 20, memory: 20}", target="{cpu: 100, memory: 100}"))
+
+
+def test_deviation_thresholds_take_each_resources_pool_mean() -> None:
+    text = lnu("useDeviationThresholds: true", memory="{cpu: 10, memory: 10}", target="{cpu: 10, memory: 10}")
+    usage = report({"a": (4_000, 9 * GI), "b": (4_000, 5 * GI)}, {})
+    plan = run(text, NODES[:2], [], usage)
+    # CPU 40% on both (mean 40%: neither hot nor cold); memory mean 70%: a 90% > 80% hot, b 50% < 60% cold
+    assert classes(plan) == {"a": NodeClass.HOT, "b": NodeClass.NORMAL}
+    assert (
+        "memory 90.0% > target 80.0% (pool default: mean 70.0% - 10 = 60.0% cold"
+        in plan.results[0].node_decisions[0].reason
+    )
