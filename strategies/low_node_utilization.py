@@ -28,8 +28,16 @@ from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
 from strategies.by_requests import UsageBasis, view
 from strategies.candidates import BudgetLedger, Candidate, screen
-from strategies.landing import TOLERANCE, Landing, LandingPredictor, LandingVerdict, guard_marks, percent
-from strategies.placement import Placement, RoomTracker
+from strategies.every_target import (
+    UNKNOWN_MEMORY,
+    amount_of,
+    cpu_of,
+    landing_under_every_target,
+    placement_under_every_target,
+    split_unknown_memory,
+)
+from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
+from strategies.placement import RoomTracker
 from strategies.resources import Excess, ExtraRoom, amount_text, bands_named, pod_amount
 from strategies.thresholds import (
     Band,
@@ -337,8 +345,8 @@ class LowNodeUtilization:
                 break
             picked = None
             excess = over.amounts[resource]
-            amount = _amount(snapshot, resource)
-            movable = pool if amount is _cpu else [c for c in pool if amount(c) > 0]  # CPU: screened for usage
+            amount = amount_of(snapshot, resource)
+            movable = pool if amount is cpu_of else [c for c in pool if amount(c) > 0]  # CPU: screened for usage
             for candidate in _ordered(movable, excess, amount):
                 pool.remove(candidate)
                 blocked = ledger.blocker(candidate.pod)  # earlier choices may have spent its budget
@@ -396,50 +404,17 @@ class _Destinations:
         self.lands_back = False
         placement = self.tracker.find(candidate.pod, candidate.usage_m, exclude=(node,))
         if self.extra is not None and placement.node is not None:
-            placement = self._under_every_target(candidate, node, placement)
+            placement = placement_under_every_target(self.tracker, self.extra, candidate, node, placement)
         if self.predictor is None or placement.node is None:  # no cold node has room: no prediction needed
             self.no_room |= placement.node is None
             return placement.node, placement.reason
         landing: Landing = self.predictor.land(candidate.pod, node, candidate.usage_m)
+        if landing.node is not None and self.extra is not None:
+            landing = landing_under_every_target(self.predictor, self.extra, candidate, node, landing)
         self.no_room |= landing.refused in (LandingVerdict.NO_ROOM, LandingVerdict.UNSCHEDULABLE)
         self.landed_wrong |= landing.refused in (LandingVerdict.BACK, LandingVerdict.ELSEWHERE)
         self.lands_back = landing.refused is LandingVerdict.BACK
-        if landing.node is not None and self.extra is not None:
-            return self._landing_under_every_target(candidate, node, landing)
         return landing.node, landing.reason
-
-    def _landing_under_every_target(self, candidate: Candidate, node: str, landing: Landing) -> tuple[str | None, str]:
-        """The predictor weighs CPU room alone: a landing on a destination the move would put over its memory or
-        pods target relieves nothing either, so its probability adds to the landing risk."""
-        assert self.extra is not None and self.predictor is not None and landing.node is not None
-        extra, pod = self.extra, candidate.pod
-        refused = extra.refusal(landing.node, pod)
-        if refused is not None:
-            self.no_room = True
-            return None, f"predicted to land on {landing.node}, but the move {refused}"
-        mass, likeliest = self.predictor.mass_refused(pod, node, candidate.usage_m, lambda n: extra.refusal(n, pod))
-        if likeliest is None:
-            return landing.node, landing.reason
-        risk, cap = landing.risk + mass, self.predictor.max_risk
-        over = f"{percent(mass)} on destinations the move would put over a target (it {likeliest})"
-        if risk > cap + TOLERANCE:
-            self.no_room = True
-            return None, f"predicted landing risk {percent(risk)} > maxLandingRisk {percent(cap)}: {over}"
-        return landing.node, f"{landing.reason}; {over}"
-
-    def _under_every_target(self, candidate: Candidate, node: str, placement: Placement) -> Placement:
-        """The first destination with CPU room that keeps memory and pods under their targets too."""
-        assert self.extra is not None
-        excluded = {node}
-        first_refusal = None
-        while placement.node is not None:
-            refused = self.extra.refusal(placement.node, candidate.pod)
-            if refused is None:
-                return placement
-            first_refusal = first_refusal or refused
-            excluded.add(placement.node)
-            placement = self.tracker.find(candidate.pod, candidate.usage_m, exclude=excluded)
-        return Placement(None, f"no destination keeps every resource under target: the move {first_refusal}")
 
     def commit(self, candidate: Candidate, room_on: str) -> None:
         if room_on in self.tracker:  # a normal node a replacement lands on is the predictor's alone
@@ -460,31 +435,18 @@ def _why_none(snapshot: ClusterSnapshot, node: str, had_candidates: bool, destin
     return Unrelieved.NO_EVICTABLE_POD
 
 
-def _cpu(candidate: Candidate) -> int:
-    return candidate.usage_m
-
-
-def _amount(snapshot: ClusterSnapshot, resource: str) -> Callable[[Candidate], int]:
-    """How much of ``resource`` moving a candidate takes off its node (its CPU usage, memory, one pod)."""
-    if resource == "cpu":
-        return _cpu
-    return lambda c: pod_amount(snapshot, c.pod, resource) or 0
-
-
 def _known_memory(
     pool: list[Candidate], snapshot: ClusterSnapshot, node: str, records: list[PodDecision]
 ) -> list[Candidate]:
-    """The candidates of known memory; the others are passed over: a destination's memory room under its
-    target cannot be told with them (missing is never read as zero)."""
-    why = "memory usage unknown (missing is never read as zero): no destination's memory room can be told"
-    records.extend(_passed(c, node, why) for c in pool if snapshot.memory_of(c.pod) is None)
-    return [c for c in pool if snapshot.memory_of(c.pod) is not None]
+    known, unknown = split_unknown_memory(pool, snapshot)
+    records.extend(_passed(c, node, UNKNOWN_MEMORY) for c in unknown)
+    return known
 
 
-def _ordered(pool: list[Candidate], excess: int, amount: Callable[[Candidate], int] = _cpu) -> list[Candidate]:
+def _ordered(pool: list[Candidate], excess: int, amount: Callable[[Candidate], int] = cpu_of) -> list[Candidate]:
     """Fewest evictions first: if one pod can cover the excess, the preferred one among those that can
     (closest fit on ties); otherwise the biggest pods first, so that the count stays minimal."""
-    if amount is _cpu:  # the usual case, without a call per key (a 150,000-pod plan sorts often)
+    if amount is cpu_of:  # the usual case, without a call per key (a 150,000-pod plan sorts often)
         covering = [c for c in pool if c.usage_m >= excess]
         covering.sort(key=lambda c: (*c.preference[:3], c.usage_m, c.preference[3]))
         rest = [c for c in pool if c.usage_m < excess]
