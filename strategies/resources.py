@@ -12,28 +12,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
 
 from rebalancer.domain.model import Pod
 from rebalancer.domain.quantity import bytes_text, cores_text
 from rebalancer.planning.plan import NodeClass, ResourceUse
 from rebalancer.planning.snapshot import ClusterSnapshot
 
-Extra = Literal["memory", "pods"]
-EXTRA: tuple[Extra, ...] = ("memory", "pods")
-
 
 @dataclass(frozen=True, slots=True)
 class ResourceBand:
     """Effective percentages of one resource other than CPU, for one pool."""
 
-    resource: Extra
+    resource: str  # memory or pods
     low_pct: float
     high_pct: float
     explanation: str
 
 
-def node_amount(snapshot: ClusterSnapshot, name: str, resource: Extra) -> tuple[int | None, int, str | None]:
+def node_amount(snapshot: ClusterSnapshot, name: str, resource: str) -> tuple[int | None, int, str | None]:
     """The node's use of ``resource`` (None: unknown), its allocatable amount, and why unknown."""
     load, node = snapshot.load[name], snapshot.nodes[name]
     if resource == "memory":
@@ -61,7 +57,7 @@ def amount_text(resource: str, amount: float) -> str:
 
 
 def resource_band(
-    snapshot: ClusterSnapshot, pool: str, resource: Extra, low: float, high: float, deviation: bool
+    snapshot: ClusterSnapshot, pool: str, resource: str, low: float, high: float, deviation: bool
 ) -> ResourceBand:
     """One pool's band of ``resource``: absolute, or around the mean of the pool's known nodes."""
     if not deviation:

@@ -157,7 +157,7 @@ def pool_bands(
         deviation = settings.effective_deviation(deviation_default)
         highs = dict(settings.target_thresholds.extra())
         extra = tuple(
-            resource_band(snapshot, pool, resource, low, highs[resource], deviation)  # type: ignore[arg-type]
+            resource_band(snapshot, pool, resource, low, highs[resource], deviation)
             for resource, low in settings.thresholds.extra()
             if resource in highs
         )
