@@ -38,7 +38,7 @@ from strategies.every_target import (
 )
 from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
 from strategies.placement import RoomTracker
-from strategies.resources import Excess, ExtraRoom, amount_text, bands_named, pod_amount
+from strategies.resources import Excess, ExtraRoom, amount_text, bands_named, hot_text, pod_amount
 from strategies.thresholds import (
     Band,
     NodeClasses,
@@ -491,7 +491,7 @@ def _eviction(
         pool=decision.pool,
         workload=pod.workload,
         usage_m=candidate.usage_m,
-        reason=f"node {decision.node} hot ({usage_word} {decision.usage_pct:.1f}% > {decision.high_pct:.1f}%): {reason}",
+        reason=f"node {decision.node} hot ({hot_text(decision, usage_word)}): {reason}",
         room_on=room_on,
         landing=landing,
     )

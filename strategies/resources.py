@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from rebalancer.domain.model import Pod
 from rebalancer.domain.quantity import bytes_text, cores_text
-from rebalancer.planning.plan import NodeClass, ResourceUse
+from rebalancer.planning.plan import NodeClass, NodeDecision, ResourceUse
 from rebalancer.planning.snapshot import ClusterSnapshot
 
 
@@ -141,6 +141,18 @@ def combined_reason(
 
 def bands_named(bands: Iterable[ResourceBand]) -> tuple[str, ...]:
     return tuple(band.resource for band in bands)
+
+
+def hot_text(decision: NodeDecision, usage_word: str) -> str:
+    """What is over target on a hot node: "usage 85.0% > 70.0%", "memory 90.0% > 80.0%", or both."""
+    pct, high = decision.usage_pct or 0.0, decision.high_pct or 0.0
+    parts = [f"{usage_word} {pct:.1f}% > {high:.1f}%"] if not decision.others or pct > high else []
+    parts += [
+        f"{use.resource} {use.pct:.1f}% > {use.high_pct:.1f}%"
+        for use in decision.others
+        if use.pct is not None and use.pct > use.high_pct
+    ]
+    return ", ".join(parts)
 
 
 def cap(allocatable: int, pct: float) -> int:

@@ -92,6 +92,7 @@ def test_a_memory_hot_node_with_cool_cpu_sheds_its_memory_heavy_pod(
     assert "memory 87.5% > target 80.0%" in by_node["mem-1"].reason
     assert [(e.name, e.node) for e in found.evictions] == [("cache-0", "mem-1")]
     assert found.evictions[0].room_on in {"cold-1", "cold-2"}
+    assert found.evictions[0].reason.startswith("node mem-1 hot (memory 87.5% > 80.0%): memory 8.00 GiB covers")
     chosen = next(d for d in result.pod_decisions if d.name == "cache-0")
     assert "memory 8.00 GiB covers the remaining 1.20 GiB above target" in chosen.reason
 
