@@ -10,6 +10,14 @@ committed to the most probable such node, so ``room_on`` and ``landing`` name th
 strategy of the cycle sees the load where it will most probably be. Without prediction, ``room_on``
 is any cold node with room (a :class:`~strategies.placement.RoomTracker` search) and ``landing`` is None:
 the room is bookkept, but nothing says the scheduler will use it.
+
+Before the peak. With ``classifyBy: predicted`` and the pods' daily profiles (``predictor.nodePeak:
+coincident``) a node is hot when its coincident peak is over target; the pods moved first are those whose
+profiles make that peak (the most relief of the node's peak, :meth:`PredictedLoad.peak_after`, not the
+pod's own peak), and a destination is accepted only when its coincident peak with the pod stays under its
+target. The targets of the nodes the plan leaves under them are kept for the rest of the cycle
+(``StrategyResult.peak_caps``): a later strategy of the same cycle, a reactive one included, never moves a
+pod onto such a node past its target (a node still predicted over target is not capped: nothing to keep).
 """
 
 from __future__ import annotations
@@ -21,9 +29,11 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from rebalancer.domain.model import PodKey
 from rebalancer.domain.quantity import cores_text
 from rebalancer.domain.settings.shared import FieldProblems
 from rebalancer.planning.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult, Unrelieved
+from rebalancer.planning.predicted import PredictedLoad
 from rebalancer.planning.protections import Protections
 from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
@@ -206,14 +216,19 @@ class LowNodeUtilization:
         predictor = self._predictor(snapshot, classes, caps, hot_names) if hot and s.predict_placement else None
         evictions: list[PlannedEviction] = []
         pod_decisions: list[PodDecision] = []
+        peak_caps = _peak_caps(classes) if self._coincident(snapshot) else {}
+        peaks = snapshot.predicted.with_caps(peak_caps) if snapshot.predicted is not None else None
         for decision in hot:
             tracker = trackers[decision.pool if s.destinations_in_same_pool else ""]
-            destinations = _Destinations(tracker, predictor)
+            destinations = _Destinations(tracker, predictor, peaks, coincident=bool(peak_caps))
             chosen, records, why_none = self._relieve(decision, snapshot, protections, ledger, destinations)
             evictions.extend(chosen)
             pod_decisions.extend(records)
             if why_none is not None:
                 unrelieved[decision.node] = why_none
+            peaks = destinations.peaks
+        if peaks is not None:  # later strategies keep under target the nodes the plan leaves under it
+            peak_caps = {n: cap for n, cap in peak_caps.items() if peaks.node_cpu_m.get(n, cap + 1) <= cap}
         capped = {d.node for d in pod_decisions if d.reason.startswith(CAP_REACHED)}
         if capped:
             notes.append(
@@ -222,7 +237,14 @@ class LowNodeUtilization:
                 "strategy's evictions from a node"
             )
         ordered = classes.reported(e.room_on for e in evictions)
-        return StrategyResult(KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes), unrelieved)
+        return StrategyResult(
+            KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes), unrelieved, peak_caps=peak_caps
+        )
+
+    def _coincident(self, snapshot: ClusterSnapshot) -> bool:
+        """Plans on the nodes' coincident peaks: classifyBy predicted with the pods' daily profiles."""
+        predicted = snapshot.predicted
+        return self.settings.classify_by == "predicted" and predicted is not None and predicted.book is not None
 
     def _active_pools(
         self, snapshot: ClusterSnapshot, classes: NodeClasses, notes: list[str], inactive: dict[str, Unrelieved]
@@ -305,11 +327,16 @@ class LowNodeUtilization:
         limit = self.settings.max_no_of_pods_to_evict_per_node
         chosen: list[PlannedEviction] = []
         had_candidates = bool(pool)
+        relief = _Relief(destinations.peaks, node) if destinations.coincident else None
+        if relief is not None:
+            excess = relief.excess(target_m, excess)
+            pool = relief.coinciding(pool, records)
         while excess > 0 and pool:
             if limit is not None and len(chosen) >= limit:
                 break
             picked = None
-            for candidate in _ordered(pool, excess):
+            sizes = relief.sizes(pool) if relief is not None else None
+            for candidate in _ordered(pool, excess, sizes):
                 pool.remove(candidate)
                 blocked = ledger.blocker(candidate.pod)  # earlier choices may have spent its budget
                 if blocked is not None:
@@ -320,9 +347,10 @@ class LowNodeUtilization:
                     records.append(_passed(candidate, node, why, lands_back=destinations.lands_back))
                     continue
                 picked = candidate
-                destinations.commit(candidate, room_on)
+                destinations.commit(candidate, node, room_on)
                 ledger.take(candidate.pod)
-                reason = _why_chosen(candidate, excess, why)
+                size = sizes[candidate.pod.key] if sizes is not None else candidate.usage_m
+                reason = _why_chosen(size, excess, why, "relief of the node's predicted peak" if sizes else "usage")
                 landing = room_on if destinations.predictor is not None else None
                 usage_word = _USAGE_WORDS[self.settings.classify_by]
                 chosen.append(_eviction(candidate, decision, reason, room_on, landing, usage_word))
@@ -337,7 +365,10 @@ class LowNodeUtilization:
                         candidate.usage_m,
                     )
                 )
-                excess -= candidate.usage_m
+                excess -= size
+                if relief is not None:
+                    relief.peaks = destinations.peaks
+                    excess = relief.excess(target_m, excess)
                 break
             if picked is None:
                 break
@@ -356,6 +387,8 @@ class _Destinations:
 
     tracker: RoomTracker
     predictor: LandingPredictor | None
+    peaks: PredictedLoad | None = None  # the predicted load with the moves planned so far, and its peak caps
+    coincident: bool = False  # plans on coincident peaks: the pods chosen by how much they lower the node's
     no_room: bool = False  # some candidate found no cold node with room
     landed_wrong: bool = False  # some candidate's replacement risked landing back or off the cold nodes
     lands_back: bool = False  # the last candidate found was refused because its replacement would land back
@@ -365,18 +398,72 @@ class _Destinations:
         placement = self.tracker.find(candidate.pod, candidate.usage_m, exclude=(node,))
         if self.predictor is None or placement.node is None:  # no cold node has room: no prediction needed
             self.no_room |= placement.node is None
-            return placement.node, placement.reason
+            return self._within_peak_cap(candidate, placement.node, placement.reason)
         landing: Landing = self.predictor.land(candidate.pod, node, candidate.usage_m)
         self.no_room |= landing.refused in (LandingVerdict.NO_ROOM, LandingVerdict.UNSCHEDULABLE)
         self.landed_wrong |= landing.refused in (LandingVerdict.BACK, LandingVerdict.ELSEWHERE)
         self.lands_back = landing.refused is LandingVerdict.BACK
-        return landing.node, landing.reason
+        return self._within_peak_cap(candidate, landing.node, landing.reason)
 
-    def commit(self, candidate: Candidate, room_on: str) -> None:
+    def _within_peak_cap(self, candidate: Candidate, room_on: str | None, why: str) -> tuple[str | None, str]:
+        """``room_on`` unless the pod would take its predicted peak past the cap a strategy that relieves
+        nodes before their peak set on it (unknown peaks are not refused here: classes already say unknown)."""
+        peaks = self.peaks
+        if (
+            room_on is None
+            or peaks is None
+            or room_on not in peaks.peak_caps
+            or not peaks.coincident(candidate.pod.key)
+        ):
+            return room_on, why
+        cap = peaks.peak_caps[room_on]
+        peak = peaks.peak_after(room_on, add=(candidate.pod.key,))
+        if peak is not None and peak > cap:
+            self.no_room = True
+            return None, f"{room_on}'s predicted peak would reach {peak}m with it > {cap}m (kept under target)"
+        return room_on, why
+
+    def commit(self, candidate: Candidate, source: str, room_on: str) -> None:
         if room_on in self.tracker:  # a normal node a replacement lands on is the predictor's alone
             self.tracker.commit(room_on, candidate.pod, candidate.usage_m)
         if self.predictor is not None:
             self.predictor.commit(candidate.pod, room_on, candidate.usage_m)
+        if self.peaks is not None:
+            self.peaks = self.peaks.moved(candidate.pod.key, source, room_on)
+
+
+@dataclass(slots=True)
+class _Relief:
+    """How much moving each pod off ``node`` lowers the node's coincident peak, with the moves planned so far."""
+
+    peaks: PredictedLoad | None
+    node: str
+
+    def excess(self, target_m: int, fallback: int) -> int:
+        peak = self.peaks.peak_after(self.node) if self.peaks is not None else None
+        return fallback if peak is None else peak - target_m
+
+    def sizes(self, pool: list[Candidate]) -> dict[PodKey, int]:
+        peaks = self.peaks
+        now = peaks.peak_after(self.node) if peaks is not None else None
+        sizes = {}
+        for c in pool:
+            after = peaks.peak_after(self.node, remove=(c.pod.key,)) if peaks is not None else None
+            sizes[c.pod.key] = c.usage_m if now is None or after is None else now - after
+        return sizes
+
+    def coinciding(self, pool: list[Candidate], records: list[PodDecision]) -> list[Candidate]:
+        """The candidates whose move lowers the node's peak; the others are passed over, saying so."""
+        sizes = self.sizes(pool)
+        kept = [c for c in pool if sizes[c.pod.key] > 0]
+        records.extend(
+            _passed(
+                c, self.node, "its daily profile does not make the node's predicted peak: moving it would not lower it"
+            )
+            for c in pool
+            if sizes[c.pod.key] <= 0
+        )
+        return kept
 
 
 def _why_none(snapshot: ClusterSnapshot, node: str, had_candidates: bool, destinations: _Destinations) -> Unrelieved:
@@ -389,19 +476,29 @@ def _why_none(snapshot: ClusterSnapshot, node: str, had_candidates: bool, destin
     return Unrelieved.NO_EVICTABLE_POD
 
 
-def _ordered(pool: list[Candidate], excess: int) -> list[Candidate]:
+def _ordered(pool: list[Candidate], excess: int, sizes: dict[PodKey, int] | None = None) -> list[Candidate]:
     """Fewest evictions first: if one pod can cover the excess, the preferred one among those that can
-    (closest fit on ties); otherwise the biggest pods first, so that the count stays minimal."""
-    covering = [c for c in pool if c.usage_m >= excess]
-    covering.sort(key=lambda c: (*c.preference[:3], c.usage_m, c.preference[3]))
-    rest = [c for c in pool if c.usage_m < excess]
-    rest.sort(key=lambda c: (-c.usage_m, c.preference))
+    (closest fit on ties); otherwise the biggest pods first, so that the count stays minimal. ``sizes``:
+    what each pod's move takes off the excess (default: its usage)."""
+
+    def size(c: Candidate) -> int:
+        return c.usage_m if sizes is None else sizes[c.pod.key]
+
+    covering = [c for c in pool if size(c) >= excess]
+    covering.sort(key=lambda c: (*c.preference[:3], size(c), c.preference[3]))
+    rest = [c for c in pool if size(c) < excess]
+    rest.sort(key=lambda c: (-size(c), c.preference))
     return covering + rest
 
 
-def _why_chosen(candidate: Candidate, excess: int, room: str) -> str:
-    covers = "covers" if candidate.usage_m >= excess else "reduces"
-    return f"usage {cores_text(candidate.usage_m)} {covers} the remaining {cores_text(excess)} above target; {room}"
+def _why_chosen(size: int, excess: int, room: str, what: str = "usage") -> str:
+    covers = "covers" if size >= excess else "reduces"
+    return f"{what} {cores_text(size)} {covers} the remaining {cores_text(excess)} above target; {room}"
+
+
+def _peak_caps(classes: NodeClasses) -> dict[str, int]:
+    """Every node's target, as a predicted peak no move of this cycle may take it past."""
+    return {name: classes.cap_m(name) for name in classes.of}
 
 
 def _stop_reason(excess: int, limit: int | None, chosen: int) -> str:

@@ -4,6 +4,12 @@ LowNodeUtilization's ``classifyBy`` chooses what "usage" means for its classific
 room search: ``current`` (the window statistic read now), ``predicted`` (the predictor's next peak), or
 ``max`` (the higher of the two, per node and per pod). Unknown stays unknown: a node (or pod) whose
 prediction is unknown is unknown in ``predicted`` and ``max`` mode, never hot, cold or movable.
+
+With the pods' daily profiles at hand (``book``, ``nodePeak: coincident``) a node's predicted load is its
+coincident peak, and a planned move re-predicts the two nodes it touches from the profiles of the pods they
+then hold (:meth:`PredictedLoad.moved`, :meth:`PredictedLoad.peak_after`): a pod that does not peak with its
+node relieves less than its own peak. ``peak_caps`` are the predicted peaks no planned move may take a
+node above (set by a strategy that relieves nodes before their peak, read by every later one).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 from rebalancer.domain.model import PodKey
 
 if TYPE_CHECKING:
+    from rebalancer.planning.predict.node_peak import PeakBook
     from rebalancer.planning.predict.predictor import Prediction
 
 ClassifyBy = Literal["current", "predicted", "max"]
@@ -32,13 +39,16 @@ class PredictedLoad:
     pod_cpu_m: Mapping[PodKey, int] = field(default_factory=dict)
     failure: str | None = None  # the prediction could not be made: predictive strategies evict nothing
     description: str = ""
+    book: PeakBook | None = None  # the pods' profiles on the nodes the prediction saw (never changed)
+    moves: Mapping[PodKey, str | None] = field(default_factory=dict)  # planned this cycle: pod -> destination
+    peak_caps: Mapping[str, int] = field(default_factory=dict)  # node -> highest predicted peak a move may leave
 
     @classmethod
     def failed(cls, reason: str) -> PredictedLoad:
         return cls(failure=reason)
 
     @classmethod
-    def from_prediction(cls, prediction: Prediction, description: str) -> PredictedLoad:
+    def from_prediction(cls, prediction: Prediction, description: str, book: PeakBook | None = None) -> PredictedLoad:
         nodes: dict[str, int] = {}
         unknown: dict[str, str] = {}
         for n in prediction.nodes:
@@ -51,10 +61,42 @@ class PredictedLoad:
             else:
                 unknown[n.node] = "prediction unknown: the node reports no allocatable CPU"
         pods = {p.key: round(p.cpu_m) for p in prediction.pods if p.cpu_m is not None}
-        return cls(MappingProxyType(nodes), MappingProxyType(unknown), MappingProxyType(pods), None, description)
+        return cls(MappingProxyType(nodes), MappingProxyType(unknown), MappingProxyType(pods), None, description, book)
+
+    def coincident(self, pod: PodKey) -> bool:
+        """The pod's node is predicted by its coincident peak, which moves re-predict."""
+        return self.book is not None and self.book.node_of(pod) is not None
+
+    def peak_after(self, node: str, add: tuple[PodKey, ...] = (), remove: tuple[PodKey, ...] = ()) -> int | None:
+        """The node's coincident peak with this cycle's planned moves, ``add`` on it and ``remove`` off it
+        (None: no profiles, or a pod on it is unknown)."""
+        if self.book is None:
+            return None
+        book = self.book
+        here = [k for k, to in self.moves.items() if to == node and book.node_of(k) != node]
+        gone = [k for k, to in self.moves.items() if to != node and book.node_of(k) == node]
+        found = self.book.peak_with(node, add=[*here, *add], remove=[*gone, *remove])
+        return None if found is None else round(found[0])
+
+    def with_caps(self, caps: Mapping[str, int]) -> PredictedLoad:
+        merged = dict(self.peak_caps)
+        for node, cap in caps.items():
+            merged[node] = min(cap, merged.get(node, cap))
+        return replace(self, peak_caps=MappingProxyType(merged))
 
     def moved(self, pod: PodKey, source: str, destination: str | None) -> PredictedLoad:
-        """After a planned eviction: the pod's predicted load leaves ``source`` and lands on ``destination``."""
+        """After a planned eviction: the pod's predicted load leaves ``source`` and lands on ``destination``
+        (with profiles: both nodes re-predicted by their coincident peak)."""
+        if self.coincident(pod):
+            moves = {**self.moves, pod: destination}
+            after = replace(self, moves=MappingProxyType(moves))
+            nodes = dict(self.node_cpu_m)
+            for node in (source, destination):
+                if node is not None and node in nodes:
+                    value = after.peak_after(node)
+                    if value is not None:
+                        nodes[node] = value
+            return replace(after, node_cpu_m=MappingProxyType(nodes))
         usage = self.pod_cpu_m.get(pod)
         if usage is None:
             return self
