@@ -12,12 +12,11 @@ is any cold node with room (a :class:`~strategies.placement.RoomTracker` search)
 the room is bookkept, but nothing says the scheduler will use it.
 
 Before the peak. With ``classifyBy: predicted`` and the pods' daily profiles (``predictor.nodePeak:
-coincident``) a node is hot when its coincident peak is over target; the pods moved first are those whose
-profiles make that peak (the most relief of the node's peak, :meth:`PredictedLoad.peak_after`, not the
-pod's own peak), and a destination is accepted only when its coincident peak with the pod stays under its
-target. The targets of the nodes the plan leaves under them are kept for the rest of the cycle
-(``StrategyResult.peak_caps``): a later strategy of the same cycle, a reactive one included, never moves a
-pod onto such a node past its target (a node still predicted over target is not capped: nothing to keep).
+coincident``) the strategy relieves nodes before their coincident peak (:mod:`strategies.before_peak`):
+the pods that make the peak leave, a destination is accepted only when its predicted peak with the pod's
+replacement stays under target, and the targets of the nodes the plan leaves under them are kept for the
+rest of the cycle (``StrategyResult.peak_caps``): a later strategy of the same cycle, a reactive one
+included, never moves a pod onto such a node past its target.
 """
 
 from __future__ import annotations
@@ -25,18 +24,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from rebalancer.domain.model import PodKey
 from rebalancer.domain.quantity import cores_text
-from rebalancer.domain.settings.shared import FieldProblems
+from rebalancer.domain.settings.shared import Duration, FieldProblems
 from rebalancer.planning.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult, Unrelieved
 from rebalancer.planning.predicted import PredictedLoad
 from rebalancer.planning.protections import Protections
 from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
+from strategies.before_peak import PeakRelief, hold_until_due, over_peak_cap, peak_caps
 from strategies.by_requests import UsageBasis, view
 from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
@@ -125,6 +126,13 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         "cold, almost every pod is then passed over).",
     )
     percentage_of_nodes_to_score: int | None = percentage_of_nodes_to_score_field()
+    before_peak: Duration | None = Field(
+        default=None,
+        description="With classifyBy predicted and the pods' daily profiles (predictor.nodePeak coincident): "
+        "relieve a node predicted over target only from this long before its predicted peak's hour begins "
+        "until it ends (the pre-peak schedule); until then it is reported normal. null: whenever it is "
+        "predicted over target.",
+    )
 
     @model_validator(mode="after")
     def _thresholds_ordered(self) -> LowNodeUtilizationSettings:
@@ -143,6 +151,13 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
                 (f"predicted.{path}", message)
                 for path, message in self.predicted.band_problems(default, targets_select_hot=True)
             ]
+        if self.before_peak is not None:
+            if self.classify_by != "predicted":
+                problems.append(
+                    ("beforePeak", f"only read with classifyBy predicted; classifyBy is {self.classify_by}")
+                )
+            if not timedelta(0) < self.before_peak <= timedelta(days=1):
+                problems.append(("beforePeak", "must be more than 0 and at most 24h"))
         if problems:
             raise FieldProblems(problems)
         return self
@@ -193,6 +208,10 @@ class LowNodeUtilization:
         classes = NodeClasses(snapshot, KIND, bands, _class_of, _decider(s.classify_by))
         if snapshot.usage_failure:
             return StrategyResult(KIND, (), classes.decisions(), (), (f"no evictions: {snapshot.usage_failure}",))
+        coincident = self._coincident(snapshot)
+        if coincident and s.before_peak is not None and snapshot.predicted is not None:
+            hot_now = classes.named(NodeClass.HOT)
+            hold_until_due(classes, hot_now, snapshot.predicted, snapshot.taken_at, s.before_peak)
         notes: list[str] = []
         inactive: dict[str, Unrelieved] = {}
         active_pools = self._active_pools(snapshot, classes, notes, inactive)
@@ -216,11 +235,11 @@ class LowNodeUtilization:
         predictor = self._predictor(snapshot, classes, caps, hot_names) if hot and s.predict_placement else None
         evictions: list[PlannedEviction] = []
         pod_decisions: list[PodDecision] = []
-        peak_caps = _peak_caps(classes) if self._coincident(snapshot) else {}
-        peaks = snapshot.predicted.with_caps(peak_caps) if snapshot.predicted is not None else None
+        caps_kept = peak_caps(classes) if coincident else {}
+        peaks = snapshot.predicted.with_caps(caps_kept) if snapshot.predicted is not None else None
         for decision in hot:
             tracker = trackers[decision.pool if s.destinations_in_same_pool else ""]
-            destinations = _Destinations(tracker, predictor, peaks, coincident=bool(peak_caps))
+            destinations = _Destinations(tracker, predictor, peaks, coincident=coincident)
             chosen, records, why_none = self._relieve(decision, snapshot, protections, ledger, destinations)
             evictions.extend(chosen)
             pod_decisions.extend(records)
@@ -228,7 +247,7 @@ class LowNodeUtilization:
                 unrelieved[decision.node] = why_none
             peaks = destinations.peaks
         if peaks is not None:  # later strategies keep under target the nodes the plan leaves under it
-            peak_caps = {n: cap for n, cap in peak_caps.items() if peaks.node_cpu_m.get(n, cap + 1) <= cap}
+            caps_kept = {n: cap for n, cap in caps_kept.items() if peaks.node_cpu_m.get(n, cap + 1) <= cap}
         capped = {d.node for d in pod_decisions if d.reason.startswith(CAP_REACHED)}
         if capped:
             notes.append(
@@ -238,7 +257,7 @@ class LowNodeUtilization:
             )
         ordered = classes.reported(e.room_on for e in evictions)
         return StrategyResult(
-            KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes), unrelieved, peak_caps=peak_caps
+            KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes), unrelieved, peak_caps=caps_kept
         )
 
     def _coincident(self, snapshot: ClusterSnapshot) -> bool:
@@ -327,10 +346,11 @@ class LowNodeUtilization:
         limit = self.settings.max_no_of_pods_to_evict_per_node
         chosen: list[PlannedEviction] = []
         had_candidates = bool(pool)
-        relief = _Relief(destinations.peaks, node) if destinations.coincident else None
+        relief = PeakRelief(destinations.peaks, node) if destinations.coincident else None
         if relief is not None:
             excess = relief.excess(target_m, excess)
-            pool = relief.coinciding(pool, records)
+            pool, passed = relief.coinciding(pool)
+            records.extend(_passed(c, node, why) for c, why in passed)
         while excess > 0 and pool:
             if limit is not None and len(chosen) >= limit:
                 break
@@ -406,22 +426,13 @@ class _Destinations:
         return self._within_peak_cap(candidate, landing.node, landing.reason)
 
     def _within_peak_cap(self, candidate: Candidate, room_on: str | None, why: str) -> tuple[str | None, str]:
-        """``room_on`` unless the pod would take its predicted peak past the cap a strategy that relieves
-        nodes before their peak set on it (unknown peaks are not refused here: classes already say unknown)."""
-        peaks = self.peaks
-        if (
-            room_on is None
-            or peaks is None
-            or room_on not in peaks.peak_caps
-            or not peaks.coincident(candidate.pod.key)
-        ):
+        """``room_on`` unless the pod's replacement would take its predicted peak past the cap a strategy that
+        relieves nodes before their peak set on it."""
+        refused = over_peak_cap(self.peaks, candidate.pod.key, room_on) if room_on and self.peaks else None
+        if refused is None:
             return room_on, why
-        cap = peaks.peak_caps[room_on]
-        peak = peaks.peak_after(room_on, add=(candidate.pod.key,))
-        if peak is not None and peak > cap:
-            self.no_room = True
-            return None, f"{room_on}'s predicted peak would reach {peak}m with it > {cap}m (kept under target)"
-        return room_on, why
+        self.no_room = True
+        return None, refused
 
     def commit(self, candidate: Candidate, source: str, room_on: str) -> None:
         if room_on in self.tracker:  # a normal node a replacement lands on is the predictor's alone
@@ -430,40 +441,6 @@ class _Destinations:
             self.predictor.commit(candidate.pod, room_on, candidate.usage_m)
         if self.peaks is not None:
             self.peaks = self.peaks.moved(candidate.pod.key, source, room_on)
-
-
-@dataclass(slots=True)
-class _Relief:
-    """How much moving each pod off ``node`` lowers the node's coincident peak, with the moves planned so far."""
-
-    peaks: PredictedLoad | None
-    node: str
-
-    def excess(self, target_m: int, fallback: int) -> int:
-        peak = self.peaks.peak_after(self.node) if self.peaks is not None else None
-        return fallback if peak is None else peak - target_m
-
-    def sizes(self, pool: list[Candidate]) -> dict[PodKey, int]:
-        peaks = self.peaks
-        now = peaks.peak_after(self.node) if peaks is not None else None
-        sizes = {}
-        for c in pool:
-            after = peaks.peak_after(self.node, remove=(c.pod.key,)) if peaks is not None else None
-            sizes[c.pod.key] = c.usage_m if now is None or after is None else now - after
-        return sizes
-
-    def coinciding(self, pool: list[Candidate], records: list[PodDecision]) -> list[Candidate]:
-        """The candidates whose move lowers the node's peak; the others are passed over, saying so."""
-        sizes = self.sizes(pool)
-        kept = [c for c in pool if sizes[c.pod.key] > 0]
-        records.extend(
-            _passed(
-                c, self.node, "its daily profile does not make the node's predicted peak: moving it would not lower it"
-            )
-            for c in pool
-            if sizes[c.pod.key] <= 0
-        )
-        return kept
 
 
 def _why_none(snapshot: ClusterSnapshot, node: str, had_candidates: bool, destinations: _Destinations) -> Unrelieved:
@@ -494,11 +471,6 @@ def _ordered(pool: list[Candidate], excess: int, sizes: dict[PodKey, int] | None
 def _why_chosen(size: int, excess: int, room: str, what: str = "usage") -> str:
     covers = "covers" if size >= excess else "reduces"
     return f"{what} {cores_text(size)} {covers} the remaining {cores_text(excess)} above target; {room}"
-
-
-def _peak_caps(classes: NodeClasses) -> dict[str, int]:
-    """Every node's target, as a predicted peak no move of this cycle may take it past."""
-    return {name: classes.cap_m(name) for name in classes.of}
 
 
 def _stop_reason(excess: int, limit: int | None, chosen: int) -> str:

@@ -157,6 +157,7 @@ class NodeClasses:
         self._snapshot, self._strategy, self._bands, self._decide = snapshot, strategy, bands, decide
         self.of: dict[str, NodeClass] = {}
         self.pct: dict[str, float | None] = {}
+        self._held: dict[str, tuple[NodeClass, str]] = {}
         pool_of, load = snapshot.pool_of, snapshot.load
         for name, node in snapshot.nodes.items():
             usage = load[name].usage_m
@@ -165,6 +166,12 @@ class NodeClasses:
             else:
                 pct = 100.0 * usage / node.allocatable_cpu_m
                 self.of[name], self.pct[name] = class_of(pct, bands[pool_of[name]]), pct
+
+    def hold(self, name: str, node_class: NodeClass, reason: str) -> None:
+        """Class ``name`` as ``node_class``, for ``reason``, instead of what its usage gives (a strategy's own
+        rule, such as a node predicted hot whose peak is not near yet)."""
+        self.of[name] = node_class
+        self._held[name] = (node_class, reason)
 
     def band(self, name: str) -> Band:
         return self._bands[self._snapshot.pool_of[name]]
@@ -183,7 +190,9 @@ class NodeClasses:
         band = self._bands[pool]
         load = snapshot.load[name]
         pct = self.pct[name]
-        if pct is None:
+        if name in self._held:
+            node_class, reason = self._held[name]
+        elif pct is None:
             node_class, reason = NodeClass.UNKNOWN, load.unknown_reason or "usage unknown"
         else:
             node_class, reason = self._decide(pct, band)

@@ -104,6 +104,7 @@ BEFORE, AFTER = "current-unguarded", "current-predicted-guard"  # the landing-co
 BEFORE_PEAK: dict[str, Any] = {
     "classifyBy": "predicted",
     "predicted": {"thresholds": {"cpu": 65}, "targetThresholds": {"cpu": 70}},
+    "beforePeak": "2h",
 }  # merged into a copy of the base policy's first LowNodeUtilization, run before the others
 
 SHIPPED_POLICY = Path(__file__).with_name("shipped-policy.yaml")  # config/low-node-utilization.yaml, byte for byte
