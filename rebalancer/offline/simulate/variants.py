@@ -22,9 +22,10 @@ planner expects a replacement to land) and in the landing guard (taints that ste
   taints through the scheduler model, as it does in production.
 * ``predictive``: ``current-predicted`` with a predictive LowNodeUtilization run first in the same policy
   (``classifyBy: predicted`` with the ``predicted`` thresholds of :data:`BEFORE_PEAK`, from the simulation's
-  own history of the pods): each cycle it moves the pods that make a node's coincident peak off the nodes
-  predicted over target, onto nodes whose predicted peak with the pod stays under it; the reactive strategy
-  after it relieves what is hot now and never takes a node past its predicted target.
+  own history of the pods, and ``beforePeak``): from 2 hours before a node's predicted peak hour until it
+  ends, it moves the pods that make the node's coincident peak off it when that peak is over target, onto
+  nodes whose predicted peak with the pod's replacement stays under it; the reactive strategy after it
+  relieves what is hot now and never takes a node past its predicted target.
 * ``predictive-guard``: ``predictive`` with the landing guard (as ``current-predicted-guard``).
 * ``current-ideal``: ``current-unguarded`` with every replacement bound on the node the plan counted room on
   (when its filters allow): not something the default scheduler does, the upper bound of landing control.
