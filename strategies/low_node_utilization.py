@@ -10,6 +10,13 @@ committed to the most probable such node, so ``room_on`` and ``landing`` name th
 strategy of the cycle sees the load where it will most probably be. Without prediction, ``room_on``
 is any cold node with room (a :class:`~strategies.placement.RoomTracker` search) and ``landing`` is None:
 the room is bookkept, but nothing says the scheduler will use it.
+
+Before the peak. With ``classifyBy: predicted`` and the pods' daily profiles (``predictor.nodePeak:
+coincident``) the strategy relieves nodes before their coincident peak (:mod:`strategies.before_peak`):
+the pods that make the peak leave, a destination is accepted only when its predicted peak with the pod's
+replacement stays under target, and the targets of the nodes the plan leaves under them are kept for the
+rest of the cycle (``StrategyResult.peak_caps``): a later strategy of the same cycle, a reactive one
+included, never moves a pod onto such a node past its target.
 """
 
 from __future__ import annotations
@@ -17,15 +24,19 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rebalancer.domain.settings.shared import FieldProblems
+from rebalancer.domain.model import PodKey
+from rebalancer.domain.settings.shared import Duration, FieldProblems
 from rebalancer.planning.plan import NodeClass, NodeDecision, PlannedEviction, PodDecision, StrategyResult, Unrelieved
+from rebalancer.planning.predicted import PredictedLoad
 from rebalancer.planning.protections import Protections
 from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
+from strategies.before_peak import PeakRelief, hold_until_due, over_peak_cap, peak_caps
 from strategies.by_requests import UsageBasis, view
 from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.every_target import (
@@ -38,7 +49,15 @@ from strategies.every_target import (
 )
 from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
 from strategies.placement import RoomTracker
-from strategies.resources import Excess, ExtraRoom, amount_text, bands_named, hot_text, pod_amount
+from strategies.resources import (
+    Excess,
+    ExtraRoom,
+    ResourceBand,
+    amount_text,
+    bands_named,
+    hot_text,
+    pod_amount,
+)
 from strategies.thresholds import (
     Band,
     NodeClasses,
@@ -123,6 +142,13 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         "cold, almost every pod is then passed over).",
     )
     percentage_of_nodes_to_score: int | None = percentage_of_nodes_to_score_field()
+    before_peak: Duration | None = Field(
+        default=None,
+        description="With classifyBy predicted and the pods' daily profiles (predictor.nodePeak coincident): "
+        "relieve a node predicted over target only from this long before its predicted peak's hour begins "
+        "until it ends (the pre-peak schedule); until then it is reported normal. null: whenever it is "
+        "predicted over target.",
+    )
 
     @model_validator(mode="after")
     def _thresholds_ordered(self) -> LowNodeUtilizationSettings:
@@ -142,6 +168,13 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
                 for path, message in self.predicted.band_problems(default, targets_select_hot=True)
             ]
         problems += self._memory_by_prediction()
+        if self.before_peak is not None:
+            if self.classify_by != "predicted":
+                problems.append(
+                    ("beforePeak", f"only read with classifyBy predicted; classifyBy is {self.classify_by}")
+                )
+            if not timedelta(0) < self.before_peak <= timedelta(days=1):
+                problems.append(("beforePeak", "must be more than 0 and at most 24h"))
         if problems:
             raise FieldProblems(problems)
         return self
@@ -214,6 +247,10 @@ class LowNodeUtilization:
         classes = NodeClasses(snapshot, KIND, bands, _class_of, _decider(s.classify_by))
         if snapshot.usage_failure:
             return StrategyResult(KIND, (), classes.decisions(), (), (f"no evictions: {snapshot.usage_failure}",))
+        coincident = self._coincident(snapshot)
+        if coincident and s.before_peak is not None and snapshot.predicted is not None:
+            hot_now = classes.named(NodeClass.HOT)
+            hold_until_due(classes, hot_now, snapshot.predicted, snapshot.taken_at, s.before_peak)
         notes: list[str] = []
         inactive: dict[str, Unrelieved] = {}
         active_pools = self._active_pools(snapshot, classes, notes, inactive)
@@ -238,14 +275,19 @@ class LowNodeUtilization:
         evictions: list[PlannedEviction] = []
         pod_decisions: list[PodDecision] = []
         extra_room = classes.extra_room()
+        caps_kept = peak_caps(classes) if coincident else {}
+        peaks = snapshot.predicted.with_caps(caps_kept) if snapshot.predicted is not None else None
         for decision in hot:
             tracker = trackers[decision.pool if s.destinations_in_same_pool else ""]
-            destinations = _Destinations(tracker, predictor, extra_room)
+            destinations = _Destinations(tracker, predictor, extra_room, peaks, coincident=coincident)
             chosen, records, why_none = self._relieve(decision, snapshot, protections, ledger, destinations)
             evictions.extend(chosen)
             pod_decisions.extend(records)
             if why_none is not None:
                 unrelieved[decision.node] = why_none
+            peaks = destinations.peaks
+        if peaks is not None:  # later strategies keep under target the nodes the plan leaves under it
+            caps_kept = {n: cap for n, cap in caps_kept.items() if peaks.node_cpu_m.get(n, cap + 1) <= cap}
         capped = {d.node for d in pod_decisions if d.reason.startswith(CAP_REACHED)}
         if capped:
             notes.append(
@@ -254,7 +296,14 @@ class LowNodeUtilization:
                 "strategy's evictions from a node"
             )
         ordered = classes.reported(e.room_on for e in evictions)
-        return StrategyResult(KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes), unrelieved)
+        return StrategyResult(
+            KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes), unrelieved, peak_caps=caps_kept
+        )
+
+    def _coincident(self, snapshot: ClusterSnapshot) -> bool:
+        """Plans on the nodes' coincident peaks: classifyBy predicted with the pods' daily profiles."""
+        predicted = snapshot.predicted
+        return self.settings.classify_by == "predicted" and predicted is not None and predicted.book is not None
 
     def _active_pools(
         self, snapshot: ClusterSnapshot, classes: NodeClasses, notes: list[str], inactive: dict[str, Unrelieved]
@@ -340,13 +389,19 @@ class LowNodeUtilization:
         limit = self.settings.max_no_of_pods_to_evict_per_node
         chosen: list[PlannedEviction] = []
         had_candidates = bool(pool)
+        relief = PeakRelief(destinations.peaks, node) if destinations.coincident else None
+        if relief is not None:  # CPU's excess is the node's predicted peak above target
+            over.amounts["cpu"] = relief.excess(target_m, over.amounts["cpu"])
+            pool, passed = relief.coinciding(pool)
+            records.extend(_passed(c, node, why) for c, why in passed)
         while (resource := over.over()) is not None and pool:
             if limit is not None and len(chosen) >= limit:
                 break
             picked = None
             excess = over.amounts[resource]
-            amount = amount_of(snapshot, resource)
-            movable = pool if amount is cpu_of else [c for c in pool if amount(c) > 0]  # CPU: screened for usage
+            sizes = relief.sizes(pool) if relief is not None and resource == "cpu" else None
+            amount = amount_of(snapshot, resource) if sizes is None else _sized(sizes)
+            movable = pool if resource == "cpu" else [c for c in pool if amount(c) > 0]  # CPU: screened for usage
             for candidate in _ordered(movable, excess, amount):
                 pool.remove(candidate)
                 blocked = ledger.blocker(candidate.pod)  # earlier choices may have spent its budget
@@ -358,9 +413,10 @@ class LowNodeUtilization:
                     records.append(_passed(candidate, node, why, lands_back=destinations.lands_back))
                     continue
                 picked = candidate
-                destinations.commit(candidate, room_on)
+                destinations.commit(candidate, node, room_on)
                 ledger.take(candidate.pod)
-                reason = _why_chosen(resource, amount(candidate), excess, why)
+                peak_word = "relief of the node's predicted peak" if sizes is not None else None
+                reason = _why_chosen(resource, amount(candidate), excess, why, peak_word)
                 landing = room_on if destinations.predictor is not None else None
                 usage_word = _USAGE_WORDS[self.settings.classify_by]
                 chosen.append(_eviction(candidate, decision, reason, room_on, landing, usage_word))
@@ -375,8 +431,7 @@ class LowNodeUtilization:
                         candidate.usage_m,
                     )
                 )
-                over.take({r: pod_amount(snapshot, candidate.pod, r) for r in bands_named(bands)})
-                over.take({"cpu": candidate.usage_m})
+                _take(over, snapshot, candidate, bands, (relief, destinations.peaks, target_m, amount(candidate)))
                 break
             if picked is None:
                 break
@@ -396,6 +451,8 @@ class _Destinations:
     tracker: RoomTracker
     predictor: LandingPredictor | None
     extra: ExtraRoom | None = None  # memory and pods room under their targets, when the thresholds name them
+    peaks: PredictedLoad | None = None  # the predicted load with the moves planned so far, and its peak caps
+    coincident: bool = False  # coincident peaks: pods chosen by how much they lower the node's peak
     no_room: bool = False  # some candidate found no cold node with room
     landed_wrong: bool = False  # some candidate's replacement risked landing back or off the cold nodes
     lands_back: bool = False  # the last candidate found was refused because its replacement would land back
@@ -407,22 +464,52 @@ class _Destinations:
             placement = placement_under_every_target(self.tracker, self.extra, candidate, node, placement)
         if self.predictor is None or placement.node is None:  # no cold node has room: no prediction needed
             self.no_room |= placement.node is None
-            return placement.node, placement.reason
+            return self._within_peak_cap(candidate, placement.node, placement.reason)
         landing: Landing = self.predictor.land(candidate.pod, node, candidate.usage_m)
         if landing.node is not None and self.extra is not None:
             landing = landing_under_every_target(self.predictor, self.extra, candidate, node, landing)
         self.no_room |= landing.refused in (LandingVerdict.NO_ROOM, LandingVerdict.UNSCHEDULABLE)
         self.landed_wrong |= landing.refused in (LandingVerdict.BACK, LandingVerdict.ELSEWHERE)
         self.lands_back = landing.refused is LandingVerdict.BACK
-        return landing.node, landing.reason
+        return self._within_peak_cap(candidate, landing.node, landing.reason)
 
-    def commit(self, candidate: Candidate, room_on: str) -> None:
+    def _within_peak_cap(self, candidate: Candidate, room_on: str | None, why: str) -> tuple[str | None, str]:
+        """``room_on`` unless the pod's replacement would take its predicted peak past the cap a strategy that
+        relieves nodes before their peak set on it."""
+        refused = over_peak_cap(self.peaks, candidate.pod.key, room_on) if room_on and self.peaks else None
+        if refused is None:
+            return room_on, why
+        self.no_room = True
+        return None, refused
+
+    def commit(self, candidate: Candidate, source: str, room_on: str) -> None:
         if room_on in self.tracker:  # a normal node a replacement lands on is the predictor's alone
             self.tracker.commit(room_on, candidate.pod, candidate.usage_m)
         if self.predictor is not None:
             self.predictor.commit(candidate.pod, room_on, candidate.usage_m)
         if self.extra is not None:
             self.extra.commit(room_on, candidate.pod)
+        if self.peaks is not None:
+            self.peaks = self.peaks.moved(candidate.pod.key, source, room_on)
+
+
+def _take(
+    over: Excess,
+    snapshot: ClusterSnapshot,
+    candidate: Candidate,
+    bands: tuple[ResourceBand, ...],
+    peak: tuple[PeakRelief | None, PredictedLoad | None, int, int],
+) -> None:
+    """Take a chosen pod off the node's excess. ``peak``: the coincident-peak relief, the predicted load
+    with the moves so far, the node's target and what the move takes off its peak; with a relief, CPU's
+    excess is the peak as the moves so far leave it."""
+    relief, peaks, target_m, moved = peak
+    over.take({r: pod_amount(snapshot, candidate.pod, r) for r in bands_named(bands)})
+    if relief is None:
+        over.take({"cpu": candidate.usage_m})
+    else:
+        relief.peaks = peaks
+        over.amounts["cpu"] = relief.excess(target_m, over.amounts["cpu"] - moved)
 
 
 def _why_none(snapshot: ClusterSnapshot, node: str, had_candidates: bool, destinations: _Destinations) -> Unrelieved:
@@ -459,9 +546,14 @@ def _ordered(pool: list[Candidate], excess: int, amount: Callable[[Candidate], i
     return covering + rest
 
 
-def _why_chosen(resource: str, amount: int, excess: int, room: str) -> str:
+def _sized(sizes: dict[PodKey, int]) -> Callable[[Candidate], int]:
+    """What each candidate's move takes off the node's predicted peak."""
+    return lambda c: sizes[c.pod.key]
+
+
+def _why_chosen(resource: str, amount: int, excess: int, room: str, what: str | None = None) -> str:
     covers = "covers" if amount >= excess else "reduces"
-    what = "usage" if resource == "cpu" else resource
+    what = what or ("usage" if resource == "cpu" else resource)
     return f"{what} {amount_text(resource, amount)} {covers} the remaining {amount_text(resource, excess)} above target; {room}"
 
 

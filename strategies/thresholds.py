@@ -222,6 +222,7 @@ class NodeClasses:
         self._snapshot, self._strategy, self._bands, self._decide = snapshot, strategy, bands, decide
         self.of: dict[str, NodeClass] = {}
         self.pct: dict[str, float | None] = {}
+        self._held: dict[str, tuple[NodeClass, str]] = {}
         pool_of, load = snapshot.pool_of, snapshot.load
         for name, node in snapshot.nodes.items():
             usage = load[name].usage_m
@@ -233,6 +234,12 @@ class NodeClasses:
                 self.of[name], self.pct[name] = class_of(pct, band), pct
                 if band.extra:  # memory, pods: only where the thresholds name them
                     self.of[name] = combined_class(self.of[name], uses(snapshot, name, band.extra))
+
+    def hold(self, name: str, node_class: NodeClass, reason: str) -> None:
+        """Class ``name`` as ``node_class``, for ``reason``, instead of what its usage gives (a strategy's own
+        rule, such as a node predicted hot whose peak is not near yet)."""
+        self.of[name] = node_class
+        self._held[name] = (node_class, reason)
 
     def band(self, name: str) -> Band:
         return self._bands[self._snapshot.pool_of[name]]
@@ -259,7 +266,9 @@ class NodeClasses:
         load = snapshot.load[name]
         pct = self.pct[name]
         others = uses(snapshot, name, band.extra)
-        if pct is None:
+        if name in self._held:
+            node_class, reason = self._held[name]
+        elif pct is None:
             node_class, reason = NodeClass.UNKNOWN, load.unknown_reason or "usage unknown"
         else:
             node_class, reason = self._decide(pct, band)

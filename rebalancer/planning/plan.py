@@ -130,6 +130,7 @@ class StrategyResult:
     notes: tuple[str, ...] = ()
     unrelieved: Mapping[str, Unrelieved] = field(default_factory=dict)  # hot node -> why nothing was planned
     cost_patches: tuple[PlannedCostPatch, ...] = ()  # deletion-cost steering: annotations, never evictions
+    peak_caps: Mapping[str, int] = field(default_factory=dict)  # node -> predicted peak later moves must not pass
 
 
 @dataclass(frozen=True, slots=True)

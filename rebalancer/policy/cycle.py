@@ -59,6 +59,8 @@ def plan_cycle(
             result = build(settings).plan(seen, protections)
             results.append(result)
             seen = after_evictions(seen, result.evictions)  # the next strategy plans on what this one moved
+            if result.peak_caps and seen.predicted is not None:  # a node relieved before its peak stays so
+                seen = replace(seen, predicted=seen.predicted.with_caps(result.peak_caps))
     blocked = f"usage source failed, no evictions this cycle: {usage.failure}" if usage.failure else None
     corrections = tuple(snapshot.in_flight.values())
     return snapshot, EvictionPlan(taken_at, tuple(results), blocked, corrections, snapshot.in_flight_off)

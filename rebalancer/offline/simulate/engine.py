@@ -50,7 +50,7 @@ from rebalancer.offline.simulate.variants import (
 from rebalancer.offline.simulate.world import MemoryStore, SimActions, World
 from rebalancer.planning.inflight import EarlierReliefs
 from rebalancer.planning.predict.history import DailyPeaks
-from rebalancer.planning.predict.predictor import predict
+from rebalancer.planning.predict.predictor import peak_book, predict
 from rebalancer.planning.predict.profile import DailyProfiles
 from rebalancer.planning.predicted import PREDICTIVE, PredictedLoad
 from rebalancer.planning.protections import Protections
@@ -261,5 +261,7 @@ class _Run:
             if self.profile_table is not None and settings.node_peak == "coincident":
                 profiles = pod_profiles(self.world, self.profile_table, today, settings.days)
             self.history = (today, peaks, profiles)
-        prediction = predict(facts, self.history[1], settings, profiles=self.history[2])
-        return PredictedLoad.from_prediction(prediction, f"simulated history, {settings.aggregation}")
+        profiles = self.history[2]
+        prediction = predict(facts, self.history[1], settings, profiles=profiles)
+        book = peak_book(prediction, profiles, settings) if profiles is not None else None
+        return PredictedLoad.from_prediction(prediction, f"simulated history, {settings.aggregation}", book)

@@ -20,8 +20,13 @@ planner expects a replacement to land) and in the landing guard (taints that ste
   ``landingGuard`` when it sets one, else the defaults): hot and relieved nodes carry the guard's taint.
 * ``current-predicted-guard``: both (the "after" of the landing-control comparison). Placement prediction sees the guard's
   taints through the scheduler model, as it does in production.
-* ``predictive``: ``current-predicted`` with ``classifyBy: max`` (the higher of the current window and the
-  predictor's next daily peak, from the simulation's own history of the pods).
+* ``predictive``: ``current-predicted`` with a predictive LowNodeUtilization run first in the same policy
+  (``classifyBy: predicted`` with the ``predicted`` thresholds of :data:`BEFORE_PEAK`, from the simulation's
+  own history of the pods, and ``beforePeak``): from 2 hours before a node's predicted peak hour until it
+  ends, it moves the pods that make the node's coincident peak off it when that peak is over target, onto
+  nodes whose predicted peak with the pod's replacement stays under it; the reactive strategy after it
+  relieves what is hot now and never takes a node past its predicted target.
+* ``predictive-guard``: ``predictive`` with the landing guard (as ``current-predicted-guard``).
 * ``current-ideal``: ``current-unguarded`` with every replacement bound on the node the plan counted room on
   (when its filters allow): not something the default scheduler does, the upper bound of landing control.
 
@@ -72,6 +77,7 @@ class Variant:
     shipped: bool = False  # derives from the shipped default policy instead of the simulation's base policy
     interval_seconds: int | None = None  # a scheduled cycle every this long (None: the command's --interval)
     alert: AlertRule | None = None  # alert-driven: a focused cycle on the nodes each notification names
+    before_peak: bool = False  # a predictive LowNodeUtilization (BEFORE_PEAK) runs first, beside the base ones
 
 
 VARIANTS: tuple[Variant, ...] = (
@@ -87,12 +93,20 @@ VARIANTS: tuple[Variant, ...] = (
             predict_placement=False, guard=True),
     Variant("current-predicted-guard", "rebalancer: P95 window, placement prediction and landing guard",
             "window", predict_placement=True, guard=True),
-    Variant("predictive", "rebalancer: classifyBy max (window and predicted peak), placement prediction", "window",
-            "max", predict_placement=True),
+    Variant("predictive", "rebalancer: predicted coincident peaks relieved first, then the P95 window, placement "
+            "prediction", "window", predict_placement=True, before_peak=True),
+    Variant("predictive-guard", "rebalancer: predictive, placement prediction and landing guard", "window",
+            predict_placement=True, guard=True, before_peak=True),
     Variant("current-ideal", "rebalancer unguarded, replacements land where planned (upper bound)", "window",
             ideal_placement=True, predict_placement=False),
 )  # fmt: skip
 BEFORE, AFTER = "current-unguarded", "current-predicted-guard"  # the landing-control comparison
+
+BEFORE_PEAK: dict[str, Any] = {
+    "classifyBy": "predicted",
+    "predicted": {"thresholds": {"cpu": 65}, "targetThresholds": {"cpu": 70}},
+    "beforePeak": "2h",
+}  # merged into a copy of the base policy's first LowNodeUtilization, run before the others
 
 SHIPPED_POLICY = Path(__file__).with_name("shipped-policy.yaml")  # config/low-node-utilization.yaml, byte for byte
 CHART_LIMITS = {"global": {"maxPerCycle": 10}, "node": {"cooldown": "10m"}}  # charts/rebalancer/values.yaml
@@ -158,6 +172,9 @@ def variant_policy(base: Policy, variant: Variant, pools: Sequence[str] = ()) ->
             strategy["classifyBy"] = variant.classify_by
             if variant.predict_placement is not None:
                 strategy["predictPlacement"] = variant.predict_placement
+    if variant.before_peak:
+        first = next(s for s in data["strategies"] if s.get("kind") == "LowNodeUtilization")
+        data["strategies"] = [{**first, **BEFORE_PEAK}, *data["strategies"]]
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:

@@ -189,15 +189,18 @@ class PeakBook:
         return self.peak_with(node)
 
     def peak_with(
-        self, node: str, add: Iterable[PodKey] = (), remove: Iterable[PodKey] = ()
+        self, node: str, add: Iterable[PodKey] = (), remove: Iterable[PodKey] = (), plus: FloatArray | None = None
     ) -> tuple[float, int] | None:
-        """The node's peak were ``add`` (pods elsewhere) on it and ``remove`` (pods on it) gone from it; None
-        when a pod would be unknown."""
+        """The node's peak were ``add`` (pods elsewhere) on it, ``remove`` (pods on it) gone from it and
+        ``plus`` (a summed (days, buckets) profile of pods the book does not hold) added; None when a pod
+        would be unknown."""
         add, remove = list(add), set(remove)
         unknown = (self._unknown.get(node, set()) - remove) | {k for k in add if k not in self._profile}
         if unknown:
             return None
         total = self._node_total(node).copy()
+        if plus is not None:
+            total += plus
         for key in add:
             total += self._profile[key]
         for key in remove & self._pods.get(node, set()):
