@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.alert_latency                        # 5,000 nodes, 150,000 pods, 20 alerts
     .venv/bin/python -m bench.alert_latency --nodes 500 --pods 15000 --alerts 10
+    .venv/bin/python -m bench.alert_latency --resources cpu,memory,pods    # memory and pod-count thresholds too
 
 The test API server (its own process) serves the synthetic cluster; a canned Prometheus in this process
 answers the usage queries in Prometheus' wire format (a node turns hot only when the benchmark arms it, so
@@ -9,6 +10,9 @@ the start-up cycle has nothing to do); `rebalancer serve` runs as a real process
 benchmark arms a node, posts an Alertmanager webhook body and takes the time at which the test API
 server received the first eviction of one of that node's pods (its own record, so polling for it costs
 nothing of the figure). Prints p50 / p95 / max over the alerts; a figure, not a timed test.
+
+``--resources cpu,memory,pods``: the policy has memory and pod-count thresholds too, and the canned
+Prometheus answers the memory queries (some nodes run memory-hot in the steady-state cycles).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from bench.cluster_gen import NAMESPACES
+from bench.cluster_gen import ALLOCATABLE_MEMORY, NAMESPACES
+from bench.harness import resource_set, thresholds
 from bench.serve_cluster import EVICTIONS_PATH
 from bench.snapshot_bench import kubeconfig
 from tests.adapters.prom_fixture import free_port
@@ -39,10 +44,12 @@ from tests.adapters.prom_fixture import free_port
 ROOT = Path(__file__).resolve().parent.parent
 ALLOCATABLE_M = 31750
 HOT_M = int(ALLOCATABLE_M * 0.95)
+POD_MEMORY = b"629145600"  # 600 MiB a pod: 30 pods are 18 GiB, under a third of a node
 
 
 class CannedPrometheus:
-    """Answers the three default usage queries from a model of the cluster; ``armed`` nodes run hot.
+    """Answers the default usage queries (memory too) from a model of the cluster; ``armed`` nodes run hot,
+    ``memory_armed`` nodes memory-hot.
 
     The answers are in Prometheus' wire format, rendered from pre-encoded series (a real Prometheus
     answers a 5,000-series vector in a few milliseconds; ``json.dumps`` of it here would cost the
@@ -55,9 +62,12 @@ class CannedPrometheus:
             name = f"svc-{(i // 7) % 2000:04d}-5d8f9c7b6-{i:06x}"
             self.pods_on[f"node-{(i * 7919) % nodes:05d}"].append((NAMESPACES[i % len(NAMESPACES)], name))
         self.armed: set[str] = set()
-        self._all_pods: bytes | None = None
+        self.memory_armed: set[str] = set()
+        self.memory_queries = 0  # answered: a policy without memory thresholds asks none
+        self._all_pods: dict[bool, bytes] = {}
         self._node_metrics = [_metric({"node": n}) for n in self.nodes]
         self._usual = [_number(self.node_usage_m(i, n) / 1000) for i, n in enumerate(self.nodes)]
+        self._usual_memory = [_number(ALLOCATABLE_MEMORY * (0.15 if i % 4 == 3 else 0.45)) for i in range(nodes)]
 
     def node_usage_m(self, index: int, name: str) -> int:
         if name in self.armed:
@@ -70,24 +80,30 @@ class CannedPrometheus:
         if "timestamp(" in query:
             fresh = _number(at - 15)
             return _vector(((m, fresh) for m in self._node_metrics), at)
+        memory = "container_memory_working_set_bytes" in query
+        self.memory_queries += memory
         if 'id="/"' in query:
-            hot = _number(HOT_M / 1000)
-            values = (hot if n in self.armed else usual for n, usual in zip(self.nodes, self._usual, strict=True))
+            hot, armed, usual = (
+                (_number(ALLOCATABLE_MEMORY * 0.85), self.memory_armed, self._usual_memory)
+                if memory
+                else (_number(HOT_M / 1000), self.armed, self._usual)
+            )
+            values = (hot if n in armed else u for n, u in zip(self.nodes, usual, strict=True))
             return _vector(zip(self._node_metrics, values, strict=True), at)
         match = re.search(r'node=~"([^"]*)"', query)
         if match is None:
-            return self._every_pod(at)
+            return self._every_pod(at, memory)
         wanted = match.group(1).replace("\\\\", "\\").replace("\\.", ".").split("|")
-        pods = [(_metric({"namespace": ns, "pod": p}), b"0.6") for n in wanted for ns, p in self.pods_on.get(n, [])]
+        value = POD_MEMORY if memory else b"0.6"
+        pods = [(_metric({"namespace": ns, "pod": p}), value) for n in wanted for ns, p in self.pods_on.get(n, [])]
         return _vector(pods, at)
 
-    def _every_pod(self, at: float) -> bytes:
-        if self._all_pods is None:
-            series = [
-                (_metric({"namespace": ns, "pod": p}), b"0.2") for pods in self.pods_on.values() for ns, p in pods
-            ]
-            self._all_pods = _vector(series, at)
-        return self._all_pods
+    def _every_pod(self, at: float, memory: bool) -> bytes:
+        if memory not in self._all_pods:
+            value = POD_MEMORY if memory else b"0.2"
+            series = [(_metric({"namespace": ns, "pod": p}), value) for pods in self.pods_on.values() for ns, p in pods]
+            self._all_pods[memory] = _vector(series, at)
+        return self._all_pods[memory]
 
 
 def _metric(labels: dict[str, str]) -> bytes:
@@ -182,14 +198,21 @@ def post_alert(port: int, node: str, i: int) -> None:
 
 
 def write_policy(
-    path: Path, prometheus_url: str, ports: tuple[int, int], interval: str = "24h", max_per_cycle: int = 0
+    path: Path,
+    prometheus_url: str,
+    ports: tuple[int, int],
+    interval: str = "24h",
+    max_per_cycle: int = 0,
+    resources: str = "cpu",
 ) -> None:
-    """``ports``: the webhook's (posted to without a token: loopback only), then /metrics'."""
+    """``ports``: the webhook's (posted to without a token: loopback only), then /metrics'. ``resources``: the
+    resources the thresholds name (comma-separated, cpu first)."""
     limits = f"limits: {{cluster: {{maxPerCycle: {max_per_cycle}}}}}\n" if max_per_cycle else ""
+    low, high = thresholds(resources, cpu_target=70)
     path.write_text(
         f"prometheus: {{url: '{prometheus_url}', maxDataAge: 10m}}\n"
         "pools: {label: node-pool}\n"
-        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}, "
+        f"strategies:\n- {{kind: LowNodeUtilization, thresholds: {{{low}}}, targetThresholds: {{{high}}}, "
         f"maxNoOfPodsToEvictPerNode: 1, schedule: {{interval: {interval}}}}}\n"
         f"{limits}"
         # placement prediction (on by default) passes over a pod whose replacement lands back, and with the
@@ -279,6 +302,12 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     parser.add_argument(
         "--gap", type=float, default=0.0, help="seconds between an eviction and the next alert (0: back to back)"
     )
+    parser.add_argument(
+        "--resources",
+        type=resource_set,
+        default="cpu",
+        help="the resources the thresholds name, comma-separated (cpu, memory, pods; default cpu)",
+    )
     args = parser.parse_args()
     kube = subprocess.Popen(
         [sys.executable, "-m", "bench.serve_cluster", "--nodes", str(args.nodes), "--pods", str(args.pods)],
@@ -293,7 +322,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
     port, metrics_port = free_port(), free_port()
     workdir = Path(tempfile.mkdtemp())
     policy = workdir / "policy.yaml"
-    write_policy(policy, prometheus_url, (port, metrics_port))
+    write_policy(policy, prometheus_url, (port, metrics_port), resources=args.resources)
     log_path = workdir / "serve.log"
     log = log_path.open("w")
     serve = subprocess.Popen(
@@ -306,7 +335,8 @@ def main() -> None:  # noqa: PLR0915 - one linear script
             if serve.poll() is not None or time.monotonic() - started > 600:
                 raise SystemExit("serve never finished its first cycle:\n" + log_path.read_text()[-3000:])
             time.sleep(0.2)
-        print(f"cluster: {args.nodes} nodes, {args.pods} pods; serve ready (first full cycle) after "
+        print(f"cluster: {args.nodes} nodes, {args.pods} pods, thresholds on {args.resources}; "
+              "serve ready (first full cycle) after "
               f"{time.monotonic() - started:.1f} s")  # fmt: skip
         general = [n for i, n in enumerate(model.nodes) if i % 5 in (0, 1, 2) and i % 4 != 3]
         runs = []
@@ -335,7 +365,8 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         if args.steady_cycles:
             before = len(cycle_timings(log_text, "schedule"))
             model.armed.update(general[args.alerts :: 50])  # some hot nodes: the plan has work to do
-            write_policy(policy, prometheus_url, (port, metrics_port), interval="4s", max_per_cycle=1)
+            model.memory_armed.update(general[args.alerts + 25 :: 50])  # read only with memory thresholds
+            write_policy(policy, prometheus_url, (port, metrics_port), "4s", 1, args.resources)
             deadline = time.monotonic() + 60 + 20 * args.steady_cycles
             while len(steady_cycles(log_path.read_text(), before, args.steady_cycles)) < args.steady_cycles:
                 if serve.poll() is not None or time.monotonic() > deadline:
@@ -345,6 +376,7 @@ def main() -> None:  # noqa: PLR0915 - one linear script
             durations = [float(c) * 1000 for c in re.findall(r"schedule cycle: .*; ([0-9.]+) s$", log_text, re.M)]
             steady_report(steady_cycles(log_text, before, args.steady_cycles),
                           durations[before : before + args.steady_cycles])  # fmt: skip
+        print(f"memory queries answered by the canned Prometheus: {model.memory_queries}")
     finally:
         serve.terminate()
         serve.wait(timeout=60)

@@ -14,6 +14,7 @@ from typing import Any
 
 NAMESPACES = [f"team-{i:02d}" for i in range(40)]
 CREATED = "2026-10-01T08:00:00Z"
+ALLOCATABLE_MEMORY = 62191600 * 1024  # bytes: a node's allocatable memory below
 
 
 def node(i: int) -> dict[str, Any]:
@@ -365,6 +366,12 @@ def pod_usage_millicores(i: int) -> int:
     """A deterministic, skewed usage: most pods small, a few heavy."""
     rnd = random.Random(i)
     return int(rnd.paretovariate(1.6) * 120)
+
+
+def pod_memory_bytes(i: int) -> int:
+    """A deterministic, skewed memory working set: most pods a few hundred MiB, a few several GiB."""
+    rnd = random.Random(-1 - i)
+    return int(min(rnd.paretovariate(1.6), 40.0) * 200 * 2**20)
 
 
 _PLACEHOLDERS = ("@@NAME@@", "@@NS@@", "@@APP@@", "@@NODE@@", "@@UIDN@@", "@@IP@@")

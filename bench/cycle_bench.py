@@ -3,14 +3,18 @@
     .venv/bin/python -m bench.cycle_bench                            # 15,000 / 50,000 / 150,000 pods
     .venv/bin/python -m bench.cycle_bench --sizes 300 --runs 1 --baseline-pods 100   # a smoke run
     .venv/bin/python -m bench.cycle_bench --sizes 150000 --list-modes watchList,paged --rounds 2
+    .venv/bin/python -m bench.cycle_bench --sizes 150000 --resources cpu --resources cpu,memory,pods --rounds 2
 
 ``--list-modes``: how the cluster is read (policy ``kubernetes.listMode``), one fresh child per mode and
 round against the same served cluster, the modes alternating; the last lines compare them.
+``--resources`` (repeatable, ``cpu`` by default): the resources the policy's thresholds name; with several,
+one fresh child per set alternates in the same way, and the last lines compare each with the first.
 
 For each size the test API server serves the synthetic cluster (bench.cluster_gen, 30 pods a node) in
 its own process, and a canned Prometheus in this process answers the three default usage queries in
 Prometheus' wire format (one series per pod, 150,000 at the largest size; a quarter of the nodes run
-hot, a quarter cold). A fresh child process then measures, each as a median of ``--runs``:
+hot, a quarter cold), and the two memory queries when the policy names memory (an eighth of the nodes,
+CPU-normal, run memory-hot). A fresh child process then measures, each as a median of ``--runs``:
 
 - the full cycle: ``app.plan_live`` as ``rebalancer plan`` runs it (KubeSource, PrometheusUsageSource,
   snapshot and strategies), and its peak RSS;
@@ -37,26 +41,36 @@ from functools import cached_property
 from typing import Any
 
 from bench.alert_latency import serve_prometheus
-from bench.cluster_gen import NAMESPACES, pod_usage_millicores
+from bench.cluster_gen import ALLOCATABLE_MEMORY, NAMESPACES, pod_memory_bytes, pod_usage_millicores
 from bench.harness import (
     bytes_read,
     kubeconfig,
     peak_rss_mb,
     process_cpu_s,
+    resource_set,
     rss_mb,
     run_child,
     served_cluster,
+    thresholds,
 )
 
 PODS_PER_NODE = 30
 ALLOCATABLE_M = 31750  # bench.cluster_gen's nodes
 NODE_LOAD = (0.10, 0.80, 0.40, 0.45)  # by node index modulo 4: cold, hot, normal, normal
+NODE_MEMORY = (0.15, 0.45, 0.85, 0.45, 0.15, 0.45, 0.45, 0.45)  # by index modulo 8: the CPU-cold cold, 2 memory-hot
 POLICY = (
     "prometheus: {{url: '{url}', maxDataAge: 10m}}\n"
     "pools: {{label: node-pool}}\n"
     "kubernetes: {{listMode: {list_mode}}}\n"
-    "strategies:\n- {{kind: LowNodeUtilization, thresholds: {{cpu: 20}}, targetThresholds: {{cpu: 50}}}}\n"
+    "strategies:\n- {{kind: LowNodeUtilization, thresholds: {{{low}}}, targetThresholds: {{{high}}}}}\n"
 )
+
+
+def policy_text(url: str, list_mode: str, resources: str) -> str:
+    """The benchmark's policy with thresholds on ``resources`` (comma-separated, cpu first)."""
+    low, high = thresholds(resources)
+    return POLICY.format(url=url, list_mode=list_mode, low=low, high=high)
+
 
 # the recommended pairing (docs/user-guide.md): placement prediction with a landing guard on the pools it rebalances
 # (the planner models the guard's PreferNoSchedule mark on hot nodes, so replacements can land elsewhere)
@@ -74,12 +88,19 @@ class SkewedPrometheus:
     pods: int
 
     @cached_property
+    def _pod_labels(self) -> list[dict[str, str]]:
+        return [
+            {"namespace": NAMESPACES[i % len(NAMESPACES)], "pod": f"svc-{(i // 7) % 2000:04d}-5d8f9c7b6-{i:06x}"}
+            for i in range(self.pods)
+        ]
+
+    @cached_property
     def _pods(self) -> bytes:
-        series = []
-        for i in range(self.pods):
-            name = f"svc-{(i // 7) % 2000:04d}-5d8f9c7b6-{i:06x}"
-            series.append(({"namespace": NAMESPACES[i % len(NAMESPACES)], "pod": name}, pod_usage_millicores(i)))
-        return _vector([(labels, m / 1000) for labels, m in series])
+        return _vector([(labels, pod_usage_millicores(i) / 1000) for i, labels in enumerate(self._pod_labels)])
+
+    @cached_property
+    def _pods_memory(self) -> bytes:
+        return _vector([(labels, pod_memory_bytes(i)) for i, labels in enumerate(self._pod_labels)])
 
     def answer(self, query: str, at: float) -> bytes:
         names = [f"node-{i:05d}" for i in range(self.nodes)]
@@ -87,9 +108,12 @@ class SkewedPrometheus:
             return _vector([])
         if "timestamp(" in query:
             return _vector([({"node": n}, at - 15) for n in names])
+        memory = "container_memory_working_set_bytes" in query
+        if 'id="/"' in query and memory:
+            return _vector([({"node": n}, ALLOCATABLE_MEMORY * NODE_MEMORY[i % 8]) for i, n in enumerate(names)])
         if 'id="/"' in query:
             return _vector([({"node": n}, ALLOCATABLE_M * NODE_LOAD[i % 4] / 1000) for i, n in enumerate(names)])
-        return self._pods
+        return self._pods_memory if memory else self._pods
 
 
 def _vector(series: list[tuple[dict[str, str], float]]) -> bytes:
@@ -100,13 +124,15 @@ def _vector(series: list[tuple[dict[str, str], float]]) -> bytes:
 # --- child ------------------------------------------------------------------------------------
 
 
-def child_cycle(kube_url: str, prom_url: str, server_pid: int, runs: int, list_mode: str) -> dict[str, Any]:
+def child_cycle(
+    kube_url: str, prom_url: str, server_pid: int, runs: int, list_mode: str, resources: str
+) -> dict[str, Any]:
     from rebalancer.adapters.kube import KubeSource, connect
     from rebalancer.adapters.prom import PrometheusUsageSource
     from rebalancer.planning.protections import Protections
     from rebalancer.policy import parse_policy
 
-    policy = parse_policy(POLICY.format(url=prom_url, list_mode=list_mode))
+    policy = parse_policy(policy_text(prom_url, list_mode, resources))
     api = connect(kubeconfig(kube_url))
     source = KubeSource(
         api, Protections.from_settings(policy.protections).annotations_read(), list_mode=policy.kubernetes.list_mode
@@ -114,8 +140,8 @@ def child_cycle(kube_url: str, prom_url: str, server_pid: int, runs: int, list_m
     out = first_read(source)
     out.update(snapshots(source, server_pid, runs))
     with PrometheusUsageSource(policy.prometheus) as prometheus:
-        out.update(usage_reads(prometheus, runs))
-        out.update(plans(source, prometheus, policy, runs))
+        out.update(usage_reads(prometheus, runs, policy.reads_memory))
+        out.update(plans(source, prometheus, policy, resources, runs))
     out.update(cycles(api, policy, runs))
     out["peak_rss_mb"] = peak_rss_mb()
     return out
@@ -161,16 +187,16 @@ def snapshots(source: Any, server_pid: int, runs: int) -> dict[str, Any]:
     }
 
 
-def usage_reads(prometheus: Any, runs: int) -> dict[str, Any]:
+def usage_reads(prometheus: Any, runs: int, memory: bool) -> dict[str, Any]:
     seconds = []
     for _ in range(runs):
         started = time.perf_counter()
-        usage = prometheus.read(time.time())
+        usage = prometheus.read(time.time(), memory=memory)
         seconds.append(time.perf_counter() - started)
-    return {"usage_s": seconds, "series": len(usage.pod_cpu_m)}
+    return {"usage_s": seconds, "series": len(usage.pod_cpu_m), "memory_series": len(usage.pod_memory)}
 
 
-def plans(source: Any, prometheus: Any, policy: Any, runs: int) -> dict[str, Any]:
+def plans(source: Any, prometheus: Any, policy: Any, resources: str, runs: int) -> dict[str, Any]:
     """The plan alone, as configured (placement prediction on), with prediction off and with the landing
     guard modelled; with the collector paused, as ``app.plan_live`` plans."""
     from rebalancer.app.collector import paused
@@ -179,11 +205,11 @@ def plans(source: Any, prometheus: Any, policy: Any, runs: int) -> dict[str, Any
 
     with paused():
         facts = source.read_facts()
-    usage = prometheus.read(time.time())
+    usage = prometheus.read(time.time(), memory=policy.reads_memory)
     unpredicted = policy.model_copy(
         update={"strategies": tuple(s.model_copy(update={"predict_placement": False}) for s in policy.strategies)}
     )
-    guarded = parse_policy(POLICY.format(url=policy.prometheus.url, list_mode=policy.kubernetes.list_mode) + GUARD)
+    guarded = parse_policy(policy_text(policy.prometheus.url, policy.kubernetes.list_mode, resources) + GUARD)
     out: dict[str, Any] = {}
     for key, variant in (("plan", policy), ("plan_unpredicted", unpredicted), ("plan_guarded", guarded)):
         seconds = []
@@ -217,13 +243,35 @@ def cycles(api: Any, policy: Any, runs: int) -> dict[str, Any]:
 # --- parent -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Variant:
+    """One child's configuration: how the cluster is listed and the resources the thresholds name."""
+
+    list_mode: str
+    resources: str
+
+    def label(self, variants: list[Variant]) -> str:
+        """What tells this variant from the others: its list mode, its resources, or both."""
+        modes = {v.list_mode for v in variants}
+        sets = {v.resources for v in variants}
+        if len(sets) == 1:
+            return self.list_mode
+        return self.resources if len(modes) == 1 else f"{self.list_mode} {self.resources}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sizes", default="15000,50000,150000", help="pod counts, comma-separated")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline-pods", type=int, default=15_000)
     parser.add_argument("--list-modes", default="auto", help="kubernetes.listMode per child, comma-separated")
-    parser.add_argument("--rounds", type=int, default=1, help="children per list mode, the modes alternating")
+    parser.add_argument(
+        "--resources",
+        type=resource_set,
+        action="append",
+        help="the resources the thresholds name, comma-separated (cpu, memory, pods; cpu by default); repeatable",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="children per variant, the variants alternating")
     parser.add_argument("--list-mode", default="auto", help=argparse.SUPPRESS)  # a child's
     parser.add_argument("--child", choices=["cycle"])
     parser.add_argument("--url")
@@ -231,24 +279,26 @@ def main() -> None:
     parser.add_argument("--server-pid", type=int, default=0)
     args = parser.parse_args()
     if args.child == "cycle":
-        print(json.dumps(child_cycle(args.url, args.prometheus, args.server_pid, args.runs, args.list_mode)))
+        resources = (args.resources or ["cpu"])[-1]
+        print(json.dumps(child_cycle(args.url, args.prometheus, args.server_pid, args.runs, args.list_mode, resources)))
         return
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    modes = args.list_modes.split(",")
+    variants = [Variant(mode, res) for mode in args.list_modes.split(",") for res in args.resources or ["cpu"]]
     baseline: dict[str, Any] | None = None
     rows = []
     for pods in sizes:
         nodes = max(1, pods // PODS_PER_NODE)
         prometheus = serve_prometheus(SkewedPrometheus(nodes, pods))
         prom_url = f"http://127.0.0.1:{prometheus.server_address[1]}"
-        by_mode: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+        by_variant: dict[Variant, list[dict[str, Any]]] = {variant: [] for variant in variants}
         try:
             with served_cluster(nodes, pods) as served:
                 for _ in range(args.rounds):
-                    for mode in modes:
+                    for variant in variants:
                         child = ["--url", served.url, "--prometheus", prom_url, "--server-pid", str(served.pid)]
-                        child += ["--runs", str(args.runs), "--list-mode", mode]
-                        by_mode[mode].append(run_child("bench.cycle_bench", "cycle", child))
+                        child += ["--runs", str(args.runs), "--list-mode", variant.list_mode]
+                        child += ["--resources", variant.resources]
+                        by_variant[variant].append(run_child("bench.cycle_bench", "cycle", child))
                 if baseline is None:
                     baseline = run_child(
                         "bench.snapshot_bench",
@@ -257,11 +307,12 @@ def main() -> None:
                     )
         finally:
             prometheus.shutdown()
-        for mode in modes:
-            for figures in by_mode[mode]:
-                rows.append(report_size(pods, nodes, figures, baseline, args.runs, mode))
-        if len(modes) > 1:
-            report_paths(pods, by_mode)
+        for variant in variants:
+            for figures in by_variant[variant]:
+                rows.append(report_size(pods, nodes, figures, baseline, args.runs, variant))
+        if len(variants) > 1:
+            by_resources = len({v.list_mode for v in variants}) == 1
+            report_paths(pods, {variant.label(variants): runs for variant, runs in by_variant.items()}, by_resources)
     report_scaling(rows)
 
 
@@ -270,12 +321,16 @@ def median(values: list[float]) -> float:
 
 
 def report_size(
-    pods: int, nodes: int, f: dict[str, Any], base: dict[str, Any], runs: int, mode: str = "auto"
+    pods: int, nodes: int, f: dict[str, Any], base: dict[str, Any], runs: int, variant: Variant
 ) -> dict[str, float]:
     cycle, snapshot, usage, plan = (median(f[k]) for k in ("cycle_s", "snapshot_s", "usage_s", "plan_s"))
     rss = f["peak_rss_mb"]
     base_s = base["seconds"] / base["pods"] * pods
-    print(f"== {pods} pods on {nodes} nodes ({f['series']} pod usage series), listMode {mode}, medians of {runs}")
+    memory = f", {f['memory_series']} pod memory series" if f["memory_series"] else ""
+    print(
+        f"== {pods} pods on {nodes} nodes ({f['series']} pod usage series{memory}), listMode {variant.list_mode}, "
+        f"thresholds on {variant.resources}, medians of {runs}"
+    )
     print(
         f"full cycle: {cycle:.2f} s ({', '.join(f'{s:.2f}' for s in f['cycle_s'])}); "
         f"peak RSS {rss:.0f} MB; {f['hot']} hot nodes, {f['planned']} evictions planned"
@@ -310,8 +365,9 @@ def report_size(
     return {"pods": pods, "cycle": cycle, "snapshot": snapshot, "usage": usage, "plan": plan, "rss": rss}
 
 
-def report_paths(pods: int, by_mode: dict[str, list[dict[str, Any]]]) -> None:
-    """Each list mode's medians over all its children's runs, and each against the first mode."""
+def report_paths(pods: int, by_mode: dict[str, list[dict[str, Any]]], by_resources: bool = False) -> None:
+    """Each variant's medians over all its children's runs, and each against the first variant; ``by_resources``
+    (the variants differ by their resources only): the budget of each set of resources against the first."""
     keys = (
         ("cycle_s", "full cycle", "s"),
         ("snapshot_s", "snapshot", "s"),
@@ -319,6 +375,8 @@ def report_paths(pods: int, by_mode: dict[str, list[dict[str, Any]]]) -> None:
         ("server_cpu_s", "server CPU", "s"),
         ("wire_mb", "on the wire", "MB"),
         ("peak_rss_mb", "peak RSS", "MB"),
+        ("usage_s", "usage read", "s"),
+        ("plan_s", "plan alone", "s"),
     )
     medians = {
         mode: {
@@ -328,13 +386,21 @@ def report_paths(pods: int, by_mode: dict[str, list[dict[str, Any]]]) -> None:
         for mode, runs in by_mode.items()
     }
     first = next(iter(medians))
-    print(f"== {pods} pods, by list mode (medians over every run of every child; ratio to {first})")
+    print(f"== {pods} pods, by variant (medians over every run of every child; ratio to {first})")
     for mode, values in medians.items():
         text = "; ".join(
             f"{label} {values[key]:.2f} {unit}{_ratio(values[key], medians[first][key], mode != first)}"
             for key, label, unit in keys
         )
         print(f"  {mode}: {text}")
+    if by_resources:
+        for mode, values in list(medians.items())[1:]:
+            ratio = values["cycle_s"] / medians[first]["cycle_s"]
+            ok = ratio <= 1.15 and values["peak_rss_mb"] <= 1024
+            print(
+                f"  budget for {mode} (full cycle within 15 % of {first}'s and peak RSS <= 1 GB): "
+                f"{'meets' if ok else 'misses'} ({ratio:.2f}x, {values['peak_rss_mb']:.0f} MB)"
+            )
 
 
 def _ratio(value: float, base: float, shown: bool) -> str:

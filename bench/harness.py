@@ -6,6 +6,7 @@ other processes and share the cores with it, as a real API server on the same ma
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -20,6 +21,24 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+THRESHOLDS = {"cpu": (20, 50), "memory": (30, 70), "pods": (50, 90)}
+"""The benchmarks' LowNodeUtilization thresholds and targets per resource, in percent."""
+
+
+def resource_set(text: str) -> str:
+    """``--resources``: a comma-separated set of cpu, memory and pods that names cpu (always thresholded)."""
+    names = text.split(",")
+    unknown = [name for name in names if name not in THRESHOLDS]
+    if unknown or "cpu" not in names or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"--resources {text!r}: cpu and optionally memory, pods, comma-separated")
+    return ",".join(name for name in THRESHOLDS if name in names)
+
+
+def thresholds(resources: str, cpu_target: int = THRESHOLDS["cpu"][1]) -> tuple[str, str]:
+    """The ``thresholds`` and ``targetThresholds`` mappings' YAML flow contents for ``resources``."""
+    names = resources.split(",")
+    targets = {**{name: high for name, (_, high) in THRESHOLDS.items()}, "cpu": cpu_target}
+    return ", ".join(f"{n}: {THRESHOLDS[n][0]}" for n in names), ", ".join(f"{n}: {targets[n]}" for n in names)
 
 
 def kubeconfig(url: str) -> str:
