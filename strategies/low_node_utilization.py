@@ -57,6 +57,7 @@ from strategies.resources import (
     bands_named,
     hot_text,
     pod_amount,
+    relief_order,
 )
 from strategies.thresholds import (
     Band,
@@ -269,7 +270,7 @@ class LowNodeUtilization:
         else:
             hot_everywhere = [classes.decision(n) for n in hot_names]
         unrelieved = {d.node: inactive[d.pool] for d in hot_everywhere if d.pool in inactive}
-        hot = sorted((d for d in hot_everywhere if d.pool in active_pools), key=lambda d: -(d.usage_pct or 0.0))
+        hot = relief_order(d for d in hot_everywhere if d.pool in active_pools)
         ledger = BudgetLedger(snapshot.budgets)
         predictor = self._predictor(snapshot, classes, caps, hot_names) if hot and s.predict_placement else None
         evictions: list[PlannedEviction] = []

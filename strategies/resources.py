@@ -155,6 +155,24 @@ def hot_text(decision: NodeDecision, usage_word: str) -> str:
     return ", ".join(parts)
 
 
+def relief_order(hot: Iterable[NodeDecision]) -> list[NodeDecision]:
+    """The order hot nodes are relieved in, the node most over target first. With CPU alone: by CPU percentage,
+    highest first. With memory or pods too: by how far the node's most-over resource is above its target,
+    relative to that target, so that a node far over on memory alone comes before one barely over on CPU."""
+    found = list(hot)
+    if not any(d.others for d in found):
+        return sorted(found, key=lambda d: -(d.usage_pct or 0.0))
+    return sorted(found, key=lambda d: -relative_excess(d))
+
+
+def relative_excess(decision: NodeDecision) -> float:
+    """How far the decision's most-over resource is above its target, as a fraction of the target (0.25: a
+    quarter above it); CPU counts as one resource among the others."""
+    found = [(decision.usage_pct or 0.0, decision.high_pct or 0.0)]
+    found += [(use.pct, use.high_pct) for use in decision.others if use.pct is not None]
+    return max((pct - high) / max(high, 1.0) for pct, high in found)
+
+
 def cap(allocatable: int, pct: float) -> int:
     """The amount ``pct`` percent of ``allocatable`` allows (rounded down)."""
     return int(allocatable * pct / 100.0)

@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from rebalancer.app.render import plan_table
 from rebalancer.domain.errors import ConfigError
 from rebalancer.domain.model import ClusterFacts, Node, Pod, UsageReport
+from rebalancer.planning.limits import CycleCounts, LimiterState, admit
 from rebalancer.planning.plan import EvictionPlan, NodeClass
 from rebalancer.policy.cycle import plan_cycle
 from tests.builders import node, pod, policy
+from tests.unit.limits_builders import limits, request
 
 GI = 2**30
 NOW = 1_700_000_000.0
@@ -263,3 +265,24 @@ def test_deviation_thresholds_take_each_resources_pool_mean() -> None:
         "memory 90.0% > target 80.0% (pool default: mean 70.0% - 10 = 60.0% cold"
         in plan.results[0].node_decisions[0].reason
     )
+
+
+def test_a_node_far_over_its_memory_target_is_relieved_before_one_barely_over_on_cpu() -> None:
+    # a: CPU 71% against a 70% target (1% above it); b: CPU cool, memory 98% against 80% (22% above it)
+    pods = [pod("cpu-pod", "a"), pod("memory-pod", "b"), pod("idle", "c")]
+    usage = report(
+        {"a": (7_100, 5 * GI), "b": (5_000, 9 * GI + GI * 8 // 10), "c": (1_000, 2 * GI)},
+        {"cpu-pod": (500, GI // 2), "memory-pod": (500, 2 * GI), "idle": (900, GI)},
+    )
+    plan = run(lnu(), NODES, pods, usage)
+
+    assert classes(plan) == {"a": NodeClass.HOT, "b": NodeClass.HOT, "c": NodeClass.COLD}
+    assert [e.name for e in plan.evictions] == ["memory-pod", "cpu-pod"]
+    # the evictor admits the plan's evictions in order: with one eviction a cycle, the memory-hot node's goes
+    settings = limits("global: {maxPerCycle: 1}")
+    state, cycle, admitted = LimiterState(), CycleCounts(), []
+    for eviction in plan.evictions:
+        verdict, state, cycle = admit(request(eviction.name, node=eviction.node), state, cycle, settings, NOW)
+        if verdict.allowed:
+            admitted.append(eviction.name)
+    assert admitted == ["memory-pod"]
