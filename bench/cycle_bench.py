@@ -57,7 +57,7 @@ from bench.harness import (
 PODS_PER_NODE = 30
 ALLOCATABLE_M = 31750  # bench.cluster_gen's nodes
 NODE_LOAD = (0.10, 0.80, 0.40, 0.45)  # by node index modulo 4: cold, hot, normal, normal
-NODE_MEMORY = (0.15, 0.45, 0.85, 0.45, 0.15, 0.45, 0.45, 0.45)  # by index modulo 8: the CPU-cold cold, 2 memory-hot
+NODE_MEMORY = (0.15, 0.45, 0.85, 0.45, 0.15, 0.45, 0.45, 0.45)  # by index modulo 8: CPU-cold nodes cold; 2: hot
 POLICY = (
     "prometheus: {{url: '{url}', maxDataAge: 10m}}\n"
     "pools: {{label: node-pool}}\n"

@@ -100,6 +100,39 @@ def test_cycle_bench_prints_its_figures_for_each_size() -> None:
     assert float(figure(r"cost per pod at 1200 / at 300 pods: (\d+\.\d+)", out)[0]) > 0
 
 
+def test_cycle_bench_compares_memory_and_pod_thresholds_with_cpu_alone() -> None:
+    out = run(
+        "bench.cycle_bench",
+        *("--sizes", "1200", "--runs", "1", "--baseline-pods", "100"),
+        *("--resources", "cpu", "--resources", "pods,memory,cpu"),
+    )
+
+    sizes = re.findall(r"== 1200 pods on 40 nodes \((.*)\), listMode auto, thresholds on ([a-z,]+), medians of 1", out)
+    assert sizes == [
+        ("1200 pod usage series", "cpu"),
+        ("1200 pod usage series, 1200 pod memory series", "cpu,memory,pods"),
+    ]
+    hot = [int(h) for h in re.findall(r"full cycle: .*; (\d+) hot nodes", out)]
+    assert hot == [10, 15]  # a quarter of the nodes hot on CPU; an eighth more on memory alone
+    guarded = re.findall(r"with the landing guard modelled \d+\.\d+ s \((\d+) evictions\)", out)
+    assert len(guarded) == 2 and all(int(g) > 0 for g in guarded)
+    assert re.search(r"  cpu,memory,pods: full cycle \d+\.\d+ s \(\d+\.\d+x\).*usage read \d+\.\d+ s \(", out), out
+    assert re.search(
+        r"budget for cpu,memory,pods \(full cycle within 15 % of cpu's and peak RSS <= 1 GB\): (meets|misses) "
+        r"\(\d+\.\d+x, \d+ MB\)",
+        out,
+    ), out
+
+
+def test_cycle_bench_refuses_resources_without_cpu() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.cycle_bench", "--resources", "memory"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+    assert done.returncode == 2 and "--resources 'memory': cpu and optionally memory, pods" in done.stderr
+
+
 def test_kube_list_prints_its_figures() -> None:
     out = run("bench.kube_list", "1000", "300")
 

@@ -8,17 +8,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_alert_latency_benchmark_runs_at_a_small_size() -> None:
+@pytest.mark.parametrize(("resources", "memory_read"), [("cpu", False), ("cpu,memory,pods", True)])
+def test_the_alert_latency_benchmark_runs_at_a_small_size(resources: str, memory_read: bool) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench.alert_latency", "--nodes", "60", "--pods", "1200", "--alerts", "2",
-         "--steady-cycles", "1"],
+         "--steady-cycles", "1", "--resources", resources],
         cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
+    assert f"cluster: 60 nodes, 1200 pods, thresholds on {resources}; serve ready" in out, out
+    queries = re.search(r"memory queries answered by the canned Prometheus: (\d+)", out)
+    assert queries is not None and (int(queries.group(1)) > 0) == memory_read, out
     assert re.search(r"alert-to-first-eviction over 2 alerts .*: p50 \d+ ms, p95 \d+ ms, max \d+ ms", out), out
     for row in ("POST until queued in serve", "step usage", "step evictor", "queued until the eviction was sent"):
         assert row in out, out
