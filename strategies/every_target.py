@@ -64,7 +64,7 @@ def landing_under_every_target(
     if refused is not None:
         text = f"predicted to land on {landing.node}, but the move {refused}"
         return Landing(None, text, LandingVerdict.NO_ROOM, landing.risk)
-    mass, likeliest = predictor.mass_refused(pod, node, candidate.usage_m, lambda n: extra.refusal(n, pod))
+    mass, likeliest = predictor.mass_refused(pod, node, candidate.usage_m, extra.refuser(pod))
     if likeliest is None:
         return landing
     risk, cap = landing.risk + mass, predictor.max_risk

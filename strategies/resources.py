@@ -217,6 +217,35 @@ class ExtraRoom:
     bands_of: Callable[[str], tuple[ResourceBand, ...]]
     resources: frozenset[str]  # those some pool's thresholds name
     added: dict[tuple[str, str], int] = field(default_factory=dict)
+    _rooms: dict[str, tuple[tuple[str, int | None], ...]] = field(default_factory=dict)  # before any move
+
+    def refuser(self, pod: Pod) -> Callable[[str], str | None]:
+        """``refusal`` for one pod, asked of many nodes (the landing predictor weighs hundreds for each
+        candidate): the pod's amounts and each node's room are looked up once, the reason written only for
+        a node that refuses."""
+        needs = {resource: pod_amount(self.snapshot, pod, resource) for resource in self.resources}
+
+        def refuse(node: str) -> str | None:
+            rooms = self._rooms.get(node)
+            if rooms is None:
+                rooms = self._rooms[node] = self._rooms_under_target(node)
+            for resource, room in rooms:
+                need = needs.get(resource)
+                if room is None or need is None or self.added.get((node, resource), 0) + need > room:
+                    return self.refusal(node, pod)
+            return None
+
+        return refuse
+
+    def _rooms_under_target(self, node: str) -> tuple[tuple[str, int | None], ...]:
+        """What ``node`` may take of each banded resource before any planned move (None: unknown)."""
+        out = []
+        for band in self.bands_of(node):
+            used, allocatable, _ = node_amount(self.snapshot, node, band.resource)
+            out.append(
+                (band.resource, None if used is None or allocatable <= 0 else cap(allocatable, band.high_pct) - used)
+            )
+        return tuple(out)
 
     def refusal(self, node: str, pod: Pod) -> str | None:
         """Why ``pod`` may not go to ``node``: a resource over its target after the move (None: fits)."""
