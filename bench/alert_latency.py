@@ -364,8 +364,11 @@ def main() -> None:  # noqa: PLR0915 - one linear script
         alert_breakdown(runs, cycle_timings(log_text, "alert"))
         if args.steady_cycles:
             before = len(cycle_timings(log_text, "schedule"))
-            model.armed.update(general[args.alerts :: 50])  # some hot nodes: the plan has work to do
-            model.memory_armed.update(general[args.alerts + 25 :: 50])  # read only with memory thresholds
+            # about 50 hot nodes, the plan's work; with memory thresholds every other one is hot on memory alone
+            hot = general[args.alerts :: 50]
+            memory_hot = hot[1::2] if "memory" in args.resources else []
+            model.armed.update(n for n in hot if n not in memory_hot)
+            model.memory_armed.update(memory_hot)
             write_policy(policy, prometheus_url, (port, metrics_port), "4s", 1, args.resources)
             deadline = time.monotonic() + 60 + 20 * args.steady_cycles
             while len(steady_cycles(log_path.read_text(), before, args.steady_cycles)) < args.steady_cycles:
