@@ -31,11 +31,11 @@ from strategies.candidates import BudgetLedger, Candidate, screen
 from strategies.group_landing import GroupLanding
 from strategies.landing import LandingPredictor, LandingVerdict, percent
 from strategies.placement import RoomTracker
+from strategies.resources import target_amount
 from strategies.thresholds import (
     Band,
     NodeClasses,
     PoolThresholds,
-    cap_millis,
     pool_bands,
     thresholds_problems,
 )
@@ -206,7 +206,7 @@ class HighNodeUtilization:
 def _caps(decisions: Iterable[NodeDecision]) -> dict[str, int]:
     """The destinations (nodes that are not underutilized) and the real usage each may reach."""
     return {
-        d.node: cap_millis(d.allocatable_m, d.high_pct or 0.0) for d in decisions if d.node_class is NodeClass.NORMAL
+        d.node: target_amount(d.allocatable_m, d.high_pct or 0.0) for d in decisions if d.node_class is NodeClass.NORMAL
     }
 
 

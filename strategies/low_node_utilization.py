@@ -58,12 +58,12 @@ from strategies.resources import (
     hot_text,
     pod_amount,
     relief_order,
+    target_amount,
 )
 from strategies.thresholds import (
     Band,
     NodeClasses,
     PoolThresholds,
-    cap_millis,
     pool_bands,
     thresholds_problems,
 )
@@ -381,7 +381,7 @@ class LowNodeUtilization:
     ) -> tuple[list[PlannedEviction], list[PodDecision], Unrelieved | None]:
         """The evictions chosen on one hot node, the decision record, and why none when none."""
         node = decision.node
-        target_m = cap_millis(decision.allocatable_m, decision.high_pct or 0.0)
+        target_m = target_amount(decision.allocatable_m, decision.high_pct or 0.0)
         bands = destinations.extra.bands_of(node) if destinations.extra is not None else ()
         over = Excess.of(snapshot, node, (decision.usage_m or 0) - target_m, bands)
         pool, records = screen(KIND, node, snapshot, protections, ledger)[:2]

@@ -173,7 +173,7 @@ def relative_excess(decision: NodeDecision) -> float:
     return max((pct - high) / max(high, 1.0) for pct, high in found)
 
 
-def cap(allocatable: int, pct: float) -> int:
+def target_amount(allocatable: int, pct: float) -> int:
     """The amount ``pct`` percent of ``allocatable`` allows (rounded down)."""
     return int(allocatable * pct / 100.0)
 
@@ -193,7 +193,7 @@ class Excess:
         for band in bands:
             used, whole, _ = node_amount(snapshot, name, band.resource)
             assert used is not None, "a hot node's configured resources are known"
-            amounts[band.resource] = used - cap(whole, band.high_pct)
+            amounts[band.resource] = used - target_amount(whole, band.high_pct)
             allocatable[band.resource] = max(1, whole)
         return cls(amounts, allocatable)
 
@@ -243,7 +243,10 @@ class ExtraRoom:
         for band in self.bands_of(node):
             used, allocatable, _ = node_amount(self.snapshot, node, band.resource)
             out.append(
-                (band.resource, None if used is None or allocatable <= 0 else cap(allocatable, band.high_pct) - used)
+                (
+                    band.resource,
+                    None if used is None or allocatable <= 0 else target_amount(allocatable, band.high_pct) - used,
+                )
             )
         return tuple(out)
 
@@ -256,7 +259,7 @@ class ExtraRoom:
                 what = "the pod's" if need is None else f"{node}'s"
                 return f"{what} {band.resource} usage is unknown: {node}'s room under its target cannot be told"
             after = used + self.added.get((node, band.resource), 0) + need
-            if after > cap(allocatable, band.high_pct):
+            if after > target_amount(allocatable, band.high_pct):
                 return (
                     f"would put {node}'s {band.resource} at {100.0 * after / allocatable:.1f}% > target "
                     f"{band.high_pct:.1f}% ({amount_text(band.resource, after)} of "

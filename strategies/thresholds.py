@@ -18,6 +18,7 @@ from strategies.resources import (
     combined_class,
     combined_reason,
     resource_band,
+    target_amount,
     unknown_reason,
     uses,
 )
@@ -246,7 +247,7 @@ class NodeClasses:
 
     def cap_m(self, name: str) -> int:
         """The usage the node may reach: its pool's upper percentage of its allocatable CPU."""
-        return cap_millis(self._snapshot.nodes[name].allocatable_cpu_m, self.band(name).high_pct)
+        return target_amount(self._snapshot.nodes[name].allocatable_cpu_m, self.band(name).high_pct)
 
     def extra_room(self) -> ExtraRoom | None:
         """Room under the memory and pods targets of the destinations (None: no thresholds name them)."""
@@ -312,8 +313,3 @@ class NodeClasses:
             ):
                 wanted.add(name)
         return self.decisions(wanted)
-
-
-def cap_millis(allocatable_m: int, pct: float) -> int:
-    """The usage in millicores that ``pct`` percent of ``allocatable_m`` allows (rounded down)."""
-    return int(allocatable_m * pct / 100.0)

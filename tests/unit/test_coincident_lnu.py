@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -69,21 +70,9 @@ REACTIVE = """
 """
 
 
-def run(
-    nodes: list[Node],
-    pods: list[Pod],
-    report: UsageReport,
-    predicted: PredictedLoad,
-    *,
-    reactive: bool = False,
-    placement: bool = False,
-    cap: int = 3,
-    budgets: tuple = (),
-    before_peak: str | None = None,
-    at: float = NOW,
-) -> EvictionPlan:
-    return cycle(nodes, pods, report, predicted, reactive=reactive, placement=placement, cap=cap, budgets=budgets,
-                 before_peak=before_peak, at=at)[1]  # fmt: skip
+def run(*args: Any, **kwargs: Any) -> EvictionPlan:
+    """:func:`cycle`'s plan."""
+    return cycle(*args, **kwargs)[1]
 
 
 def cycle(

@@ -19,7 +19,7 @@ from rebalancer.planning.plan import EvictionPlan, NodeClass, Unrelieved
 from rebalancer.planning.scheduler_model import SchedulerModel
 from rebalancer.policy.cycle import plan_cycle
 from rebalancer.records import EfficiencySettings, EfficiencyState, compute_rates, observe_cycle
-from strategies.thresholds import cap_millis
+from strategies.resources import target_amount
 from tests.builders import node, pod, policy, usage
 from tests.unit.test_planner_properties import clusters
 
@@ -376,13 +376,13 @@ def test_no_accepted_eviction_risks_a_bad_landing_above_the_cap(
     snapshot, plan = plan_cycle(facts, report, policy(LNU + extra), 1_700_000_000.0)
     decisions = {d.node: d for d in plan.results[0].node_decisions}
     room = {
-        name: cap_millis(d.allocatable_m, d.high_pct or 0.0) - d.usage_m
+        name: target_amount(d.allocatable_m, d.high_pct or 0.0) - d.usage_m
         for name, d in decisions.items()
         if d.node_class is NodeClass.COLD and d.usage_m is not None
     }
     receiving = {snapshot.pool_of[name] for name in room}
     room |= {  # landOnNormalNodes: a normal node of a pool with cold destinations, under target after the move
-        name: cap_millis(d.allocatable_m, d.high_pct or 0.0) - d.usage_m
+        name: target_amount(d.allocatable_m, d.high_pct or 0.0) - d.usage_m
         for name, d in decisions.items()
         if d.node_class is NodeClass.NORMAL and d.usage_m is not None and (d.pool in receiving or not same_pool)
     }
