@@ -21,7 +21,7 @@ from rebalancer.app import collector
 from rebalancer.domain.errors import SourceError
 from rebalancer.domain.model import ClusterFacts
 from rebalancer.planning.predict.days import last_days
-from rebalancer.planning.predict.predictor import Prediction, peak_book, predict, scheduled_pods
+from rebalancer.planning.predict.predictor import Prediction, predict, predict_with_book, scheduled_pods
 from rebalancer.planning.predicted import PREDICTIVE, PredictedLoad
 from rebalancer.planning.protections import Protections
 from rebalancer.planning.snapshot import build_snapshot
@@ -84,9 +84,7 @@ def predicted_load(policy: Policy, facts: ClusterFacts, now: float, cache: Histo
         log.warning("predictor history failed: %s", exc)
         return PredictedLoad.failed(f"predictor history: {type(exc).__name__}: {exc}")
     settings = policy.predictor
-    prediction = predict(facts, history.pods, settings, history.system, history.profiles)
-    profiles = history.profiles if settings.node_peak == "coincident" else None
-    book = peak_book(prediction, profiles, settings) if profiles is not None else None
+    prediction, book = predict_with_book(facts, history.pods, settings, history.system, history.profiles)
     return PredictedLoad.from_prediction(prediction, history.description, book)
 
 

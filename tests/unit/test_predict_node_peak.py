@@ -14,7 +14,7 @@ from rebalancer.domain.model import ClusterFacts
 from rebalancer.planning.predict import DailyPeaks, PredictorSettings, predict
 from rebalancer.planning.predict.aggregate import decaying_histogram
 from rebalancer.planning.predict.node_peak import PeakBook, pod_profile, workload_shapes
-from rebalancer.planning.predict.predictor import peak_book
+from rebalancer.planning.predict.predictor import predict_with_book
 from rebalancer.planning.predict.profile import DailyProfiles, bucket_label, bucket_of, own_profile, predicted_peak
 from tests.builders import node, pod
 
@@ -184,7 +184,7 @@ def test_the_predictor_uses_the_coincident_peak_when_profiles_are_given() -> Non
     assert (n1.basis, n1.cpu_m, n1.pods_cpu_m) == ("coincident", 1000, 1700)
     assert n1.utilization_pct == pytest.approx(50.0)
     assert n1.peak is not None and n1.peak.at == "00:00-12:00"
-    book = peak_book(coincident, profiles, settings)
+    book = predict_with_book(facts, daily, settings, profiles=profiles)[1]
     assert book.peak_with("n1", remove=[k("a")]) == (800.0, 1)
     off = predict(facts, daily, settings.model_copy(update={"node_peak": "sum"}), profiles=profiles)
     assert off.nodes[0].basis == "sum"
@@ -213,7 +213,7 @@ def test_a_young_pod_takes_its_siblings_shape_at_the_level_it_runs_at() -> None:
     # its observed 150 m where the shape is 0.5: the shape at 300 m, peaking in the morning
     assert n2.cpu_m == pytest.approx(300, rel=1e-5)
     assert n2.peak is not None and n2.peak.bucket == 0
-    book = peak_book(prediction, profiles, settings)
+    book = predict_with_book(facts, daily, settings, profiles=profiles)[1]
     assert book.profile(k("young")) == pytest.approx(np.tile(shape * 300, (DAYS, 1)))
     without = pod_profile("workload", 775.0, None, np.tile(shape, (DAYS, 1)), DAYS, BUCKETS)
     assert without is not None and float(without.max()) == pytest.approx(775)  # no own data: its predicted peak

@@ -50,7 +50,7 @@ from rebalancer.offline.simulate.variants import (
 from rebalancer.offline.simulate.world import MemoryStore, SimActions, World
 from rebalancer.planning.inflight import EarlierReliefs
 from rebalancer.planning.predict.history import DailyPeaks
-from rebalancer.planning.predict.predictor import peak_book, predict
+from rebalancer.planning.predict.predictor import predict_with_book
 from rebalancer.planning.predict.profile import DailyProfiles
 from rebalancer.planning.predicted import PREDICTIVE, PredictedLoad
 from rebalancer.planning.protections import Protections
@@ -262,6 +262,5 @@ class _Run:
                 profiles = pod_profiles(self.world, self.profile_table, today, settings.days)
             self.history = (today, peaks, profiles)
         profiles = self.history[2]
-        prediction = predict(facts, self.history[1], settings, profiles=profiles)
-        book = peak_book(prediction, profiles, settings) if profiles is not None else None
+        prediction, book = predict_with_book(facts, self.history[1], settings, profiles=profiles)
         return PredictedLoad.from_prediction(prediction, f"simulated history, {settings.aggregation}", book)

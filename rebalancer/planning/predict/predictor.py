@@ -194,6 +194,18 @@ def predict(
 ) -> Prediction:
     """Predicted next-peak usage of every node from its current pods (the coincident peak when
     ``settings.node_peak`` says so and ``profiles`` are given)."""
+    return _assemble(facts, history, settings, system, previous=None, profiles=profiles)[0]
+
+
+def predict_with_book(
+    facts: ClusterFacts,
+    history: DailyPeaks[PodKey],
+    settings: PredictorSettings,
+    system: DailyPeaks[str] | None = None,
+    profiles: DailyProfiles[PodKey] | None = None,
+) -> tuple[Prediction, PeakBook | None]:
+    """:func:`predict`, and the peak book its coincident node peaks were read from (None without
+    profiles or with ``nodePeak: sum``): what a planner moves pods in, built once per prediction."""
     return _assemble(facts, history, settings, system, previous=None, profiles=profiles)
 
 
@@ -218,7 +230,7 @@ def repredict(
 ) -> Prediction:
     """Re-predict the nodes whose pod set changed since ``prediction``; the others keep theirs. Nodes gone
     from ``facts`` are dropped. Pods keep their earlier prediction wherever they now run."""
-    return _assemble(facts, history, settings, system, previous=prediction, profiles=profiles)
+    return _assemble(facts, history, settings, system, previous=prediction, profiles=profiles)[0]
 
 
 def _assemble(
@@ -228,7 +240,7 @@ def _assemble(
     system: DailyPeaks[str] | None,
     previous: Prediction | None,
     profiles: DailyProfiles[PodKey] | None = None,
-) -> Prediction:
+) -> tuple[Prediction, PeakBook | None]:
     current = scheduled_pods(facts)
     all_pods = [p for pods in current.values() for p in pods]
     stale = stale_nodes(previous, facts) if previous is not None else frozenset(n.name for n in facts.nodes)
@@ -249,7 +261,7 @@ def _assemble(
             node_system[node.name] = (old_nodes[node.name].system_cpu_m, old_nodes[node.name].system_source)
         else:
             node_system[node.name] = _system(node.name, system, system_agg, settings)
-    book = _book(pod_predictions.values(), profiles, settings, node_system)
+    book = _book((pod_predictions[k] for k in sorted(pod_predictions)), profiles, settings, node_system)
     nodes: list[NodePrediction] = []
     for node in sorted(facts.nodes, key=lambda n: n.name):
         if node.name not in stale and node.name in old_nodes:
@@ -260,7 +272,7 @@ def _assemble(
         peak = book.node_peak(node.name) if book is not None else None
         nodes.append(predict_node(node, on_node, sys_cpu, sys_source, settings.hot_threshold, peak))
     current_keys = {p.key for p in all_pods}
-    return Prediction(
+    prediction = Prediction(
         aggregation=settings.aggregation,
         safety_margin=settings.safety_margin,
         hot_threshold=settings.hot_threshold,
@@ -270,6 +282,7 @@ def _assemble(
         dropped_history=sum(1 for k in history.keys if k not in current_keys),
         repredicted=tuple(sorted(stale & {n.name for n in facts.nodes})) if previous is not None else (),
     )
+    return prediction, book
 
 
 def _book(
@@ -281,10 +294,3 @@ def _book(
     if profiles is None or settings.node_peak != "coincident":
         return None
     return build_book(predictions, profiles, settings, {node: cpu for node, (cpu, _) in node_system.items()})
-
-
-def peak_book(prediction: Prediction, profiles: DailyProfiles[PodKey], settings: PredictorSettings) -> PeakBook:
-    """The pods' resolved profiles on their nodes as ``prediction`` has them: what a planner moves pods in
-    to see each node's coincident peak after any set of moves."""
-    system = {n.node: n.system_cpu_m for n in prediction.nodes}
-    return build_book(prediction.pods, profiles, settings, system)
