@@ -35,7 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from bench.cluster_gen import ALLOCATABLE_MEMORY, NAMESPACES
+from bench.cluster_gen import ALLOCATABLE_MEMORY, NAMESPACES, node_index_of
 from bench.harness import resource_set, thresholds
 from bench.serve_cluster import EVICTIONS_PATH
 from bench.snapshot_bench import kubeconfig
@@ -60,7 +60,7 @@ class CannedPrometheus:
         self.pods_on: dict[str, list[tuple[str, str]]] = {n: [] for n in self.nodes}
         for i in range(pods):
             name = f"svc-{(i // 7) % 2000:04d}-5d8f9c7b6-{i:06x}"
-            self.pods_on[f"node-{(i * 7919) % nodes:05d}"].append((NAMESPACES[i % len(NAMESPACES)], name))
+            self.pods_on[f"node-{node_index_of(i, nodes):05d}"].append((NAMESPACES[i % len(NAMESPACES)], name))
         self.armed: set[str] = set()
         self.memory_armed: set[str] = set()
         self.memory_queries = 0  # answered: a policy without memory thresholds asks none

@@ -193,12 +193,17 @@ _MANAGED = [
 ]
 
 
+def node_index_of(i: int, node_count: int) -> int:
+    """The node pod ``i`` is bound to (a stride that spreads consecutive pods over the nodes)."""
+    return (i * 7919) % node_count
+
+
 def pod(i: int, node_count: int) -> dict[str, Any]:
     namespace = NAMESPACES[i % len(NAMESPACES)]
     app = f"svc-{(i // 7) % 2000:04d}"
     rs = f"{app}-5d8f9c7b6"
     name = f"{rs}-{i:06x}"
-    node_index = (i * 7919) % node_count
+    node_index = node_index_of(i, node_count)
     cpu = ("100m", "250m", "500m", "1", "2")[i % 5]
     annotations = {
         "prometheus.io/scrape": "true",
@@ -409,7 +414,7 @@ def pod_bytes(i: int, node_count: int) -> tuple[str, str, bytes]:
     namespace = NAMESPACES[i % len(NAMESPACES)]
     app = f"svc-{(i // 7) % 2000:04d}"
     name = f"{app}-5d8f9c7b6-{i:06x}"
-    node_name = f"node-{(i * 7919) % node_count:05d}"
+    node_name = f"node-{node_index_of(i, node_count):05d}"
     ip = f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}"
     out = (
         template.replace(b"@@NAME@@", name.encode())

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from functools import cached_property
 from typing import Any
 
 from bench.alert_latency import serve_prometheus
-from bench.cluster_gen import ALLOCATABLE_MEMORY, NAMESPACES, pod_memory_bytes, pod_usage_millicores
+from bench.cluster_gen import ALLOCATABLE_MEMORY, NAMESPACES, node_index_of, pod_memory_bytes, pod_usage_millicores
 from bench.harness import (
     bytes_read,
     kubeconfig,
@@ -113,7 +114,13 @@ class SkewedPrometheus:
             return _vector([({"node": n}, ALLOCATABLE_MEMORY * NODE_MEMORY[i % 8]) for i, n in enumerate(names)])
         if 'id="/"' in query:
             return _vector([({"node": n}, ALLOCATABLE_M * NODE_LOAD[i % 4] / 1000) for i, n in enumerate(names)])
-        return self._pods_memory if memory else self._pods
+        match = re.search(r'node=~"([^"]*)"', query)
+        if match is None:
+            return self._pods_memory if memory else self._pods
+        wanted = {int(n.rsplit("-", 1)[1]) for n in match.group(1).replace("\\\\.", ".").split("|")}
+        value = pod_memory_bytes if memory else (lambda i: pod_usage_millicores(i) / 1000)
+        on = [i for i in range(self.pods) if node_index_of(i, self.nodes) in wanted]
+        return _vector([(self._pod_labels[i], value(i)) for i in on])
 
 
 def _vector(series: list[tuple[dict[str, str], float]]) -> bytes:

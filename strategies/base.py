@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field, model_validator
 
@@ -64,3 +64,11 @@ class Strategy(Protocol):
     def name(self) -> str: ...
 
     def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult: ...
+
+
+@runtime_checkable
+class ReadsPodMemory(Protocol):
+    """A strategy that weighs its candidates' memory: a live cycle reads the pods' memory only on the nodes
+    it names, after the snapshot is made (at 150,000 pods the whole answer is as large as the CPU one)."""
+
+    def memory_sources(self, snapshot: ClusterSnapshot) -> frozenset[str]: ...

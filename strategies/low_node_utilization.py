@@ -242,10 +242,7 @@ class LowNodeUtilization:
     def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult:
         s = self.settings
         snapshot = view(snapshot, s.classify_by)
-        by_prediction = s.predicted is not None and s.classify_by in ("predicted", "max")
-        default, pools = (s.predicted, {}) if by_prediction and s.predicted is not None else (s, s.pools)
-        bands = pool_bands(snapshot, default, pools, bool(s.use_deviation_thresholds))
-        classes = NodeClasses(snapshot, KIND, bands, _class_of, _decider(s.classify_by))
+        classes = self._classes(snapshot)
         if snapshot.usage_failure:
             return StrategyResult(KIND, (), classes.decisions(), (), (f"no evictions: {snapshot.usage_failure}",))
         coincident = self._coincident(snapshot)
@@ -300,6 +297,20 @@ class LowNodeUtilization:
         return StrategyResult(
             KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes), unrelieved, peak_caps=caps_kept
         )
+
+    def memory_sources(self, snapshot: ClusterSnapshot) -> frozenset[str]:
+        """The nodes whose pods' memory a plan on ``snapshot`` needs: the hot ones it may relieve (in an
+        alert's cycle, those focused). Destinations are weighed by their node's own memory reading."""
+        hot = self._classes(view(snapshot, self.settings.classify_by)).named(NodeClass.HOT)
+        focus = snapshot.focus
+        return frozenset(hot if focus is None else (name for name in hot if name in focus))
+
+    def _classes(self, snapshot: ClusterSnapshot) -> NodeClasses:
+        s = self.settings
+        by_prediction = s.predicted is not None and s.classify_by in ("predicted", "max")
+        default, pools = (s.predicted, {}) if by_prediction and s.predicted is not None else (s, s.pools)
+        bands = pool_bands(snapshot, default, pools, bool(s.use_deviation_thresholds))
+        return NodeClasses(snapshot, KIND, bands, _class_of, _decider(s.classify_by))
 
     def _coincident(self, snapshot: ClusterSnapshot) -> bool:
         """Plans on the nodes' coincident peaks: classifyBy predicted with the pods' daily profiles."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -33,7 +34,7 @@ from rebalancer.planning.predicted import PredictedLoad
 from rebalancer.planning.protections import Protections
 from rebalancer.planning.snapshot import ClusterSnapshot
 from rebalancer.policy import Policy
-from rebalancer.policy.cycle import plan_cycle
+from rebalancer.policy.cycle import plan_cycle, plan_prepared, pod_memory_nodes, prepare_cycle, with_pod_memory
 
 log = logging.getLogger(__name__)
 MAX_TARGETED_NODES = 20  # more alerted nodes at once: a full listing is cheaper than one per node
@@ -77,51 +78,52 @@ def plan_live(
     efficiency records; None: neither). The collector is paused while the cluster is listed and while the
     plan is made (:mod:`rebalancer.app.collector`)."""
     timeline = timeline or Timeline()
-    policy, prometheus = runtime.policy, runtime.usage
+    policy = runtime.policy
     nodes = focus.nodes if focus is not None else None
     memory = policy.reads_memory
     now = runtime.clock()
+    with contextlib.ExitStack() as opened:
+        source = runtime.usage or opened.enter_context(PrometheusUsageSource(policy.prometheus))
 
-    def usage_now() -> UsageReport:
-        if prometheus is not None:
-            usage = read_usage(lambda at: prometheus.read(at, nodes, memory=memory), now)
-        else:
-            with PrometheusUsageSource(policy.prometheus) as source:
-                usage = read_usage(lambda at: source.read(at, nodes, memory=memory), now)
-        collector.untrack_young()  # its per-pod keys, while in the CPU cache, if a listing paused the collector
-        return usage
+        def usage_now() -> UsageReport:
+            usage = read_usage(lambda at: source.read(at, nodes, memory=memory, pod_memory=False), now)
+            collector.untrack_young()  # its per-pod keys, while in the CPU cache, if a listing paused the collector
+            return usage
 
-    if runtime.watched is not None:
-        with timeline.step("facts"):
-            facts = runtime.watched()
-        with timeline.step("usage"):
-            usage = usage_now()
-    else:
-        # Prometheus answers while the pods are listed and decoded; its errors still block evictions
-        # (read_usage), anything else it raises is raised here, after the listing
-        with ThreadPoolExecutor(1, thread_name_prefix="usage-read") as reader:
-            pending = reader.submit(usage_now)
+        if runtime.watched is not None:
             with timeline.step("facts"):
-                kube = KubeSource(
-                    runtime.api,
-                    Protections.from_settings(policy.protections).annotations_read(),
-                    list_mode=policy.kubernetes.list_mode,
-                )
-                with collector.paused():
-                    facts = read_facts(kube, focus)
-                timeline.mark(f"pods-{kube.last_stats.modes.get('pods', 'paged')}")  # how the pods were read
-            with timeline.step("usage"):  # only what the listing did not hide
-                usage = pending.result()
-    predicted = None
-    if needs_prediction(policy):
-        with timeline.step("prediction"):
-            predicted = predicted_load(policy, facts, now, runtime.history)
-    guarded, reliefs = None, None
-    if earlier is not None:
-        with timeline.step("guard"):
-            guarded, reliefs = earlier(facts, now)
-    with collector.paused():  # planning makes little cyclic garbage; collections were 7% of a 150,000-pod plan
-        snapshot, plan = plan_cycle(facts, usage, policy, now, nodes, predicted, timeline, guarded, reliefs=reliefs)
+                facts = runtime.watched()
+            with timeline.step("usage"):
+                usage = usage_now()
+        else:
+            # Prometheus answers while the pods are listed and decoded; its errors still block evictions
+            # (read_usage), anything else it raises is raised here, after the listing
+            with ThreadPoolExecutor(1, thread_name_prefix="usage-read") as reader:
+                pending = reader.submit(usage_now)
+                with timeline.step("facts"):
+                    kube = KubeSource(
+                        runtime.api,
+                        Protections.from_settings(policy.protections).annotations_read(),
+                        list_mode=policy.kubernetes.list_mode,
+                    )
+                    with collector.paused():
+                        facts = read_facts(kube, focus)
+                    timeline.mark(f"pods-{kube.last_stats.modes.get('pods', 'paged')}")  # how the pods were read
+                with timeline.step("usage"):  # only what the listing did not hide
+                    usage = pending.result()
+        predicted = None
+        if needs_prediction(policy):
+            with timeline.step("prediction"):
+                predicted = predicted_load(policy, facts, now, runtime.history)
+        guarded, reliefs = None, None
+        if earlier is not None:
+            with timeline.step("guard"):
+                guarded, reliefs = earlier(facts, now)
+        with collector.paused():  # planning makes little cyclic garbage; collections were 7% of a 150,000-pod plan
+            snapshot = prepare_cycle(facts, usage, policy, now, nodes, predicted, timeline, guarded, reliefs)
+            if memory:
+                snapshot = read_pod_memory(snapshot, policy, source, timeline)
+            plan = plan_prepared(snapshot, policy, timeline)
     return PlanOutcome(snapshot, plan, f"cluster, usage from {policy.prometheus.url}", facts)
 
 
@@ -266,6 +268,23 @@ def state_namespace(configured: str | None) -> str:
                 )
             ],
         ) from None
+
+
+def read_pod_memory(
+    snapshot: ClusterSnapshot, policy: Policy, source: PrometheusUsageSource, timeline: Timeline
+) -> ClusterSnapshot:
+    """The snapshot with the memory of the pods on the nodes the strategies may relieve, read at the
+    snapshot's time; a failed read fails the cycle's usage (no evictions), as a failed usage read does."""
+    wanted = pod_memory_nodes(snapshot, policy)
+    if not wanted:
+        return snapshot
+    with timeline.step("pod-memory"):
+        try:
+            found = source.pod_memory(snapshot.taken_at, wanted)
+        except SourceError as exc:
+            log.warning("usage source failed: %s", exc)
+            return with_pod_memory(snapshot, f"{type(exc).__name__}: {exc}")
+    return with_pod_memory(snapshot, found)
 
 
 def read_usage(read: Callable[[float], UsageReport], now: float) -> UsageReport:

@@ -17,6 +17,7 @@ from rebalancer.planning.snapshot import ClusterSnapshot, after_evictions, build
 from rebalancer.policy import Policy
 from rebalancer.records.landings import observe_landings
 from strategies import build
+from strategies.base import ReadsPodMemory
 
 
 def plan_cycle(
@@ -35,9 +36,26 @@ def plan_cycle(
     bounce-back guard keeps in place (``rebalancer.records.recently_moved``), with the reason. ``reliefs``: the earlier
     reliefs from the efficiency records; a node's usage is corrected by those its reading still covers
     (:mod:`rebalancer.planning.inflight`), so every strategy and the landing guard plan on the same corrected usage
-    (None: no records, no correction)."""
+    (None: no records, no correction). The pods' memory is the usage's (a live cycle reads only the hot
+    nodes' between :func:`prepare_cycle` and :func:`plan_prepared`)."""
     timeline = timeline or Timeline()
-    with timeline.step("snapshot"):
+    snapshot = prepare_cycle(facts, usage, policy, taken_at, focus, predicted, timeline, moved, reliefs)
+    return snapshot, plan_prepared(snapshot, policy, timeline)
+
+
+def prepare_cycle(
+    facts: ClusterFacts,
+    usage: UsageReport,
+    policy: Policy,
+    taken_at: float,
+    focus: frozenset[str] | None = None,
+    predicted: PredictedLoad | None = None,
+    timeline: Timeline | None = None,
+    moved: Mapping[PodKey, str] | None = None,
+    reliefs: EarlierReliefs | None = None,
+) -> ClusterSnapshot:
+    """The snapshot :func:`plan_cycle` plans on (the arguments are its)."""
+    with (timeline or Timeline()).step("snapshot"):
         snapshot = build_snapshot(facts, usage, policy.pools, taken_at, focus)
         if reliefs is not None:
             reliefs = with_landings(reliefs, facts, taken_at, policy.efficiency.follow_up_window.total_seconds())
@@ -49,10 +67,37 @@ def plan_cycle(
         if policy.landing_guard.enabled:
             guarded = {p.pool: p.effect for p in policy.landing_guard.pools if p.max_marked_fraction > 0}
             snapshot = replace(snapshot, guarded_pools=guarded)
+    return snapshot
+
+
+def pod_memory_nodes(snapshot: ClusterSnapshot, policy: Policy) -> frozenset[str]:
+    """The nodes whose pods' memory the policy's strategies need on this snapshot (those they may relieve:
+    a destination is weighed by its node's own reading). Empty when no strategy reads memory."""
+    if snapshot.usage_failure:
+        return frozenset()
+    wanted: set[str] = set()
+    for settings in policy.strategies:
+        if settings.enabled and settings.reads_memory_usage():
+            strategy = build(settings)
+            if isinstance(strategy, ReadsPodMemory):
+                wanted |= strategy.memory_sources(snapshot)
+    return frozenset(wanted)
+
+
+def with_pod_memory(snapshot: ClusterSnapshot, found: Mapping[PodKey, int] | str) -> ClusterSnapshot:
+    """The snapshot with the pods' memory read after it was made, or, when that read failed (``found`` is
+    the cause), with the cycle's usage failed: no evictions on what the plan could not know."""
+    if isinstance(found, str):
+        return replace(snapshot, usage_failure=found)
+    return replace(snapshot, pod_memory=MappingProxyType({**snapshot.pod_memory, **found}))
+
+
+def plan_prepared(snapshot: ClusterSnapshot, policy: Policy, timeline: Timeline | None = None) -> EvictionPlan:
+    """Every enabled strategy in order, each on what the previous ones moved."""
     protections = Protections.from_settings(policy.protections)
     results = []
     seen = snapshot
-    with timeline.step("plan"):
+    with (timeline or Timeline()).step("plan"):
         for settings in policy.strategies:
             if not settings.enabled:
                 continue
@@ -61,9 +106,10 @@ def plan_cycle(
             seen = after_evictions(seen, result.evictions)  # the next strategy plans on what this one moved
             if result.peak_caps and seen.predicted is not None:  # a node relieved before its peak stays so
                 seen = replace(seen, predicted=seen.predicted.with_caps(result.peak_caps))
-    blocked = f"usage source failed, no evictions this cycle: {usage.failure}" if usage.failure else None
+    failure = snapshot.usage_failure
+    blocked = f"usage source failed, no evictions this cycle: {failure}" if failure else None
     corrections = tuple(snapshot.in_flight.values())
-    return snapshot, EvictionPlan(taken_at, tuple(results), blocked, corrections, snapshot.in_flight_off)
+    return EvictionPlan(snapshot.taken_at, tuple(results), blocked, corrections, snapshot.in_flight_off)
 
 
 def usage_lag(policy: Policy) -> Lag:

@@ -285,6 +285,8 @@ class CannedAnswer:
 class CannedRequest:
     path: str
     headers: Mapping[str, str]
+    method: str = "GET"
+    body: bytes = b""
 
 
 class CannedHttpServer:
@@ -302,7 +304,8 @@ class CannedHttpServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                outer.requests.append(CannedRequest(self.path, dict(self.headers.items())))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.requests.append(CannedRequest(self.path, dict(self.headers.items()), self.command, body))
                 answer = outer.answer
                 if answer.delay:
                     outer._release.wait(answer.delay)

@@ -3,6 +3,8 @@ series, per node from the root cgroup, a stale node unknown (never zero)."""
 
 from __future__ import annotations
 
+import urllib.parse
+
 import pytest
 
 from rebalancer.adapters.prom import PrometheusUsageSource
@@ -11,7 +13,7 @@ from rebalancer.domain.model import UsageReport
 from rebalancer.domain.settings.shared import PrometheusSettings, UsageQueries
 from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
 from tests.adapters.cadvisor_memory import GiB, MiB, memory_series, node_bytes
-from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
+from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, StartPrometheus
 
 pytestmark = pytest.mark.prometheus
 
@@ -69,3 +71,51 @@ def test_a_stale_node_has_unknown_memory(prom: PrometheusServer) -> None:
 def test_no_memory_series_is_stale_never_zero(prom: PrometheusServer) -> None:
     with pytest.raises(MetricsStale, match="node_memory"):
         read(prom.url, memory=True, node_memory='sum by (node) (container_memory_rss{{id="/"}})')
+
+
+def pod_memory(url: str, nodes: frozenset[str]) -> dict[tuple[str, str], int]:
+    with PrometheusUsageSource(PrometheusSettings(url=url, max_data_age="5m")) as source:
+        return dict(source.pod_memory(END, nodes))
+
+
+def test_a_cycle_can_leave_the_pods_memory_for_later(prom: PrometheusServer) -> None:
+    settings = PrometheusSettings(url=prom.url, max_data_age="5m")
+    with PrometheusUsageSource(settings) as source:
+        report = source.read(END, memory=True, pod_memory=False)
+
+    assert report.node_memory is not None and set(report.node_memory) == {"n1", "n2"}
+    assert report.pod_memory == {}
+
+
+def test_the_pods_memory_of_some_nodes_only(prom: PrometheusServer) -> None:
+    assert pod_memory(prom.url, frozenset({"n1"})) == {("shop", "web-1"): 3 * GiB + 1}
+    assert pod_memory(prom.url, frozenset({"n1", "n2"})) == {
+        ("shop", "web-1"): 3 * GiB + 1,
+        ("shop", "cache-1"): 700 * MiB,
+    }
+    assert pod_memory(prom.url, frozenset()) == {}
+
+
+def test_nodes_without_memory_series_leave_their_pods_unknown(prom: PrometheusServer) -> None:
+    assert pod_memory(prom.url, frozenset({"gone-1"})) == {}  # unknown: no entry, never zero
+
+
+def test_a_filter_naming_thousands_of_nodes_is_read(prom: PrometheusServer) -> None:
+    many = frozenset({"n2", *(f"ip-10-0-{i // 250}-{i % 250}.eu-west-1.compute.internal" for i in range(2000))})
+
+    assert pod_memory(prom.url, many) == {("shop", "cache-1"): 700 * MiB}
+
+
+def test_a_long_query_is_posted_a_short_one_is_not(canned_http: CannedHttpServer) -> None:
+    canned_http.reply(200, {"status": "success", "data": {"resultType": "vector", "result": []}})
+    many = frozenset(f"ip-10-0-{i // 250}-{i % 250}.eu-west-1.compute.internal" for i in range(200))
+
+    pod_memory(canned_http.url, frozenset({"n1"}))
+    pod_memory(canned_http.url, many)
+
+    short, long = canned_http.requests
+    assert (short.method, short.body) == ("GET", b"")
+    assert 'node=~"n1"' in urllib.parse.unquote_plus(short.path)
+    assert long.method == "POST" and "?" not in long.path  # proxies refuse request lines of a few KB
+    fields = urllib.parse.parse_qs(long.body.decode())
+    assert "ip-10-0-0-199" in fields["query"][0] and fields["time"] == [f"{END:.3f}"]

@@ -33,8 +33,10 @@ def plan(
     tmp: Path,
     loads: Loads,
     system: dict[str, tuple[float, int]],
-) -> EvictionPlan:
-    """The cluster and its history (``system``: each node's daemons, cores and bytes), then a plan."""
+    queries: str = "",
+) -> app.PlanOutcome:
+    """The cluster and its history (``system``: each node's daemons, cores and bytes), then a plan
+    (``queries``: the policy's prometheus.queries, in YAML flow style)."""
     for name in system:
         server.add(b.node(name, cpu="4", memory="16Gi"))
     server.add(b.deployment("shop", "shop", replicas=len(loads)), b.replica_set(RS, "shop", deployment="shop"))
@@ -54,32 +56,44 @@ def plan(
     prometheus = start([*history.series(), *memory_series(history, pod_bytes, {n: m for n, (_, m) in system.items()})])
     policy = tmp / "policy.yaml"
     policy.write_text(
-        f"prometheus: {{url: '{prometheus.url}', maxDataAge: 10m}}\n"
+        f"prometheus: {{url: '{prometheus.url}', maxDataAge: 10m{', queries: ' + queries if queries else ''}}}\n"
         "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30, memory: 40}, "
         "targetThresholds: {cpu: 70, memory: 80}}\n"
         "state: {namespace: rebalancer}\n"
     )
     runtime = app.connect_runtime(load_policy(policy), app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
-    outcome = app.plan_live(runtime)
+    return app.plan_live(runtime)
+
+
+def planned(
+    server: TestApiServer,
+    kubeconfig: Path,
+    start: StartPrometheus,
+    tmp: Path,
+    loads: Loads,
+    system: dict[str, tuple[float, int]],
+) -> EvictionPlan:
+    outcome = plan(server, kubeconfig, start, tmp, loads, system)
     assert outcome.plan.blocked is None
     return outcome.plan
+
+
+# mem-1: 1.0 core (25%, CPU-cold) but 4.5 + 8 + 1 + 0.5 GiB = 14 GiB (87.5%): 1.2 GiB over its 12.8 GiB
+# target, which cache-0 (8 GiB) alone covers; the cold nodes then hold 9.5 GiB (59%)
+MEMORY_HOT: Loads = {
+    "cache-0": ("mem-1", 0.2, 8 * GiB),
+    "api-0": ("mem-1", 0.3, GiB),
+    "web-0": ("mem-1", 0.2, GiB // 2),
+    "web-1": ("cold-1", 0.1, GiB // 2),
+    "web-2": ("cold-2", 0.1, GiB // 2),
+}
+MEMORY_HOT_SYSTEM = {"mem-1": (0.3, 4 * GiB + GiB // 2), "cold-1": (0.3, GiB), "cold-2": (0.3, GiB)}
 
 
 def test_a_memory_hot_node_with_cool_cpu_sheds_its_memory_heavy_pod(
     kube_server: TestApiServer, kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
 ) -> None:
-    # mem-1: 1.0 core (25%, CPU-cold) but 4.5 + 8 + 1 + 0.5 GiB = 14 GiB (87.5%): 1.2 GiB over its 12.8 GiB
-    # target, which cache-0 (8 GiB) alone covers; the cold nodes then hold 9.5 GiB (59%)
-    loads = {
-        "cache-0": ("mem-1", 0.2, 8 * GiB),
-        "api-0": ("mem-1", 0.3, GiB),
-        "web-0": ("mem-1", 0.2, GiB // 2),
-        "web-1": ("cold-1", 0.1, GiB // 2),
-        "web-2": ("cold-2", 0.1, GiB // 2),
-    }
-    system = {"mem-1": (0.3, 4 * GiB + GiB // 2), "cold-1": (0.3, GiB), "cold-2": (0.3, GiB)}
-
-    found = plan(kube_server, kubeconfig, start_prometheus, tmp_path, loads, system)
+    found = planned(kube_server, kubeconfig, start_prometheus, tmp_path, MEMORY_HOT, MEMORY_HOT_SYSTEM)
 
     result = found.results[0]
     by_node = {d.node: d for d in result.node_decisions}
@@ -110,7 +124,7 @@ def test_a_cpu_move_that_would_push_a_destination_over_its_memory_target_is_refu
     five = 5 * GiB - 2 * 600 * 1024  # with their pods and pause containers: 6 GiB each
     system = {"cpu-1": (1.8, GiB), "cold-1": (0.3, five), "cold-2": (0.3, five)}
 
-    found = plan(kube_server, kubeconfig, start_prometheus, tmp_path, loads, system)
+    found = planned(kube_server, kubeconfig, start_prometheus, tmp_path, loads, system)
 
     result = found.results[0]
     assert {d.node: d.node_class for d in result.node_decisions}["cpu-1"] is NodeClass.HOT
@@ -118,3 +132,31 @@ def test_a_cpu_move_that_would_push_a_destination_over_its_memory_target_is_refu
     reasons = {d.name: d.reason for d in result.pod_decisions}
     assert reasons["big-0"].startswith("no destination keeps every resource under target: the move would put cold-")
     assert "'s memory at 81.2% > target 80.0% (13.00 GiB of 16.00 GiB)" in reasons["big-0"]
+
+
+def test_only_the_pods_of_the_nodes_to_relieve_have_their_memory_read(
+    kube_server: TestApiServer, kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
+) -> None:
+    outcome = plan(kube_server, kubeconfig, start_prometheus, tmp_path, MEMORY_HOT, MEMORY_HOT_SYSTEM)
+    assert [(e.name, e.node) for e in outcome.plan.evictions] == [("cache-0", "mem-1")]
+    on_hot_node = {("shop", p): memory for p, (node, _, memory) in MEMORY_HOT.items() if node == "mem-1"}
+    assert dict(outcome.snapshot.pod_memory) == on_hot_node
+    assert {n: outcome.snapshot.load[n].memory_usage is not None for n in MEMORY_HOT_SYSTEM} == dict.fromkeys(
+        MEMORY_HOT_SYSTEM, True
+    )  # the destinations are weighed by their own node reading
+
+
+def test_a_failed_pod_memory_read_blocks_the_cycle_with_its_cause(
+    kube_server: TestApiServer, kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
+) -> None:
+    broken = (
+        "{podMemory: 'sum by (namespace, pod) (container_memory_working_set_bytes{{container!=\"\"{pod_filter}}}) +'}"
+    )
+
+    outcome = plan(kube_server, kubeconfig, start_prometheus, tmp_path, MEMORY_HOT, MEMORY_HOT_SYSTEM, broken)
+
+    assert outcome.plan.blocked is not None
+    assert "MetricsUnavailable: query pod_memory" in outcome.plan.blocked
+    assert outcome.plan.evictions == ()
+    decisions = {d.node: d.node_class for d in outcome.plan.results[0].node_decisions}
+    assert decisions["mem-1"] is NodeClass.HOT  # the classes still say what was found

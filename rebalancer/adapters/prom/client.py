@@ -45,6 +45,7 @@ _log = logging.getLogger(__name__)
 Labels = Mapping[str, str]
 Vector = list[tuple[Labels, float]]
 _MAX_SHOWN = 300  # characters of a body or series shown in an error message
+LONG_QUERY_CHARS = 2048  # longer queries are POSTed (see PromClient._fetch)
 
 
 class _Sample(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -199,13 +200,16 @@ class PromClient:
     def _fetch(
         self, name: str, promql: str, at: float, *, path: str = "query", params: Mapping[str, str] | None = None
     ) -> bytes:
-        """The body of a 200 answer, fetched on the same session as ``custom_query`` would."""
+        """The body of a 200 answer, fetched on the same session as ``custom_query`` would. A long query (a
+        filter naming many nodes) goes in a form-encoded POST body, as Prometheus' API allows: proxies in
+        front of it commonly refuse request lines of over 4-8 KB."""
+        fields = {"query": promql, **(params if params is not None else self._params(at))}
+        url = f"{self.url}/api/v1/{path}"
         with self._transport_errors(name):
-            response = self._session.get(
-                f"{self.url}/api/v1/{path}",
-                params={"query": promql, **(params if params is not None else self._params(at))},
-                timeout=self.timeout_seconds,
-            )
+            if len(promql) > LONG_QUERY_CHARS:
+                response = self._session.post(url, data=fields, timeout=self.timeout_seconds)
+            else:
+                response = self._session.get(url, params=fields, timeout=self.timeout_seconds)
         if response.status_code != 200:  # the cause custom_query would have raised
             cause = PrometheusApiClientException(f"HTTP Status Code {response.status_code} ({response.content!r})")
             raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from cause

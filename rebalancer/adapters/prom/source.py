@@ -60,12 +60,16 @@ class PrometheusUsageSource:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def read(self, at: float, nodes: frozenset[str] | None = None, *, memory: bool = False) -> UsageReport:
+    def read(
+        self, at: float, nodes: frozenset[str] | None = None, *, memory: bool = False, pod_memory: bool = True
+    ) -> UsageReport:
         """Usage as seen at ``at``; raises a ``SourceError`` when the answer cannot be trusted.
 
         ``nodes``: only those nodes' pods are needed (an alert-driven cycle); honoured when the node usage
         comes from its own query (pod-sum mode needs every pod) and the pod template has ``{pod_filter}``.
-        ``memory``: read the memory working set too (nodeMemory and podMemory), for memory thresholds."""
+        ``memory``: read the memory working set too (nodeMemory and podMemory), for memory thresholds;
+        ``pod_memory`` False leaves the pods' to :meth:`pod_memory` (a cycle needs those of the nodes it
+        relieves only: at 150,000 pods their answer is as large as the CPU one)."""
         settings = self._settings
         queries = settings.queries
         self._client.authorize()
@@ -95,10 +99,11 @@ class PrometheusUsageSource:
         if queries.young_pods is not None:
             for key in self._client.pod_values("young_pods", settings.render(queries.young_pods, pod_nodes), at):
                 young_pods += pod_cpu_m.pop(key, None) is not None
-        node_memory, pod_memory = self._memory(at, pod_nodes, problems) if memory else (None, {})
+        node_memory = self._node_memory(at, problems) if memory else None
+        pods_memory = self._pod_memory(at, pod_nodes) if memory and pod_memory else {}
         return UsageReport(
             node_memory=node_memory,
-            pod_memory=MappingProxyType(pod_memory),
+            pod_memory=MappingProxyType(pods_memory),
             node_cpu_m=MappingProxyType(node_cpu_m),
             pod_cpu_m=MappingProxyType(pod_cpu_m),
             node_problems=MappingProxyType(problems),
@@ -108,17 +113,27 @@ class PrometheusUsageSource:
             description=self._describe(at, young_pods, memory),
         )
 
-    def _memory(
-        self, at: float, pod_nodes: frozenset[str] | None, problems: Mapping[str, str]
-    ) -> tuple[Mapping[str, int], dict[PodKey, int]]:
-        """The nodes' and pods' memory working set in bytes; a node with a problem (stale, young) is left
-        out: unknown, as its CPU."""
-        settings, queries = self._settings, self._settings.queries
-        found = self._by_node("node_memory", settings.render(queries.node_memory), at)
-        node_memory = {node: round(value) for node, value in found.items() if node not in problems}
-        promql = settings.render(queries.pod_memory, pod_nodes)
+    def pod_memory(self, at: float, nodes: frozenset[str]) -> Mapping[PodKey, int]:
+        """The memory working set in bytes of the pods on ``nodes`` (through ``{pod_filter}``), as
+        :meth:`read` would read it. A pod without a series is left out (unknown, never zero); an empty
+        answer is not an error here (those few nodes' pods may all be new), a failed one is."""
+        if not nodes:
+            return MappingProxyType({})
+        self._client.authorize()
+        promql = self._settings.render(self._settings.queries.pod_memory, nodes)
+        found = self._client.pod_values("pod_memory", promql, at)
+        return MappingProxyType({key: round(value) for key, value in found.items()})
+
+    def _node_memory(self, at: float, problems: Mapping[str, str]) -> Mapping[str, int]:
+        """The nodes' memory working set in bytes; a node with a problem (stale, young) is left out: unknown,
+        as its CPU."""
+        found = self._by_node("node_memory", self._settings.render(self._settings.queries.node_memory), at)
+        return MappingProxyType({node: round(value) for node, value in found.items() if node not in problems})
+
+    def _pod_memory(self, at: float, nodes: frozenset[str] | None) -> dict[PodKey, int]:
+        promql = self._settings.render(self._settings.queries.pod_memory, nodes)
         pods = _some("pod_memory", promql, at, self._client.pod_values("pod_memory", promql, at))
-        return MappingProxyType(node_memory), {key: round(value) for key, value in pods.items()}
+        return {key: round(value) for key, value in pods.items()}
 
     # -- staleness ---------------------------------------------------------------------------
 
