@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from rebalancer.actions.evictor import EvictorReport
 from rebalancer.domain.documents import DocumentStore, StateStore
@@ -47,7 +48,12 @@ EFFICIENCY_OFF = (
     "within the usage window reads as hot until the window has caught up"
 )
 Earlier = tuple[Mapping[PodKey, str], EarlierReliefs]  # the bounce-back guard's pods, the earlier reliefs
-UsageAt = Callable[[float, frozenset[str]], UsageReport]  # usage at a past time, for some nodes; raises SourceError
+
+
+class UsageAt(Protocol):
+    """Usage at a past time, for some nodes (``memory``: the working set too); raises a ``SourceError``."""
+
+    def __call__(self, at: float, nodes: frozenset[str], *, memory: bool = ...) -> UsageReport: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +170,7 @@ class EfficiencyRecorder:
             at_deadline = cache.get(deadline)
             if at_deadline is None:
                 try:
-                    usage = usage_at(deadline, nodes)
+                    usage = usage_at(deadline, nodes, memory=_judged_on_memory(state, deadline))
                 except SourceError as exc:
                     log.warning("follow-up of %s at %.0f left pending: %s", ", ".join(sorted(nodes)), deadline, exc)
                     continue
@@ -181,6 +187,14 @@ class EfficiencyRecorder:
             )
             state = state.prune(now, self._settings.horizon.total_seconds(), limit)
         return state
+
+
+def _judged_on_memory(state: EfficiencyState, deadline: float) -> bool:
+    """Some pending relief closing at ``deadline`` is judged on memory: its late read takes the working set."""
+    return any(
+        r.result is None and r.deadline == deadline and any(resource == "memory" for resource, _ in r.judged_on)
+        for r in state.reliefs
+    )
 
 
 def _closing_at(deadline: float) -> Callable[[Relief], bool]:
