@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from rebalancer.actions.evictor import EvictorReport
@@ -207,8 +207,10 @@ def rates_over_period(
     pool_of: Mapping[str, str],
     end: float,
     reference: Callable[[float, float], dict[str, float]] | None,
+    reference_definition: str | None = None,
 ) -> EfficiencyReport:
-    """The rates over ``efficiency.period`` up to ``end``; the reference read failing leaves discovery unknown."""
+    """The rates over ``efficiency.period`` up to ``end``; the reference read failing leaves discovery unknown.
+    ``reference_definition``: which definition of a hot node ``reference`` reads, in words (the report says it)."""
     start = end - settings.period.total_seconds()
     minutes, problem = None, None
     if reference is not None:
@@ -221,7 +223,8 @@ def rates_over_period(
             log.warning("efficiency reference unknown: %s", problem)
     else:
         problem = "no reference query configured (efficiency.reference.query is null)"
-    return compute_rates(state, minutes, pool_of, start, end, problem)
+    report = compute_rates(state, minutes, pool_of, start, end, problem)
+    return replace(report, reference_definition=reference_definition)
 
 
 class StillUnknown(SourceError):

@@ -6,6 +6,7 @@ and are judged on CPU."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -13,6 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rebalancer.actions.evictor import EvictionResult, EvictorReport, Outcome
+from rebalancer.app.cli import main
+from rebalancer.app.efficiency import rates_over_period
 from rebalancer.domain.efficiency_records import (
     COOLED,
     NEW_PODS,
@@ -26,7 +29,15 @@ from rebalancer.domain.efficiency_records import (
 from rebalancer.domain.model import ClusterFacts, Pod, UsageReport
 from rebalancer.planning.snapshot import ClusterSnapshot
 from rebalancer.policy.cycle import plan_cycle
-from rebalancer.records import EfficiencySettings, EfficiencyState, RecordsCorrupt, judge_followups, observe_cycle
+from rebalancer.records import (
+    EfficiencySettings,
+    EfficiencyState,
+    RecordsCorrupt,
+    ReferenceSettings,
+    judge_followups,
+    observe_cycle,
+)
+from rebalancer.records.render import report_record, report_table
 from tests.builders import node, pod, policy
 
 GI = 2**30
@@ -217,3 +228,34 @@ def _snap(*, cpu_m: int | None, memory: int | None, at: float, pods=(), max_pods
         pod_memory={("default", p.name): 1 for p in pods},
     )
     return snapshot_at(nodes, list(pods), usage, at)
+
+
+# -- which reference the discovery rate is measured against --------------------------------------------
+
+
+def test_check_config_and_report_say_which_reference_is_in_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    memory = tmp_path / "memory.yaml"
+    memory.write_text(f"strategies:\n- {LNU.replace(chr(10), chr(10) + '  ').strip()}\n")
+    cpu = tmp_path / "cpu.yaml"
+    cpu.write_text("strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30}, targetThresholds: {cpu: 70}}\n")
+    assert main(["check-config", str(memory), str(cpu)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"{memory}: ok (LowNodeUtilization)\n  efficiency reference: efficiency.reference.query or memoryQuery" in out
+    )
+    assert (
+        f"{cpu}: ok (LowNodeUtilization)\n  efficiency reference: efficiency.reference.query alone (memoryQuery unused"
+        in out
+    )
+    assert main(["check-config", "-o", "json", str(memory)]) == 0
+    (checked,) = json.loads(capsys.readouterr().out)["files"]
+    assert checked["reference"].startswith("efficiency.reference.query or memoryQuery: hot by either")
+
+    described = policy(LNU).efficiency.reference.describe(memory=policy(LNU).reads_memory)
+    report = rates_over_period(EfficiencyState(), SETTINGS, {}, T0, lambda _s, _e: {}, described)
+    assert f"reference: {described}\n" in report_table(report)
+    assert report_record(report)["referenceDefinition"] == described
+    off = ReferenceSettings(query=None).describe(memory=True)
+    assert off == "none: efficiency.reference.query is null"
