@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from rebalancer.actions.evictor import EvictionResult, EvictorReport, Outcome
 from rebalancer.app.cli import main
-from rebalancer.app.efficiency import rates_over_period
+from rebalancer.app.efficiency import EfficiencyRecorder, rates_over_period
 from rebalancer.domain.efficiency_records import (
     COOLED,
     NEW_PODS,
@@ -39,6 +39,7 @@ from rebalancer.records import (
 )
 from rebalancer.records.render import report_record, report_table
 from tests.builders import node, pod, policy
+from tests.unit.test_evictor_properties import MemoryStore
 
 GI = 2**30
 T0 = 1_700_000_000.0
@@ -259,3 +260,30 @@ def test_check_config_and_report_say_which_reference_is_in_use(
     assert report_record(report)["referenceDefinition"] == described
     off = ReferenceSettings(query=None).describe(memory=True)
     assert off == "none: efficiency.reference.query is null"
+
+
+# -- a follow-up judged late (CronJob) ----------------------------------------------------------------
+
+
+def test_a_late_follow_up_of_a_memory_relief_reads_the_working_set_at_its_close() -> None:
+    state, left = relieved()
+    (relief,) = state.reliefs
+    store = MemoryStore(state.to_json())
+    recorder = EfficiencyRecorder(store, SETTINGS, policy(LNU).pools)
+    asked: list[tuple[float, frozenset[str], bool]] = []
+
+    def usage_at(at: float, nodes: frozenset[str], *, memory: bool = False) -> UsageReport:
+        asked.append((at, nodes, memory))
+        cool = {"a": (4_000, 6 * GI if memory else None), "b": (1_500, 5 * GI)}  # memory only when asked
+        return report(cool, {"light": (4_000, GI // 2)})
+
+    later = relief.deadline + 3600  # nothing ran at the window's close
+    hot_again = report({"a": (4_000, 9 * GI), "b": (1_500, 5 * GI)}, {"light": (4_000, GI // 2)})
+    facts = ClusterFacts(tuple(NODES), tuple(left))
+    snap, plan = plan_cycle(facts, hot_again, policy(LNU), later)
+    recorded = recorder.record(snap, plan, EvictorReport(()), "schedule", facts, usage_at)
+
+    assert asked == [(relief.deadline, frozenset({"a"}), True)]
+    (judged_late,) = recorded.judged
+    assert judged_late.result == COOLED and judged_late.judged_at == relief.deadline
+    assert judged_late.detail == "memory 60.0% < target 80.0%"
