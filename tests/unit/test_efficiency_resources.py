@@ -40,6 +40,7 @@ from rebalancer.records import (
 from rebalancer.records.render import report_record, report_table
 from tests.builders import node, pod, policy
 from tests.unit.test_evictor_properties import MemoryStore
+from tests.unit.test_memory_thresholds import report
 
 GI = 2**30
 T0 = 1_700_000_000.0
@@ -51,15 +52,6 @@ LNU = (
 NODES = [node("a", 10_000, memory=10 * GI), node("b", 10_000, memory=10 * GI)]
 # a: CPU 50% (cool), memory 90% (hot); b cold
 PODS = [pod("heavy", "a", workload="cache"), pod("light", "a", workload="api"), pod("idle", "b", workload="web")]
-
-
-def report(nodes: dict[str, tuple[int, int | None]], pods: dict[str, tuple[int, int | None]]) -> UsageReport:
-    return UsageReport(
-        node_cpu_m={n: cpu for n, (cpu, _) in nodes.items()},
-        pod_cpu_m={("default", p): cpu for p, (cpu, _) in pods.items()},
-        node_memory={n: mem for n, (_, mem) in nodes.items() if mem is not None},
-        pod_memory={("default", p): mem for p, (_, mem) in pods.items() if mem is not None},
-    )
 
 
 def snapshot_at(nodes, pods, usage: UsageReport, at: float) -> ClusterSnapshot:
