@@ -196,7 +196,7 @@ def _relief(
     decision = hot.get(node)
     gone = {r.eviction.uid for r in results}
     pods = {p.uid: p for p in snapshot.pods_on(node)}
-    remaining = {uid[:UID_CHARS]: _usage(snapshot, pod) for uid, pod in pods.items() if uid not in gone}
+    remaining = _stayed(pods, gone, snapshot.usage_of)
     others = () if decision is None else tuple(ResourceAtRelief(u.resource, u.pct, u.high_pct) for u in decision.others)
     return Relief(
         node=node,
@@ -222,7 +222,7 @@ def _relief(
         cold_pct=decision.low_pct if decision is not None else None,
         repeat=repeat,
         others=others,
-        remaining_memory=_remaining_memory(snapshot, pods, gone)
+        remaining_memory=_stayed(pods, gone, snapshot.memory_of)
         if any(o.over and o.resource == "memory" for o in others)
         else None,
     )
@@ -234,17 +234,12 @@ def _target(decision: NodeDecision | None, snapshot: ClusterSnapshot, node: str)
     return 100.0  # evicted from a node no strategy called hot (HighNodeUtilization): cooled when not full
 
 
-def _usage(snapshot: ClusterSnapshot, pod: Pod) -> int:
-    value = snapshot.usage_of(pod)
-    return -1 if value is None else value
-
-
-def _remaining_memory(snapshot: ClusterSnapshot, pods: Mapping[str, Pod], gone: set[str]) -> dict[str, int]:
-    """uid -> working set in bytes (-1 unknown) of the pods that stayed (why a memory relief did not cool)."""
+def _stayed(pods: Mapping[str, Pod], gone: set[str], amount: Callable[[Pod], int | None]) -> dict[str, int]:
+    """Short uid -> ``amount`` (CPU usage, working set; -1 unknown) of the pods that stayed on the node."""
     out = {}
     for uid, pod in pods.items():
         if uid not in gone:
-            value = snapshot.memory_of(pod)
+            value = amount(pod)
             out[uid[:UID_CHARS]] = -1 if value is None else value
     return out
 
