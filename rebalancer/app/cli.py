@@ -335,11 +335,23 @@ def _check_config(files: Sequence[str], shown: str) -> int:
             checked.append({"file": name, "valid": False, "strategies": [], "problems": problems, "warnings": []})
             continue
         strategies = [s.kind for s in policy.strategies]
-        checked.append({"file": name, "valid": True, "strategies": strategies, "problems": [], "warnings": warnings})
+        reference = policy.efficiency.reference.describe(memory=policy.reads_memory)
+        checked.append(
+            {
+                "file": name,
+                "valid": True,
+                "strategies": strategies,
+                "problems": [],
+                "warnings": warnings,
+                "reference": reference,
+            }
+        )
 
     def table() -> str:
         return "".join(
-            f"{c['file']}: ok ({', '.join(c['strategies'])})\n" + "".join(f"  warning: {w}\n" for w in c["warnings"])
+            f"{c['file']}: ok ({', '.join(c['strategies'])})\n"
+            + "".join(f"  warning: {w}\n" for w in c["warnings"])
+            + f"  efficiency reference: {c['reference']}\n"
             for c in checked
             if c["valid"]
         )

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from rebalancer.actions.evictor import EvictorReport
 from rebalancer.domain.documents import DocumentStore, StateStore
@@ -47,7 +48,12 @@ EFFICIENCY_OFF = (
     "within the usage window reads as hot until the window has caught up"
 )
 Earlier = tuple[Mapping[PodKey, str], EarlierReliefs]  # the bounce-back guard's pods, the earlier reliefs
-UsageAt = Callable[[float, frozenset[str]], UsageReport]  # usage at a past time, for some nodes; raises SourceError
+
+
+class UsageAt(Protocol):
+    """Usage at a past time, for some nodes (``memory``: the working set too); raises a ``SourceError``."""
+
+    def __call__(self, at: float, nodes: frozenset[str], *, memory: bool = ...) -> UsageReport: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +170,7 @@ class EfficiencyRecorder:
             at_deadline = cache.get(deadline)
             if at_deadline is None:
                 try:
-                    usage = usage_at(deadline, nodes)
+                    usage = usage_at(deadline, nodes, memory=_judged_on_memory(state, deadline))
                 except SourceError as exc:
                     log.warning("follow-up of %s at %.0f left pending: %s", ", ".join(sorted(nodes)), deadline, exc)
                     continue
@@ -183,6 +189,14 @@ class EfficiencyRecorder:
         return state
 
 
+def _judged_on_memory(state: EfficiencyState, deadline: float) -> bool:
+    """Some pending relief closing at ``deadline`` is judged on memory: its late read takes the working set."""
+    return any(
+        r.result is None and r.deadline == deadline and any(resource == "memory" for resource, _ in r.judged_on)
+        for r in state.reliefs
+    )
+
+
 def _closing_at(deadline: float) -> Callable[[Relief], bool]:
     return lambda relief: relief.deadline == deadline
 
@@ -193,8 +207,10 @@ def rates_over_period(
     pool_of: Mapping[str, str],
     end: float,
     reference: Callable[[float, float], dict[str, float]] | None,
+    reference_definition: str | None = None,
 ) -> EfficiencyReport:
-    """The rates over ``efficiency.period`` up to ``end``; the reference read failing leaves discovery unknown."""
+    """The rates over ``efficiency.period`` up to ``end``; the reference read failing leaves discovery unknown.
+    ``reference_definition``: which definition of a hot node ``reference`` reads, in words (the report says it)."""
     start = end - settings.period.total_seconds()
     minutes, problem = None, None
     if reference is not None:
@@ -207,7 +223,8 @@ def rates_over_period(
             log.warning("efficiency reference unknown: %s", problem)
     else:
         problem = "no reference query configured (efficiency.reference.query is null)"
-    return compute_rates(state, minutes, pool_of, start, end, problem)
+    report = compute_rates(state, minutes, pool_of, start, end, problem)
+    return replace(report, reference_definition=reference_definition)
 
 
 class StillUnknown(SourceError):

@@ -53,13 +53,13 @@ def efficiency_report(
     }
     bounds = bucket_bounds(now - settings.period.total_seconds(), now, bucket.total_seconds())
     no_records = _no_records(state, settings.enabled, f"ConfigMap {namespace}/{policy.state.efficiency_config_map}")
+    described = settings.reference.describe(memory=policy.reads_memory)
     if settings.reference.query is None:
-        report = rates_over_period(state, settings, pool_of, now, None)
+        report = rates_over_period(state, settings, pool_of, now, None, described)
         return ReportData(report, buckets(state, None, pool_of, bounds), no_records)
-    with ReferenceSource(policy.prometheus, settings.reference) as reference:
-        report = rates_over_period(
-            state, settings, pool_of, now, _reachable(reference, now - settings.period.total_seconds(), now)
-        )
+    with ReferenceSource(policy.prometheus, settings.reference, memory=policy.reads_memory) as reference:
+        read = _reachable(reference, now - settings.period.total_seconds(), now)
+        report = rates_over_period(state, settings, pool_of, now, read, described)
         per_bucket: dict[tuple[float, float], dict[str, float]] = {}
         if report.reference_problem is None:
             for lo, hi in bounds:

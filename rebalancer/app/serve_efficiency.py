@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 class EfficiencyPublisher:
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
-        self._key: tuple[PrometheusSettings, ReferenceSettings] | None = None
+        self._key: tuple[PrometheusSettings, ReferenceSettings, bool] | None = None
         self._source: ReferenceSource | None = None
         self._cached: CachedReference | None = None
         self._published = False
@@ -36,7 +36,12 @@ class EfficiencyPublisher:
             return
         snapshot = outcome.planned.snapshot
         report = rates_over_period(
-            recorded.state, policy.efficiency, snapshot.pool_of, snapshot.taken_at, self._reference(policy)
+            recorded.state,
+            policy.efficiency,
+            snapshot.pool_of,
+            snapshot.taken_at,
+            self._reference(policy),
+            policy.efficiency.reference.describe(memory=policy.reads_memory),
         )
         self._metrics.observe_efficiency(report)
         self._published = True
@@ -45,10 +50,10 @@ class EfficiencyPublisher:
         reference = policy.efficiency.reference
         if reference.query is None:
             return None
-        key = (policy.prometheus, reference)
+        key = (policy.prometheus, reference, policy.reads_memory)
         if key != self._key or self._cached is None:
             self.close()
-            self._source = ReferenceSource(policy.prometheus, reference)
+            self._source = ReferenceSource(policy.prometheus, reference, memory=policy.reads_memory)
             self._cached = CachedReference(self._source.hot_minutes, reference.refresh_interval.total_seconds())
             self._key = key
         return self._cached

@@ -29,6 +29,8 @@ OTHERS_GREW = "others-grew"  # the pods that stayed grew
 TOO_LITTLE_MOVED = "too-little-moved"  # nothing came or grew: the evictions did not take enough off
 UNKNOWN = "unknown"  # the node's usage was unknown when the window closed: not judged (never read as 0)
 NODE_GONE = "node-gone"  # the node left the cluster before it could be judged
+CPU = "cpu"
+OTHER_RESOURCES = ("memory", "pods")
 NOT_COOLED = (LANDED_BACK, NEW_PODS, OTHERS_GREW, TOO_LITTLE_MOVED)
 UNJUDGED = (UNKNOWN, NODE_GONE)
 
@@ -64,8 +66,24 @@ class EvictedPod(_Struct, frozen=True):
     replacement: str | None = None  # the pod taken for the replacement ("namespace/name"), claimed once
 
 
+class ResourceAtRelief(_Struct, frozen=True):
+    """A resource beside CPU (memory, pods) the strategy's thresholds name, as it was when its node was relieved."""
+
+    resource: str
+    pct: float | None  # None: unknown
+    target_pct: float
+
+    @property
+    def over(self) -> bool:
+        return self.pct is not None and self.pct > self.target_pct
+
+
 class Relief(_Struct, frozen=True):
-    """The pods evicted from one hot node in one cycle, and what became of the node."""
+    """The pods evicted from one hot node in one cycle, and what became of the node.
+
+    It is judged on every resource that was over its target when the node was relieved (:attr:`judged_on`):
+    CPU (``usage_pct`` and ``target_pct``) and those of ``others``; records written before memory and pods
+    were recorded have no ``others`` and are judged on CPU as they always were."""
 
     node: str
     pool: str
@@ -83,6 +101,19 @@ class Relief(_Struct, frozen=True):
     measured_m: int | None = None  # the node's measured usage when relieved (None: unknown or not recorded)
     cold_pct: float | None = None  # the strategy's cold threshold for the node (None: it has none)
     repeat: bool = False  # the node was relieved again while an earlier relief of it was pending
+    others: tuple[ResourceAtRelief, ...] = ()  # memory, pods: when the strategy's thresholds name them
+    # uid -> working set (bytes, -1 unknown) of the pods that stayed, when memory was over target; None once judged
+    remaining_memory: Mapping[str, int] | None = None
+
+    @property
+    def judged_on(self) -> tuple[tuple[str, float], ...]:
+        """(resource, target percentage) of each resource that must fall under its target for the node to count
+        as cooled: those over target when relieved; CPU alone when none of the others was (a node no
+        strategy called hot, or hot by CPU alone)."""
+        over = [(o.resource, o.target_pct) for o in self.others if o.over]
+        if not over or self.usage_pct > self.target_pct:
+            over.insert(0, (CPU, self.target_pct))
+        return tuple(over)
 
     @property
     def below_cold(self) -> bool:
@@ -197,7 +228,16 @@ def _check(doc: _Document, now: float) -> None:
             raise RecordsCorrupt(f"{where}.result: {r.result!r} is not one of {sorted(_RESULTS)}")
         if not (math.isfinite(r.target_pct) and math.isfinite(r.usage_pct)):
             raise RecordsCorrupt(f"{where}: targetPct and usagePct must be numbers")
+        for j, other in enumerate(r.others):
+            _check_other(other, f"{where}.others[{j}]")
     for i, b in enumerate(doc.bounce_backs):
         time(b.at, f"$.bounceBacks[{i}].at")
     for i, c in enumerate(doc.cycles):
         time(c.at, f"$.cycles[{i}].at")
+
+
+def _check_other(other: ResourceAtRelief, where: str) -> None:
+    if other.resource not in OTHER_RESOURCES:
+        raise RecordsCorrupt(f"{where}.resource: {other.resource!r} is not one of {list(OTHER_RESOURCES)}")
+    if not math.isfinite(other.target_pct) or (other.pct is not None and not math.isfinite(other.pct)):
+        raise RecordsCorrupt(f"{where}: targetPct and pct must be numbers")

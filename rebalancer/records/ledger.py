@@ -4,20 +4,24 @@
   each one not acted on the reason, one :class:`Relief` per node pods were evicted from, bounce-backs, and
   a per-cycle summary (found, evicted, blocked by limiter).
 * :func:`judge_followups`, on every later snapshot: a pending relief is *cooled* as soon as a snapshot
-  within its follow-up window shows the node under the strategy's target; when the window has closed it
-  is judged on the snapshot given, with the reason it did not cool.
+  within its follow-up window shows the node under the strategy's target in every resource that was over
+  its target when the node was relieved (CPU, memory, pod count); when the window has closed it is judged
+  on the snapshot given, with the reason it did not cool. A judged resource with unknown usage is unknown:
+  the relief is not cooled, and at the window's close it is judged unknown, never as zero usage.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 import msgspec
 
 from rebalancer.actions.evictor import EvictionResult, EvictorReport, Outcome
 from rebalancer.domain.efficiency_records import (
     COOLED,
+    CPU,
     LANDED_BACK,
     NEW_PODS,
     NODE_GONE,
@@ -29,14 +33,15 @@ from rebalancer.domain.efficiency_records import (
     EfficiencyState,
     EvictedPod,
     Relief,
+    ResourceAtRelief,
     Sighting,
 )
 from rebalancer.domain.model import Pod
-from rebalancer.domain.quantity import cores_text
 from rebalancer.domain.settings.efficiency import EfficiencySettings
 from rebalancer.planning.plan import EvictionPlan, NodeClass, NodeDecision
 from rebalancer.planning.snapshot import ClusterSnapshot
 from rebalancer.records.moves import is_replacement, last_evictions
+from strategies.resources import amount_text, node_amount, pod_amount
 
 UID_CHARS = 12  # enough to tell a node's pods apart, a third of the record's size
 
@@ -191,7 +196,8 @@ def _relief(
     decision = hot.get(node)
     gone = {r.eviction.uid for r in results}
     pods = {p.uid: p for p in snapshot.pods_on(node)}
-    remaining = {uid[:UID_CHARS]: _usage(snapshot, pod) for uid, pod in pods.items() if uid not in gone}
+    remaining = _stayed(pods, gone, snapshot.usage_of)
+    others = () if decision is None else tuple(ResourceAtRelief(u.resource, u.pct, u.high_pct) for u in decision.others)
     return Relief(
         node=node,
         pool=first.pool,
@@ -215,6 +221,10 @@ def _relief(
         measured_m=snapshot.measured_usage(node),
         cold_pct=decision.low_pct if decision is not None else None,
         repeat=repeat,
+        others=others,
+        remaining_memory=_stayed(pods, gone, snapshot.memory_of)
+        if any(o.over and o.resource == "memory" for o in others)
+        else None,
     )
 
 
@@ -224,9 +234,14 @@ def _target(decision: NodeDecision | None, snapshot: ClusterSnapshot, node: str)
     return 100.0  # evicted from a node no strategy called hot (HighNodeUtilization): cooled when not full
 
 
-def _usage(snapshot: ClusterSnapshot, pod: Pod) -> int:
-    value = snapshot.usage_of(pod)
-    return -1 if value is None else value
+def _stayed(pods: Mapping[str, Pod], gone: set[str], amount: Callable[[Pod], int | None]) -> dict[str, int]:
+    """Short uid -> ``amount`` (CPU usage, working set; -1 unknown) of the pods that stayed on the node."""
+    out = {}
+    for uid, pod in pods.items():
+        if uid not in gone:
+            value = amount(pod)
+            out[uid[:UID_CHARS]] = -1 if value is None else value
+    return out
 
 
 def _pct(snapshot: ClusterSnapshot, node: str) -> float | None:
@@ -289,46 +304,94 @@ def _judged(relief: Relief, snapshot: ClusterSnapshot) -> Relief:
     if relief.node not in snapshot.nodes:
         return _closed(relief, NODE_GONE, now, None, "the node left the cluster") if closed else relief
     pct = _pct(snapshot, relief.node)
-    if pct is not None and pct < relief.target_pct:
-        return _closed(relief, COOLED, now, pct, f"{pct:.1f}% < target {relief.target_pct:.1f}%")
+    readings = [_Reading(r, target, _resource_pct(snapshot, relief.node, r)) for r, target in relief.judged_on]
+    if all(reading.under for reading in readings):
+        return _closed(relief, COOLED, now, pct, "; ".join(str(reading) for reading in readings))
     if not closed:
         return relief
-    if pct is None:
-        why = snapshot.load[relief.node].unknown_reason or "usage unknown"
-        return _closed(relief, UNKNOWN, now, None, f"usage unknown when the window closed: {why}")
-    reason, detail = _why_not_cooled(relief, snapshot)
-    return _closed(relief, reason, now, pct, f"{pct:.1f}% >= target {relief.target_pct:.1f}%: {detail}")
+    unknown = [reading.resource for reading in readings if reading.pct is None]
+    if unknown:
+        why = "; ".join(f"{_label(r)}: {_unknown_reason(snapshot, relief.node, r)}" for r in unknown)
+        return _closed(relief, UNKNOWN, now, pct, f"usage unknown when the window closed: {why}")
+    over = [reading for reading in readings if not reading.under]
+    reason, detail = _why_not_cooled(relief, snapshot, over[0].resource)
+    return _closed(relief, reason, now, pct, f"{', '.join(str(reading) for reading in over)}: {detail}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """One judged resource of a relieved node at its follow-up."""
+
+    resource: str
+    target_pct: float
+    pct: float | None
+
+    @property
+    def under(self) -> bool:
+        return self.pct is not None and self.pct < self.target_pct
+
+    def __str__(self) -> str:
+        sign = "<" if self.under else ">="
+        return f"{_label(self.resource)} {self.pct or 0.0:.1f}% {sign} target {self.target_pct:.1f}%"
+
+
+def _label(resource: str) -> str:
+    return "CPU" if resource == CPU else resource
+
+
+def _resource_pct(snapshot: ClusterSnapshot, node: str, resource: str) -> float | None:
+    """The node's measured use of ``resource`` in percent of its allocatable amount (None: unknown)."""
+    if resource == CPU:
+        return _pct(snapshot, node)
+    used, allocatable, _ = node_amount(snapshot, node, resource)
+    return None if used is None or allocatable <= 0 else 100.0 * used / allocatable
+
+
+def _unknown_reason(snapshot: ClusterSnapshot, node: str, resource: str) -> str:
+    if resource == CPU:
+        return snapshot.load[node].unknown_reason or "usage unknown"
+    used, _, why = node_amount(snapshot, node, resource)
+    return why or ("usage unknown" if used is None else f"node reports no allocatable {resource}")
 
 
 def _closed(relief: Relief, result: str, now: float, pct: float | None, detail: str) -> Relief:
     return msgspec.structs.replace(
-        relief, result=result, judged_at=now, usage_pct_after=pct, remaining=None, detail=detail
+        relief,
+        result=result,
+        judged_at=now,
+        usage_pct_after=pct,
+        remaining=None,
+        remaining_memory=None,
+        detail=detail,
     )
 
 
-def _why_not_cooled(relief: Relief, snapshot: ClusterSnapshot) -> tuple[str, str]:
-    before = relief.remaining or {}
+def _why_not_cooled(relief: Relief, snapshot: ClusterSnapshot, resource: str) -> tuple[str, str]:
+    """Why ``resource`` of the node is still over its target: the evicted workload came back, new pods, the
+    pods that stayed grew, or the evictions took too little off."""
+    stayed = relief.remaining or {}
+    before = relief.remaining_memory if resource == "memory" else stayed
     workloads = {e.workload for e in relief.evicted if e.workload is not None}
     landed: list[str] = []
-    new_m = grown_m = 0
+    new_amount = grown = 0
     new_count = 0
     for pod in snapshot.pods_on(relief.node):
-        usage = snapshot.usage_of(pod)
-        was = before.get(pod.uid[:UID_CHARS])
-        if was is None:
+        amount = pod_amount(snapshot, pod, resource)
+        uid = pod.uid[:UID_CHARS]
+        if uid not in stayed:
             new_count += 1
-            new_m += usage or 0
+            new_amount += amount or 0
             if pod.workload is not None and str(pod.workload) in workloads and pod.created >= relief.at - 1.0:
                 landed.append(f"{pod.namespace}/{pod.name}")
-        elif was >= 0 and usage is not None:
-            grown_m += usage - was
+        elif resource != "pods" and before is not None:
+            was = before.get(uid)
+            if was is not None and was >= 0 and amount is not None:
+                grown += amount - was
     if landed:
         return LANDED_BACK, f"the evicted workload came back: {', '.join(sorted(landed))}"
-    if new_m <= 0 and grown_m <= 0:
+    if new_amount <= 0 and grown <= 0:
         return TOO_LITTLE_MOVED, "no pod came and the others did not grow: the evictions took too little off"
-    if new_m >= grown_m:
-        return (
-            NEW_PODS,
-            f"{new_count} pod(s) scheduled onto it since use {cores_text(new_m)} (the others grew {cores_text(grown_m)})",
-        )
-    return OTHERS_GREW, f"the pods that stayed grew {cores_text(grown_m)} (new pods use {cores_text(new_m)})"
+    new_text, grown_text = amount_text(resource, new_amount), amount_text(resource, grown)
+    if new_amount >= grown:
+        return NEW_PODS, f"{new_count} pod(s) scheduled onto it since use {new_text} (the others grew {grown_text})"
+    return OTHERS_GREW, f"the pods that stayed grew {grown_text} (new pods use {new_text})"

@@ -92,6 +92,7 @@ class EfficiencyReport:
     end: float
     pools: tuple[PoolRates, ...]  # the cluster (pool "*") first
     reference_problem: str | None = None  # why there is no discovery rate
+    reference_definition: str | None = None  # which definition of a hot node the reference is, in words
 
     def pool(self, name: str) -> PoolRates:
         return next(p for p in self.pools if p.pool == name)

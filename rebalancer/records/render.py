@@ -92,6 +92,8 @@ def report_table(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> s
     lines.append("landed = replacements seen scheduled; back = of those, on the node they were evicted from;")
     lines.append("hit = predicted landings seen on the predicted node; overshoot = reliefs beyond need (below the")
     lines.append("cold threshold, or again while an earlier relief of the node was pending) and their share.")
+    if report.reference_definition:
+        lines.append(f"reference: {report.reference_definition}")
     if report.reference_problem:
         lines.append(f"reference: {report.reference_problem}")
     sections = (
@@ -140,6 +142,7 @@ def report_record(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> 
         "start": report.start,
         "end": report.end,
         "referenceProblem": report.reference_problem,
+        "referenceDefinition": report.reference_definition,
         "pools": [_pool_record(p) for p in report.pools],
         "timeline": [{"start": b.start, "end": b.end, "cluster": _pool_record(b.report.cluster)} for b in timeline],
     }

@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from rebalancer.app import root as app
+from rebalancer.app.efficiency import RECORDS_KEY
+from rebalancer.domain.efficiency_records import TOO_LITTLE_MOVED
 from rebalancer.planning.plan import EvictionPlan, NodeClass
 from rebalancer.policy import load_policy
+from rebalancer.records import EfficiencyState
 from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
 from tests.adapters.cadvisor_memory import GiB, memory_series
 from tests.adapters.prom_fixture import StartPrometheus
@@ -37,6 +40,33 @@ def plan(
 ) -> app.PlanOutcome:
     """The cluster and its history (``system``: each node's daemons, cores and bytes), then a plan
     (``queries``: the policy's prometheus.queries, in YAML flow style)."""
+    policy = cluster(server, start, tmp, loads, system, queries)
+    runtime = app.connect_runtime(load_policy(policy), app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
+    return app.plan_live(runtime)
+
+
+def planned(
+    server: TestApiServer,
+    kubeconfig: Path,
+    start: StartPrometheus,
+    tmp: Path,
+    loads: Loads,
+    system: dict[str, tuple[float, int]],
+) -> EvictionPlan:
+    outcome = plan(server, kubeconfig, start, tmp, loads, system)
+    assert outcome.plan.blocked is None
+    return outcome.plan
+
+
+def cluster(
+    server: TestApiServer,
+    start: StartPrometheus,
+    tmp: Path,
+    loads: Loads,
+    system: dict[str, tuple[float, int]],
+    queries: str = "",
+) -> Path:
+    """The cluster and its history in the test API server and a real Prometheus; the policy's path."""
     for name in system:
         server.add(b.node(name, cpu="4", memory="16Gi"))
     server.add(b.deployment("shop", "shop", replicas=len(loads)), b.replica_set(RS, "shop", deployment="shop"))
@@ -61,21 +91,7 @@ def plan(
         "targetThresholds: {cpu: 70, memory: 80}}\n"
         "state: {namespace: rebalancer}\n"
     )
-    runtime = app.connect_runtime(load_policy(policy), app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
-    return app.plan_live(runtime)
-
-
-def planned(
-    server: TestApiServer,
-    kubeconfig: Path,
-    start: StartPrometheus,
-    tmp: Path,
-    loads: Loads,
-    system: dict[str, tuple[float, int]],
-) -> EvictionPlan:
-    outcome = plan(server, kubeconfig, start, tmp, loads, system)
-    assert outcome.plan.blocked is None
-    return outcome.plan
+    return policy
 
 
 # mem-1: 1.0 core (25%, CPU-cold) but 4.5 + 8 + 1 + 0.5 GiB = 14 GiB (87.5%): 1.2 GiB over its 12.8 GiB
@@ -160,3 +176,29 @@ def test_a_failed_pod_memory_read_blocks_the_cycle_with_its_cause(
     assert outcome.plan.evictions == ()
     decisions = {d.node: d.node_class for d in outcome.plan.results[0].node_decisions}
     assert decisions["mem-1"] is NodeClass.HOT  # the classes still say what was found
+
+
+def test_a_memory_relief_is_followed_up_on_memory_not_on_cpu(
+    kube_server: TestApiServer, kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
+) -> None:
+    # cache-0 is evicted 20 minutes before the history ends, but its working set stays in the history: at the
+    # follow-up's close mem-1 still holds 87.5% of its memory while its CPU (25%) is far under target
+    policy = load_policy(cluster(kube_server, start_prometheus, tmp_path, MEMORY_HOT, MEMORY_HOT_SYSTEM))
+    connection = app.ClusterConnection(str(kubeconfig))
+    first = app.run_once(policy, connection, clock=lambda: END - 1200)
+    assert first.report is not None and [r.eviction.name for r in first.report.results] == ["cache-0"]
+
+    (relief,) = records(kube_server).reliefs
+    assert relief.judged_on == (("memory", 80.0),) and round(relief.others[0].pct or 0, 1) == 87.5
+    assert relief.remaining_memory is not None and len(relief.remaining_memory) == 2
+
+    app.run_once(policy, connection, clock=lambda: END)  # the window closed at END - 300, judged on that reading
+    judged = next(r for r in records(kube_server).reliefs if r.at == END - 1200)
+    assert judged.result == TOO_LITTLE_MOVED and judged.judged_at == relief.deadline
+    assert judged.detail.startswith("memory 87.5% >= target 80.0%: no pod came")
+    assert judged.usage_pct_after is not None and judged.usage_pct_after < 30  # CPU alone would have cooled
+
+
+def records(server: TestApiServer) -> EfficiencyState:
+    config_map = server.store.get("configmaps", "rebalancer-efficiency", "rebalancer")
+    return EfficiencyState.from_json(config_map["data"][RECORDS_KEY], END)

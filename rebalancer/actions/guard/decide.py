@@ -3,8 +3,8 @@
 Inputs are plain values so that serve, run --once and the simulator call the same code:
 
 - ``GuardedNode``: a node's pool, its class this cycle (``NodeClass``: hot, cold, normal, unknown),
-  whether pods were evicted from it this cycle (``relieved``), its usage in percent (priority under the
-  cap), its taints and the value of its ``rebalancer.io/landing-guard`` annotation. ``guarded_nodes``
+  whether pods were evicted from it this cycle (``relieved``), its usage in percent and how far its
+  most-over resource is above its target (priority under the cap), its taints and the value of its ``rebalancer.io/landing-guard`` annotation. ``guarded_nodes``
   builds those the rules can change or note from a snapshot, a plan and the relieved nodes, ``pool_sizes``
   the pools' sizes the caps are fractions of.
 - ``decide(nodes, settings, owner, now, sizes)`` -> ``GuardDecision``: the ``Change`` to make per node (set,
@@ -17,7 +17,8 @@ Inputs are plain values so that serve, run --once and the simulator call the sam
 
 Rules, per node of a pool with a guard (``landingGuard.pools``):
 
-- hot (known usage above the strategy's target) or relieved: marked. A hot mark expires ``markTtl``
+- hot (known usage above the strategy's target, in any resource its thresholds name: CPU, memory, pod
+  count) or relieved: marked. A hot mark expires ``markTtl``
   after the last cycle that saw the node hot (renewed once half of it has passed, not at every cycle);
   a relieved mark ``holdAfterRelief`` after the last eviction.
 - a hot mark on a node known to be no longer hot (and not relieved): cleared (``cooled``).
@@ -29,7 +30,7 @@ Rules, per node of a pool with a guard (``landingGuard.pools``):
   how long a mark can outlive a crashed instance.
 - at most ``maxMarkedFraction`` of the pool's nodes (rounded down), and never all of them, carry the
   key at once (taints of the key the project did not set count too): relieved nodes first, then the
-  marks already there (no swapping), then the hottest; new marks beyond the cap are not set (``capped``
+  marks already there (no swapping), then the hottest (the most over a target, relative to it); new marks beyond the cap are not set (``capped``
   note), and existing marks beyond it (the fraction was lowered, the pool shrank) are cleared (``over-cap``).
 - a pool without a guard (never had one, or the policy dropped it) keeps no mark (``guard-off``).
 - any instance renews and clears the project's marks, whoever wrote them (only the leader acts):
@@ -64,6 +65,7 @@ from rebalancer.domain.model import Taint
 from rebalancer.domain.settings.guard import LandingGuardSettings, PoolGuardSettings
 from rebalancer.planning.plan import EvictionPlan, NodeClass
 from rebalancer.planning.snapshot import ClusterSnapshot
+from strategies.resources import relative_excess
 
 
 class Action(StrEnum):
@@ -90,6 +92,9 @@ class GuardedNode:
     taints: tuple[Taint, ...] = ()
     annotation: str | None = None  # the value of the rebalancer.io/landing-guard annotation
     usage_pct: float | None = None
+    # how far the node's most-over resource (CPU, memory, pods) is above its target, relative to it (0.25: a
+    # quarter above); None: not known, the usage alone ranks it
+    over_target: float | None = None
 
     @property
     def state(self) -> MarkState:
@@ -135,11 +140,15 @@ def guarded_nodes(
     nodes cost, not the cluster."""
     classes: dict[str, list[NodeClass]] = {}
     usage: dict[str, float] = {}
+    over: dict[str, float] = {}
     for result in plan.results:
         for d in result.node_decisions:
             classes.setdefault(d.node, []).append(d.node_class)
             if d.usage_pct is not None:
                 usage[d.node] = max(usage.get(d.node, d.usage_pct), d.usage_pct)
+                if d.high_pct is not None:
+                    excess = relative_excess(d)
+                    over[d.node] = max(over.get(d.node, excess), excess)
     out = []
     for name, node in snapshot.nodes.items():
         seen = classes.get(name, [])
@@ -156,7 +165,14 @@ def guarded_nodes(
             node_class = NodeClass.NORMAL if NodeClass.NORMAL in seen else NodeClass.COLD
         out.append(
             GuardedNode(
-                name, snapshot.pool_of[name], node_class, name in relieved, node.taints, annotation, usage.get(name)
+                name,
+                snapshot.pool_of[name],
+                node_class,
+                name in relieved,
+                node.taints,
+                annotation,
+                usage.get(name),
+                over.get(name),
             )
         )
     return tuple(out)
@@ -320,12 +336,15 @@ def _kept_or_cleared(
     return mark
 
 
-def _priority(want: _Want) -> tuple[int, int, float, str]:
+def _priority(want: _Want) -> tuple[int, int, float, float, str]:
     """Relieved before hot; then marks already there (no swap of two nodes' marks, two writes, each time
-    their usage ranks change); then the hottest; then by name."""
+    their usage ranks change); then the hottest: the most over a target (a node far over its memory target
+    before one barely over its CPU target), then the highest usage; then by name."""
     relieved = 0 if want.mark.reason is MarkReason.RELIEVED else 1
     new = 1 if want.previous is None or want.orphan else 0
-    return (relieved, new, -(want.node.usage_pct or 0.0), want.node.name)
+    node = want.node
+    over = math.inf if node.over_target is None else -node.over_target  # unknown: after every known one
+    return (relieved, new, over, -(node.usage_pct or 0.0), node.name)
 
 
 def _clear(node: GuardedNode, reason: ClearReason) -> Change:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from pydantic import Field, model_validator
@@ -18,6 +19,26 @@ DEFAULT_REFERENCE_DATA_QUERY = (
 )
 """Hot by the reference: the node's 5-minute average CPU (cAdvisor's root cgroup) above 80% of its
 allocatable CPU (kube-state-metrics). A comparison filter: a node has a sample only while hot."""
+DEFAULT_MEMORY_REFERENCE_QUERY = (
+    'sum by ({pod_node_label}) (container_memory_working_set_bytes{{id="/"}})'
+    ' / on ({pod_node_label}) sum by ({pod_node_label}) (kube_node_status_allocatable{{resource="memory"}}) > 0.8'
+)
+DEFAULT_MEMORY_REFERENCE_DATA_QUERY = (
+    'count by ({pod_node_label}) (kube_node_status_allocatable{{resource="memory"}})'
+    ' and on ({pod_node_label}) count by ({pod_node_label}) (container_memory_working_set_bytes{{id="/"}})'
+)
+"""Hot on memory by the reference: the node's working set (cAdvisor's root cgroup) above 80% of its
+allocatable memory (kube-state-metrics)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceDefinition:
+    """The reference in use, rendered: one PromQL filter of hot nodes, the queries that must each answer
+    for its inputs to exist, and what it is in words (check-config and report say it)."""
+
+    query: str
+    data_queries: tuple[str, ...]
+    description: str
 
 
 class ReferenceSettings(Model):
@@ -28,7 +49,8 @@ class ReferenceSettings(Model):
         description="PromQL with one series per node, named by the label prometheus.podNodeLabel (placeholder "
         "{pod_node_label}; the label cAdvisor and kube-state-metrics series carry; {node_label} is "
         "prometheus.nodeLabel), at each instant the node is hot, none otherwise (end it with a comparison such "
-        "as > 0.8). null: no reference, the discovery rate is not computed.",
+        "as > 0.8). The default: CPU above 80% of allocatable. null: no reference, the discovery rate is not "
+        "computed.",
     )
     step: Duration = Field(
         default=timedelta(minutes=1), description="Resolution at which the reference is evaluated over the period."
@@ -38,6 +60,19 @@ class ReferenceSettings(Model):
         description="PromQL that answers at least one series when the reference's inputs exist (placeholders "
         "{pod_node_label}, {node_label}). An empty reference then means no hot node; without data the "
         "reference is unknown, never zero hot nodes.",
+    )
+    memory_query: str | None = Field(
+        default=DEFAULT_MEMORY_REFERENCE_QUERY,
+        description="Nodes hot on memory, in the form of query (the default: working set above 80% of "
+        "allocatable memory). Used only when some strategy has memory thresholds on real usage: a node then "
+        "counts as hot by the reference when it is hot by query or by memoryQuery (PromQL `or`), so that "
+        "memory-hot nodes are in the discovery rate too. null: query alone, whatever the thresholds. "
+        "check-config and report say which definition is in use.",
+    )
+    memory_data_query: str = Field(
+        default=DEFAULT_MEMORY_REFERENCE_DATA_QUERY,
+        description="As dataQuery, for memoryQuery's inputs: when memoryQuery is in use both must answer, "
+        "or the reference is unknown (a memory-hot node is never missed for want of data).",
     )
     refresh_interval: Duration = Field(
         default=timedelta(minutes=10),
@@ -50,6 +85,32 @@ class ReferenceSettings(Model):
     def render_data(self, node_label: str, pod_node_label: str) -> str:
         return self.data_query.format(node_label=node_label, pod_node_label=pod_node_label)
 
+    def definition(self, node_label: str, pod_node_label: str, *, memory: bool) -> ReferenceDefinition | None:
+        """The reference in use (None: query is null). ``memory``: some strategy classifies by memory on real
+        usage; with memoryQuery set, the reference is then the union of both filters."""
+        query = self.render(node_label, pod_node_label)
+        if query is None:
+            return None
+        data = self.render_data(node_label, pod_node_label)
+        if memory and self.memory_query is not None:
+            labels = {"node_label": node_label, "pod_node_label": pod_node_label}
+            return ReferenceDefinition(
+                f"({query}) or ({self.memory_query.format(**labels)})",
+                (data, self.memory_data_query.format(**labels)),
+                "efficiency.reference.query or memoryQuery: hot by either (memory thresholds are configured)",
+            )
+        why = ""
+        if memory:
+            why = " (memoryQuery is null: memory-hot nodes count only as query sees them)"
+        elif self.memory_query is not None:
+            why = " (memoryQuery unused: no strategy has memory thresholds on real usage)"
+        return ReferenceDefinition(query, (data,), f"efficiency.reference.query alone{why}")
+
+    def describe(self, *, memory: bool) -> str:
+        """Which definition of a hot node the discovery rate is measured against, in words."""
+        found = self.definition("node", "node", memory=memory)
+        return "none: efficiency.reference.query is null" if found is None else found.description
+
     @model_validator(mode="after")
     def _renders(self) -> ReferenceSettings:
         if self.query is not None:
@@ -58,6 +119,12 @@ class ReferenceSettings(Model):
                 self.render_data("node", "node")
             except (KeyError, IndexError, ValueError) as exc:
                 raise FieldProblems([("query", f"cannot fill the template: {exc!r}")]) from exc
+        if self.memory_query is not None:
+            try:
+                self.memory_query.format(node_label="node", pod_node_label="node")
+                self.memory_data_query.format(node_label="node", pod_node_label="node")
+            except (KeyError, IndexError, ValueError) as exc:
+                raise FieldProblems([("memoryQuery", f"cannot fill the template: {exc!r}")]) from exc
         return self
 
 
