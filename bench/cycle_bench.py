@@ -18,8 +18,10 @@ CPU-normal, run memory-hot). A fresh child process then measures, each as a medi
 
 - the full cycle: ``app.plan_live`` as ``rebalancer plan`` runs it (KubeSource, PrometheusUsageSource,
   snapshot and strategies), and its peak RSS;
-- the snapshot alone (``KubeSource.read_facts``), the usage read alone (``PrometheusUsageSource.read``)
-  and the plan alone (``cycle.plan_cycle`` on them), with the collector paused as ``plan_live`` pauses it;
+- the snapshot alone (``KubeSource.read_facts``), the usage read alone (``PrometheusUsageSource.read``,
+  without the pods' memory: a cycle reads that after the snapshot, for the nodes it may relieve) and the
+  plan alone (``cycle.plan_cycle`` on them and every pod's memory), with the collector paused as
+  ``plan_live`` pauses it;
 - the memory a listing holds beyond its result (peak minus retained RSS across the first read): pages
   are decoded as they come, so this stays flat whatever the size;
 - for the snapshot alone, how it was read (watch-list or pages), this process's CPU time (all its
@@ -198,9 +200,9 @@ def usage_reads(prometheus: Any, runs: int, memory: bool) -> dict[str, Any]:
     seconds = []
     for _ in range(runs):
         started = time.perf_counter()
-        usage = prometheus.read(time.time(), memory=memory)
+        usage = prometheus.read(time.time(), memory=memory, pod_memory=False)  # as a cycle reads it first
         seconds.append(time.perf_counter() - started)
-    return {"usage_s": seconds, "series": len(usage.pod_cpu_m), "memory_series": len(usage.pod_memory)}
+    return {"usage_s": seconds, "series": len(usage.pod_cpu_m), "memory_series": len(usage.node_memory or {})}
 
 
 def plans(source: Any, prometheus: Any, policy: Any, resources: str, runs: int) -> dict[str, Any]:
@@ -243,6 +245,7 @@ def cycles(api: Any, policy: Any, runs: int) -> dict[str, Any]:
             raise SystemExit(f"the cycle made no plan: {outcome.plan.blocked}")
         out["hot"] = sum(1 for r in outcome.plan.results for d in r.node_decisions if d.node_class == "hot")
         out["planned"] = len(outcome.plan.evictions)
+        out["memory_read"] = len(outcome.snapshot.pod_memory)
         del outcome
     return out
 
@@ -333,7 +336,7 @@ def report_size(
     cycle, snapshot, usage, plan = (median(f[k]) for k in ("cycle_s", "snapshot_s", "usage_s", "plan_s"))
     rss = f["peak_rss_mb"]
     base_s = base["seconds"] / base["pods"] * pods
-    memory = f", {f['memory_series']} pod memory series" if f["memory_series"] else ""
+    memory = f", {f['memory_series']} node memory series" if f["memory_series"] else ""
     print(
         f"== {pods} pods on {nodes} nodes ({f['series']} pod usage series{memory}), listMode {variant.list_mode}, "
         f"thresholds on {variant.resources}, medians of {runs}"
@@ -341,6 +344,7 @@ def report_size(
     print(
         f"full cycle: {cycle:.2f} s ({', '.join(f'{s:.2f}' for s in f['cycle_s'])}); "
         f"peak RSS {rss:.0f} MB; {f['hot']} hot nodes, {f['planned']} evictions planned"
+        + (f"; memory of {f['memory_read']} pods read (those on the hot nodes)" if f.get("memory_read") else "")
     )
     print(
         f"  snapshot alone: {snapshot:.2f} s (pods read by {f['path']}, {f['pages']} requests; client CPU "
