@@ -80,7 +80,7 @@ def child_measure(policy_path: str, config: str, at: float, sample: list[list[st
         "batches": max((int(q.rsplit("/", 1)[1]) for q in queries if q.startswith("history day ")), default=0),
         "description": live.description,
         "current_problem": live.current_problem,
-        "current_nodes": len(live.current_pct or {}),
+        "current_nodes": len((live.current or {}).get("cpu", {})),
         "rss_before_mb": rss_before,
         "rss_mb": rss_mb(os.getpid(), "VmHWM"),  # not ru_maxrss: Linux carries that over from the parent
         "nodes": len(live.prediction.nodes),

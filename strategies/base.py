@@ -40,6 +40,10 @@ class StrategySettings(Model):
         """The strategy needs the memory working set read from Prometheus (memory thresholds)."""
         return False
 
+    def other_resources(self) -> frozenset[str]:
+        """The resources besides CPU its thresholds name (memory, pods)."""
+        return frozenset()
+
 
 def percentage_of_nodes_to_score_field() -> Any:
     """The ``percentageOfNodesToScore`` setting of the strategies that predict placement."""

@@ -202,6 +202,10 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         every = [self, *self.pools.values()]
         return self.enabled and self.classify_by == "current" and any("memory" in t.resources() for t in every)
 
+    def other_resources(self) -> frozenset[str]:
+        every = [self, *self.pools.values(), *([self.predicted] if self.predicted is not None else [])]
+        return frozenset(resource for thresholds in every for resource in thresholds.resources())
+
 
 _USAGE_WORDS: dict[UsageBasis, str] = {
     "current": "usage",

@@ -26,6 +26,7 @@ from rebalancer.planning.predicted import PREDICTIVE, PredictedLoad
 from rebalancer.planning.protections import Protections
 from rebalancer.planning.snapshot import build_snapshot
 from rebalancer.policy import Policy
+from strategies.resources import node_amount
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +89,15 @@ def predicted_load(policy: Policy, facts: ClusterFacts, now: float, cache: Histo
     return PredictedLoad.from_prediction(prediction, history.description, book)
 
 
+CurrentUsage = dict[str, dict[str, float]]
+"""Resource (cpu, memory, pods) -> node -> its utilization in percent; a node of unknown usage is left out."""
+
+
 @dataclass(frozen=True, slots=True)
 class LivePrediction:
     prediction: Prediction
     description: str
-    current_pct: dict[str, float] | None  # node -> current utilization %, None when the usage read failed
+    current: CurrentUsage | None  # resource -> node -> utilization % now, None when the usage read failed
     current_problem: str | None
     seconds: dict[str, float]  # wall time of each step
 
@@ -118,11 +123,11 @@ def predict_live(
         read = time.perf_counter()
         prediction = predict(facts, history.pods, policy.predictor, history.system, history.profiles)
         predicted = time.perf_counter()
-        current_pct, problem = current.result()
+        now_used, problem = current.result()
     return LivePrediction(
         prediction,
         history.description,
-        current_pct,
+        now_used,
         problem,
         {
             "cluster": listed - started,
@@ -133,17 +138,30 @@ def predict_live(
     )
 
 
-def _current_pct(policy: Policy, facts: ClusterFacts, now: float) -> tuple[dict[str, float] | None, str | None]:
-    try:
-        with PrometheusUsageSource(policy.prometheus) as source:
-            usage = source.read(now)
-    except SourceError as exc:
-        return None, f"current usage unknown: {type(exc).__name__}: {exc}"
+def _current_pct(policy: Policy, facts: ClusterFacts, now: float) -> tuple[CurrentUsage | None, str | None]:
+    """Each node's utilization now, as a cycle would see it, CPU and the other resources the thresholds name."""
+    others = sorted(policy.other_resources)
+    problem = None
+    with PrometheusUsageSource(policy.prometheus) as source:
+        try:
+            usage = source.read(now, memory="memory" in others, pod_memory=False)
+        except SourceError as exc:
+            if "memory" not in others:
+                return None, f"current usage unknown: {type(exc).__name__}: {exc}"
+            problem = f"current memory unknown: {type(exc).__name__}: {exc}"
+            others.remove("memory")
+            try:  # CPU (and pods) without it
+                usage = source.read(now)
+            except SourceError as again:
+                return None, f"current usage unknown: {type(again).__name__}: {again}"
     # the node usage a cycle would see (unknown stays unknown: not Ready, stale, a running pod without data)
-    loads = build_snapshot(facts, usage, policy.pools, now).load
-    out = {
-        node.name: 100.0 * usage_m / node.allocatable_cpu_m
-        for node in facts.nodes
-        if (usage_m := loads[node.name].usage_m) is not None
-    }
-    return out, None
+    snapshot = build_snapshot(facts, usage, policy.pools, now)
+    found: CurrentUsage = {"cpu": {}, **{resource: {} for resource in others}}
+    for name, node in snapshot.nodes.items():
+        if (usage_m := snapshot.load[name].usage_m) is not None:
+            found["cpu"][name] = 100.0 * usage_m / node.allocatable_cpu_m
+        for resource in others:
+            used, allocatable, _ = node_amount(snapshot, name, resource)
+            if used is not None and allocatable > 0:
+                found[resource][name] = 100.0 * used / allocatable
+    return found, problem

@@ -242,6 +242,11 @@ class Policy(Model):
         """Some strategy has memory thresholds on real usage: each cycle reads the memory working set too."""
         return any(s.reads_memory_usage() for s in self.strategies)
 
+    @property
+    def other_resources(self) -> frozenset[str]:
+        """The resources besides CPU some enabled strategy's thresholds name (memory, pods)."""
+        return frozenset(r for s in self.strategies if s.enabled for r in s.other_resources())
+
 
 MAX_POLICY_BYTES = 1 << 20
 """A policy is a few kilobytes; a larger file is refused unread, before any parsing."""

@@ -210,3 +210,42 @@ def test_predict_with_prometheus_down_exits_3_naming_the_history_query(
     assert code == 3 and captured.out == ""
     assert "MetricsUnavailable" in captured.err and "query history day" in captured.err
     assert "cannot reach Prometheus at http://127.0.0.1:9" in captured.err
+
+
+def test_predict_shows_the_other_resources_now_and_keeps_cpu_when_memory_is_unknown(
+    kube_server: TestApiServer,
+    kubeconfig: Path,
+    prometheus: PrometheusServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # this Prometheus holds CPU history only: the memory working set answers no series
+    build_cluster(kube_server)
+    policy = write_policy(tmp_path / "p.yaml", prometheus.url, "current")
+    policy.write_text(
+        policy.read_text().replace(
+            "thresholds: {cpu: 30}, targetThresholds: {cpu: 70}",
+            "thresholds: {cpu: 30, memory: 40, pods: 40}, targetThresholds: {cpu: 70, memory: 80, pods: 80}",
+        )
+    )
+
+    def live(policy: object, args: argparse.Namespace, progress: Progress | None) -> object:
+        return predict_live(policy, args.kubeconfig, args.context, progress, clock=lambda: AT)  # type: ignore[arg-type]
+
+    args = ["predict", "--policy", str(policy), "--kubeconfig", str(kubeconfig), "--output", "json"]
+    code = predict_command(_parser().parse_args(args), live)  # type: ignore[arg-type]
+
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    record = json.loads(captured.out)
+    assert record["currentUtilizationPct"]["peak-1"] == pytest.approx(35, abs=1)
+    on_peak = sum(1 for node, _ in PODS.values() if node == "peak-1")
+    assert record["currentPodsUtilizationPct"]["peak-1"] == pytest.approx(100 * on_peak / 110)
+    assert "currentMemoryUtilizationPct" not in record  # unknown, never shown as 0
+    assert "current memory unknown: MetricsStale" in captured.err and "node_memory" in captured.err
+
+    code = predict_command(_parser().parse_args([*args[:-1], "table"]), live)  # type: ignore[arg-type]
+    table = capsys.readouterr().out
+    header = next(line.split() for line in table.splitlines() if line.startswith("node "))
+    assert header[:6] == ["node", "pred", "%", "current", "%", "current"] and "pods" in header
+    assert "the other resources' columns: their use now, not predicted" in table

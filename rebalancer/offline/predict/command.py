@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -44,7 +44,7 @@ class LiveResult(Protocol):
     @property
     def description(self) -> str: ...
     @property
-    def current_pct(self) -> dict[str, float] | None: ...
+    def current(self) -> Mapping[str, Mapping[str, float]] | None: ...
     @property
     def current_problem(self) -> str | None: ...
     @property
@@ -93,7 +93,9 @@ def _live(args: argparse.Namespace, policy: Policy, live: LivePredict) -> int:
             bar.close()
     if result.current_problem:
         print(f"rebalancer predict: {result.current_problem}", file=sys.stderr)
-    shown = (result.prediction, result.description, result.current_pct, CURRENT)
+    now = result.current or {}
+    others = {resource: pcts for resource, pcts in now.items() if resource != "cpu"}
+    shown = (result.prediction, result.description, now.get("cpu") if result.current else None, CURRENT, others)
     output.write(args.output, PREDICTION_KIND, lambda: prediction_record(*shown), lambda: prediction_table(*shown))
     timings = ", ".join(f"{step} {seconds:.2f} s" for step, seconds in result.seconds.items())
     print(f"rebalancer predict: {timings}", file=sys.stderr)

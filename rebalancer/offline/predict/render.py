@@ -24,11 +24,20 @@ def _cores(millis: float | None) -> str:
     return "-" if millis is None or math.isnan(millis) else format_cores(millis)
 
 
+_SHORT = {"memory": "mem"}
 ACTUAL, CURRENT = "actual", "current"  # the real peak (the demo knows it), or the usage now (a live cluster)
 
 
+Others = Mapping[str, Mapping[str, float]]
+"""Resource besides CPU (memory, pods) -> node -> its ``compared`` utilization % (a policy's thresholds name it)."""
+
+
 def prediction_record(
-    prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None, compared: str = ACTUAL
+    prediction: Prediction,
+    source: str,
+    actual_pct: Mapping[str, float] | None = None,
+    compared: str = ACTUAL,
+    others: Others | None = None,
 ) -> dict[str, Any]:
     """The whole prediction as plain data; ``actual_pct``: node -> the ``compared`` utilization %."""
     record: dict[str, Any] = plain(prediction)
@@ -36,11 +45,17 @@ def prediction_record(
     record["hotNodes"] = list(prediction.hot_nodes())
     if actual_pct is not None:
         record[f"{compared}UtilizationPct"] = dict(sorted(actual_pct.items()))
+    for resource, pcts in sorted((others or {}).items()):
+        record[f"{compared}{resource.capitalize()}UtilizationPct"] = dict(sorted(pcts.items()))
     return record
 
 
 def prediction_table(
-    prediction: Prediction, source: str, actual_pct: Mapping[str, float] | None = None, compared: str = ACTUAL
+    prediction: Prediction,
+    source: str,
+    actual_pct: Mapping[str, float] | None = None,
+    compared: str = ACTUAL,
+    others: Others | None = None,
 ) -> str:
     coincident = any(n.peak is not None for n in prediction.nodes)
     basis = (
@@ -55,10 +70,14 @@ def prediction_table(
         "",
     ]
     rows = []
+    extra = sorted((others or {}).items())
+    if extra:
+        lines[1] = lines[1][:-1] + "; the other resources' columns: their use now, not predicted)."
     for n in sorted(prediction.nodes, key=lambda n: (-(n.utilization_pct or -1.0), n.node)):
         state = "unknown" if n.hot is None else ("HOT" if n.hot else "")
         sources = ", ".join(f"{count} {name}" for name, count in n.sources.items())
         actual = [] if actual_pct is None else [format_value(actual_pct.get(n.node))]
+        actual += [format_value(pcts.get(n.node)) for _, pcts in extra]
         rows.append(
             [
                 n.node,
@@ -73,6 +92,7 @@ def prediction_table(
             ]
         )
     header = ["node", "pred %", *([] if actual_pct is None else [f"{compared} %"])]
+    header += [f"{compared} {_SHORT.get(resource, resource)} %" for resource, _ in extra]
     header += [*(["sum %", "peak at"] if coincident else []), "pred", "alloc", "system", "class", "pods by source"]
     peak_at = header.index("peak at") if coincident else -1
     lines += text_table(header, rows, right=frozenset(range(1, len(header) - 3)) - {peak_at})
