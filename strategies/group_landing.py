@@ -11,7 +11,9 @@ earlier replacements bound where they most probably land, so that each landing c
 scores. A replacement's landing risk is the probability that it lands back on the node, off the
 destinations, or on a destination without the real-usage room; the group's risk is the probability that
 any of them does, ``1 - prod(1 - risk)`` along the most probable path (the earlier replacements where they
-most probably land). The group may leave only when that risk is at most ``maxLandingRisk``.
+most probably land). With memory or pods thresholds, a landing on a destination the replacement would put
+over one of their targets counts as risk too (:func:`strategies.every_target.landing_under_every_target`).
+The group may leave only when that risk is at most ``maxLandingRisk``.
 """
 
 from __future__ import annotations
@@ -19,15 +21,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rebalancer.domain.model import Pod
+from strategies.candidates import Candidate
+from strategies.every_target import landing_under_every_target
 from strategies.landing import TOLERANCE, Landing, LandingPredictor, LandingVerdict, percent
+from strategies.resources import ExtraRoom
 
 
 class GroupLanding:
     """One node's group on its way out, in the predictor's model from construction until ``abandon``
     (every pod vacated; each replacement bound where ``land`` predicted it)."""
 
-    def __init__(self, predictor: LandingPredictor, node: str, pods: Sequence[Pod], max_risk: float) -> None:
+    def __init__(
+        self,
+        predictor: LandingPredictor,
+        node: str,
+        pods: Sequence[Pod],
+        max_risk: float,
+        extra: ExtraRoom | None = None,
+    ) -> None:
         self._predictor = predictor
+        self._extra = extra  # memory and pods room under their targets, when the thresholds name them
         self._node = node
         self._max_risk = max_risk
         self._checkpoint = predictor.checkpoint()
@@ -39,10 +52,13 @@ class GroupLanding:
         """The probability that some replacement placed so far lands back or off the destinations."""
         return 1.0 - self._stays
 
-    def land(self, pod: Pod, usage_m: int) -> Landing:
-        """Where ``pod``'s replacement most probably lands (bound there for the next ones), or why the
+    def land(self, candidate: Candidate) -> Landing:
+        """Where ``candidate``'s replacement most probably lands (bound there for the next ones), or why the
         group must stay (``node`` None): this replacement's risk, or the group's, above the cap."""
+        pod, usage_m = candidate.pod, candidate.usage_m
         landing = self._predictor.land(pod, self._node, usage_m)
+        if landing.node is not None and self._extra is not None:
+            landing = landing_under_every_target(self._predictor, self._extra, candidate, self._node, landing)
         if landing.node is None:
             return landing
         stays = self._stays * (1.0 - landing.risk)

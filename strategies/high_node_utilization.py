@@ -1,5 +1,11 @@
-"""HighNodeUtilization on real CPU usage: empty nodes that are nearly idle onto nodes with real room,
-so that a cluster autoscaler can remove them.
+"""HighNodeUtilization on real usage: empty nodes that are nearly idle onto nodes with real room, so that a
+cluster autoscaler can remove them.
+
+What is underutilized. CPU, and memory and pod count where the thresholds name them: as in the community
+descheduler, a node is underutilized only when every resource named is under its threshold, and a node of
+unknown usage in any of them is never emptied on a guess. A destination must keep every resource named
+under targetThresholds with the whole group added (:class:`~strategies.resources.ExtraRoom` beside the CPU
+room); a pod of unknown memory keeps its node, as its room on a destination cannot be told.
 
 Where the group goes. The node is not cordoned, so its replacements can come right back: with its pods
 gone it is the least requested node and holds none of their workloads' pods. With ``predictPlacement``
@@ -28,14 +34,16 @@ from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.base import StrategySettings, percentage_of_nodes_to_score_field
 from strategies.by_requests import ByRequests, view
 from strategies.candidates import BudgetLedger, Candidate, screen
+from strategies.every_target import UNKNOWN_MEMORY, placement_under_every_target, split_unknown_memory
 from strategies.group_landing import GroupLanding
 from strategies.landing import LandingPredictor, LandingVerdict, percent
 from strategies.placement import RoomTracker
-from strategies.resources import target_amount
+from strategies.resources import ExtraRoom, bands_named, target_amount
 from strategies.thresholds import (
     Band,
     NodeClasses,
     PoolThresholds,
+    names_memory,
     pool_bands,
     thresholds_problems,
 )
@@ -49,7 +57,8 @@ class HighNodeUtilizationSettings(StrategySettings, PoolThresholds):
     kind: Literal["HighNodeUtilization"] = Field(description="Strategy name.")
     target_thresholds: ResourceThresholds = Field(
         default=ResourceThresholds(cpu=70),
-        description="Destinations' real usage must stay under this after receiving pods.",
+        description="Destinations' usage must stay under this after receiving the group, on every resource "
+        "named (memory and pods: named here and in thresholds, or in neither).",
     )
     use_deviation_thresholds: bool | None = Field(
         default=False, description="Deviation thresholds are not supported by HighNodeUtilization."
@@ -83,8 +92,9 @@ class HighNodeUtilizationSettings(StrategySettings, PoolThresholds):
     percentage_of_nodes_to_score: int | None = percentage_of_nodes_to_score_field()
     classify_by: Literal["current"] | ByRequests = Field(
         default="current",
-        description="What usage means for classes and room: current (the usage window read now) or requests "
-        "(the pods' CPU requests, as the community descheduler reads utilization).",
+        description="What usage means for classes and room: current (the usage window read now; memory: the "
+        "working set) or requests (the pods' CPU and memory requests, as the community descheduler reads "
+        "utilization).",
     )
 
     @model_validator(mode="after")
@@ -95,20 +105,15 @@ class HighNodeUtilizationSettings(StrategySettings, PoolThresholds):
             for prefix, pool_settings in every
             if pool_settings.use_deviation_thresholds
         ]
-        problems += [
-            (f"{prefix}{side}.{resource}", f"{KIND} classifies by CPU alone: memory and pods are not read")
-            for prefix, pool_settings in every
-            for side, values in (
-                ("thresholds", pool_settings.thresholds),
-                ("targetThresholds", pool_settings.target_thresholds),
-            )
-            for resource, _ in values.extra()
-        ]
         if not problems:
             problems = thresholds_problems(self, self.pools, False, targets_select_hot=False)
         if problems:
             raise FieldProblems(problems)
         return self
+
+    def reads_memory_usage(self) -> bool:
+        """Some thresholds name memory and the usage window is read: the memory working set is needed."""
+        return self.enabled and self.classify_by == "current" and names_memory(self, self.pools)
 
 
 def _class_of(pct: float, band: Band) -> NodeClass:
@@ -118,10 +123,9 @@ def _class_of(pct: float, band: Band) -> NodeClass:
 def _decider(usage: str) -> Callable[[float, Band], tuple[NodeClass, str]]:
     def decide(pct: float, band: Band) -> tuple[NodeClass, str]:
         if _class_of(pct, band) is NodeClass.COLD:
-            return (
-                NodeClass.COLD,
-                f"{usage} {pct:.1f}% < threshold {band.low_pct:.1f}%: underutilized, to be emptied",
-            )
+            # with memory or pods, the node is underutilized only if they are too: their reasons follow
+            verdict = "" if band.extra else ": underutilized, to be emptied"
+            return NodeClass.COLD, f"{usage} {pct:.1f}% < threshold {band.low_pct:.1f}%{verdict}"
         return NodeClass.NORMAL, f"{usage} {pct:.1f}% >= threshold {band.low_pct:.1f}%"
 
     return decide
@@ -138,10 +142,7 @@ class HighNodeUtilization:
     def plan(self, snapshot: ClusterSnapshot, protections: Protections) -> StrategyResult:
         s = self.settings
         snapshot = view(snapshot, s.classify_by)
-        bands = pool_bands(snapshot, s, s.pools, False)
-        classes = NodeClasses(
-            snapshot, KIND, bands, _class_of, _decider("CPU requests" if s.classify_by == "requests" else "usage")
-        )
+        classes = self._classes(snapshot)
         if snapshot.focus is not None:
             note = f"no evictions: {snapshot.usage_failure}" if snapshot.usage_failure else None
             why = note or "not run: this cycle relieves the nodes an alert named"
@@ -155,6 +156,7 @@ class HighNodeUtilization:
         pod_decisions: list[PodDecision] = []
         ledger = BudgetLedger(snapshot.budgets)
         predictor = self._predictor(snapshot, decisions) if s.predict_placement else None
+        extra = classes.extra_room()
         emptied = landing_back = 0
         for pool in snapshot.pools():
             in_pool = [d for d in ordered if d.pool == pool]
@@ -169,7 +171,7 @@ class HighNodeUtilization:
                 if s.max_nodes_to_empty is not None and emptied >= s.max_nodes_to_empty:
                     notes.append(f"maxNodesToEmpty {s.max_nodes_to_empty} reached")
                     break
-                group = _Group(decision, tracker, ledger, predictor, s.max_landing_risk)
+                group = _Group(decision, tracker, ledger, predictor, s.max_landing_risk, extra)
                 chosen, records = group.empty(snapshot, protections)
                 pod_decisions.extend(records)
                 landing_back += group.landed_back
@@ -183,6 +185,23 @@ class HighNodeUtilization:
                 "set predictPlacement: false)"
             )
         return StrategyResult(KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes))
+
+    def memory_sources(self, snapshot: ClusterSnapshot) -> frozenset[str]:
+        """The nodes whose pods' memory a plan on ``snapshot`` needs: the underutilized ones it may empty whose
+        pool's thresholds name memory (none in an alert's cycle, which this strategy does not run).
+        Destinations are weighed by their node's own memory reading."""
+        if snapshot.focus is not None:
+            return frozenset()
+        classes = self._classes(view(snapshot, self.settings.classify_by))
+        return frozenset(
+            name for name in classes.named(NodeClass.COLD) if "memory" in bands_named(classes.band(name).extra)
+        )
+
+    def _classes(self, snapshot: ClusterSnapshot) -> NodeClasses:
+        s = self.settings
+        bands = pool_bands(snapshot, s, s.pools, False)
+        usage = "CPU requests" if s.classify_by == "requests" else "usage"
+        return NodeClasses(snapshot, KIND, bands, _class_of, _decider(usage), targets_select_hot=False)
 
     def _predictor(self, snapshot: ClusterSnapshot, decisions: dict[str, NodeDecision]) -> LandingPredictor:
         """Destinations: the nodes that are not underutilized, with the room their real usage has under
@@ -237,6 +256,7 @@ class _Group:
     ledger: BudgetLedger
     predictor: LandingPredictor | None
     max_risk: float
+    extra: ExtraRoom | None  # memory and pods room under their targets, when the thresholds name them
     landed_back: bool = False  # passed over because a replacement is predicted to land back or elsewhere
 
     def empty(
@@ -251,12 +271,17 @@ class _Group:
             return [], records + [_passed(c, node, reason) for c in candidates]
         if not candidates:
             return [], records
+        unknown = self._unknown_memory(candidates, snapshot)
+        if unknown is not None:
+            reason = f"node cannot be emptied: {unknown.pod} stays ({UNKNOWN_MEMORY})"
+            return [], records + [_passed(c, node, reason) for c in candidates]
         ordered = sorted(candidates, key=lambda c: -c.usage_m)  # best-fit decreasing
         room_checkpoint, budget_checkpoint = self.tracker.checkpoint(), self.ledger.checkpoint()
+        extra_checkpoint = self.extra.checkpoint() if self.extra is not None else 0
         group = (
             None
             if self.predictor is None
-            else GroupLanding(self.predictor, node, [c.pod for c in ordered], self.max_risk)
+            else GroupLanding(self.predictor, node, [c.pod for c in ordered], self.max_risk, self.extra)
         )
         placed: list[_Placed] = []
         for candidate in ordered:
@@ -264,6 +289,8 @@ class _Group:
             if isinstance(where, _Refused):
                 self.tracker.rollback(room_checkpoint)
                 self.ledger.rollback(budget_checkpoint)
+                if self.extra is not None:
+                    self.extra.rollback(extra_checkpoint)
                 if group is not None:
                     group.abandon()
                 reason = f"node cannot be emptied: {candidate.pod} {where.why}"
@@ -271,6 +298,8 @@ class _Group:
                 return [], records + [_passed(c, node, reason, lands_back=back and c is candidate) for c in candidates]
             if where.room_on in self.tracker:
                 self.tracker.commit(where.room_on, candidate.pod, candidate.usage_m)
+            if self.extra is not None:
+                self.extra.commit(where.room_on, candidate.pod)
             self.ledger.take(candidate.pod)
             placed.append(where)
         self.tracker.remove(node)
@@ -281,6 +310,8 @@ class _Group:
         one its replacement most probably lands on; or why the group stays."""
         node = self.decision.node
         placement = self.tracker.find(candidate.pod, candidate.usage_m, exclude=(node,))
+        if self.extra is not None and placement.node is not None:
+            placement = placement_under_every_target(self.tracker, self.extra, candidate, node, placement)
         blocked = self.ledger.blocker(candidate.pod)
         if blocked is not None:
             return _Refused(blocked)
@@ -288,11 +319,19 @@ class _Group:
             return _Refused(f"has nowhere to go ({placement.reason})")
         if group is None:
             return _Placed(candidate, placement.node, None, f"room on {placement.node}")
-        predicted = group.land(candidate.pod, candidate.usage_m)
+        predicted = group.land(candidate)
         if predicted.node is None:
             self.landed_back = True
             return _Refused(f"replacement: {predicted.reason}", predicted.refused is LandingVerdict.BACK)
         return _Placed(candidate, predicted.node, predicted.node, predicted.reason)
+
+    def _unknown_memory(self, candidates: list[Candidate], snapshot: ClusterSnapshot) -> Candidate | None:
+        """A pod of unknown memory, when the node's thresholds name memory: it keeps the node (its room on a
+        destination cannot be told)."""
+        if self.extra is None or "memory" not in bands_named(self.extra.bands_of(self.decision.node)):
+            return None
+        unknown = split_unknown_memory(candidates, snapshot)[1]
+        return unknown[0] if unknown else None
 
     def _evictions(
         self,
@@ -305,7 +344,7 @@ class _Group:
         chosen = []
         for move in placed:
             candidate = move.candidate
-            reason = f"emptying {d.node} ({d.usage_pct:.1f}% < {d.low_pct:.1f}%); {move.room}{risk}"
+            reason = f"emptying {d.node} ({_under_thresholds(d)}); {move.room}{risk}"
             pod = candidate.pod
             records.append(PodDecision(KIND, pod.namespace, pod.name, d.node, True, reason, candidate.usage_m))
             chosen.append(
@@ -315,6 +354,13 @@ class _Group:
                 )
             )  # fmt: skip
         return chosen, records
+
+
+def _under_thresholds(d: NodeDecision) -> str:
+    """What makes the node underutilized: "12.0% < 20.0%", and "memory 5.0% < 20.0%" beside it."""
+    parts = [f"{d.usage_pct:.1f}% < {d.low_pct:.1f}%"]
+    parts += [f"{use.resource} {use.pct:.1f}% < {use.low_pct:.1f}%" for use in d.others if use.pct is not None]
+    return ", ".join(parts)
 
 
 def _passed(candidate: Candidate, node: str, reason: str, *, lands_back: bool = False) -> PodDecision:

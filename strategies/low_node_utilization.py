@@ -64,6 +64,7 @@ from strategies.thresholds import (
     Band,
     NodeClasses,
     PoolThresholds,
+    names_memory,
     pool_bands,
     thresholds_problems,
 )
@@ -199,8 +200,7 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
 
     def reads_memory_usage(self) -> bool:
         """Some thresholds name memory and the usage window is read: the memory working set is needed."""
-        every = [self, *self.pools.values()]
-        return self.enabled and self.classify_by == "current" and any("memory" in t.resources() for t in every)
+        return self.enabled and self.classify_by == "current" and names_memory(self, self.pools)
 
     def other_resources(self) -> frozenset[str]:
         every = [self, *self.pools.values(), *([self.predicted] if self.predicted is not None else [])]

@@ -124,7 +124,8 @@ def combined_reason(
     found: Iterable[ResourceUse],
 ) -> str:
     """The reasons of the resources that make the class: the hot ones for a hot node, every one otherwise."""
-    parts = [] if node_class is NodeClass.HOT and cpu_class is not NodeClass.HOT else [f"CPU {cpu_reason}"]
+    cpu = cpu_reason if cpu_reason.startswith("CPU ") else f"CPU {cpu_reason}"  # "CPU requests ...": said once
+    parts = [] if node_class is NodeClass.HOT and cpu_class is not NodeClass.HOT else [cpu]
     for band, use in zip(bands, found, strict=True):
         assert use.pct is not None
         own = _class_of(use.pct, use.low_pct, use.high_pct)
@@ -218,6 +219,7 @@ class ExtraRoom:
     resources: frozenset[str]  # those some pool's thresholds name
     added: dict[tuple[str, str], int] = field(default_factory=dict)
     _rooms: dict[str, tuple[tuple[str, int | None], ...]] = field(default_factory=dict)  # before any move
+    _journal: list[tuple[str, str, int]] = field(default_factory=list)  # the commits, for rollback
 
     def refuser(self, pod: Pod) -> Callable[[str], str | None]:
         """``refusal`` for one pod, asked of many nodes (the landing predictor weighs hundreds for each
@@ -271,3 +273,13 @@ class ExtraRoom:
         for band in self.bands_of(node):
             need = pod_amount(self.snapshot, pod, band.resource) or 0
             self.added[(node, band.resource)] = self.added.get((node, band.resource), 0) + need
+            self._journal.append((node, band.resource, need))
+
+    def checkpoint(self) -> int:
+        return len(self._journal)
+
+    def rollback(self, checkpoint: int) -> None:
+        """Take back the moves committed since ``checkpoint`` (a group that stays after all)."""
+        while len(self._journal) > checkpoint:
+            node, resource, need = self._journal.pop()
+            self.added[(node, resource)] -= need

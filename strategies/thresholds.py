@@ -51,8 +51,7 @@ class PoolThresholds(Model):
         problems = []
         if not deviation and low > high:
             problems.append(("thresholds.cpu", f"{low:g} must not be above targetThresholds.cpu ({high:g})"))
-        if targets_select_hot:
-            problems += self._extra_problems(deviation)
+        problems += self._extra_problems(deviation, targets_select_hot=targets_select_hot)
         if not targets_select_hot or self._cold_off(deviation) == self._hot_off():
             return problems
         off = 100 if deviation else 0
@@ -68,8 +67,9 @@ class PoolThresholds(Model):
             problems.append(("targetThresholds.cpu", f"{high:g} makes no node hot: nothing is ever evicted; {alone}"))
         return problems
 
-    def _extra_problems(self, deviation: bool) -> list[tuple[str, str]]:
+    def _extra_problems(self, deviation: bool, *, targets_select_hot: bool) -> list[tuple[str, str]]:
         """Memory and pods: named on both sides or neither, in order, and not making every node warm."""
+        consequence = "hot nodes have nowhere to go" if targets_select_hot else "no node is ever emptied"
         low, high = dict(self.thresholds.extra()), dict(self.target_thresholds.extra())
         problems = []
         for resource in sorted(set(low) | set(high)):
@@ -89,7 +89,7 @@ class PoolThresholds(Model):
                     (
                         f"thresholds.{resource}",
                         f"{low[resource]:g} makes no node cold (a node is cold only under every threshold): "
-                        "hot nodes have nowhere to go; leave the resource out instead",
+                        f"{consequence}; leave the resource out instead",
                     )
                 )
         return problems
@@ -109,6 +109,11 @@ class PoolThresholds(Model):
     def _hot_off(self) -> bool:
         """No usage passes any target: a node is hot when any resource named is over its target."""
         return self.target_thresholds.cpu >= 100 and all(pct >= 100 for _, pct in self.target_thresholds.extra())
+
+
+def names_memory(default: PoolThresholds, pools: Mapping[str, PoolThresholds]) -> bool:
+    """Some of a strategy's thresholds, its own or a pool's, classify by memory."""
+    return any("memory" in t.resources() for t in (default, *pools.values()))
 
 
 def thresholds_problems(
@@ -210,7 +215,9 @@ class NodeClasses:
     alert's nodes reports those it needs, not the cluster). Nodes with unknown usage are UNKNOWN, never
     hot or cold.
 
-    ``class_of`` gives a known usage's class in its pool's band; ``decide`` the same class with its reason."""
+    ``class_of`` gives a known usage's class in its pool's band; ``decide`` the same class with its reason.
+    ``targets_select_hot`` False: a node over a memory or pods target is normal, not hot (where targetThresholds
+    only caps the destinations, HighNodeUtilization)."""
 
     def __init__(
         self,
@@ -219,6 +226,8 @@ class NodeClasses:
         bands: Mapping[str, Band],
         class_of: Callable[[float, Band], NodeClass],
         decide: Callable[[float, Band], tuple[NodeClass, str]],
+        *,
+        targets_select_hot: bool = True,
     ) -> None:
         self._snapshot, self._strategy, self._bands, self._decide = snapshot, strategy, bands, decide
         self.of: dict[str, NodeClass] = {}
@@ -234,7 +243,9 @@ class NodeClasses:
                 band = bands[pool_of[name]]
                 self.of[name], self.pct[name] = class_of(pct, band), pct
                 if band.extra:  # memory, pods: only where the thresholds name them
-                    self.of[name] = combined_class(self.of[name], uses(snapshot, name, band.extra))
+                    combined = combined_class(self.of[name], uses(snapshot, name, band.extra))
+                    hot = combined is NodeClass.HOT and not targets_select_hot
+                    self.of[name] = NodeClass.NORMAL if hot else combined
 
     def hold(self, name: str, node_class: NodeClass, reason: str) -> None:
         """Class ``name`` as ``node_class``, for ``reason``, instead of what its usage gives (a strategy's own

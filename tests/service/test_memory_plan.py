@@ -27,6 +27,7 @@ pytestmark = pytest.mark.prometheus
 END = 1_700_000_000.0
 RS = "shop-7d9c2"
 Loads = dict[str, tuple[str, float, int]]  # pod -> (node, cores, working-set bytes)
+LNU = "{kind: LowNodeUtilization, thresholds: {cpu: 30, memory: 40}, targetThresholds: {cpu: 70, memory: 80}}"
 
 
 def plan(
@@ -37,10 +38,11 @@ def plan(
     loads: Loads,
     system: dict[str, tuple[float, int]],
     queries: str = "",
+    strategy: str = LNU,
 ) -> app.PlanOutcome:
     """The cluster and its history (``system``: each node's daemons, cores and bytes), then a plan
-    (``queries``: the policy's prometheus.queries, in YAML flow style)."""
-    policy = cluster(server, start, tmp, loads, system, queries)
+    (``queries``: the policy's prometheus.queries, in YAML flow style; ``strategy``: its one strategy)."""
+    policy = cluster(server, start, tmp, loads, system, queries, strategy)
     runtime = app.connect_runtime(load_policy(policy), app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
     return app.plan_live(runtime)
 
@@ -65,6 +67,7 @@ def cluster(
     loads: Loads,
     system: dict[str, tuple[float, int]],
     queries: str = "",
+    strategy: str = LNU,
 ) -> Path:
     """The cluster and its history in the test API server and a real Prometheus; the policy's path."""
     for name in system:
@@ -87,9 +90,7 @@ def cluster(
     policy = tmp / "policy.yaml"
     policy.write_text(
         f"prometheus: {{url: '{prometheus.url}', maxDataAge: 10m{', queries: ' + queries if queries else ''}}}\n"
-        "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 30, memory: 40}, "
-        "targetThresholds: {cpu: 70, memory: 80}}\n"
-        "state: {namespace: rebalancer}\n"
+        f"strategies:\n- {strategy}\nstate: {{namespace: rebalancer}}\n"
     )
     return policy
 

@@ -69,7 +69,8 @@ def test_high_node_utilization_fills_destinations_to_allocatable_like_the_desche
     conversion = imported("v1alpha2-high-node-utilization.yaml")
     (strategy,) = conversion.policy["strategies"]
     assert strategy["kind"] == "HighNodeUtilization"
-    assert strategy["thresholds"] == {"cpu": 20} and strategy["targetThresholds"] == {"cpu": 100}
+    assert strategy["thresholds"] == {"cpu": 20, "memory": 20}
+    assert strategy["targetThresholds"] == {"cpu": 100, "memory": 100}  # the descheduler's: fill to allocatable
     assert strategy["numberOfNodes"] == 1 and strategy["classifyBy"] == "requests"
     assert conversion.policy["protections"]["labelSelector"] == {"matchLabels": {"tier": "batch"}}
 
@@ -182,12 +183,27 @@ def test_a_threshold_out_of_range_names_its_field():
     assert caught.value.path == "profiles.0.LowNodeUtilization.thresholds.cpu"
 
 
-def test_memory_and_pods_stay_out_of_high_node_utilization_and_prometheus_metrics():
-    hnu = {"name": "HighNodeUtilization", "args": {"thresholds": {"cpu": 20, "memory": 20}}}
+def test_memory_and_pods_of_high_node_utilization_fill_destinations_to_allocatable():
+    hnu = {"name": "HighNodeUtilization", "args": {"thresholds": {"cpu": 20, "memory": 20, "pods": 30},
+                                                   "metricsUtilization": {"metricsServer": True}}}  # fmt: skip
+    document = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
+                "profiles": [{"name": "p", "pluginConfig": [hnu],
+                              "plugins": {"balance": {"enabled": ["HighNodeUtilization"]}}}]}  # fmt: skip
+    conversion = convert(document)
+    (strategy,) = conversion.policy["strategies"]
+    assert strategy["thresholds"] == {"cpu": 20, "memory": 20, "pods": 30}
+    assert strategy["targetThresholds"] == {"cpu": 100, "memory": 100, "pods": 100}
+    assert "profiles.0.HighNodeUtilization.thresholds" not in paths(conversion, "unsupported")
+    note = next(n for n in conversion.notes if n.path == "profiles.0.HighNodeUtilization.thresholds.memory")
+    assert "a node holding a pod of unknown memory is never emptied" in note.message
+    assert parse_policy(policy_yaml(conversion, "hnu.yaml"), "hnu.yaml").reads_memory
+
+
+def test_memory_stays_out_of_prometheus_metrics():
     by_query = {"name": "LowNodeUtilization", "args": {
         "thresholds": {"MetricResource": 20, "memory": 20}, "targetThresholds": {"MetricResource": 50, "memory": 50},
         "metricsUtilization": {"prometheus": {"query": "instance:node_cpu:rate:sum"}}}}  # fmt: skip
-    for plugin, why in ((hnu, "classifies by CPU alone"), (by_query, "MetricResource stands for one resource")):
+    for plugin in (by_query, {**by_query, "name": "HighNodeUtilization"}):
         document = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
                     "profiles": [{"name": "p", "pluginConfig": [plugin],
                                   "plugins": {"balance": {"enabled": [plugin["name"]]}}}]}  # fmt: skip
@@ -195,7 +211,7 @@ def test_memory_and_pods_stay_out_of_high_node_utilization_and_prometheus_metric
         (strategy,) = conversion.policy["strategies"]
         assert "memory" not in strategy["thresholds"]
         note = next(n for n in conversion.notes if n.path == f"profiles.0.{plugin['name']}.thresholds")
-        assert note.message.startswith("memory: ") and why in note.message
+        assert note.message.startswith("memory: ") and "MetricResource stands for one resource" in note.message
 
 
 def test_memory_from_the_metrics_server_is_read_as_the_working_set():

@@ -64,12 +64,6 @@ def test_memory_thresholds_with_a_cpu_prediction_are_refused() -> None:
         policy(lnu("classifyBy: predicted"))
 
 
-def test_high_node_utilization_refuses_memory() -> None:
-    text = "kind: HighNodeUtilization\nthresholds: {cpu: 20, memory: 20}\ntargetThresholds: {cpu: 100}\n"
-    with pytest.raises(ConfigError, match=r"thresholds\.memory.*classifies by CPU alone"):
-        policy(text)
-
-
 def test_only_memory_on_real_usage_reads_memory() -> None:
     assert policy(lnu()).reads_memory
     assert not policy(lnu("classifyBy: requests")).reads_memory

@@ -1,7 +1,7 @@
 """A descheduler policy as a rebalancer policy: YAML data in, policy data and notes out (pure).
 
-Imported: LowNodeUtilization and HighNodeUtilization (CPU thresholds, classified by requests unless
-``metricsUtilization`` is set), the DefaultEvictor's arguments as protections, the eviction limits as
+Imported: LowNodeUtilization and HighNodeUtilization (CPU, memory and pods thresholds, classified by requests
+unless ``metricsUtilization`` is set), the DefaultEvictor's arguments as protections, the eviction limits as
 limiters, a Prometheus URL, and the chart's schedule. Everything else is a note naming the field and why;
 nothing is dropped without one. The caller validates the result (:func:`rebalancer.policy.parse_policy`).
 """

@@ -2,9 +2,9 @@
 
 The descheduler reads utilization as requests (unless ``metricsUtilization`` says otherwise): the imported
 strategy classifies by ``requests`` and does not predict placement, so that it first behaves as the
-descheduler did. LowNodeUtilization's CPU, memory and pods thresholds carry over (a node is hot when any is
-over its target, cold when all are under their thresholds, as in the descheduler); HighNodeUtilization's CPU
-thresholds alone.
+descheduler did. CPU, memory and pods thresholds carry over, as the descheduler reads them: a node is hot
+when any is over its target (LowNodeUtilization), cold or underutilized when all are under their thresholds.
+HighNodeUtilization has no targetThresholds: its destinations may fill every resource to 100%.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def strategy_of(kind: str, args: Mapping[str, Any], path: str, notes: Notes) -> 
     others += [r for r in more if r not in others]
     others = [r for r in others if r not in carried[0]]
     if others:
-        notes.add(Note.unsupported(f"{path}.thresholds", f"{', '.join(others)}: {_why_not(kind, others, by_metrics)}, "
+        notes.add(Note.unsupported(f"{path}.thresholds", f"{', '.join(others)}: {_why_not(others, by_metrics)}, "
                                    "where the descheduler made a node cold only below every threshold and hot above "
                                    "any target"))  # fmt: skip
     strategy: dict[str, Any] = {"kind": kind, "classifyBy": "current" if by_metrics else "requests"}
@@ -46,10 +46,11 @@ def strategy_of(kind: str, args: Mapping[str, Any], path: str, notes: Notes) -> 
             raise SourceProblem(f"{path}.targetThresholds", "needs the same resources as thresholds (cpu)")
         strategy["targetThresholds"] = {"cpu": high, **carried[1]}
     else:
-        strategy["targetThresholds"] = {"cpu": 100}
+        strategy["targetThresholds"] = {"cpu": 100, **carried[1]}
         notes.add(Note.differs(f"{path}", "HighNodeUtilization: destinations may fill up to 100% (targetThresholds "
-                               "cpu 100), as the descheduler's; a node is emptied all at once or not at all, and "
-                               "predictPlacement is false because the descheduler expects a MostAllocated scheduler"))  # fmt: skip
+                               "100 on every resource), as the descheduler's; a node is emptied all at once or not "
+                               "at all, and predictPlacement is false because the descheduler expects a "
+                               "MostAllocated scheduler"))  # fmt: skip
     protections: dict[str, Any] = {}
     for key, value in args.items():
         at = f"{path}.{key}"
@@ -76,27 +77,29 @@ def strategy_of(kind: str, args: Mapping[str, Any], path: str, notes: Notes) -> 
 def _carried(
     kind: str, args: Mapping[str, Any], path: str, by_metrics: str | None, notes: Notes
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """The memory and pods percentages of LowNodeUtilization read from requests or the metrics server, named
-    on both sides (thresholds, targetThresholds)."""
-    if kind != "LowNodeUtilization" or by_metrics == "prometheus":
+    """The memory and pods percentages read from requests or the metrics server: LowNodeUtilization's named on
+    both sides (thresholds, targetThresholds); HighNodeUtilization's thresholds, with targets of 100."""
+    if by_metrics == "prometheus":
         return {}, {}
     low, high = mapping(args.get("thresholds"), path), mapping(args.get("targetThresholds"), path)
+    if kind == "HighNodeUtilization":
+        high = dict.fromkeys(("memory", "pods"), 100)
     names = [r for r in ("memory", "pods") if r in low and r in high]
     for name in names:
         for side, found in (("thresholds", low), ("targetThresholds", high)):
             _percentage(found[name], f"{path}.{side}.{name}")
     if "memory" in names and by_metrics:
+        unknown = "a pod of unknown memory is never moved" if kind == "LowNodeUtilization" else (
+            "a node holding a pod of unknown memory is never emptied")  # fmt: skip
         notes.add(Note.differs(f"{path}.thresholds.memory", "memory is the working set read from Prometheus "
-                               "(prometheus.queries nodeMemory and podMemory), as the metrics server reports it; a "
-                               "pod of unknown memory is never moved"))  # fmt: skip
+                               "(prometheus.queries nodeMemory and podMemory), as the metrics server reports it; "
+                               f"{unknown}"))  # fmt: skip
     return {n: low[n] for n in names}, {n: high[n] for n in names}
 
 
-def _why_not(kind: str, resources: list[str], by_metrics: str | None) -> str:
+def _why_not(resources: list[str], by_metrics: str | None) -> str:
     if not set(resources) <= {"memory", "pods"}:
         return "rebalancer has no thresholds on extended resources"
-    if kind != "LowNodeUtilization":
-        return f"rebalancer's {kind} classifies by CPU alone"
     if by_metrics == "prometheus":
         return "a Prometheus query's MetricResource stands for one resource, read as CPU"
     return "named on one side only (thresholds or targetThresholds): the descheduler needs both"

@@ -192,19 +192,19 @@ class LabelSelectorSpec(Model):
 
 class ResourceThresholds(Model):
     """Thresholds in percent of allocatable, per resource. A node is hot when any resource named is over its
-    target, cold when every one is under its threshold (the descheduler's rule)."""
+    target, cold (underutilized) when every one is under its threshold (the descheduler's rule)."""
 
     cpu: Percent = Field(description="CPU usage in percent of the node's allocatable CPU.")
     memory: Percent | None = Field(
         default=None,
         description="Memory usage (working set, from prometheus.queries nodeMemory and podMemory; requests with "
-        "classifyBy requests) in percent of the node's allocatable memory; LowNodeUtilization only, on both sides. "
-        "Unset: memory plays no part.",
+        "classifyBy requests) in percent of the node's allocatable memory; on both sides (thresholds and "
+        "targetThresholds) or neither. Unset: memory plays no part.",
     )
     pods: Percent | None = Field(
         default=None,
-        description="Pods bound to the node (not finished) in percent of its allocatable pods; LowNodeUtilization "
-        "only, on both sides. Unset: the pod count plays no part.",
+        description="Pods bound to the node (not finished) in percent of its allocatable pods; on both sides "
+        "(thresholds and targetThresholds) or neither. Unset: the pod count plays no part.",
     )
 
     def extra(self) -> tuple[tuple[str, float], ...]:
