@@ -48,15 +48,25 @@ def plan_record(plan: EvictionPlan, source: str, guard: GuardReport | None = Non
 
 
 def _correction_record(c: Correction) -> dict[str, Any]:
-    f = c.flight
+    f, m = c.flight, c.memory
     return {
         "node": c.node,
         "measuredM": c.measured_m,
         "correctedM": c.corrected_m,
-        "leftM": f.left_m,
-        "landedM": f.landed_m,
-        "relievedAt": f.relieved_at,
-        "until": f.until,
+        "leftM": None if f is None else f.left_m,
+        "landedM": None if f is None else f.landed_m,
+        "relievedAt": None if f is None else f.relieved_at,
+        "until": None if f is None else f.until,
+        "memory": None
+        if m is None
+        else {
+            "measured": m.measured,
+            "corrected": m.corrected,
+            "left": m.moves.left,
+            "landed": m.moves.landed,
+            "relievedAt": m.moves.relieved_at,
+            "until": m.moves.until,
+        },
         "why": c.note,
     }
 

@@ -64,6 +64,8 @@ class EvictedPod(_Struct, frozen=True):
     predicted: str | None = None  # where placement prediction expected the replacement (None: no prediction)
     landed: str | None = None  # where the replacement was seen scheduled (None: not seen yet, or never)
     replacement: str | None = None  # the pod taken for the replacement ("namespace/name"), claimed once
+    # working set at eviction (bytes, -1 unknown); None: memory not read (or recorded before it was kept)
+    memory: int | None = None
 
 
 class ResourceAtRelief(_Struct, frozen=True):
@@ -104,6 +106,7 @@ class Relief(_Struct, frozen=True):
     others: tuple[ResourceAtRelief, ...] = ()  # memory, pods: when the strategy's thresholds name them
     # uid -> working set (bytes, -1 unknown) of the pods that stayed, when memory was over target; None once judged
     remaining_memory: Mapping[str, int] | None = None
+    measured_memory: int | None = None  # the node's measured working set when relieved (None: unknown or not read)
 
     @property
     def judged_on(self) -> tuple[tuple[str, float], ...]:
@@ -230,6 +233,9 @@ def _check(doc: _Document, now: float) -> None:
             raise RecordsCorrupt(f"{where}: targetPct and usagePct must be numbers")
         for j, other in enumerate(r.others):
             _check_other(other, f"{where}.others[{j}]")
+        for j, pod in enumerate(r.evicted):
+            if pod.memory is not None and pod.memory < -1:
+                raise RecordsCorrupt(f"{where}.evicted[{j}].memory: {pod.memory} is not bytes (-1: unknown)")
     for i, b in enumerate(doc.bounce_backs):
         time(b.at, f"$.bounceBacks[{i}].at")
     for i, c in enumerate(doc.cycles):

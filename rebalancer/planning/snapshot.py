@@ -63,8 +63,8 @@ class ClusterSnapshot:
     groups: Mapping[str, NodePods] | None = None
     moved: Mapping[PodKey, str] = field(default_factory=dict)  # pods the bounce-back guard keeps in place, and why
     guarded_pools: Mapping[str, str] = field(default_factory=dict)  # landing guard: pool -> its taint's effect
-    # nodes whose ``load`` usage is the reading corrected by earlier reliefs still in its reach (the reading,
-    # the corrected value and why); ``in_flight_off``: why no correction could be made this cycle
+    # nodes whose ``load`` usage (CPU, memory) is the reading corrected by earlier reliefs still in its reach
+    # (the reading, the corrected value and why); ``in_flight_off``: why no correction could be made this cycle
     in_flight: Mapping[str, Correction] = field(default_factory=dict)
     in_flight_off: str | None = None
     pod_memory: Mapping[PodKey, int] = field(default_factory=dict)  # working set in bytes (read for memory thresholds)
@@ -82,6 +82,14 @@ class ClusterSnapshot:
             return correction.measured_m
         load = self.load.get(node)
         return None if load is None else load.usage_m
+
+    def measured_memory(self, node: str) -> int | None:
+        """The node's memory working set as read, before any in-flight correction (None: unknown or not read)."""
+        correction = self.in_flight.get(node)
+        if correction is not None and correction.memory is not None:
+            return correction.memory.measured
+        load = self.load.get(node)
+        return None if load is None else load.memory_usage
 
     def usage_of(self, pod: Pod) -> int | None:
         return self.pod_usage.get(pod.key)

@@ -9,11 +9,23 @@ from types import MappingProxyType
 from rebalancer.domain.efficiency_records import EfficiencyState
 from rebalancer.domain.model import ClusterFacts, PodKey, UsageReport
 from rebalancer.domain.timeline import Timeline
-from rebalancer.planning.inflight import Correction, EarlierReliefs, Lag, corrected, describe, in_flight, reading_lag
+from rebalancer.planning.inflight import (
+    Correction,
+    EarlierReliefs,
+    Lag,
+    MemoryCorrection,
+    Moves,
+    corrected,
+    corrected_memory,
+    describe,
+    in_flight,
+    memory_in_flight,
+    reading_lag,
+)
 from rebalancer.planning.plan import EvictionPlan
 from rebalancer.planning.predicted import PredictedLoad
 from rebalancer.planning.protections import Protections
-from rebalancer.planning.snapshot import ClusterSnapshot, after_evictions, build_snapshot
+from rebalancer.planning.snapshot import ClusterSnapshot, NodeLoad, after_evictions, build_snapshot
 from rebalancer.policy import Policy
 from rebalancer.records.landings import observe_landings
 from strategies import build
@@ -59,7 +71,8 @@ def prepare_cycle(
         snapshot = build_snapshot(facts, usage, policy.pools, taken_at, focus)
         if reliefs is not None:
             reliefs = with_landings(reliefs, facts, taken_at, policy.efficiency.follow_up_window.total_seconds())
-            snapshot = with_in_flight(snapshot, reliefs, usage_lag(policy), usage.node_from_pods)
+            lag, memory_lag = usage_lag(policy), usage_lag(policy, gauge=True)
+            snapshot = with_in_flight(snapshot, reliefs, lag, usage.node_from_pods, memory_lag)
         if predicted is not None:
             snapshot = replace(snapshot, predicted=predicted)
         if moved:
@@ -112,11 +125,12 @@ def plan_prepared(snapshot: ClusterSnapshot, policy: Policy, timeline: Timeline 
     return EvictionPlan(snapshot.taken_at, tuple(results), blocked, corrections, snapshot.in_flight_off)
 
 
-def usage_lag(policy: Policy) -> Lag:
-    """How long a usage reading takes to show a change of a node's load (:func:`rebalancer.planning.inflight.reading_lag`)."""
+def usage_lag(policy: Policy, gauge: bool = False) -> Lag:
+    """How long a usage reading takes to show a change of a node's load (:func:`rebalancer.planning.inflight.reading_lag`);
+    ``gauge``: the memory working set's, the same statistic without a rate window."""
     p = policy.prometheus
     window, rate_window, step = (d.total_seconds() for d in (p.window, p.rate_window, p.step))
-    return reading_lag(window, p.quantile, rate_window, step)
+    return reading_lag(window, p.quantile, 0.0 if gauge else rate_window, step)
 
 
 def with_landings(reliefs: EarlierReliefs, facts: ClusterFacts, now: float, window_seconds: float) -> EarlierReliefs:
@@ -129,30 +143,53 @@ def with_landings(reliefs: EarlierReliefs, facts: ClusterFacts, now: float, wind
 
 
 def with_in_flight(
-    snapshot: ClusterSnapshot, reliefs: EarlierReliefs, lag: Lag, node_from_pods: bool
+    snapshot: ClusterSnapshot, reliefs: EarlierReliefs, lag: Lag, node_from_pods: bool, memory_lag: Lag | None = None
 ) -> ClusterSnapshot:
-    """The snapshot with each node's usage corrected by the earlier reliefs its reading still covers. A
-    node's usage summed from its pods' (``node_from_pods``) already leaves out an evicted pod and counts
-    its replacement where it runs: nothing to correct."""
+    """The snapshot with each node's usage corrected by the earlier reliefs its reading still covers: CPU
+    by ``lag``, the memory working set (when read) by ``memory_lag`` (None: memory not corrected). A node's
+    CPU usage summed from its pods' (``node_from_pods``) already leaves out an evicted pod and counts its
+    replacement where it runs: nothing to correct there (its memory is still a node reading)."""
     if reliefs.missing is not None:
         return replace(snapshot, in_flight_off=reliefs.missing)
-    if node_from_pods or not reliefs.known:
+    if not reliefs.known:
         return snapshot
     now = snapshot.taken_at
-    flights = in_flight(reliefs.known, now, lag, snapshot.pod_usage)
+    flights = {} if node_from_pods else in_flight(reliefs.known, now, lag, snapshot.pod_usage)
+    memory = {} if memory_lag is None else memory_in_flight(reliefs.known, now, memory_lag, snapshot.pod_memory)
     load = dict(snapshot.load)
     corrections: dict[str, Correction] = {}
-    for name, flight in flights.items():
+    for name in sorted(flights.keys() | memory.keys()):
         node, current = snapshot.nodes.get(name), load.get(name)
         if node is None or current is None or current.usage_m is None:
-            continue  # gone, or unknown: unknown stays unknown
-        value = corrected(current.usage_m, flight)
+            continue  # gone, or unknown (its memory with it): unknown stays unknown
+        flight = flights.get(name)
+        value = current.usage_m if flight is None else corrected(current.usage_m, flight)
         assert value is not None
+        on_memory = _memory_correction(current, memory.get(name))
         if value == current.usage_m:
-            continue
-        note = describe(flight, current.usage_m, value, node.allocatable_cpu_m, now)
-        corrections[name] = Correction(name, current.usage_m, value, flight, note)
-        load[name] = replace(current, usage_m=value)
+            if on_memory is None:
+                continue
+            flight = None  # the CPU reading stands
+        note = describe(flight, current.usage_m, value, node.allocatable_cpu_m, now, on_memory, node.allocatable_memory)
+        corrections[name] = Correction(name, current.usage_m, value, flight, note, on_memory)
+        load[name] = _corrected_load(current, value, on_memory)
     if not corrections:
         return snapshot
     return replace(snapshot, load=MappingProxyType(load), in_flight=MappingProxyType(corrections))
+
+
+def _memory_correction(current: NodeLoad, moves: Moves | None) -> MemoryCorrection | None:
+    """The node's memory reading corrected by ``moves`` (None: not read, unknown, or unchanged)."""
+    if moves is None or current.memory_usage is None:
+        return None
+    value = corrected_memory(current.memory_usage, moves)
+    return None if value == current.memory_usage else MemoryCorrection(current.memory_usage, value, moves)
+
+
+def _corrected_load(current: NodeLoad, usage_m: int, memory: MemoryCorrection | None) -> NodeLoad:
+    if memory is None:
+        return replace(current, usage_m=usage_m)
+    why = None
+    if memory.corrected is None:
+        why = f"the memory of moved pod {memory.moves.unknown} is unknown: the reading cannot be corrected until it shows the move"
+    return replace(current, usage_m=usage_m, memory_usage=memory.corrected, memory_unknown_reason=why)

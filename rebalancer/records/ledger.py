@@ -213,6 +213,7 @@ def _relief(
                 r.eviction.usage_m,
                 pods[r.eviction.uid].created if r.eviction.uid in pods else 0.0,
                 predicted=r.eviction.landing,
+                memory=_memory_at_eviction(snapshot, node, pods.get(r.eviction.uid)),
             )
             for r in results
         ),
@@ -225,7 +226,18 @@ def _relief(
         remaining_memory=_stayed(pods, gone, snapshot.memory_of)
         if any(o.over and o.resource == "memory" for o in others)
         else None,
+        measured_memory=snapshot.measured_memory(node),
     )
+
+
+def _memory_at_eviction(snapshot: ClusterSnapshot, node: str, pod: Pod | None) -> int | None:
+    """The evicted pod's working set for the in-flight correction: -1 unknown, None when the cycle read no
+    memory for its node (nothing to correct)."""
+    load = snapshot.load.get(node)
+    if load is None or (load.memory_usage is None and load.memory_unknown_reason is None):
+        return None
+    found = None if pod is None else snapshot.memory_of(pod)
+    return -1 if found is None else found
 
 
 def _target(decision: NodeDecision | None, snapshot: ClusterSnapshot, node: str) -> float:
@@ -344,6 +356,8 @@ def _resource_pct(snapshot: ClusterSnapshot, node: str, resource: str) -> float 
     if resource == CPU:
         return _pct(snapshot, node)
     used, allocatable, _ = node_amount(snapshot, node, resource)
+    if resource == "memory":
+        used = snapshot.measured_memory(node)  # what happened, not the in-flight correction
     return None if used is None or allocatable <= 0 else 100.0 * used / allocatable
 
 

@@ -200,6 +200,37 @@ def test_a_memory_relief_is_followed_up_on_memory_not_on_cpu(
     assert judged.usage_pct_after is not None and judged.usage_pct_after < 30  # CPU alone would have cooled
 
 
+def test_a_memory_relief_is_not_made_again_while_the_reading_still_holds_the_evicted_pod(
+    kube_server: TestApiServer, kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
+) -> None:
+    # 86 s after cache-0 left, Prometheus still reads mem-1 at 87.5%: its window holds the minutes before. The
+    # pods left on mem-1 are of cache-0's workload and newer than its eviction (the test API server's clock):
+    # with the bounce-back guard and placement prediction off, only the in-flight correction keeps them in place
+    path = cluster(kube_server, start_prometheus, tmp_path, MEMORY_HOT, MEMORY_HOT_SYSTEM)
+    text = path.read_text().replace("memory: 80}}", "memory: 80}, predictPlacement: false}")
+    path.write_text(text + "efficiency: {bounceBackGuard: false}\n")
+    policy = load_policy(path)
+    connection = app.ClusterConnection(str(kubeconfig))
+    first = app.run_once(policy, connection, clock=lambda: END)
+    assert [r.eviction.name for r in first.report.results] == ["cache-0"]
+    (relief,) = records(kube_server).reliefs
+    assert [p.memory for p in relief.evicted] == [8 * GiB] and round((relief.measured_memory or 0) / GiB) == 14
+
+    second = app.run_once(policy, connection, clock=lambda: END + 86)
+
+    assert second.report.results == ()
+    (correction,) = second.planned.plan.in_flight
+    assert correction.node == "mem-1" and correction.memory is not None
+    assert correction.memory.measured == relief.measured_memory  # the reading has not moved yet
+    assert correction.memory.corrected == correction.memory.measured - 8 * GiB
+    assert "memory: 8.00 GiB moved, reads 87.5%, expected 37.5% until the usage window has caught up" in (
+        correction.note
+    )
+    decisions = {d.node: d.node_class for d in second.planned.plan.results[0].node_decisions}
+    assert decisions["mem-1"] is not NodeClass.HOT
+    assert len(records(kube_server).reliefs) == 1
+
+
 def records(server: TestApiServer) -> EfficiencyState:
     config_map = server.store.get("configmaps", "rebalancer-efficiency", "rebalancer")
     return EfficiencyState.from_json(config_map["data"][RECORDS_KEY], END)
