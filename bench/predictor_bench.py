@@ -133,6 +133,7 @@ def measure(pid: int, api_pid: int, argv: list[str]) -> dict[str, Any]:
     with contextlib.suppress(OSError):
         Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM, the peak RSS
     cpu, api_cpu = process_cpu_s(pid), process_cpu_s(api_pid)
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
@@ -140,6 +141,7 @@ def measure(pid: int, api_pid: int, argv: list[str]) -> dict[str, Any]:
         raise SystemExit(f"the measured child failed:\n{out.stderr}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     result["child_wall_s"] = wall
+    result["load"] = [load_before, os.getloadavg()[0]]  # the machine's 1-minute load average before and after
     result["prom_cpu_s"] = process_cpu_s(pid) - cpu
     result["api_cpu_s"] = process_cpu_s(api_pid) - api_cpu
     result["prom_peak_mb"] = rss_mb(pid, "VmHWM")
@@ -301,7 +303,10 @@ def main() -> None:
             runs = []
             for k in range(args.runs):
                 runs.append(measure(pid, api_pid, argv))
-                _log(f"  run {k + 1}/{args.runs}: {runs[-1]['total_s']:.2f} s")
+                load = runs[-1]["load"]
+                _log(
+                    f"  run {k + 1}/{args.runs}: {runs[-1]['total_s']:.2f} s (load average {load[0]:.2f} -> {load[1]:.2f})"
+                )
             report(runs, idle_mb)
             _log(verify(shape, pop, sample, str(policy_path), config, runs[0]))
     finally:

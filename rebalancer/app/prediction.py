@@ -79,13 +79,14 @@ def read_history(
 
 def predicted_load(policy: Policy, facts: ClusterFacts, now: float, cache: HistoryCache | None) -> PredictedLoad:
     """The next-peak load for a cycle; a failure is recorded in it, never raised."""
-    try:
-        history = read_history(policy, facts, now, cache=cache)
-    except SourceError as exc:
-        log.warning("predictor history failed: %s", exc)
-        return PredictedLoad.failed(f"predictor history: {type(exc).__name__}: {exc}")
-    settings = policy.predictor
-    prediction, book = predict_with_book(facts, history.pods, settings, history.system, history.profiles)
+    with collector.paused():  # the answers' points and the profiles make no reference cycles
+        try:
+            history = read_history(policy, facts, now, cache=cache)
+        except SourceError as exc:
+            log.warning("predictor history failed: %s", exc)
+            return PredictedLoad.failed(f"predictor history: {type(exc).__name__}: {exc}")
+        settings = policy.predictor
+        prediction, book = predict_with_book(facts, history.pods, settings, history.system, history.profiles)
     return PredictedLoad.from_prediction(prediction, history.description, book)
 
 
@@ -117,7 +118,8 @@ def predict_live(
         annotations = Protections.from_settings(policy.protections).annotations_read()
         facts = KubeSource(api, annotations, list_mode=policy.kubernetes.list_mode).read_facts()
     listed = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="current-usage") as pool:
+    # the answers' millions of points and the profiles make no reference cycles: the collector only costs
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="current-usage") as pool, collector.paused():
         current = pool.submit(_current_pct, policy, facts, now)  # beside the history read: Prometheus has 2 cores
         history = read_history(policy, facts, now, progress)
         read = time.perf_counter()

@@ -29,8 +29,8 @@ from typing import Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from rebalancer.adapters.prom.client import PromClient, Vector, by_node, by_pod, iso
-from rebalancer.adapters.prom.matrix import PodMatrix
+from rebalancer.adapters.prom.client import PromClient, Vector, by_node, iso
+from rebalancer.adapters.prom.matrix import PodMatrix, rows_of
 from rebalancer.adapters.prom.profiles import ProfileTable, bucket_seconds, day_range
 from rebalancer.domain.model import PodKey
 from rebalancer.domain.settings.predictor import PredictorSettings
@@ -160,13 +160,13 @@ class PrometheusHistorySource:
         for query, series in self._run(queries, progress):
             if isinstance(series, PodMatrix):
                 profile_table.add(query.day, series)
-            elif query.kind == "system":
+            elif isinstance(series, list):
                 system_days.add(query.day, by_node(query.name, series, self._prometheus.node_label))
             elif query.kind == "pooled":
-                pod_pooled.add(0, by_pod(query.name, series))
+                pod_pooled.add(0, series)
             else:
                 # a pod name on two nodes (a StatefulSet pod rescheduled): each batch saw part of the day
-                pod_days.add(query.day, by_pod(query.name, series))
+                pod_days.add(query.day, series)
         return PodHistory(
             pods=pod_days.peaks(pod_pooled if pooled else None),
             system=system_days.peaks(None) if self._history.system_query is not None else None,
@@ -206,12 +206,17 @@ class PrometheusHistorySource:
         inner = self._prometheus.render(template)
         return f"quantile_over_time({self._predictor.quantile:g}, ({inner})[{_range(seconds)}:{format_duration(self._history.resolution)}])"
 
-    def _ask(self, query: _Query) -> Vector | PodMatrix:
+    def _ask(self, query: _Query) -> Vector | PodMatrix | dict[PodKey, float]:
+        """The answer, decoded in the worker thread: a pod query's values by pod, a profile's points."""
         if query.range is not None:
             return self._client.pod_matrix(query.name, query.promql, *query.range)
-        return self._client.large_vector(query.name, query.promql, query.at)
+        if query.kind == "system":
+            return self._client.large_vector(query.name, query.promql, query.at)
+        return self._client.pod_values(query.name, query.promql, query.at)
 
-    def _run(self, queries: Sequence[_Query], progress: Progress | None) -> Iterator[tuple[_Query, Vector | PodMatrix]]:
+    def _run(
+        self, queries: Sequence[_Query], progress: Progress | None
+    ) -> Iterator[tuple[_Query, Vector | PodMatrix | dict[PodKey, float]]]:
         total = len(queries)
         with ThreadPoolExecutor(max_workers=self._history.concurrency, thread_name_prefix="history") as pool:
             futures = [(query, pool.submit(self._ask, query)) for query in queries]
@@ -258,8 +263,7 @@ class _Table(Generic[K]):
         self._parts: list[tuple[npt.NDArray[np.int64], int, npt.NDArray[np.float64]]] = []
 
     def add(self, column: int, values: Mapping[K, float]) -> None:
-        index = self._index
-        rows = np.fromiter((index.setdefault(key, len(index)) for key in values), dtype=np.int64, count=len(values))
+        rows = rows_of(self._index, list(values))
         self._parts.append((rows, column, np.fromiter(values.values(), dtype=np.float64, count=len(values))))
 
     def millicores(self) -> tuple[tuple[K, ...], npt.NDArray[np.float64]]:

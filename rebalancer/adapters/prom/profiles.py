@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import numpy.typing as npt
 
-from rebalancer.adapters.prom.matrix import PodMatrix
+from rebalancer.adapters.prom.matrix import PodMatrix, rows_of
 from rebalancer.domain.model import PodKey
 from rebalancer.planning.predict.days import DayWindow
 from rebalancer.planning.predict.profile import DAY_SECONDS, DailyProfiles, bucket_of
@@ -42,35 +42,49 @@ class ProfileTable:
         self._index: dict[PodKey, int] = {}
         self._values = np.full((max(expected_pods, 16), len(days), buckets), np.nan, dtype=np.float32)
 
-    def _bucket_of_times(self, day: DayWindow, times: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    def _bucket_of_times(self, day: DayWindow, times: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], bool]:
+        """Each point's bucket (-1 outside the day), and whether two of the times share a bucket. A range
+        answer's points sit on the query's grid (bucket ends): each grid time is placed once and its points
+        take its bucket, without sorting the points."""
         width = bucket_seconds(self._buckets)
-        unique, inverse = np.unique(times, return_inverse=True)
-        into_day = [
-            (
-                datetime.fromtimestamp(t - width / 2, self._zone)
-                - datetime.combine(day.day, datetime.min.time(), self._zone)
-            ).total_seconds()
-            for t in unique
-        ]
-        buckets: npt.NDArray[np.int64] = bucket_of(into_day, self._buckets)[inverse]
-        outside = (unique[inverse] <= day.start) | (unique[inverse] > day.end)
-        return np.where(outside, -1, buckets)
+        slots = np.rint((times - day.start) / width).astype(np.int64)
+        on_grid = times.size > 0 and slots.min() >= 0 and slots.max() <= 2 * self._buckets
+        if on_grid and np.array_equal(day.start + slots * width, times):
+            distinct = day.start + np.arange(int(slots.max()) + 1, dtype=np.float64) * width
+            of_distinct = slots
+        else:  # off the grid: place each distinct time
+            distinct, of_distinct = np.unique(times, return_inverse=True)
+        placed = self._place_times(day, distinct)
+        present = np.zeros(distinct.size, dtype=bool)
+        present[of_distinct] = True
+        used = placed[present & (placed >= 0)]
+        return placed[of_distinct], bool(np.unique(used).size < used.size)
+
+    def _place_times(self, day: DayWindow, times: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+        """The bucket of each of a few distinct bucket-end times (by the local time of the bucket's middle)."""
+        width = bucket_seconds(self._buckets)
+        midnight = datetime.combine(day.day, datetime.min.time(), self._zone)
+        into_day = [(datetime.fromtimestamp(t - width / 2, self._zone) - midnight).total_seconds() for t in times]
+        buckets: npt.NDArray[np.int64] = bucket_of(into_day, self._buckets)
+        return np.where((times <= day.start) | (times > day.end), -1, buckets)
 
     def add(self, day: int, answer: PodMatrix) -> None:
-        index = self._index
-        rows_of_series = np.fromiter(
-            (index.setdefault(key, len(index)) for key in answer.keys), dtype=np.int64, count=len(answer.keys)
-        )
-        if len(index) > self._values.shape[0]:
-            grown = np.full((max(len(index), 2 * self._values.shape[0]), *self._values.shape[1:]), np.nan, np.float32)
+        rows_of_series = rows_of(self._index, answer.keys)
+        if len(self._index) > self._values.shape[0]:
+            grown = np.full(
+                (max(len(self._index), 2 * self._values.shape[0]), *self._values.shape[1:]), np.nan, np.float32
+            )
             grown[: self._values.shape[0]] = self._values
             self._values = grown
-        buckets = self._bucket_of_times(self._days[day], answer.times)
+        buckets, repeated = self._bucket_of_times(self._days[day], answer.times)
         keep = buckets >= 0
-        rows = rows_of_series[answer.series[keep]]
+        cell = (rows_of_series[answer.series[keep]], buckets[keep])
+        values = (answer.values[keep] * 1000.0).astype(np.float32)
         cells = self._values[:, day, :]
-        # a pod in two batches (rescheduled), or a 25-hour day's repeated hour: the higher value
-        np.fmax.at(cells, (rows, buckets[keep]), (answer.values[keep] * 1000.0).astype(np.float32))
+        if repeated:  # a 25-hour day's repeated hour: one series has two points in a bucket
+            np.fmax.at(cells, cell, values)
+        else:  # one point per pod and bucket (a pod answers once per query)
+            cells[cell] = np.fmax(cells[cell], values)  # a pod in two batches (rescheduled): the higher value
 
     def profiles(self) -> DailyProfiles[PodKey]:
         return DailyProfiles(tuple(self._index), self._values[: len(self._index)])
