@@ -110,7 +110,7 @@ def test_cycle_bench_compares_memory_and_pod_thresholds_with_cpu_alone() -> None
     sizes = re.findall(r"== 1200 pods on 40 nodes \((.*)\), listMode auto, thresholds on ([a-z,]+), medians of 1", out)
     assert sizes == [
         ("1200 pod usage series", "cpu"),
-        ("1200 pod usage series, 1200 pod memory series", "cpu,memory,pods"),
+        ("1200 pod usage series, 40 node memory series", "cpu,memory,pods"),
     ]
     hot = [int(h) for h in re.findall(r"full cycle: .*; (\d+) hot nodes", out)]
     assert hot == [10, 15]  # a quarter of the nodes hot on CPU; an eighth more on memory alone
