@@ -103,17 +103,20 @@ def _class_of(pct: float, low: float, high: float) -> NodeClass:
     return NodeClass.COLD if pct < low else NodeClass.NORMAL
 
 
-def combined_class(cpu: NodeClass, found: Iterable[ResourceUse]) -> NodeClass:
+def combined_class(snapshot: ClusterSnapshot, name: str, cpu: NodeClass, bands: Iterable[ResourceBand]) -> NodeClass:
     """Hot when any resource is over its target, cold when every one is under its threshold, unknown when
-    any is unknown."""
-    classes = [cpu]
-    for use in found:
-        if use.pct is None:
+    any is unknown. Made for every node of the cluster each cycle: no record per resource."""
+    hot, all_cold = cpu is NodeClass.HOT, cpu is NodeClass.COLD
+    for band in bands:
+        used, allocatable, _ = node_amount(snapshot, name, band.resource)
+        if used is None or allocatable <= 0:
             return NodeClass.UNKNOWN
-        classes.append(_class_of(use.pct, use.low_pct, use.high_pct))
-    if NodeClass.HOT in classes:
+        own = _class_of(100.0 * used / allocatable, band.low_pct, band.high_pct)
+        hot = hot or own is NodeClass.HOT
+        all_cold = all_cold and own is NodeClass.COLD
+    if hot:
         return NodeClass.HOT
-    return NodeClass.COLD if all(c is NodeClass.COLD for c in classes) else NodeClass.NORMAL
+    return NodeClass.COLD if all_cold else NodeClass.NORMAL
 
 
 def combined_reason(

@@ -243,7 +243,7 @@ class NodeClasses:
                 band = bands[pool_of[name]]
                 self.of[name], self.pct[name] = class_of(pct, band), pct
                 if band.extra:  # memory, pods: only where the thresholds name them
-                    combined = combined_class(self.of[name], uses(snapshot, name, band.extra))
+                    combined = combined_class(snapshot, name, self.of[name], band.extra)
                     hot = combined is NodeClass.HOT and not targets_select_hot
                     self.of[name] = NodeClass.NORMAL if hot else combined
 

@@ -397,9 +397,25 @@ def _quiet_scheduler_log() -> None:
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 
-def _stop_on_signals(stop: threading.Event) -> None:
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+class _StopSignals:
+    """SIGTERM / SIGINT ask the service to stop.
+
+    The handler only flips a flag: it runs on the main thread between two bytecodes, possibly while that
+    thread holds the lock inside ``threading.Event.wait``, so setting an Event from it could deadlock.
+    """
+
+    def __init__(self) -> None:
+        self.received = False
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, *_: object) -> None:
+        self.received = True
+
+    def wait(self, stop: threading.Event, poll: float = 0.2) -> None:
+        """Return once a signal came or ``stop`` was set."""
+        while not self.received and not stop.wait(poll):
+            pass
 
 
 def serve(
@@ -474,12 +490,12 @@ def serve(
         token=token,
     )
     stop_http = _serve_http(policy, str(policy_path), webhook, lambda: service.ready() or known.source_ok(), metrics)
-    _stop_on_signals(stop)
+    signals = _StopSignals()
     if election is not None:
         election.start()
     service.start()
     try:
-        stop.wait()
+        signals.wait(stop)
     finally:
         log.info("stopping: no new requests, finishing the cycle in flight, releasing the lease")
         stop_http()

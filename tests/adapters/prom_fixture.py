@@ -338,6 +338,10 @@ class CannedHttpServer:
         self.answer = CannedAnswer(status, raw, kind, delay)
         self.requests.clear()
 
+    def release(self) -> None:
+        """Answer the requests held by ``delay`` now, and the later ones at once."""
+        self._release.set()
+
     def __enter__(self) -> CannedHttpServer:
         self._thread.start()
         return self

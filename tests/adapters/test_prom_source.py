@@ -9,6 +9,7 @@ from a tiny local HTTP server.
 from __future__ import annotations
 
 import gc
+import threading
 import time
 import urllib.parse
 from datetime import timedelta
@@ -276,7 +277,31 @@ def test_http_503_is_unavailable_with_prometheus_error(canned_http: CannedHttpSe
 
     with pytest.raises(MetricsUnavailable, match=r"HTTP 503 \(unavailable\): TSDB not ready"):
         read(canned_http.url)
-    assert len(canned_http.requests) == 1  # no retry storm inside a cycle
+    paths = [request.path for request in canned_http.requests]
+    assert len(paths) == len(set(paths)) > 0  # each query sent once: no retry storm inside a cycle
+
+
+def test_the_queries_are_sent_at_once(canned_http: CannedHttpServer) -> None:
+    """Every query is in flight before any is answered: a cycle waits on Prometheus once, not per query."""
+    canned_http.reply(200, answer(), delay=30)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            read(canned_http.url, timeout=timedelta(seconds=40))
+        except SourceError as exc:
+            failed.append(exc)
+
+    reader = threading.Thread(target=run)
+    reader.start()
+    deadline = time.monotonic() + 20
+    while len(canned_http.requests) < 5 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    held = len(canned_http.requests)  # all held by the canned server: none answered yet
+    canned_http.release()
+    reader.join(30)
+    assert held == 5  # young nodes, node freshness, node CPU, pod CPU, young pods
+    assert len(failed) == 1 and isinstance(failed[0], MetricsStale)  # empty answers: stale, never zero
 
 
 def test_timeout_is_unavailable(canned_http: CannedHttpServer) -> None:

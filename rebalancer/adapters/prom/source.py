@@ -22,6 +22,7 @@ its short history over the whole window and read it cold. Such pods (``youngPods
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -73,17 +74,36 @@ class PrometheusUsageSource:
         settings = self._settings
         queries = settings.queries
         self._client.authorize()
-        problems: dict[str, str] = {}
-        if queries.young_nodes is not None:
-            young_nodes = self._client.large_vector("young_nodes", settings.render(queries.young_nodes), at)
-            problems.update(dict.fromkeys(by_node("young_nodes", young_nodes, settings.node_label), self._too_young()))
-        fresh: dict[str, float] | None = None
-        if queries.node_freshness is not None:
-            fresh = self._by_node("node_freshness", settings.render(queries.node_freshness), at)
-            problems.update(self._stale_nodes(fresh, at))
-        node_cpu_m: dict[str, int] = {}
-        if queries.node_cpu is not None:
-            for node, cores in self._by_node("node_cpu", settings.render(queries.node_cpu), at).items():
+        pod_nodes = nodes if queries.node_cpu is not None else None
+        render = settings.render
+        with ThreadPoolExecutor(max_workers=6, thread_name_prefix="usage-query") as pool:
+            # The queries are independent: sent at once, each waits on Prometheus, not on the others. Their
+            # answers are taken in this order, so the failure raised is the first failing query's.
+            young_nodes = young = node_cpu = node_memory_read = pod_memory_read = None
+            if queries.young_nodes is not None:
+                young_nodes = pool.submit(self._client.large_vector, "young_nodes", render(queries.young_nodes), at)
+            freshness = None
+            if queries.node_freshness is not None:
+                freshness = pool.submit(self._by_node, "node_freshness", render(queries.node_freshness), at)
+            if queries.node_cpu is not None:
+                node_cpu = pool.submit(self._by_node, "node_cpu", render(queries.node_cpu), at)
+            pod_cpu = pool.submit(self._by_pod, render(queries.pod_cpu, pod_nodes), at)
+            if queries.young_pods is not None:
+                young = pool.submit(self._client.pod_values, "young_pods", render(queries.young_pods, pod_nodes), at)
+            if memory:
+                node_memory_read = pool.submit(self._by_node, "node_memory", render(queries.node_memory), at)
+                if pod_memory:
+                    pod_memory_read = pool.submit(self._pod_memory, at, pod_nodes)
+            problems: dict[str, str] = {}
+            if young_nodes is not None:
+                young_names = by_node("young_nodes", young_nodes.result(), settings.node_label)
+                problems.update(dict.fromkeys(young_names, self._too_young()))
+            fresh: dict[str, float] | None = None
+            if freshness is not None:
+                fresh = freshness.result()
+                problems.update(self._stale_nodes(fresh, at))
+            node_cpu_m: dict[str, int] = {}
+            for node, cores in (node_cpu.result() if node_cpu is not None else {}).items():
                 if fresh is not None and node not in fresh:
                     problems[node] = (
                         "no freshness sample within Prometheus' lookback delta (default 5m) "
@@ -91,16 +111,17 @@ class PrometheusUsageSource:
                     )
                 if node not in problems:
                     node_cpu_m[node] = _millicores(cores)
-        pod_nodes = nodes if queries.node_cpu is not None else None
-        pods = self._by_pod(settings.render(queries.pod_cpu, pod_nodes), at)
-        pod_cpu_m = {key: round(cores * 1000) for key, cores in pods.items()}  # _millicores, inlined: 150,000 pods
-        del pods
-        young_pods = 0
-        if queries.young_pods is not None:
-            for key in self._client.pod_values("young_pods", settings.render(queries.young_pods, pod_nodes), at):
+            pods = pod_cpu.result()
+            pod_cpu_m = {key: round(cores * 1000) for key, cores in pods.items()}  # _millicores, inlined: 150,000
+            del pods
+            young_pods = 0
+            for key in young.result() if young is not None else ():
                 young_pods += pod_cpu_m.pop(key, None) is not None
-        node_memory = self._node_memory(at, problems) if memory else None
-        pods_memory = self._pod_memory(at, pod_nodes) if memory and pod_memory else {}
+            node_memory = None
+            if node_memory_read is not None:
+                found = node_memory_read.result()  # a node with a problem (stale, young) is unknown, as its CPU
+                node_memory = MappingProxyType({node: round(v) for node, v in found.items() if node not in problems})
+            pods_memory = pod_memory_read.result() if pod_memory_read is not None else {}
         return UsageReport(
             node_memory=node_memory,
             pod_memory=MappingProxyType(pods_memory),
@@ -123,12 +144,6 @@ class PrometheusUsageSource:
         promql = self._settings.render(self._settings.queries.pod_memory, nodes)
         found = self._client.pod_values("pod_memory", promql, at)
         return MappingProxyType({key: round(value) for key, value in found.items()})
-
-    def _node_memory(self, at: float, problems: Mapping[str, str]) -> Mapping[str, int]:
-        """The nodes' memory working set in bytes; a node with a problem (stale, young) is left out: unknown,
-        as its CPU."""
-        found = self._by_node("node_memory", self._settings.render(self._settings.queries.node_memory), at)
-        return MappingProxyType({node: round(value) for node, value in found.items() if node not in problems})
 
     def _pod_memory(self, at: float, nodes: frozenset[str] | None) -> dict[PodKey, int]:
         promql = self._settings.render(self._settings.queries.pod_memory, nodes)
