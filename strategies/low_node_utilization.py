@@ -22,7 +22,7 @@ included, never moves a pod onto such a node past its target.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
@@ -305,16 +305,15 @@ class LowNodeUtilization:
     def memory_sources(self, snapshot: ClusterSnapshot) -> frozenset[str]:
         """The nodes whose pods' memory a plan on ``snapshot`` needs: the hot ones it may relieve (in an
         alert's cycle, those focused). Destinations are weighed by their node's own memory reading."""
-        hot = self._classes(view(snapshot, self.settings.classify_by)).named(NodeClass.HOT)
-        focus = snapshot.focus
-        return frozenset(hot if focus is None else (name for name in hot if name in focus))
+        classes = self._classes(view(snapshot, self.settings.classify_by), only=snapshot.focus)
+        return frozenset(classes.named(NodeClass.HOT))
 
-    def _classes(self, snapshot: ClusterSnapshot) -> NodeClasses:
+    def _classes(self, snapshot: ClusterSnapshot, only: Collection[str] | None = None) -> NodeClasses:
         s = self.settings
         by_prediction = s.predicted is not None and s.classify_by in ("predicted", "max")
         default, pools = (s.predicted, {}) if by_prediction and s.predicted is not None else (s, s.pools)
         bands = pool_bands(snapshot, default, pools, bool(s.use_deviation_thresholds))
-        return NodeClasses(snapshot, KIND, bands, _class_of, _decider(s.classify_by))
+        return NodeClasses(snapshot, KIND, bands, _class_of, _decider(s.classify_by), only=only)
 
     def _coincident(self, snapshot: ClusterSnapshot) -> bool:
         """Plans on the nodes' coincident peaks: classifyBy predicted with the pods' daily profiles."""

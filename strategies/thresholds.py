@@ -217,7 +217,8 @@ class NodeClasses:
 
     ``class_of`` gives a known usage's class in its pool's band; ``decide`` the same class with its reason.
     ``targets_select_hot`` False: a node over a memory or pods target is normal, not hot (where targetThresholds
-    only caps the destinations, HighNodeUtilization)."""
+    only caps the destinations, HighNodeUtilization). ``only``: class those nodes alone (the bands stay the
+    whole pool's), for a question about a few nodes, not a plan."""
 
     def __init__(
         self,
@@ -228,13 +229,15 @@ class NodeClasses:
         decide: Callable[[float, Band], tuple[NodeClass, str]],
         *,
         targets_select_hot: bool = True,
+        only: Collection[str] | None = None,
     ) -> None:
         self._snapshot, self._strategy, self._bands, self._decide = snapshot, strategy, bands, decide
         self.of: dict[str, NodeClass] = {}
         self.pct: dict[str, float | None] = {}
         self._held: dict[str, tuple[NodeClass, str]] = {}
-        pool_of, load = snapshot.pool_of, snapshot.load
-        for name, node in snapshot.nodes.items():
+        pool_of, load, nodes = snapshot.pool_of, snapshot.load, snapshot.nodes
+        for name in nodes if only is None else [name for name in nodes if name in only]:
+            node = nodes[name]
             usage = load[name].usage_m
             if usage is None:
                 self.of[name], self.pct[name] = NodeClass.UNKNOWN, None
@@ -286,7 +289,7 @@ class NodeClasses:
             node_class, reason = self._decide(pct, band)
             if band.extra:
                 cpu_class, node_class = node_class, self.of[name]
-                unknown = unknown_reason(snapshot, name, band.extra)
+                unknown = unknown_reason(snapshot, name, band.extra) if node_class is NodeClass.UNKNOWN else None
                 reason = unknown or combined_reason(node_class, cpu_class, reason, band.extra, others)
         return NodeDecision(
             strategy=self._strategy,

@@ -1,8 +1,10 @@
 """The evictor: the only component that acts, and the one place every safety rule is enforced.
 
-For each planned eviction, in order: the pod's backoff after an earlier budget refusal; a re-read just
-before acting (still there, same uid, still on that node, still not protected); the limiters (lists,
-service level, windows, caps, rates, the workload's unavailability); a reservation persisted with
+For each planned eviction, in order: the pod's backoff after an earlier budget refusal; the limiters on
+the snapshot's pod (a pod they refuse is not read again: once a cap is reached, the rest of the plan costs
+the API server nothing); a re-read just before acting (still there, same uid, still on that node, still not
+protected); the limiters again on the pod read (lists, service level, windows, caps, rates, the workload's
+unavailability); a reservation persisted with
 optimistic concurrency *before* the eviction (a crash in between wastes a token, never exceeds a cap;
 an answer that says the eviction did not happen — budget refusal, pod gone or replaced — gives it back);
 then the Eviction API, so PodDisruptionBudgets hold; and an Event on the pod moved. The steps every
@@ -295,13 +297,19 @@ class Evictor:
             wait = until - run.now
             return EvictionResult(planned, Outcome.BACKOFF, f"a budget refused it earlier; retry in {wait:.0f} s",
                                   retry_at=until)  # fmt: skip
-        pod, why_not = self._recheck(planned, snapshot)
-        if pod is None:
-            return EvictionResult(planned, why_not[0], why_not[1])
         node: Node | None = snapshot.nodes.get(planned.node)
         if node is None:
             return EvictionResult(planned, Outcome.SKIPPED, f"node {planned.node} is not in the snapshot")
         pool = snapshot.pool_of[node.name]  # never the plan's word: pool rules must hold whatever planned it
+        seen = next((p for p in snapshot.pods_on(planned.node) if p.key == planned.key), None)
+        if seen is not None:  # what the limiters refuse on the snapshot's pod is not read again from the API
+            ahead = EvictionRequest.of(seen, node, pool, replicas.get(seen.workload) if seen.workload else None)
+            verdict = check(ahead, run.state, run.cycle, self._settings, run.now)
+            if not verdict.allowed:
+                return EvictionResult(planned, Outcome.BLOCKED, verdict.reason, verdict.limiter, verdict.retry_at)
+        pod, why_not = self._recheck(planned, snapshot, seen)
+        if pod is None:
+            return EvictionResult(planned, why_not[0], why_not[1])
         request = EvictionRequest.of(pod, node, pool, replicas.get(pod.workload) if pod.workload else None)
         verdict = check(request, run.state, run.cycle, self._settings, run.now)
         if verdict.allowed:
@@ -347,9 +355,12 @@ class Evictor:
             f"the reservation of {request.namespace}/{request.pod} was not given back: state kept changing"
         )
 
-    def _recheck(self, planned: PlannedEviction, snapshot: ClusterSnapshot) -> tuple[Pod | None, tuple[Outcome, str]]:
+    def _recheck(
+        self, planned: PlannedEviction, snapshot: ClusterSnapshot, seen: Pod | None
+    ) -> tuple[Pod | None, tuple[Outcome, str]]:
+        """The pod as it is now (``seen``: the snapshot's), or why it is no longer to be evicted."""
         if self._act.calls_nothing:  # the snapshot's pod stands in
-            pod = next((p for p in snapshot.pods_on(planned.node) if p.key == planned.key), None)
+            pod = seen
         else:
             key, annotations = f"{planned.namespace}/{planned.name}", self._protections.annotations_read()
             pod = self._act.reread(key, lambda: self._actions.get_pod(planned.namespace, planned.name, annotations))

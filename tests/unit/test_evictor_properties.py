@@ -23,7 +23,8 @@ from rebalancer.planning.plan import EvictionPlan, NodeClass, PlannedEviction, S
 from rebalancer.planning.protections import Protections
 from rebalancer.policy import Policy
 from rebalancer.policy.cycle import plan_cycle
-from tests.builders import policy
+from tests.builders import node, policy, usage
+from tests.builders import pod as make_pod
 from tests.unit.test_planner_properties import clusters
 
 EXAMPLES = 1500
@@ -202,3 +203,37 @@ def test_evictions_are_safe(
 
 def earlier_in_window(earlier: int) -> int:
     return earlier  # every earlier reservation lies within the last hour
+
+
+class CountedReads(MemoryCluster):
+    def __init__(self, pods: tuple[Pod, ...], budgets: tuple[DisruptionBudget, ...]) -> None:
+        super().__init__(pods, budgets)
+        self.reads: list[str] = []
+
+    def get_pod(self, namespace: str, name: str, annotations: frozenset[str]) -> Pod | None:
+        self.reads.append(name)
+        return super().get_pod(namespace, name, annotations)
+
+
+def test_pods_the_limiters_refuse_are_not_read_again() -> None:
+    """Once the cycle's cap is reached the rest of the plan is refused on the snapshot's pods: the API
+    server is asked only for the pods that may still be evicted."""
+    now = 1_700_000_000.0
+    nodes = (node("hot"), node("cold-1"), node("cold-2"))
+    pods = tuple(make_pod(f"web-{i}", "hot", workload=f"w{i}", cpu_request_m=100) for i in range(6))
+    report = usage({"hot": 9_500, "cold-1": 500, "cold-2": 500}, {p.name: 1_200 for p in pods})
+    pol = policy(
+        "kind: LowNodeUtilization\nthresholds: {cpu: 20}\ntargetThresholds: {cpu: 50}\n",
+        "limits: {global: {maxPerCycle: 2}}\n",
+    )
+    snapshot, plan = plan_cycle(ClusterFacts(nodes, pods, ()), report, pol, now)
+    planned = [e.name for e in plan.evictions]
+    assert len(planned) > 2  # more than the cap: the test is about the rest
+    cluster = CountedReads(pods, ())
+    protections = Protections.from_settings(pol.protections)
+    result = Evictor(
+        cluster, MemoryStore(), MemoryStore(), pol.limits, protections, DryRun.OFF, clock=lambda: now
+    ).apply(plan, snapshot)
+    assert result.count(Outcome.EVICTED) == 2
+    assert result.count(Outcome.BLOCKED) == len(planned) - 2
+    assert cluster.reads == planned[:2]  # the blocked ones were never read again
