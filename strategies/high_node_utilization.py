@@ -187,15 +187,12 @@ class HighNodeUtilization:
         return StrategyResult(KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes))
 
     def memory_sources(self, snapshot: ClusterSnapshot) -> frozenset[str]:
-        """The nodes whose pods' memory a plan on ``snapshot`` needs: the underutilized ones it may empty whose
-        pool's thresholds name memory (none in an alert's cycle, which this strategy does not run).
-        Destinations are weighed by their node's own memory reading."""
+        """The nodes whose pods' memory a plan on ``snapshot`` needs: the underutilized ones it may empty
+        (none in an alert's cycle, which this strategy does not run). Destinations are weighed by their
+        node's own memory reading."""
         if snapshot.focus is not None:
             return frozenset()
-        classes = self._classes(view(snapshot, self.settings.classify_by))
-        return frozenset(
-            name for name in classes.named(NodeClass.COLD) if "memory" in bands_named(classes.band(name).extra)
-        )
+        return frozenset(self._classes(view(snapshot, self.settings.classify_by)).named(NodeClass.COLD))
 
     def _classes(self, snapshot: ClusterSnapshot) -> NodeClasses:
         s = self.settings

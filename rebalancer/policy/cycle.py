@@ -85,15 +85,17 @@ def prepare_cycle(
 
 def pod_memory_nodes(snapshot: ClusterSnapshot, policy: Policy) -> frozenset[str]:
     """The nodes whose pods' memory the policy's strategies need on this snapshot (those they may relieve:
-    a destination is weighed by its node's own reading). Empty when no strategy reads memory."""
-    if snapshot.usage_failure:
+    a destination is weighed by its node's own reading). Empty when no strategy reads memory; when one
+    does, those of every strategy that evicts, memory thresholds or not: the records keep each evicted
+    pod's memory, so that the nodes it left and landed on stay known to the in-flight correction."""
+    enabled = [settings for settings in policy.strategies if settings.enabled]
+    if snapshot.usage_failure or not any(settings.reads_memory_usage() for settings in enabled):
         return frozenset()
     wanted: set[str] = set()
-    for settings in policy.strategies:
-        if settings.enabled and settings.reads_memory_usage():
-            strategy = build(settings)
-            if isinstance(strategy, ReadsPodMemory):
-                wanted |= strategy.memory_sources(snapshot)
+    for settings in enabled:
+        strategy = build(settings)
+        if isinstance(strategy, ReadsPodMemory):
+            wanted |= strategy.memory_sources(snapshot)
     return frozenset(wanted)
 
 

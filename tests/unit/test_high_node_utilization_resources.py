@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from rebalancer.domain.errors import ConfigError
 from rebalancer.domain.model import ClusterFacts, Node, Pod, Taint, UsageReport
 from rebalancer.planning.plan import EvictionPlan, NodeClass
+from rebalancer.policy import parse_policy
 from rebalancer.policy.cycle import plan_cycle, pod_memory_nodes
 from strategies.every_target import UNKNOWN_MEMORY
 from tests.builders import node, pod, policy
@@ -201,6 +202,21 @@ def test_a_live_cycle_reads_the_pods_memory_of_the_underutilized_nodes_only() ->
 
     assert pod_memory_nodes(snapshot, strategy) == {"idle"}
     assert pod_memory_nodes(snapshot, policy(hnu("classifyBy: requests"))) == frozenset()
+
+
+def test_a_strategy_without_memory_thresholds_has_its_pods_memory_read_when_another_reads_memory() -> None:
+    """Its evictions keep their pods' memory in the records: the nodes they leave and land on stay known to
+    the in-flight memory correction instead of turning memory-unknown for the gauge's lag."""
+    pods = [pod("a", "idle"), pod("x", "busy")]
+    found = report({"idle": (1_000, GI), "busy": (5_000, 5 * GI)}, {})
+    emptier = "{kind: HighNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}}"
+    reliever = "{kind: LowNodeUtilization, thresholds: {cpu: 20, memory: 20}, targetThresholds: {cpu: 50, memory: 80}}"
+    both = parse_policy(f"pools: {{label: pool}}\nstrategies:\n- {emptier}\n- {reliever}\n", "two strategies")
+    alone = parse_policy(f"pools: {{label: pool}}\nstrategies:\n- {emptier}\n", "no memory")
+    snapshot = plan_cycle(ClusterFacts(tuple(NODES), tuple(pods)), found, both, NOW)[0]
+
+    assert pod_memory_nodes(snapshot, both) == {"idle"}  # the emptier's underutilized node; nothing is hot
+    assert pod_memory_nodes(snapshot, alone) == frozenset()  # no strategy reads memory: none is read
 
 
 # -- property: every destination of a planned group stays under every target ------------------------
