@@ -15,7 +15,7 @@ All variants start from the same cluster, the same traces and the same seed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 
@@ -63,6 +63,9 @@ from rebalancer.records.moves import recently_moved
 from rebalancer.records.rates import compute_rates
 
 Progress = Callable[[str], None]
+HistoryReader = Callable[[World, int], tuple[DailyPeaks[PodKey], DailyProfiles[PodKey] | None]]
+"""What a predictive cycle at a step reads of the current pods: their daily peaks and profiles (by default
+their past ``predictor.days`` days, read once a day as serve mode does)."""
 
 
 def simulate(
@@ -71,9 +74,12 @@ def simulate(
     hot_pct: float,
     variants: Sequence[Variant] = VARIANTS,
     progress: Progress | None = None,
+    histories: Mapping[str, HistoryReader] | None = None,
 ) -> tuple[VariantResult, ...]:
     """Run every variant on ``cluster``; ``hot_pct``: a node whose real usage is above this share of its
-    allocatable CPU at a step is hot for that step (hot-node-minutes, and the rates' reference)."""
+    allocatable CPU at a step is hot for that step (hot-node-minutes, and the rates' reference);
+    ``histories``: per variant name, what its predictor reads instead of the pods' past days (an
+    experiment's stand-in, such as perfect foresight for an upper bound)."""
     table = (
         daily_table(cluster, base.predictor.quantile) if base.predictor.days <= cluster.config.history_days else None
     )
@@ -88,7 +94,8 @@ def simulate(
     results = []
     for variant in variants:
         policy = variant_policy(variant_base(base, variant), variant, pools)
-        results.append(_Run(cluster, policy, variant, hot_pct, table, profiles).run())
+        reader = (histories or {}).get(variant.name)
+        results.append(_Run(cluster, policy, variant, hot_pct, table, profiles, reader).run())
         if progress is not None:
             progress(variant.name)
     return tuple(results)
@@ -113,9 +120,10 @@ class _Run:
         hot_pct: float,
         table: np.ndarray | None,
         profiles: np.ndarray | None = None,
+        reader: HistoryReader | None = None,
     ) -> None:
         self.cluster, self.policy, self.variant, self.hot_pct, self.table = cluster, policy, variant, hot_pct, table
-        self.profile_table = profiles
+        self.profile_table, self.reader = profiles, reader
         config = cluster.config
         self.world = World(cluster)
         window = max(1, int(policy.prometheus.window.total_seconds()) // config.step_seconds)
@@ -252,8 +260,18 @@ class _Run:
 
     def _predicted(self, facts: ClusterFacts, step: int) -> PredictedLoad:
         settings = self.policy.predictor
-        if self.table is None:
+        if self.reader is not None:
+            peaks, profiles = self.reader(self.world, step)
+        elif self.table is None:
             return PredictedLoad.failed(f"the simulation has fewer history days than predictor.days {settings.days}")
+        else:
+            peaks, profiles = self._past_days(step)
+        prediction, book = predict_with_book(facts, peaks, settings, profiles=profiles)
+        return PredictedLoad.from_prediction(prediction, f"simulated history, {settings.aggregation}", book)
+
+    def _past_days(self, step: int) -> tuple[DailyPeaks[PodKey], DailyProfiles[PodKey] | None]:
+        assert self.table is not None
+        settings = self.policy.predictor
         today = step // self.cluster.config.steps_per_day
         if self.history is None or self.history[0] != today:  # read once a day, as serve mode does
             peaks = pod_history(self.world, self.table, today, settings.days, settings.quantile)
@@ -261,6 +279,4 @@ class _Run:
             if self.profile_table is not None and settings.node_peak == "coincident":
                 profiles = pod_profiles(self.world, self.profile_table, today, settings.days)
             self.history = (today, peaks, profiles)
-        profiles = self.history[2]
-        prediction, book = predict_with_book(facts, self.history[1], settings, profiles=profiles)
-        return PredictedLoad.from_prediction(prediction, f"simulated history, {settings.aggregation}", book)
+        return self.history[1], self.history[2]
