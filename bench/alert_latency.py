@@ -136,7 +136,12 @@ def serve_prometheus(model: CannedPrometheus) -> ThreadingHTTPServer:
 
         def _answer(self, raw: str) -> None:
             params = dict(urllib.parse.parse_qsl(raw))
-            body = model.answer(params.get("query", ""), float(params.get("time") or time.time()))
+            query = params.get("query", "")
+            if urllib.parse.urlsplit(self.path).path.endswith("/query_range"):  # a model that answers range queries
+                start, end, step = (float(params[k]) for k in ("start", "end", "step"))
+                body = model.answer_range(query, start, end, step)  # type: ignore[attr-defined]
+            else:
+                body = model.answer(query, float(params.get("time") or time.time()))
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

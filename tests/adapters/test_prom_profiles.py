@@ -4,6 +4,7 @@ answer fails the read naming the query."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 
 from rebalancer.adapters.prom.client import PromClient
 from rebalancer.adapters.prom.history import PrometheusHistorySource
+from rebalancer.adapters.prom.matrix import GROUP, pod_matrix
 from rebalancer.domain.errors import MetricsMalformed
 from rebalancer.domain.model import ClusterFacts
 from rebalancer.domain.settings.predictor import PredictorSettings
@@ -160,3 +162,25 @@ def test_a_good_range_answer_lands_in_flat_arrays(canned_http: CannedHttpServer)
     assert matrix.keys == (("a", "x"), ("a", "y"))
     assert matrix.series.tolist() == [0, 0, 1]
     assert matrix.times.tolist() == [3600, 7200, 7200] and matrix.values.tolist() == [0.5, 0.25, 1.0]
+
+
+def test_an_answer_of_many_groups_of_series_keeps_each_point_with_its_pod() -> None:
+    sizes = [i % 4 for i in range(GROUP * 2 + 3)]  # 0 to 3 points a series, across three groups
+    result = [
+        {"metric": {"namespace": "a", "pod": f"p{i}"}, "values": [[3600 * (k + 1), f"{i}.{k}"] for k in range(n)]}
+        for i, n in enumerate(sizes)
+    ]
+    body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
+    matrix = pod_matrix("profile", body)
+    assert matrix.keys == tuple(("a", f"p{i}") for i in range(len(sizes)))
+    assert matrix.series.tolist() == [i for i, n in enumerate(sizes) for _ in range(n)]
+    assert matrix.times.tolist() == [3600.0 * (k + 1) for n in sizes for k in range(n)]
+    assert matrix.values.tolist() == [float(f"{i}.{k}") for i, n in enumerate(sizes) for k in range(n)]
+    result[GROUP + 5]["values"] = [[3600, "-1"]]
+    bad = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
+    with pytest.raises(MetricsMalformed, match=f"series of pod a/p{GROUP + 5} has the value -1"):
+        pod_matrix("profile", bad)
+    result[GROUP + 5]["values"] = [[3600, "0.5", "extra"]]
+    odd = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
+    with pytest.raises(MetricsMalformed, match="query profile: not a range vector of pod series"):
+        pod_matrix("profile", odd)

@@ -15,7 +15,14 @@ from rebalancer.planning.predict import DailyPeaks, PredictorSettings, predict
 from rebalancer.planning.predict.aggregate import decaying_histogram
 from rebalancer.planning.predict.node_peak import PeakBook, pod_profile, workload_shapes
 from rebalancer.planning.predict.predictor import predict_with_book
-from rebalancer.planning.predict.profile import DailyProfiles, bucket_label, bucket_of, own_profile, predicted_peak
+from rebalancer.planning.predict.profile import (
+    DailyProfiles,
+    bucket_label,
+    bucket_of,
+    own_profile,
+    own_profiles,
+    predicted_peak,
+)
 from tests.builders import node, pod
 
 NAN = math.nan
@@ -127,6 +134,29 @@ def test_a_pods_gaps_are_filled_from_its_own_days_never_zero() -> None:
     assert filled[:, 0].tolist() == [200, 100, 300]  # day 0's gap: the bucket's mean over the other days
     assert filled[:, 2].tolist() == [400, 400, 400]  # never seen: the pod's highest known level
     assert own_profile(np.full((DAYS, BUCKETS), NAN, dtype=np.float32)) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cells=st.lists(
+        st.one_of(st.just(NAN), st.floats(0, 5000, width=32)), min_size=7 * DAYS * BUCKETS, max_size=7 * DAYS * BUCKETS
+    ),
+    rows=st.lists(st.integers(0, 6), max_size=9),
+    chunk=st.integers(1, 4),
+)
+def test_pods_filled_a_few_at_a_time_are_each_filled_as_alone(cells: list[float], rows: list[int], chunk: int) -> None:
+    values = np.array(cells, dtype=np.float32).reshape(7, DAYS, BUCKETS)
+    filled, has = own_profiles(values, rows, chunk=chunk)
+    assert filled.shape == (len(rows), DAYS, BUCKETS) and filled.dtype == np.float32
+    for n, row in enumerate(rows):
+        alone = own_profile(values[row])
+        assert has[n] == (alone is not None)
+        if alone is None:
+            assert np.isnan(filled[n]).all()
+        else:
+            assert np.array_equal(filled[n], alone)
+    everyone, _ = own_profiles(values, chunk=chunk)
+    assert np.array_equal(everyone, own_profiles(values)[0], equal_nan=True)
 
 
 def test_a_pods_profile_follows_its_source() -> None:

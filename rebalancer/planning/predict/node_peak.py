@@ -233,7 +233,7 @@ def build_book(
     if profiles.days != settings.days:
         raise ValueError(f"profiles hold {profiles.days} days, the predictor reads {settings.days}")
     rows = {p.key: i for p in predictions if (i := profiles.index(p.key)) is not None}
-    filled, has = own_profiles(profiles.values[list(rows.values())])
+    filled, has = own_profiles(profiles.values, list(rows.values()))
     own = {key: filled[n] for n, key in enumerate(rows) if has[n]}
     with_history = {p.key: own[p.key] for p in predictions if p.source == "history" and p.key in own}
     shapes = workload_shapes(with_history, {p.key: p.workload for p in predictions})
