@@ -189,13 +189,23 @@ class PromClient:
         }
         with self._timed(name, end):
             body = self._fetch(name, promql, end, path="query_range", params=params)
-            try:
-                return pod_matrix(name, body)
-            except MetricsMalformed:
-                answer = self._json()
-                if isinstance(answer, dict) and answer.get("status") == "error":
-                    raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from None
-                raise
+            return self._matrix_from(name, promql, body, one_per_pod=True)
+
+    def pod_samples(self, name: str, promql: str, at: float) -> PodMatrix:
+        """The raw samples an instant query over a range selector (``rule{...}[1d]``) returns at ``at``, with
+        their own timestamps; a pod may have more than one series (checked like ``pod_matrix`` otherwise)."""
+        with self._timed(name, at):
+            body = self._fetch(name, promql, at)
+            return self._matrix_from(name, promql, body, one_per_pod=False)
+
+    def _matrix_from(self, name: str, promql: str, body: bytes, *, one_per_pod: bool) -> PodMatrix:
+        try:
+            return pod_matrix(name, body, one_per_pod=one_per_pod)
+        except MetricsMalformed:
+            answer = self._json()
+            if isinstance(answer, dict) and answer.get("status") == "error":
+                raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from None
+            raise
 
     def _fetch(
         self, name: str, promql: str, at: float, *, path: str = "query", params: Mapping[str, str] | None = None

@@ -68,6 +68,14 @@ class HistorySettings(Model):
         "`namespace_pod:cpu_usage:rate5m`: its samples are read directly, no subquery (the cheap way for "
         "large clusters). Overrides podQuery.",
     )
+    profile_rule: str | None = Field(
+        default=None,
+        pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
+        description="nodePeak coincident: a recorded per-pod mean CPU over the hour before each sample, recorded "
+        "every hour (labels as recordingRule), for example `namespace_pod:cpu_usage:avg1h`: the hourly profiles "
+        "read its samples (each placed in the hour its window's middle falls in) instead of averaging every "
+        "5-minute sample again (the cheap way for large clusters). Needs profileBuckets 24.",
+    )
     system_query: str | None = Field(
         default=None,
         description="Per-node non-pod CPU cores (kubelet, runtime, daemons), one series per prometheus.nodeLabel, as an "
@@ -183,6 +191,8 @@ class PredictorSettings(Model):
                 problems.append(("weights", "at least one weight must be above 0"))
         if 86_400 % self.profile_buckets or (86_400 // self.profile_buckets) % 60:
             problems.append(("profileBuckets", "must divide a day into buckets of whole minutes (24, 48, 96, ...)"))
+        if self.history.profile_rule is not None and self.profile_buckets != 24:
+            problems.append(("history.profileRule", "records one mean per hour: needs profileBuckets 24"))
         if self.min_history_days > self.days:
             problems.append(("minHistoryDays", f"must not be above days ({self.days})"))
         if not timedelta(minutes=1) <= self.histogram_half_life <= timedelta(days=31):
