@@ -164,3 +164,17 @@ def test_a_bad_profile_rule_is_refused_naming_the_field(section: str, message: s
         parse_policy(f"predictor: {section}\n{STRATEGY}")
     problems = info.value.problems
     assert any(p == "predictor.history.profileRule" and message in m for p, m in problems), problems
+
+
+@pytest.mark.parametrize(("compressed", "encoding"), [(True, "gzip"), (False, "identity")])
+def test_the_answers_are_asked_uncompressed_when_set(
+    canned_http: CannedHttpServer, compressed: bool, encoding: str
+) -> None:
+    canned_http.reply(body={"status": "success", "data": {"resultType": "vector", "result": []}})
+    settings = PredictorSettings.model_validate(
+        {"nodePeak": "sum", "history": {"recordingRule": RULE, "compressedAnswers": compressed}}
+    )
+    with PrometheusHistorySource(PrometheusSettings(url=canned_http.url), settings) as history:
+        history.read({"n1": 1}, AT)
+    accepted = {r.headers.get("Accept-Encoding", "") for r in canned_http.requests}
+    assert accepted and all(encoding in value.split(", ") for value in accepted), accepted

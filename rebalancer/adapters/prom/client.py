@@ -123,7 +123,9 @@ class PromClient:
     Thread-safe for concurrent queries (the history source runs a few at once): the raw answer kept
     for error messages is per thread."""
 
-    def __init__(self, settings: PrometheusSettings, timeout_seconds: float | None = None) -> None:
+    def __init__(
+        self, settings: PrometheusSettings, timeout_seconds: float | None = None, *, compressed: bool = True
+    ) -> None:
         self._settings = settings
         self.url = settings.url.rstrip("/")
         self.timeout_seconds = timeout_seconds if timeout_seconds is not None else settings.timeout.total_seconds()
@@ -133,6 +135,8 @@ class PromClient:
         self._session = requests.Session()
         self._session.verify = settings.verify_tls  # PrometheusConnect leaves a given session's verify alone
         self._session.hooks["response"].append(self._keep_response)
+        if not compressed:  # requests asks for gzip by default: Prometheus then compresses every answer
+            self._session.headers["Accept-Encoding"] = "identity"
         self._client: Any = PrometheusConnect(
             url=self.url,
             disable_ssl=not settings.verify_tls,

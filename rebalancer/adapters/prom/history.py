@@ -91,7 +91,11 @@ class PrometheusHistorySource:
         self._prometheus = prometheus
         self._predictor = predictor
         self._history = predictor.history
-        self._client = PromClient(prometheus, timeout_seconds=predictor.history.timeout.total_seconds())
+        self._client = PromClient(
+            prometheus,
+            timeout_seconds=predictor.history.timeout.total_seconds(),
+            compressed=predictor.history.compressed_answers,
+        )
 
     def close(self) -> None:
         self._client.close()

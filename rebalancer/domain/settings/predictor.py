@@ -94,6 +94,12 @@ class HistorySettings(Model):
         "(Prometheus refuses a query above its --query.max-samples, 50,000,000 by default, with HTTP 422).",
     )
     concurrency: int = Field(default=2, ge=1, le=16, description="Queries sent to Prometheus at once.")
+    compressed_answers: bool = Field(
+        default=True,
+        description="Ask Prometheus to gzip its answers. false: they come uncompressed, which spares Prometheus "
+        "the compression (at 30,000 pods about 0.8 s of CPU per day of profiles, each answer about 21 MB instead "
+        "of 3 MB): for a Prometheus on a fast network whose CPU is the limit.",
+    )
     timeout: Annotated[Duration, DurationBounds(le=timedelta(minutes=10))] = Field(
         default=timedelta(minutes=2), description="Timeout of one history query."
     )
