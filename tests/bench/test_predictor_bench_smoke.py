@@ -25,7 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
     [
         pytest.param(["--nodes", "20", "--pods", "200", "--step", "1800"], id="recording-rule"),
         pytest.param(["--form", "cadvisor", "--nodes", "5", "--pods", "30", "--step", "300"], id="cadvisor-subquery"),
-        pytest.param(["--nodes", "20", "--pods", "200", "--step", "1800", "--profile-rule"], id="hourly-profile-rule"),
+        pytest.param(
+            ["--nodes", "20", "--pods", "200", "--step", "1800", "--profile-rule", "--uncompressed"],
+            id="hourly-profile-rule-uncompressed",
+        ),
     ],
 )
 def test_predictor_bench_runs_and_its_check_passes(tmp_path: Path, size: list[str]) -> None:
