@@ -21,7 +21,9 @@ the benchmark expects can be recomputed from the same integers. Noise comes from
 Two series forms:
 
 - ``rule``: the output of a recording rule ``namespace_pod:cpu_usage:rate5m{namespace,pod,node}`` every
-  ``step`` seconds (a gauge: the pod's cores), plus the last 15 minutes of cAdvisor counters so that the
+  ``step`` seconds (a gauge: the pod's cores), the hourly rule ``namespace_pod:cpu_usage:avg1h`` over it
+  (at 23 minutes past every hour, as a rule group's fixed offset puts it: the mean of the samples in the
+  hour before, written with 9 decimals), plus the last 15 minutes of cAdvisor counters so that the
   predictor's "current usage" read finds something;
 - ``cadvisor``: ``container_cpu_usage_seconds_total`` counters scraped every ``step`` seconds for the whole
   history, two containers per pod (app and sidecar, as the served pods have) and the node's root cgroup
@@ -45,11 +47,15 @@ UNIT = 10_000  # values in 1e-4 cores
 MAX_CORES_UNITS = 99_999  # a pod never uses more than 9.9999 cores (one digit before the point)
 HISTORY_START = 1_709_510_400  # 2024-03-04T00:00:00Z, a Monday
 RULE = "namespace_pod:cpu_usage:rate5m"
+PROFILE_RULE = "namespace_pod:cpu_usage:avg1h"  # avg_over_time(RULE[1h]), recorded every hour
+HOUR = 3600
+PROFILE_OFFSET = 23 * 60  # the hourly rule's samples are at hh:23
+PROFILE_DECIMALS = 9
 COUNTER = "container_cpu_usage_seconds_total"
 SUBQUERY_STEP = 300  # the predictor's default resolution (5m): expected subquery values use it
 TAIL = 900  # the rule form's cAdvisor tail: the 15 minutes a current-usage read looks at (10m window, 5m rate)
 TAIL_STEP = 60
-GENERATOR_VERSION = 2  # bump when the generated samples change (it is part of the cache key)
+GENERATOR_VERSION = 3  # bump when the generated samples change (it is part of the cache key)
 
 Form = Literal["rule", "cadvisor"]
 Ints = npt.NDArray[np.int64]
@@ -99,6 +105,13 @@ class Shape:
         counters (their first sample opens the first rate window)."""
         first = self.start + (self.step if self.form == "rule" else 0)
         return _grid(block, max(first, block), min(self.at, block + BLOCK - 1), self.step)
+
+    def profile_times(self, block: int) -> Ints:
+        """The rule form's hourly samples inside one block: hh:23 in (start, at]; the cadvisor form has none."""
+        if self.form != "rule":
+            return np.empty(0, dtype=np.int64)
+        first, last = max(self.start + 1, block), min(self.at, block + BLOCK - 1)
+        return _grid(block, first - PROFILE_OFFSET, last - PROFILE_OFFSET, HOUR) + PROFILE_OFFSET
 
     def tail_times(self, block: int) -> Ints:
         """The rule form's cAdvisor tail (for the current-usage read); the cadvisor form has none."""
@@ -251,26 +264,29 @@ def _write_digits(out: npt.NDArray[np.uint8], column: int, numbers: Ints, count:
         out[:, :, column + k] = ord("0") + (numbers // 10 ** (count - 1 - k)) % 10
 
 
-def render_lines(prefixes: list[bytes], values: Ints, int_digits: int, times: Ints, present: Bools) -> bytes:
+def render_lines(
+    prefixes: list[bytes], values: Ints, int_digits: int, times: Ints, present: Bools, decimals: int = 4
+) -> bytes:
     """OpenMetrics sample lines ``<prefix><value> <time>`` for series x times, the present ones only, in
-    series order then time order. ``values`` are in 1e-4 (four decimals, ``int_digits`` before the point,
+    series order then time order. ``values`` are in 10**-decimals (``int_digits`` before the point,
     zero-padded); a prefix is ``name{labels} ``."""
     chunks = []
+    scale = 10**decimals
     lengths = np.array([len(p) for p in prefixes])
     for length in np.unique(lengths):
         rows = np.flatnonzero(lengths == length)
-        width = int(length) + int_digits + 5 + 1 + 10 + 1
+        width = int(length) + int_digits + 1 + decimals + 1 + 10 + 1
         out = np.empty((rows.size, times.size, width), dtype=np.uint8)
         prefix = np.frombuffer(b"".join(prefixes[r] for r in rows), dtype=np.uint8).reshape(rows.size, int(length))
         out[:, :, :length] = prefix[:, None, :]
         col = int(length)
         v = values[rows]
-        if v.size and (v.min() < 0 or v.max() >= 10**int_digits * UNIT):
+        if v.size and (v.min() < 0 or v.max() >= 10**int_digits * scale):
             raise ValueError(f"a value does not fit {int_digits} digit(s) before the point: {v.min()}..{v.max()}")
-        _write_digits(out, col, v // UNIT, int_digits)
+        _write_digits(out, col, v // scale, int_digits)
         out[:, :, col + int_digits] = ord(".")
-        _write_digits(out, col + int_digits + 1, v % UNIT, 4)
-        col += int_digits + 5
+        _write_digits(out, col + int_digits + 1, v % scale, decimals)
+        col += int_digits + 1 + decimals
         out[:, :, col] = ord(" ")
         _write_digits(out, col + 1, times[None, :], 10)
         out[:, :, width - 1] = ord("\n")
@@ -285,6 +301,7 @@ class Labels:
     """The series' label sets, as text prefixes."""
 
     rule: list[bytes]
+    profile_rule: list[bytes]
     containers: list[list[bytes]]  # per container (app, sidecar): one prefix per pod
     roots: list[bytes]  # per node: the root cgroup
 
@@ -296,6 +313,10 @@ APP_SHARE = 0.9  # of a pod's CPU; the sidecar uses the rest
 def labels(pop: Population) -> Labels:
     rule = [
         f'{RULE}{{namespace="{ns}",node="{node}",pod="{pod}"}} '.encode()
+        for ns, node, pod in zip(pop.namespace, pop.node, pop.pod, strict=True)
+    ]
+    profile_rule = [
+        f'{PROFILE_RULE}{{namespace="{ns}",node="{node}",pod="{pod}"}} '.encode()
         for ns, node, pod in zip(pop.namespace, pop.node, pop.pod, strict=True)
     ]
     containers = []
@@ -314,7 +335,7 @@ def labels(pop: Population) -> Labels:
         f'node="{n}"}} '.encode()
         for n in pop.node_names
     ]
-    return Labels(rule, containers, roots)
+    return Labels(rule, profile_rule, containers, roots)
 
 
 COUNTER_DIGITS = 7  # a container's counter stays below 10,000,000 core-seconds (9.9999 cores for 9 days: 7.8 M)
@@ -338,18 +359,20 @@ class BlockWriter:
             for _ in CONTAINERS
         ]
         self._roots = rng.integers(0, 10_000_000_000, self.pop.node_count).astype(np.int64)
+        self._previous: tuple[Ints, Ints, Bools] | None = None  # the last block's rule samples
         self.samples = 0
 
     def block_text(self, block: int) -> bytes:
         parts: list[bytes] = []
         history = self.shape.history_times(block)
         if self.shape.form == "rule":
+            present = self.pop.present(history)
+            units = pod_units(self.shape, self.pop, history, 0)
             if history.size:
                 parts.append(f"# TYPE {RULE} gauge\n".encode())
-                present = self.pop.present(history)
-                units = pod_units(self.shape, self.pop, history, 0)
                 parts.append(render_lines(self.labels.rule, units, 1, history, present))
                 self.samples += int(present.sum())
+            parts.append(self._profile_text(block, history, units, present))
             counter_times, step = self.shape.tail_times(block), TAIL_STEP
         else:
             counter_times, step = history, self.shape.step
@@ -357,6 +380,26 @@ class BlockWriter:
             parts.append(f"# TYPE {COUNTER.removesuffix('_total')} counter\n".encode())
             parts.append(self._counter_text(counter_times, step))
         return b"".join(parts)
+
+    def _profile_text(self, block: int, history: Ints, units: Ints, present: Bools) -> bytes:
+        """The hourly rule's samples in this block: each the mean of the rule samples in the hour before it
+        (this block's and the last one's), for pods with at least one."""
+        times = self.shape.profile_times(block)
+        if self._previous is not None:
+            history = np.concatenate([self._previous[0], history])
+            units = np.concatenate([self._previous[1], units], axis=1)
+            present = np.concatenate([self._previous[2], present], axis=1)
+        keep = history > block + BLOCK - HOUR  # all the next block's first window can reach back to
+        self._previous = (history[keep], units[:, keep], present[:, keep])
+        if times.size == 0:
+            return b""
+        inside = (history[None, :] > times[:, None] - HOUR) & (history[None, :] <= times[:, None])  # (hours, samples)
+        sums = np.where(present, units, 0) @ inside.T.astype(np.int64)
+        counts = present.astype(np.int64) @ inside.T.astype(np.int64)
+        scaled = np.rint(sums * (10**PROFILE_DECIMALS // UNIT) / np.maximum(counts, 1)).astype(np.int64)
+        self.samples += int((counts > 0).sum())
+        header = f"# TYPE {PROFILE_RULE} gauge\n".encode()
+        return header + render_lines(self.labels.profile_rule, scaled, 1, times, counts > 0, PROFILE_DECIMALS)
 
     def _counter_text(self, times: Ints, step: int) -> bytes:
         pop = self.pop
@@ -443,4 +486,23 @@ def expected_profiles(shape: Shape, pods: Ints, buckets: int) -> Floats:
                 bucket_values = values[row, inside][valid[row, inside]]
                 if bucket_values.size:
                     out[row, d, b] = float(bucket_values.mean())
+    return out
+
+
+def expected_hourly_profiles(shape: Shape, pods: Ints) -> Floats:
+    """(len(pods), days, 24): what the hourly rule holds, placed as the predictor places it: each sample
+    at hh:23 is the mean of the chosen pods' rule samples in the hour before it, and lands in the UTC hour
+    of its window's middle (hh-1:53) of the day that middle is in; NaN where no window holds a sample."""
+    points, values, valid = expected_points(shape, pods)
+    out = np.full((pods.size, shape.days, 24), np.nan)
+    for d in range(shape.days):
+        for hour in range(24):
+            end = shape.start + d * DAY + (hour + 1) * HOUR + PROFILE_OFFSET  # the sample's time
+            if end > shape.at:
+                continue
+            inside = (points > end - HOUR) & (points <= end)
+            for row in range(pods.size):
+                window = values[row, inside][valid[row, inside]]
+                if window.size:
+                    out[row, d, hour] = float(window.mean())
     return out

@@ -4,13 +4,17 @@ real Prometheus (Debian's 2.42, default query limits).
     .venv/bin/python -m bench.predictor_bench                    # 1,000 nodes, 30,000 pods, recording rule
     .venv/bin/python -m bench.predictor_bench --form cadvisor --step 60 --nodes 100 --pods 3000
     .venv/bin/python -m bench.predictor_bench --nodes 20 --pods 200 --step 1800 --no-compact --runs 1
+    .venv/bin/python -m bench.predictor_bench --compare-profile-rule   # profiles by range query vs hourly rule
 
 The cluster is served by the test API server in its own process (``bench.serve_cluster``); the history
 (``bench.history_gen``) is backfilled with promtool once and cached by its parameters
 (``bench.tsdb_build``). Each run is ``predict_live`` in a fresh child process (its peak RSS is its own);
 Prometheus' CPU and peak RSS are read from /proc around each run. A sample of pods is then checked: the
 daily peaks and hourly profiles Prometheus computes equal numpy's quantile and mean over the generated
-samples, and the predictions use them. A mismatch ends the benchmark with an error.
+samples, and the predictions use them. A mismatch ends the benchmark with an error. With ``--profile-rule``
+the profiles come from the hourly rule ``namespace_pod:cpu_usage:avg1h`` (``history.profileRule``) and are
+checked against numpy's mean over the generated samples of the hour before each of its samples;
+``--compare-profile-rule`` alternates runs without and with it in one session and reports both.
 """
 
 from __future__ import annotations
@@ -30,7 +34,16 @@ from typing import Any
 
 import numpy as np
 
-from bench.history_gen import RULE, Population, Shape, expected_daily_peaks, expected_profiles, population
+from bench.history_gen import (
+    PROFILE_RULE,
+    RULE,
+    Population,
+    Shape,
+    expected_daily_peaks,
+    expected_hourly_profiles,
+    expected_profiles,
+    population,
+)
 from bench.snapshot_bench import kubeconfig, process_cpu_s
 from bench.tsdb_build import DEFAULT_CACHE, ensure_tsdb, prometheus_on
 
@@ -38,10 +51,20 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET_S = 20.0
 
 
-def policy_yaml(shape: Shape, prometheus_url: str, node_peak: str = "coincident") -> str:
+def policy_yaml(
+    shape: Shape,
+    prometheus_url: str,
+    node_peak: str = "coincident",
+    profile_rule: bool = False,
+    compressed: bool = True,
+) -> str:
     """The policy `rebalancer predict` runs with: default settings but the history's form and the days."""
     # the cadvisor form keeps the default pod query: a subquery over the counters at 5m
     history = f"recordingRule: {RULE}, resolution: {shape.step}s" if shape.form == "rule" else "resolution: 5m"
+    if profile_rule:
+        history += f", profileRule: {PROFILE_RULE}"
+    if not compressed:
+        history += ", compressedAnswers: false"
     return (
         f"prometheus: {{url: {json.dumps(prometheus_url)}}}\n"
         "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 50}}\n"
@@ -182,8 +205,13 @@ def verify(
     settings = policy.predictor
     problems: list[str] = []
     checked = 0
+    hourly_rule = settings.history.profile_rule is not None
     if settings.node_peak == "coincident":
-        problems, checked = _verify_profiles(shape, pop, sample, history.profiles, settings.profile_buckets)
+        if hourly_rule:
+            expected_means = expected_hourly_profiles(shape, sample)[:, 1:]
+        else:
+            expected_means = expected_profiles(shape, sample, settings.profile_buckets)[:, 1:]
+        problems, checked = _verify_profiles(pop, sample, history.profiles, expected_means)
     worst = 0.0
     for row, i in enumerate(sample):
         key = (pop.namespace[i], pop.pod[i])
@@ -220,17 +248,16 @@ def verify(
         f"{int((~np.isnan(pop.burst_start[sample])).any(axis=1).sum())} hot on some days only): "
         f"{int((~np.isnan(expected)).sum())} daily peaks equal numpy's quantile over the generated samples "
         f"(largest relative difference {worst:.1e}), {int(np.isnan(expected).sum())} missing days are missing; "
-        f"{checked} hourly means equal numpy's mean; their predictions follow from those peaks: OK"
+        f"{checked} hourly means equal numpy's mean"
+        f"{' of the hour before each hourly rule sample' if hourly_rule else ''}; "
+        "their predictions follow from those peaks: OK"
     )
 
 
-def _verify_profiles(
-    shape: Shape, pop: Population, sample: np.ndarray, profiles: Any, buckets: int
-) -> tuple[list[str], int]:
-    """The sample's profiles as read equal numpy's mean per bucket over the generated samples (float32)."""
+def _verify_profiles(pop: Population, sample: np.ndarray, profiles: Any, expected: np.ndarray) -> tuple[list[str], int]:
+    """The sample's profiles as read equal numpy's means per bucket over the generated samples (float32)."""
     if profiles is None:
         return ["no profiles were read (nodePeak: coincident reads them)"], 0
-    expected = expected_profiles(shape, sample, buckets)[:, 1:]
     problems = []
     for row, i in enumerate(sample):
         key = (pop.namespace[i], pop.pod[i])
@@ -254,6 +281,17 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
         "--node-peak", choices=["coincident", "sum"], default="coincident", help="sum: no profiles are read"
+    )
+    parser.add_argument(
+        "--profile-rule", action="store_true", help=f"read the profiles from the hourly rule {PROFILE_RULE}"
+    )
+    parser.add_argument(
+        "--compare-profile-rule",
+        action="store_true",
+        help="alternate runs without and with --profile-rule (--runs each) and report both",
+    )
+    parser.add_argument(
+        "--uncompressed", action="store_true", help="history.compressedAnswers: false (Prometheus does not gzip)"
     )
     parser.add_argument("--sample", type=int, default=20, help="pods whose daily peaks are checked")
     parser.add_argument("--seed", type=int, default=1)
@@ -294,23 +332,39 @@ def main() -> None:
             _log(f"cluster: served by the test API server (its own process), loaded in {load_s:.1f} s")
             pid = server.pid
             assert pid is not None
-            policy_path = work / "policy.yaml"
-            policy_path.write_text(policy_yaml(shape, server.url, args.node_peak))
             config = kubeconfig(url)
-            argv = [sys.executable, "-m", "bench.predictor_bench", "--child", "measure", "--policy", str(policy_path)]
-            argv += ["--kubeconfig", config, "--at", str(shape.at), "--sample-pods", str(sample_path)]
+            uses = [False, True] if args.compare_profile_rule else [args.profile_rule]
+            variants = {}
+            for use in uses:
+                policy_path = work / f"policy{'-profile-rule' if use else ''}.yaml"
+                policy_path.write_text(policy_yaml(shape, server.url, args.node_peak, use, not args.uncompressed))
+                variants[_variant(args.node_peak, use)] = policy_path
             idle_mb = rss_mb(pid)
-            runs = []
+            runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
             for k in range(args.runs):
-                runs.append(measure(pid, api_pid, argv))
-                load = runs[-1]["load"]
-                _log(
-                    f"  run {k + 1}/{args.runs}: {runs[-1]['total_s']:.2f} s (load average {load[0]:.2f} -> {load[1]:.2f})"
-                )
-            report(runs, idle_mb)
-            _log(verify(shape, pop, sample, str(policy_path), config, runs[0]))
+                for name, policy_path in variants.items():  # alternated: both see the same machine
+                    argv = [sys.executable, "-m", "bench.predictor_bench", "--child", "measure"]
+                    argv += ["--policy", str(policy_path), "--kubeconfig", config, "--at", str(shape.at)]
+                    argv += ["--sample-pods", str(sample_path)]
+                    runs[name].append(measure(pid, api_pid, argv))
+                    last, load = runs[name][-1], runs[name][-1]["load"]
+                    _log(
+                        f"  run {k + 1}/{args.runs} ({name}): {last['total_s']:.2f} s "
+                        f"(load average {load[0]:.2f} -> {load[1]:.2f})"
+                    )
+            for name, policy_path in variants.items():
+                if len(variants) > 1:
+                    print(f"== {name}")
+                report(runs[name], idle_mb)
+                _log(verify(shape, pop, sample, str(policy_path), config, runs[name][0]))
     finally:
         server.stop()
+
+
+def _variant(node_peak: str, profile_rule: bool) -> str:
+    if node_peak != "coincident":
+        return f"nodePeak: {node_peak}"
+    return f"nodePeak: coincident, profiles {'from the hourly rule' if profile_rule else 'by range query'}"
 
 
 def backfill_line(manifest: dict[str, Any]) -> str:
@@ -338,7 +392,12 @@ def report(runs: list[dict[str, Any]], idle_mb: float) -> None:
     total = median("total_s")
     first = runs[0]
     each = ", ".join(f"{r['total_s']:.2f}" for r in runs)
-    print(f"predict_live, median of {len(runs)} fresh processes: {total:.2f} s end to end (runs: {each})")
+    totals = [r["total_s"] for r in runs]
+    loads = ", ".join(f"{r['load'][0]:.2f}" for r in runs)
+    print(
+        f"predict_live, median of {len(runs)} fresh processes: {total:.2f} s end to end "
+        f"(range {min(totals):.2f}-{max(totals):.2f}; runs: {each}; load average before each: {loads})"
+    )
     print(
         f"  cluster list {step('cluster'):.2f} s | history read {step('history'):.2f} s "
         f"({first['queries']} queries, {first['batches']} batch(es) of nodes) | predict {step('predict'):.2f} s | "

@@ -25,6 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
     [
         pytest.param(["--nodes", "20", "--pods", "200", "--step", "1800"], id="recording-rule"),
         pytest.param(["--form", "cadvisor", "--nodes", "5", "--pods", "30", "--step", "300"], id="cadvisor-subquery"),
+        pytest.param(
+            ["--nodes", "20", "--pods", "200", "--step", "1800", "--profile-rule", "--uncompressed"],
+            id="hourly-profile-rule-uncompressed",
+        ),
     ],
 )
 def test_predictor_bench_runs_and_its_check_passes(tmp_path: Path, size: list[str]) -> None:
@@ -43,11 +47,24 @@ def test_predictor_bench_runs_and_its_check_passes(tmp_path: Path, size: list[st
     assert re.search(
         r"correctness: 8 sampled pods .* daily peaks equal numpy.s quantile .* hourly means equal .*: OK", out
     ), out
+    assert ("from the hourly rule namespace_pod:cpu_usage:avg1h" in out) == ("--profile-rule" in size), out
     # a second run reuses the backfilled directory
     again = subprocess.run(
         [*argv, "--cache", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
     )
     assert again.returncode == 0 and "backfill: reusing" in again.stdout, again.stdout + again.stderr
+
+
+def test_predictor_bench_alternates_the_profile_reads_and_checks_both(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "bench.predictor_bench", "--nodes", "10", "--pods", "60", "--step", "1800"]
+    argv += ["--runs", "1", "--no-compact", "--sample", "6", "--compare-profile-rule", "--cache", str(tmp_path)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "== nodePeak: coincident, profiles by range query" in out, out
+    assert "== nodePeak: coincident, profiles from the hourly rule" in out, out
+    assert len(re.findall(r"correctness: 6 sampled pods .*: OK", out)) == 2, out
+    assert "of the hour before each hourly rule sample" in out, out
 
 
 def test_openmetrics_lines_are_fixed_width_and_skip_absent_samples() -> None:
@@ -63,3 +80,5 @@ def test_openmetrics_lines_are_fixed_width_and_skip_absent_samples() -> None:
     ]
     with pytest.raises(ValueError, match="does not fit 1 digit"):
         render_lines(prefixes[:1], np.array([[100000]]), 1, times[:1], present[:1, :1])
+    nine = render_lines(prefixes[:1], np.array([[123456789]]), 1, times[:1], present[:1, :1], decimals=9)
+    assert nine.decode() == 'm{pod="a"} 0.123456789 1709510400\n'

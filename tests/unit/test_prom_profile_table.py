@@ -109,3 +109,21 @@ def test_rows_of_numbers_new_keys_on_in_order_of_first_sight() -> None:
     index: dict[str, int] = {"a": 0}
     assert rows_of(index, ["b", "a", "c", "b"]).tolist() == [1, 0, 2, 1]
     assert index == {"a": 0, "b": 1, "c": 2}
+
+
+def test_hourly_rule_samples_off_the_hour_land_by_their_windows_middle_on_a_25_hour_day() -> None:
+    """Samples of an hourly rule at 23 minutes past each UTC hour: each is the mean of the hour before it,
+    so it lands in the local hour its window's middle (7 minutes before the hour) falls in. The day's
+    repeated local hour keeps the higher; the sample 23 minutes after the day's closing midnight is its
+    last hour; the samples whose windows' middles fall outside the day are left out."""
+    (day,) = LONG
+    times = day.start + 23 * 60 + 3600 * np.arange(-1, 27)  # windows whose middles fall 1 h before to 1 h after
+    values = np.arange(1, times.size + 1, dtype=np.float64) / 10
+    values[4], values[5] = 0.9, 0.1  # middles at 02:53 CEST, then 02:53 CET
+    table = ProfileTable(LONG, 24, AMS)
+    table.add(0, PodMatrix((("a", "x"),), np.zeros(times.size, dtype=np.int64), times, values))
+    row = table.profiles().values[0, 0]
+    assert not np.isnan(row).any()
+    assert row[0] == pytest.approx(300.0)  # the sample at 01:23: the one at 00:23 covers the day before
+    assert row[2] == pytest.approx(900.0) and row[3] == pytest.approx(700.0)
+    assert row[23] == pytest.approx(2700.0)  # the sample at 00:23 after the closing midnight; later ones left out

@@ -123,7 +123,9 @@ class PromClient:
     Thread-safe for concurrent queries (the history source runs a few at once): the raw answer kept
     for error messages is per thread."""
 
-    def __init__(self, settings: PrometheusSettings, timeout_seconds: float | None = None) -> None:
+    def __init__(
+        self, settings: PrometheusSettings, timeout_seconds: float | None = None, *, compressed: bool = True
+    ) -> None:
         self._settings = settings
         self.url = settings.url.rstrip("/")
         self.timeout_seconds = timeout_seconds if timeout_seconds is not None else settings.timeout.total_seconds()
@@ -133,6 +135,8 @@ class PromClient:
         self._session = requests.Session()
         self._session.verify = settings.verify_tls  # PrometheusConnect leaves a given session's verify alone
         self._session.hooks["response"].append(self._keep_response)
+        if not compressed:  # requests asks for gzip by default: Prometheus then compresses every answer
+            self._session.headers["Accept-Encoding"] = "identity"
         self._client: Any = PrometheusConnect(
             url=self.url,
             disable_ssl=not settings.verify_tls,
@@ -189,13 +193,23 @@ class PromClient:
         }
         with self._timed(name, end):
             body = self._fetch(name, promql, end, path="query_range", params=params)
-            try:
-                return pod_matrix(name, body)
-            except MetricsMalformed:
-                answer = self._json()
-                if isinstance(answer, dict) and answer.get("status") == "error":
-                    raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from None
-                raise
+            return self._matrix_from(name, promql, body, one_per_pod=True)
+
+    def pod_samples(self, name: str, promql: str, at: float) -> PodMatrix:
+        """The raw samples an instant query over a range selector (``rule{...}[1d]``) returns at ``at``, with
+        their own timestamps; a pod may have more than one series (checked like ``pod_matrix`` otherwise)."""
+        with self._timed(name, at):
+            body = self._fetch(name, promql, at)
+            return self._matrix_from(name, promql, body, one_per_pod=False)
+
+    def _matrix_from(self, name: str, promql: str, body: bytes, *, one_per_pod: bool) -> PodMatrix:
+        try:
+            return pod_matrix(name, body, one_per_pod=one_per_pod)
+        except MetricsMalformed:
+            answer = self._json()
+            if isinstance(answer, dict) and answer.get("status") == "error":
+                raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from None
+            raise
 
     def _fetch(
         self, name: str, promql: str, at: float, *, path: str = "query", params: Mapping[str, str] | None = None

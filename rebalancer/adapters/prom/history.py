@@ -10,8 +10,8 @@ so Prometheus returns one number per pod and day, never the raw samples (8 days 
 Prometheus 2 ranges are closed at both ends, and the point at the opening midnight belongs to the day
 before. Nodes are grouped into batches so that one query holds at most ``maxSamplesPerQuery`` samples.
 ``pooled_p95`` needs one more query per batch over the whole window; ``systemQuery`` one per day.
-With ``nodePeak: coincident`` each day and batch also has one range query for the pods' daily profiles
-(:mod:`rebalancer.adapters.prom.profiles`).
+With ``nodePeak: coincident`` each day and batch also has one query for the pods' daily profiles (a range
+query, or the raw samples of the hourly ``profileRule``: :mod:`rebalancer.adapters.prom.profiles`).
 
 Missing stays missing: a pod without a value on a day has NaN there (never 0). Any failed or malformed
 query fails the whole read with a ``SourceError`` (a prediction on part of the batches would be wrong
@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from rebalancer.adapters.prom.client import PromClient, Vector, by_node, iso
 from rebalancer.adapters.prom.matrix import PodMatrix, rows_of
-from rebalancer.adapters.prom.profiles import ProfileTable, bucket_seconds, day_range
+from rebalancer.adapters.prom.profiles import ProfileTable, bucket_seconds, day_range, hourly_samples
 from rebalancer.domain.model import PodKey
 from rebalancer.domain.settings.predictor import PredictorSettings
 from rebalancer.domain.settings.shared import PrometheusSettings, format_duration
@@ -91,7 +91,11 @@ class PrometheusHistorySource:
         self._prometheus = prometheus
         self._predictor = predictor
         self._history = predictor.history
-        self._client = PromClient(prometheus, timeout_seconds=predictor.history.timeout.total_seconds())
+        self._client = PromClient(
+            prometheus,
+            timeout_seconds=predictor.history.timeout.total_seconds(),
+            compressed=predictor.history.compressed_answers,
+        )
 
     def close(self) -> None:
         self._client.close()
@@ -134,14 +138,7 @@ class PrometheusHistorySource:
         buckets = self._predictor.profile_buckets
         if profiled:
             queries += [
-                _Query(
-                    f"profile day {day.day} batch {b + 1}/{len(day_batches)}",
-                    self._pods_promql(batch, bucket_seconds(buckets), mean=True),
-                    day.end,
-                    "profile",
-                    i,
-                    day_range(day, buckets),
-                )
+                self._profile_query(f"profile day {day.day} batch {b + 1}/{len(day_batches)}", batch, day, i)
                 for i, day in enumerate(days)
                 for b, batch in enumerate(day_batches)
             ]
@@ -202,6 +199,17 @@ class PrometheusHistorySource:
         inner = self._prometheus.render(self._history.pod_query, node_set)
         return f"{over}({inner})[{_range(seconds)}:{format_duration(self._history.resolution)}])"
 
+    def _profile_query(self, name: str, nodes: Sequence[str] | None, day: DayWindow, index: int) -> _Query:
+        """The day's hourly means: the raw samples of ``profileRule`` if set, else a range query of means."""
+        rule = self._history.profile_rule
+        if rule is None:
+            buckets = self._predictor.profile_buckets
+            promql = self._pods_promql(nodes, bucket_seconds(buckets), mean=True)
+            return _Query(name, promql, day.end, "profile", index, day_range(day, buckets))
+        at, seconds = hourly_samples(day)
+        matcher = self._prometheus.render("{pod_filter}", frozenset(nodes) if nodes is not None else None)
+        return _Query(name, f"{rule}{{{matcher.removeprefix(', ')}}}[{seconds}s]", at, "profile", index)
+
     def _system_promql(self, template: str, seconds: float) -> str:
         inner = self._prometheus.render(template)
         return f"quantile_over_time({self._predictor.quantile:g}, ({inner})[{_range(seconds)}:{format_duration(self._history.resolution)}])"
@@ -210,6 +218,8 @@ class PrometheusHistorySource:
         """The answer, decoded in the worker thread: a pod query's values by pod, a profile's points."""
         if query.range is not None:
             return self._client.pod_matrix(query.name, query.promql, *query.range)
+        if query.kind == "profile":
+            return self._client.pod_samples(query.name, query.promql, query.at)
         if query.kind == "system":
             return self._client.large_vector(query.name, query.promql, query.at)
         return self._client.pod_values(query.name, query.promql, query.at)
@@ -237,11 +247,10 @@ class PrometheusHistorySource:
             if h.recording_rule
             else f"pod query at {format_duration(h.resolution)} resolution"
         )
-        profile = (
-            f" and mean per time-of-day bucket ({self._predictor.profile_buckets} a day)"
-            if self._predictor.node_peak == "coincident"
-            else ""
-        )
+        profile = ""
+        if self._predictor.node_peak == "coincident":
+            profile = f" and mean per time-of-day bucket ({self._predictor.profile_buckets} a day"
+            profile += f", from the hourly rule {h.profile_rule})" if h.profile_rule else ")"
         return (
             f"Prometheus {self._client.url}: daily {self._predictor.quantile:g} quantile{profile} of {source}, "
             f"{len(days)} day(s) {days[0].day}..{days[-1].day} ({h.time_zone}), {batches} batch(es) of nodes, "

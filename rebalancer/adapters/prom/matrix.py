@@ -2,9 +2,10 @@
 
 A profile read asks for tens of thousands of pods x 24 (or more) points per day: msgspec decodes the body
 into typed structs, the points a group of series at a time (the values' strings parsed as floats on the
-way), and they land in three flat arrays: no Python object per point outlives its group. Anything else is :class:`~rebalancer.domain.errors.MetricsMalformed` naming the
-query and the cause: not a success, not a matrix, a series without its namespace or pod label, a pod twice,
-a value that is NaN, infinite, negative or not a number.
+way), and they land in three flat arrays: no Python object per point outlives its group. Anything else is
+:class:`~rebalancer.domain.errors.MetricsMalformed` naming the query and the cause: not a success, not a
+matrix, a series without its namespace or pod label, a pod twice (unless raw samples are read), a value that
+is NaN, infinite, negative or not a number.
 """
 
 from __future__ import annotations
@@ -77,8 +78,9 @@ class PodMatrix:
     values: npt.NDArray[np.float64]
 
 
-def pod_matrix(name: str, body: bytes) -> PodMatrix:
-    """The checked points of a range answer with one series per (namespace, pod)."""
+def pod_matrix(name: str, body: bytes, *, one_per_pod: bool = True) -> PodMatrix:
+    """The checked points of a range answer with one series per (namespace, pod); without ``one_per_pod``
+    a pod may have several (raw samples keep the node label: a pod rescheduled within the batch's nodes)."""
     try:
         answer = _DECODER.decode(body)
     except msgspec.DecodeError as exc:  # ValidationError included: names the place in the answer
@@ -91,7 +93,7 @@ def pod_matrix(name: str, body: bytes) -> PodMatrix:
         raise MetricsMalformed(f"query {name}: expected a range vector (matrix), got {answer.data.result_type!r}")
     result = answer.data.result
     keys = tuple((s.metric.namespace, s.metric.pod) for s in result)
-    if len(set(keys)) != len(keys):
+    if one_per_pod and len(set(keys)) != len(keys):
         seen: set[PodKey] = set()
         for ns, pod in keys:
             if (ns, pod) in seen:
