@@ -10,6 +10,7 @@ the raw samples for a recorded series. Days are calendar days in UTC: 2024-01-02
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
@@ -246,3 +247,27 @@ def test_a_malformed_answer_names_the_query(canned_http: CannedHttpServer) -> No
     with source(canned_http.url, concurrency=1) as history, pytest.raises(MetricsMalformed) as failure:
         history.read({"n1": 1}, AT)
     assert "history day 2024-01-02" in str(failure.value) and "'namespace'" in str(failure.value)
+
+
+def test_answers_are_fetched_at_most_concurrency_ahead_of_their_use(canned_http: CannedHttpServer) -> None:
+    """An answer is held from its fetch to its use only: the read never piles up every day's answer (at
+    150,000 pods each is tens of megabytes)."""
+    canned_http.reply(
+        body={
+            "status": "success",
+            "data": {
+                "resultType": "vector",
+                "result": [{"metric": {"namespace": "a", "pod": "b"}, "value": [1, "0.5"]}],
+            },
+        }
+    )
+    fetched_at_use: list[tuple[int, int]] = []
+
+    def slow_use(done: int, total: int, name: str) -> None:
+        time.sleep(0.1)  # the answers come at once: without a bound every query would be fetched by now
+        fetched_at_use.append((done, len(canned_http.requests)))
+
+    with source(canned_http.url, {"nodePeak": "sum"}, concurrency=2) as history:
+        history.read({"n1": 1}, AT, progress=slow_use)
+    assert len(fetched_at_use) == 8  # the eight days, one batch
+    assert all(fetched <= done + 3 for done, fetched in fetched_at_use), fetched_at_use

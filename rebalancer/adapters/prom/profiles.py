@@ -85,7 +85,7 @@ class ProfileTable:
         rows_of_series = rows_of(self._index, answer.keys)
         if len(self._index) > self._values.shape[0]:
             grown = np.full(
-                (max(len(self._index), 2 * self._values.shape[0]), *self._values.shape[1:]), np.nan, np.float32
+                (max(len(self._index), self._values.shape[0] * 5 // 4), *self._values.shape[1:]), np.nan, np.float32
             )
             grown[: self._values.shape[0]] = self._values
             self._values = grown
