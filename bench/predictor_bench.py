@@ -56,15 +56,15 @@ def policy_yaml(
     prometheus_url: str,
     node_peak: str = "coincident",
     profile_rule: bool = False,
-    compressed: bool = True,
+    compressed: bool = False,
 ) -> str:
     """The policy `rebalancer predict` runs with: default settings but the history's form and the days."""
     # the cadvisor form keeps the default pod query: a subquery over the counters at 5m
     history = f"recordingRule: {RULE}, resolution: {shape.step}s" if shape.form == "rule" else "resolution: 5m"
     if profile_rule:
         history += f", profileRule: {PROFILE_RULE}"
-    if not compressed:
-        history += ", compressedAnswers: false"
+    if compressed:
+        history += ", compressedAnswers: true"
     return (
         f"prometheus: {{url: {json.dumps(prometheus_url)}}}\n"
         "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 50}}\n"
@@ -291,7 +291,7 @@ def arguments() -> argparse.Namespace:
         help="alternate runs without and with --profile-rule (--runs each) and report both",
     )
     parser.add_argument(
-        "--uncompressed", action="store_true", help="history.compressedAnswers: false (Prometheus does not gzip)"
+        "--compressed", action="store_true", help="history.compressedAnswers: true (Prometheus gzips its answers)"
     )
     parser.add_argument("--sample", type=int, default=20, help="pods whose daily peaks are checked")
     parser.add_argument("--seed", type=int, default=1)
@@ -337,7 +337,7 @@ def main() -> None:
             variants = {}
             for use in uses:
                 policy_path = work / f"policy{'-profile-rule' if use else ''}.yaml"
-                policy_path.write_text(policy_yaml(shape, server.url, args.node_peak, use, not args.uncompressed))
+                policy_path.write_text(policy_yaml(shape, server.url, args.node_peak, use, args.compressed))
                 variants[_variant(args.node_peak, use)] = policy_path
             idle_mb = rss_mb(pid)
             runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}

@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
         pytest.param(["--nodes", "20", "--pods", "200", "--step", "1800"], id="recording-rule"),
         pytest.param(["--form", "cadvisor", "--nodes", "5", "--pods", "30", "--step", "300"], id="cadvisor-subquery"),
         pytest.param(
-            ["--nodes", "20", "--pods", "200", "--step", "1800", "--profile-rule", "--uncompressed"],
-            id="hourly-profile-rule-uncompressed",
+            ["--nodes", "20", "--pods", "200", "--step", "1800", "--profile-rule", "--compressed"],
+            id="hourly-profile-rule-compressed",
         ),
     ],
 )

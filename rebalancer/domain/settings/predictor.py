@@ -95,10 +95,10 @@ class HistorySettings(Model):
     )
     concurrency: int = Field(default=2, ge=1, le=16, description="Queries sent to Prometheus at once.")
     compressed_answers: bool = Field(
-        default=True,
-        description="Ask Prometheus to gzip its answers. false: they come uncompressed, which spares Prometheus "
-        "the compression (at 30,000 pods about 0.8 s of CPU per day of profiles, each answer about 21 MB instead "
-        "of 3 MB): for a Prometheus on a fast network whose CPU is the limit.",
+        default=False,
+        description="Ask Prometheus to gzip the history's answers. false (the default): they come uncompressed, "
+        "which spares Prometheus the compression (at 30,000 pods about 0.8 s of CPU per day of profiles, each "
+        "answer about 21 MB instead of 3 MB, once a day); true where the network to Prometheus is slow or metered.",
     )
     timeout: Annotated[Duration, DurationBounds(le=timedelta(minutes=10))] = Field(
         default=timedelta(minutes=2), description="Timeout of one history query."
