@@ -271,3 +271,41 @@ def test_answers_are_fetched_at_most_concurrency_ahead_of_their_use(canned_http:
         history.read({"n1": 1}, AT, progress=slow_use)
     assert len(fetched_at_use) == 8  # the eight days, one batch
     assert all(fetched <= done + 3 for done, fetched in fetched_at_use), fetched_at_use
+
+
+MOVED_MID_HOUR = datetime(2024, 1, 5, 12, 30, tzinfo=UTC).timestamp()  # sts-0: n1 -> n2, mid-day, mid-hour
+BEFORE_MOVE = hourly(lambda d, h: 0.3 + 0.01 * h)
+AFTER_MOVE = hourly(lambda d, h: 0.6 + 0.01 * h)
+
+
+def rule_samples(rate: Rate, first: float, last: float) -> list[tuple[float, float]]:
+    return [(t, rate(t)) for t in stamps(first, last) if t % 300 == 0 and t - 300 >= first]
+
+
+def test_a_pod_rescheduled_mid_hour_with_the_recording_rule_is_read(start_prometheus: StartPrometheus) -> None:
+    """A pod that keeps its name on another node (a StatefulSet's, after a drain) has two series of the
+    recording rule on its move day: its daily peak is the higher of the two, an upper bound of the day's
+    (a quantile of the union is at most the higher of the parts'), and so is the hour it moved in."""
+    labels = {"namespace": "db", "pod": "sts-0"}
+    before = rule_samples(BEFORE_MOVE, HISTORY_START, MOVED_MID_HOUR)
+    after = rule_samples(AFTER_MOVE, MOVED_MID_HOUR + SAMPLE_STEP, HISTORY_END)
+    server = start_prometheus(
+        [
+            Series(RULE, {**labels, "node": "n1"}, before, "gauge"),
+            Series(RULE, {**labels, "node": "n2"}, after, "gauge"),
+        ]
+    )
+    with source(server.url, recordingRule=RULE) as history:
+        read = history.read({"n1": 1, "n2": 1}, AT)
+
+    day = next(i for i, d in enumerate(DAYS) if d.start < MOVED_MID_HOUR <= d.end)
+    window = DAYS[day]
+    parts = [[1000 * v for t, v in samples if window.start < t <= window.end] for samples in (before, after)]
+    peak = read.pods.values[read.pods.index(("db", "sts-0"))][day]
+    assert peak == pytest.approx(max(float(np.quantile(p, 0.95)) for p in parts), rel=1e-6)
+    assert peak >= float(np.quantile(parts[0] + parts[1], 0.95)) - 1e-6
+    assert read.profiles is not None
+    hour_start = datetime(2024, 1, 5, 12, tzinfo=UTC).timestamp()
+    in_hour = [[1000 * v for t, v in samples if hour_start < t <= hour_start + 3600] for samples in (before, after)]
+    profile = read.profiles.values[read.profiles.index(("db", "sts-0")), day, 12]
+    assert profile == pytest.approx(max(float(np.mean(p)) for p in in_hour), rel=1e-5)

@@ -3,7 +3,7 @@
 For each of the last N calendar days, one instant query per batch of nodes, evaluated at the day's end:
 
     quantile_over_time(0.95, (<podQuery>)[86399s:5m])      # a subquery over the per-pod rate
-    quantile_over_time(0.95, <recordingRule>{node=~"..."}[86399s])   # or a recorded series, no subquery
+    max by (namespace, pod) (quantile_over_time(0.95, <recordingRule>{node=~"..."}[86399s]))   # or a recorded series
 
 so Prometheus returns one number per pod and day, never the raw samples (8 days of raw samples for
 30,000 pods exceed Prometheus' default 50M-sample limit). The range is one second shorter than the day:
@@ -195,9 +195,10 @@ class PrometheusHistorySource:
         over = "avg_over_time(" if mean else f"quantile_over_time({self._predictor.quantile:g}, "
         node_set = frozenset(nodes) if nodes is not None else None
         rule = self._history.recording_rule
-        if rule is not None:
+        if rule is not None:  # a pod rescheduled under its name (a StatefulSet's) has a series per node:
+            # the higher, an upper bound of the whole day's quantile (and of the hour's mean it moved in)
             matcher = self._prometheus.render("{pod_filter}", node_set).removeprefix(", ")
-            return f"{over}{rule}{{{matcher}}}[{_range(seconds)}])"
+            return f"max by (namespace, pod) ({over}{rule}{{{matcher}}}[{_range(seconds)}]))"
         inner = self._prometheus.render(self._history.pod_query, node_set)
         return f"{over}({inner})[{_range(seconds)}:{format_duration(self._history.resolution)}])"
 
