@@ -298,12 +298,17 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--rebuild", action="store_true", help="backfill again even if cached")
     parser.add_argument("--no-compact", action="store_true", help="keep promtool's 2 h blocks (small sizes)")
+    add_child_arguments(parser)
+    parser.add_argument("--at", type=float)
+    return parser.parse_args()
+
+
+def add_child_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the parent passes to a ``--child measure`` process (:func:`child_measure`)."""
     parser.add_argument("--child", choices=["measure"])
     parser.add_argument("--policy")
     parser.add_argument("--kubeconfig")
-    parser.add_argument("--at", type=float)
     parser.add_argument("--sample-pods")
-    return parser.parse_args()
 
 
 def main() -> None:

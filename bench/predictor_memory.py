@@ -38,6 +38,7 @@ from bench.alert_latency import CannedPrometheus, _metric, _vector, serve_promet
 from bench.cluster_gen import NAMESPACES, node_index_of
 from bench.harness import kubeconfig, run_child, served_cluster
 from bench.history_gen import RULE
+from bench.predictor_bench import add_child_arguments, child_measure
 
 DAY = 86_400
 AT = 20_780 * DAY + 10 * 3600  # 2026-11-22 10:00 UTC: the window is the 8 days before
@@ -220,18 +221,13 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=1, help="fresh processes per size and nodePeak")
     parser.add_argument("--sample", type=int, default=20, help="pods whose predictions are checked")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--child", choices=["measure"])
-    parser.add_argument("--policy")
-    parser.add_argument("--kubeconfig")
-    parser.add_argument("--sample-pods")
+    add_child_arguments(parser)
     return parser.parse_args()
 
 
 def main() -> None:
     args = arguments()
     if args.child == "measure":
-        from bench.predictor_bench import child_measure
-
         sample = json.loads(Path(args.sample_pods).read_text())
         print(json.dumps(child_measure(args.policy, args.kubeconfig, AT, sample)))
         return

@@ -192,14 +192,14 @@ class Evictor:
         state, cycle, now = run.state, run.cycle, max(run.now, self._clock())
         for planned in group:
             key = f"{planned.namespace}/{planned.name}"
-            pod = next((p for p in snapshot.pods_on(planned.node) if p.key == planned.key), None)
+            pod = _snapshot_pod(snapshot, planned)
             node = snapshot.nodes.get(planned.node)
             if pod is None or node is None:
                 return f"{planned.node} cannot be emptied whole: {key} is not in the snapshot", None
             if run.backoff.blocked_until(key, now) is not None:
                 return f"{planned.node} cannot be emptied whole: {key} is backing off after a budget refusal", None
             pool = snapshot.pool_of[node.name]
-            request = EvictionRequest.of(pod, node, pool, replicas.get(pod.workload) if pod.workload else None)
+            request = _request(pod, node, pool, replicas)
             verdict = check(request, state, cycle, self._settings, now)
             if not verdict.allowed:
                 return f"{planned.node} cannot be emptied whole: {key}: {verdict.reason}", verdict.limiter
@@ -301,16 +301,15 @@ class Evictor:
         if node is None:
             return EvictionResult(planned, Outcome.SKIPPED, f"node {planned.node} is not in the snapshot")
         pool = snapshot.pool_of[node.name]  # never the plan's word: pool rules must hold whatever planned it
-        seen = next((p for p in snapshot.pods_on(planned.node) if p.key == planned.key), None)
+        seen = _snapshot_pod(snapshot, planned)
         if seen is not None:  # what the limiters refuse on the snapshot's pod is not read again from the API
-            ahead = EvictionRequest.of(seen, node, pool, replicas.get(seen.workload) if seen.workload else None)
-            verdict = check(ahead, run.state, run.cycle, self._settings, run.now)
+            verdict = check(_request(seen, node, pool, replicas), run.state, run.cycle, self._settings, run.now)
             if not verdict.allowed:
                 return EvictionResult(planned, Outcome.BLOCKED, verdict.reason, verdict.limiter, verdict.retry_at)
         pod, why_not = self._recheck(planned, snapshot, seen)
         if pod is None:
             return EvictionResult(planned, why_not[0], why_not[1])
-        request = EvictionRequest.of(pod, node, pool, replicas.get(pod.workload) if pod.workload else None)
+        request = _request(pod, node, pool, replicas)
         verdict = check(request, run.state, run.cycle, self._settings, run.now)
         if verdict.allowed:
             verdict = self._reserve(run, request) or verdict
@@ -457,3 +456,12 @@ def _replica_counts(snapshot: ClusterSnapshot, wanted: set[WorkloadRef]) -> dict
             entry[0] += 1
             entry[1] += 1 if pod.ready and not pod.terminating and pod.node_name else 0
     return {w: ReplicaCounts(desired=t, ready=r, unavailable=t - r) for w, (t, r) in totals.items()}
+
+
+def _snapshot_pod(snapshot: ClusterSnapshot, planned: PlannedEviction) -> Pod | None:
+    """The planned pod as the cycle's snapshot saw it (None: not there)."""
+    return next((p for p in snapshot.pods_on(planned.node) if p.key == planned.key), None)
+
+
+def _request(pod: Pod, node: Node, pool: str, replicas: Mapping[WorkloadRef, ReplicaCounts]) -> EvictionRequest:
+    return EvictionRequest.of(pod, node, pool, replicas.get(pod.workload) if pod.workload else None)
