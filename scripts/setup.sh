@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up what rebalancer needs on a fresh Debian machine: a virtualenv in .venv with the package
-# (and, with --dev, the test tools), plus the Debian packages prometheus and prometheus-alertmanager
-# when --dev is given and they are missing. Safe to run again: it only installs what is missing.
+# (and, with --dev, the test tools), plus the Debian packages prometheus, prometheus-alertmanager,
+# etcd-server (etcd 3.4) and openssl when --dev is given and they are missing. The real Kubernetes control
+# plane's binaries come from REBALANCER_KUBE_ASSETS (default ../shared/kube; see docs/testing.md). Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,9 @@ if [ "$dev" = 1 ]; then
   missing=()
   command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
   command -v prometheus-alertmanager >/dev/null 2>&1 || missing+=(prometheus-alertmanager)
+  # etcd 3.4, for the read paths against an API server whose storage refuses the streaming watch-list
+  [ -x /usr/bin/etcd ] || missing+=(etcd-server)
+  command -v openssl >/dev/null 2>&1 || missing+=(openssl)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing Debian packages: ${missing[*]}"
     SUDO=""

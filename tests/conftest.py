@@ -10,7 +10,7 @@ import pytest
 from tests.kubeapi import TestApiServer
 from tests.kubeapi.builders import write_kubeconfig
 
-pytest_plugins = ["tests.prometheus_fixtures"]
+pytest_plugins = ["tests.prometheus_fixtures", "tests.controlplane.fixtures"]
 
 KUBE_TOKEN = "test-token"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,10 @@ from rebalancer.domain.settings.shared import ProtectionSettings
 from rebalancer.planning.protections import Protections
 from rebalancer.policy import parse_policy
 from tests.adapters.test_watch_cache import FAST, eventually, summary
+from tests.controlplane.processes import free_port
 from tests.kubeapi import Fault, TestApiServer
 from tests.kubeapi import builders as b
+from tests.kubeapi.builders import write_kubeconfig
 
 ANNOTATIONS = Protections.from_settings(ProtectionSettings()).annotations_read()
 PODS = "/api/v1/pods"
@@ -95,13 +98,13 @@ def test_a_server_without_the_feature_is_listed_page_by_page(
     assert len(facts.pods) == 32
     assert set(reader.last_stats.modes.values()) == {"paged"}
     assert reader.last_stats.pages["pods"] == 4
-    assert "list pods: the server refused the watch-list (list pods: HTTP 422 Invalid: " in caplog.text
+    assert "list pods: the watch-list failed (list pods: HTTP 422 Invalid: " in caplog.text
     assert "WatchList feature gate" in caplog.text
 
 
 def test_forced_watch_list_fails_when_refused(kube_server: TestApiServer, kubeconfig: Path) -> None:
     kube_server.watch_list = False
-    with pytest.raises(KubeUnavailable, match=r"list nodes: the server refused the watch-list .*listMode"):
+    with pytest.raises(KubeUnavailable, match=r"list nodes: the server refused the watch-list \(kubernetes.listMode"):
         source(kubeconfig, "watchList").read_facts()
     assert [r for r in kube_server.requests if "watch" not in r.query] == []  # never a paged LIST
 
@@ -140,27 +143,47 @@ def test_a_stream_without_watch_list_semantics_falls_back(
     assert len([r for r in kube_server.requests_to("/api/v1/nodes") if "watch" not in r.query]) == 1
 
 
-# --- interrupted: an error, never a partial list -------------------------------------------------
+# --- interrupted: listed again page by page, never a partial list ---------------------------------
 
 
-@pytest.mark.parametrize(
-    ("how", "expected"),
-    [("cut", r"list pods: cannot reach the Kubernetes API"), ("expire", r"list pods: HTTP 410 Expired: .* after 7")],
-)
-def test_an_interrupted_watch_list_is_an_error(
+INTERRUPTIONS = [
+    ("cut", r"list pods: cannot reach the Kubernetes API"),
+    ("expire", r"list pods: HTTP 410 Expired: .* after 7"),
+]
+
+
+@pytest.mark.parametrize(("how", "expected"), INTERRUPTIONS)
+def test_an_interrupted_watch_list_is_listed_again_page_by_page(
+    kube_server: TestApiServer, kubeconfig: Path, how: Any, expected: str, caplog: Any
+) -> None:
+    populate(kube_server, pods=20)
+    kube_server.interrupt_watch_lists("pods", after=7, how=how)
+    reader = source(kubeconfig, page_size=10)
+
+    with caplog.at_level(logging.WARNING, logger="rebalancer.adapters.kube.watch_list"):
+        facts = reader.read_facts()
+
+    assert len(facts.pods) == 22  # every pod, none twice: the 7 read before the cut were dropped
+    assert reader.last_stats.modes["pods"] == "paged"
+    [warning] = [r.getMessage() for r in caplog.records if "listing page by page" in r.getMessage()]
+    assert re.search(expected, warning)
+
+
+@pytest.mark.parametrize(("how", "expected"), INTERRUPTIONS)
+def test_an_interrupted_forced_watch_list_is_an_error(
     kube_server: TestApiServer, kubeconfig: Path, how: Any, expected: str
 ) -> None:
     populate(kube_server, pods=20)
     kube_server.interrupt_watch_lists("pods", after=7, how=how)
 
-    with pytest.raises(KubeUnavailable, match=expected) as caught:
-        source(kubeconfig).read_facts()
+    with pytest.raises(KubeUnavailable, match=expected):
+        source(kubeconfig, "watchList").read_facts()
 
-    assert (caught.value.status, caught.value.reason) == ((410, "Expired") if how == "expire" else (None, None))
-    assert [r for r in kube_server.requests_to(PODS) if "watch" not in r.query] == []  # no fallback either
+    assert [r for r in kube_server.requests_to(PODS) if "watch" not in r.query] == []  # no partial list, no LIST
 
 
-def test_an_error_event_midway_is_an_error(kube_server: TestApiServer, kubeconfig: Path) -> None:
+def test_an_error_event_midway_falls_back(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    kube_server.add(b.node("node-1"), b.node("node-2"))
     added = b'{"type":"ADDED","object":{"metadata":{"name":"n1","resourceVersion":"5"}}}\n'
     error = (
         b'{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
@@ -168,7 +191,16 @@ def test_an_error_event_midway_is_an_error(kube_server: TestApiServer, kubeconfi
     )
     kube_server.set_fault("/api/v1/nodes", Fault(body=added + error, watch=True))
     with pytest.raises(KubeUnavailable, match="list nodes: HTTP 500 InternalError: etcd leader changed after 1"):
-        source(kubeconfig).read_nodes()
+        source(kubeconfig, "watchList").read_nodes()
+    reader = source(kubeconfig)
+    assert [n.name for n in reader.read_nodes()] == ["node-1", "node-2"]  # n1 of the failed stream dropped
+    assert reader.last_stats.modes["nodes"] == "paged"
+
+
+def test_an_unreachable_server_is_an_error_in_auto_mode(tmp_path: Path) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(KubeUnavailable, match="cannot reach the Kubernetes API"):
+        source(kubeconfig, request_timeout=2).read_nodes()
 
 
 def test_a_malformed_object_names_the_object_and_field(kube_server: TestApiServer, kubeconfig: Path) -> None:

@@ -10,12 +10,16 @@ The events are decoded as they arrive, the lines of each chunk read in one call,
 narrow item decoder (the pod converter included), and converted chunk by chunk: memory follows a few
 chunks (:data:`QUEUED` read ahead) and the result, as on the paged path.
 
-A server refuses it the way a real one does: HTTP 422 ``Invalid`` when the ``WatchList`` feature gate is
-off, or when it is older than the feature (``resourceVersionMatch`` is then forbidden for a watch); or it
-ignores ``sendInitialEvents`` and never sends the annotated bookmark (a change, or a plain bookmark,
-arrives first, or the stream ends cleanly without it). Then the collection is listed page by page
-(``listMode: auto``), or the read fails (``listMode: watchList``). A stream interrupted before the
-bookmark (the connection cut, an ``ERROR`` event, 410 ``Expired``) is an error, never a partial list.
+A server refuses it in several ways: HTTP 422 ``Invalid`` when the ``WatchList`` feature gate is off, or
+when it is older than the feature (``resourceVersionMatch`` is then forbidden for a watch); an ``ERROR``
+event with HTTP 500 when its storage cannot report progress (etcd older than 3.5: "the required storage
+feature RequestWatchProgress is disabled"); or it ignores ``sendInitialEvents`` and never sends the
+annotated bookmark (a change, or a plain bookmark, arrives first, or the stream ends cleanly without it).
+With ``listMode: auto`` any failure of the watch-list after the server was reached (an HTTP error answer,
+an ``ERROR`` event, a stream cut or ended before the bookmark, a malformed event) is logged as a warning
+and the collection is listed page by page instead, as client-go's reflector does: the events read so far
+are dropped, never returned as a partial list. With ``listMode: watchList`` the read fails. A server that
+cannot be reached at all is an error in every mode (a LIST would meet the same).
 """
 
 from __future__ import annotations
@@ -51,8 +55,6 @@ ListMode = Literal["auto", "watchList", "paged"]
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 WATCH_LIST_SECONDS = 600
 """``timeoutSeconds`` of a watch-list: the server ends the stream then, finished or not."""
-REFUSING_CODES = frozenset({400, 403, 422})
-"""An answer with one of these codes refuses the watch-list (a paged LIST needs only ``list``, not ``watch``)."""
 READ_SIZE = 1 << 20
 QUEUED = 4  # chunks read ahead of the decoding at most (the server sends many events to a chunk)
 
@@ -80,7 +82,7 @@ _BOOKMARK = msgspec.json.Decoder(_Bookmark)
 
 
 class WatchListRefused(Exception):
-    """The server does not serve this collection as a watch-list (the text says how it showed it)."""
+    """The server did not serve this collection as a watch-list (the text says how it showed it)."""
 
 
 def read_all(
@@ -93,7 +95,7 @@ def read_all(
     host: str,
 ) -> Listed[_D]:
     """Every object of ``call``'s collection: by watch-list unless ``mode`` is ``paged``; with ``auto``, page
-    by page when the server refuses the watch-list. ``Listed.mode`` says which path gave the result."""
+    by page when the watch-list fails. ``Listed.mode`` says which path gave the result."""
     if mode != "paged":
         try:
             listed = watch_list(call, convert, timeout=timeout, host=host)
@@ -103,7 +105,7 @@ def read_all(
                     f"list {call.what}: the server refused the watch-list (kubernetes.listMode is watchList): {refused}",
                     reason="WatchListRefused",
                 ) from refused
-            log.info("list %s: the server refused the watch-list (%s); listing page by page", call.what, refused)
+            log.warning("list %s: the watch-list failed (%s); listing page by page", call.what, refused)
         else:
             log.info(
                 "list %s: %d by watch-list at resourceVersion %s", call.what, len(listed.items), listed.resource_version
@@ -122,22 +124,28 @@ def watch_list(
     initial = _InitialEvents(call, convert)
     response = _open(call, timeout, host)
     try:
-        with fast_switching(), _Reader(response) as reader:
-            pending = b""
-            for chunk in reader.chunks(call.what, host, timeout):
-                buffer = pending + chunk if pending else chunk
-                end = buffer.rfind(b"\n") + 1
-                pending = buffer[end:]
-                if end and (listed := initial.feed(memoryview(buffer)[:end])) is not None:
-                    return listed
-            if pending.strip() and (listed := initial.feed(memoryview(pending))) is not None:
-                return listed
-            raise WatchListRefused(
-                f"the stream ended after {initial.seen} objects without the bookmark marking their end"
-            )
+        return _read_initial_events(initial, response, call.what, timeout, host)
+    except KubeUnavailable as failed:  # the server was reached: a LIST may still be served
+        raise WatchListRefused(str(failed)) from failed
     finally:
         response.close()  # the stream goes on after the bookmark: this connection cannot serve another request
         response.release_conn()
+
+
+def _read_initial_events(
+    initial: _InitialEvents[_W, _D], response: urllib3.BaseHTTPResponse, what: str, timeout: float, host: str
+) -> Listed[_D]:
+    with fast_switching(), _Reader(response) as reader:
+        pending = b""
+        for chunk in reader.chunks(what, host, timeout):
+            buffer = pending + chunk if pending else chunk
+            end = buffer.rfind(b"\n") + 1
+            pending = buffer[end:]
+            if end and (listed := initial.feed(memoryview(buffer)[:end])) is not None:
+                return listed
+        if pending.strip() and (listed := initial.feed(memoryview(pending))) is not None:
+            return listed
+        raise WatchListRefused(f"the stream ended after {initial.seen} objects without the bookmark marking their end")
 
 
 def item_type(list_decoder: msgspec.json.Decoder[Any]) -> Any:
@@ -164,7 +172,7 @@ def _open(call: ListCall[Any], timeout: float, host: str) -> urllib3.BaseHTTPRes
         )
     except ApiException as exc:
         error = api_error(action, exc)
-        if exc.status in REFUSING_CODES:
+        if exc.status:  # an answer: the server was reached, and a LIST may still be served
             raise WatchListRefused(str(error)) from exc
         raise error from exc
     except CLIENT_ERRORS as exc:
@@ -242,12 +250,13 @@ def _decoded(call: ListCall[Any], decoder: msgspec.json.Decoder[_D], raw: memory
 
 
 def _stream_error(call: ListCall[Any], status: wire.Status, seen: int) -> Exception:
-    """An ``ERROR`` event: a refusal when it comes first with a refusing code, else the read fails."""
-    text = f"list {call.what}: HTTP {status.code} {status.reason}: {status.message}"
-    if seen == 0 and status.code in REFUSING_CODES:
-        return WatchListRefused(text)
+    """An ``ERROR`` event: the watch-list failed (after ``seen`` objects, which are dropped)."""
     where = f" after {seen} objects" if seen else ""
-    return KubeUnavailable(text + where, status=status.code or None, reason=status.reason or None)
+    return KubeUnavailable(
+        f"list {call.what}: HTTP {status.code} {status.reason}: {status.message}{where}",
+        status=status.code or None,
+        reason=status.reason or None,
+    )
 
 
 class _Reader:

@@ -457,7 +457,8 @@ class KubernetesSettings(Model):
         default="auto",
         description="How a whole collection (nodes, pods, ReplicaSets, budgets) is read, by a CronJob cycle, "
         "`plan`, and the serve mode's watch cache when it lists: auto: one streaming watch-list "
-        "(sendInitialEvents, answered from the API server's watch cache), and page by page when the server "
-        "refuses it (older than v1.27, or the WatchList feature gate off); watchList: only by watch-list (a "
-        "refusal is an error); paged: only page by page (LIST with limit and continue).",
+        "(sendInitialEvents, answered from the API server's watch cache), and page by page when it fails "
+        "(a server older than v1.27, the WatchList feature gate off, etcd older than 3.5, an error midway); "
+        "watchList: only by watch-list (a failure is an error); paged: only page by page (LIST with limit and "
+        "continue).",
     )
