@@ -2,7 +2,8 @@
 # Sets up what rebalancer needs on a fresh Debian machine: a virtualenv in .venv with the package
 # (and, with --dev, the test tools), plus the Debian packages prometheus, prometheus-alertmanager,
 # etcd-server (etcd 3.4) and openssl when --dev is given and they are missing. The real Kubernetes control
-# plane's binaries come from REBALANCER_KUBE_ASSETS (default ../shared/kube; see docs/testing.md). Safe to run again: it only installs what is missing.
+# plane's binaries come from REBALANCER_KUBE_ASSETS (default ../shared/kube; see docs/testing.md).
+# Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
