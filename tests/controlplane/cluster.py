@@ -8,7 +8,10 @@ Every process runs on free ports in a scratch directory and is stopped on :meth:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +24,39 @@ from tests.controlplane.pki import Pki, make_pki
 from tests.controlplane.processes import Process, free_port
 
 EtcdVersion = Literal["3.6", "3.4"]
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One answered request: the RBAC attributes it was authorized on, and the answer's code."""
+
+    verb: str
+    group: str
+    resource: str  # with its subresource: "pods/eviction"
+    namespace: str | None
+    name: str | None
+    code: int
+    dry_run: bool
+    uri: str
+
+    @classmethod
+    def of(cls, event: dict[str, Any]) -> AuditEvent:
+        ref = event.get("objectRef") or {}
+        resource = ref.get("resource", "")
+        if ref.get("subresource"):
+            resource += "/" + ref["subresource"]
+        uri = event["requestURI"]
+        return cls(
+            verb=event["verb"],
+            group=ref.get("apiGroup", ""),
+            resource=resource,
+            namespace=ref.get("namespace"),
+            name=ref.get("name"),
+            code=int(event.get("responseStatus", {}).get("code", 0)),
+            dry_run="dryRun=All" in uri,
+            uri=uri,
+        )
+
 
 CONTROLLERS = (
     "deployment-controller",
@@ -59,6 +95,7 @@ class ControlPlane:
         self.processes: dict[str, Process] = {}
         self.pki: Pki | None = None
         self.port = 0
+        self.audit_from = 0
         self._admin: Admin | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -150,6 +187,10 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.96.0.0/12",
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                f"--audit-policy-file={self._audit_policy()}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
             ],
         )
         session = requests.Session()
@@ -157,6 +198,30 @@ class ControlPlane:
         session.trust_env = False
         session.headers["Authorization"] = f"Bearer {pki.admin_token}"
         process.wait_ready(lambda: session.get(f"{self.url}/readyz", timeout=2).text == "ok", timeout=90)
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    def _audit_policy(self) -> Path:
+        """Every request's metadata (who, verb, object, answer code), once it was answered."""
+        path = self.workdir / "audit-policy.yaml"
+        policy = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+                  "rules": [{"level": "Metadata"}]}  # fmt: skip
+        path.write_text(yaml.safe_dump(policy))
+        return path
+
+    def audit(self, user: str) -> list[AuditEvent]:
+        """The requests ``user`` made since the last :meth:`reset` (or the start), as the API server's audit
+        log recorded them (in order)."""
+        events = []
+        with self.audit_log.open() as log:
+            log.seek(self.audit_from)
+            for line in log:
+                event = json.loads(line)
+                if event["user"]["username"] == user and event.get("stage") == "ResponseComplete":
+                    events.append(AuditEvent.of(event))
+        return events
 
     def _start_controller_manager(self) -> None:
         pki = self.pki
@@ -282,6 +347,16 @@ class ControlPlane:
 
         self.admin.wait_for(f"hollow nodes {sorted(wanted)} Ready", ready, timeout=timeout)
 
+    @contextlib.contextmanager
+    def controllers_paused(self) -> Iterator[None]:
+        """The controller manager stopped for the block (budgets' status, ReplicaSets and nodes' health stay as
+        they were, as with a lagging controller), started again after it."""
+        self.processes.pop("kube-controller-manager").stop()
+        try:
+            yield
+        finally:
+            self._start_controller_manager()
+
     def stop_hollow_node(self, name: str) -> None:
         process = self.processes.pop(f"kubemark-{name}", None)
         if process is not None:
@@ -304,6 +379,13 @@ class ControlPlane:
             for pod in self.admin.items("v1", "Pod", ns):
                 self.admin.delete(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}", gracePeriodSeconds=0)
             self.admin.delete(f"/api/v1/namespaces/{ns}")
+        gone = [n for n in namespaces if n not in system]
+        self.admin.wait_for(
+            f"namespaces {gone} deleted",
+            lambda: not {n["metadata"]["name"] for n in self.admin.items("v1", "Namespace")} & set(gone),
+            timeout=120,
+        )
+        self.audit_from = self.audit_log.stat().st_size
         for node in self.admin.items("v1", "Node"):
             self.admin.delete(f"/api/v1/nodes/{node['metadata']['name']}")
         for lease in self.admin.items("coordination.k8s.io/v1", "Lease", "kube-node-lease"):
