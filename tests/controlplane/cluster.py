@@ -386,6 +386,11 @@ class ControlPlane:
             timeout=120,
         )
         self.audit_from = self.audit_log.stat().st_size
+        for kind in ("ClusterRoleBinding", "ClusterRole"):  # those the tests made, not the bootstrap policy
+            for obj in self.admin.items("rbac.authorization.k8s.io/v1", kind):
+                if "kubernetes.io/bootstrapping" not in obj["metadata"].get("labels", {}):
+                    name = obj["metadata"]["name"]
+                    self.admin.delete(f"{collection_path('rbac.authorization.k8s.io/v1', kind)}/{name}")
         for node in self.admin.items("v1", "Node"):
             self.admin.delete(f"/api/v1/nodes/{node['metadata']['name']}")
         for lease in self.admin.items("coordination.k8s.io/v1", "Lease", "kube-node-lease"):
