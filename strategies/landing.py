@@ -178,6 +178,13 @@ class LandingPredictor:
             reason += f"; landing risk {percent(risk)}: {self._bad(found, tally, s, usage_m, risk)}"
         return Landing(node, reason, risk=risk)
 
+    def chances(self, pod: Pod, source: str) -> dict[str, float]:
+        """Node -> the probability that ``pod``'s replacement lands there if it is evicted from ``source`` now:
+        the distribution :meth:`land` judges (nodes the model gives no chance left out)."""
+        found = self._groups(pod, source)
+        names = self._model.names
+        return {names[i]: g.probability for g in found.groups if g.probability > 0 for i in found.members(g)}
+
     @property
     def max_risk(self) -> float:
         return self._max_risk
@@ -205,19 +212,20 @@ class LandingPredictor:
         return mass, first
 
     def commit(self, pod: Pod, landing: str, usage_m: int) -> None:
-        """The move is planned: the replacement is bound to ``landing`` and uses its room."""
+        """The move is planned: the replacement is bound to ``landing`` and uses its room; the evicted pod
+        terminates meanwhile (its requests stay on its node, see :meth:`SchedulerModel.terminate`)."""
         self._journal.append((pod, self._model.node_of(pod), landing, usage_m))
-        self._model.remove(pod)
+        self._model.terminate(pod)
         self._model.add(pod, landing)
         self._room[self._index[landing]] -= usage_m
         self._cache.clear()
 
     def vacate(self, pods: Iterable[Pod]) -> None:
-        """The pods leave their nodes together (a node's group evicted at once, replacements created
-        while none of them is bound yet): later landings are predicted with all of them gone."""
+        """The pods are evicted together (a node's group at once, replacements created while none of them
+        is bound yet): later landings are predicted with all of them terminating."""
         for pod in pods:
             self._journal.append((pod, self._model.node_of(pod), None, 0))
-            self._model.remove(pod)
+            self._model.terminate(pod)
         self._cache.clear()
 
     def checkpoint(self) -> int:
@@ -227,9 +235,9 @@ class LandingPredictor:
         """Undo the commits and vacates made since ``checkpoint``, latest first."""
         while len(self._journal) > checkpoint:
             pod, before, after, usage_m = self._journal.pop()
-            self._model.remove(pod)
+            self._model.remove(pod)  # its replacement, if bound
             if before is not None:
-                self._model.add(pod, before)
+                self._model.restore(pod, before)
             if after is not None:
                 self._room[self._index[after]] += usage_m
         self._cache.clear()

@@ -8,7 +8,10 @@ Scores (each 0-100 like the scheduler's, times the default plugin weight):
 
 - NodeResourcesFit LeastAllocated, weight 1: per resource ``(alloc - requested) * 100 // alloc`` in
   integers, CPU and memory averaged; pods requesting nothing count as 100m / 200Mi ("non-zero" requests).
-- NodeResourcesBalancedAllocation, weight 1: ``(1 - |cpu fraction - memory fraction| / 2) * 100``.
+- NodeResourcesBalancedAllocation, weight 1 (as of Kubernetes 1.36): how much the pod improves the
+  balance of CPU and memory requests, ``50 + (50 + with - without) // 2`` where ``with`` and ``without``
+  are ``(1 - |cpu fraction - memory fraction| / 2) * 100`` truncated, with and without the pod; a pod
+  requesting neither gets no such score (the scheduler skips the plugin for it).
 - TaintToleration, weight 3: the number of PreferNoSchedule taints the pod does not tolerate,
   normalized in reverse (the node with most such taints scores 0, a node with none 100).
 - PodTopologySpread, weight 2, the default system constraints (hostname maxSkew 3 and
@@ -16,7 +19,14 @@ Scores (each 0-100 like the scheduler's, times the default plugin weight):
   the same workload on the node (and in its zone) scores higher. Bare pods have no such constraint.
 
 Not modelled: ImageLocality, preferred node and inter-pod affinity, volume plugins, pods' own
-topologySpreadConstraints.
+topologySpreadConstraints (``bench/landing_vs_scheduler.py`` measures what they cost against the real
+scheduler).
+
+**Vacating** (``vacate=True``, :meth:`SchedulerModel.terminate`): an evicted pod terminates during its grace
+period, and its ReplicaSet's replacement is scheduled meanwhile, within a fraction of a second. The
+scheduler skips terminating pods when it counts a workload's pods for spreading, but keeps their requests
+on the node until the pod object is deleted: the model does the same (only a pod deleted with a grace
+period of 0 leaves at once).
 
 ``place``: the best-scored feasible node. Ties: the scheduler picks uniformly at random among the best
 nodes. Without an ``rng`` the model takes the first of them by node name (deterministic); with a seeded
@@ -30,7 +40,8 @@ probabilities), built from per-class rankings so that only the nodes that can wi
 Cost: node data is kept in numpy arrays built once; ``place`` is a handful of vectorized operations
 over the nodes, ``landing_groups`` a merge of ranking buckets (the planner asks once per candidate pod
 on 5,000-node clusters). ``remove``/``add``
-keep the model current as pods leave or are bound (planning moves, or a simulation's evictions);
+keep the model current as pods leave or are bound (a simulation's evictions), ``terminate`` as planned
+evictions start;
 ``replace_node`` as a node changes (a landing guard's PreferNoSchedule taint, a cordon).
 """
 
@@ -138,8 +149,8 @@ class _Domains:
 
 @dataclass(frozen=True, slots=True)
 class _Changed:
-    """The nodes whose ranking entry is stale for one query (changed since the ranking, and the pod's own
-    node when vacated): their feasibility and static score now, and what follows for the query."""
+    """The nodes whose ranking entry is stale for one query (changed since the ranking): their feasibility
+    and static score now, and what follows for the query."""
 
     static: list[int]
     feasible: list[bool]
@@ -190,7 +201,7 @@ class SchedulerModel:
         self._prefer: dict[tuple[object, ...], Ints] = {}
         self._statics: dict[tuple[object, ...], tuple[Bools, str, Ints]] = {}
         self._rankings: dict[tuple[object, ...], _Ranking] = {}
-        self._changes: dict[tuple[object, ...], _Changed | None] = {}
+        self._changes: dict[int, _Changed | None] = {}  # ranking serial -> its stale nodes now
         self._unsampled_lists: dict[tuple[int, int], list[float]] = {}
         self._reached_counts: dict[tuple[int, int], int] = {}
         self._serial = 0
@@ -244,6 +255,25 @@ class SchedulerModel:
         if i is not None:
             self._shift(pod, i, -1)
 
+    def terminate(self, pod: Pod) -> None:
+        """``pod`` was evicted and terminates: it stops counting for spreading (the scheduler skips
+        terminating pods there) but its requests stay on its node (the scheduler's cache holds the pod
+        until its object is deleted, after its grace period; its replacement is scheduled meanwhile).
+        Unknown pods are ignored."""
+        i = self.bound(pod)
+        self._where[pod.key] = None
+        if i is not None and pod.workload is not None and not pod.terminating:
+            counts = self.workload_counts(pod.workload)
+            counts[i] = counts.get(i, 0) - 1
+
+    def restore(self, pod: Pod, node: str) -> None:
+        """Undoes :meth:`terminate`: ``pod`` runs on ``node`` again (its requests never left)."""
+        i = self._index[node]
+        self._where[pod.key] = i
+        if pod.workload is not None and not pod.terminating:
+            counts = self.workload_counts(pod.workload)
+            counts[i] = counts.get(i, 0) + 1
+
     def replace_node(self, node: Node) -> None:
         """A node changed (taints, cordon, labels, allocatable): later queries see it. Its pods stay."""
         i = self._index[node.name]
@@ -288,8 +318,9 @@ class SchedulerModel:
     def place(
         self, pod: Pod, *, vacate: bool = False, exclude: Collection[str] = (), rng: random.Random | None = None
     ) -> Scheduled:
-        """Where a pod like ``pod`` would be scheduled now. ``vacate``: as if ``pod`` itself had left its
-        node first (where an evicted pod's replacement lands). ``exclude``: nodes not to consider."""
+        """Where a pod like ``pod`` would be scheduled now. ``vacate``: as if ``pod`` itself were evicted and
+        terminating (where its replacement lands; see the module's docstring). ``exclude``: nodes not to
+        consider."""
         feasible, why, total = self._totals(pod, vacate, exclude)
         if total is None:
             return Scheduled(None, 0, (), why)
@@ -328,7 +359,7 @@ class SchedulerModel:
         where = self.bound(pod) if vacate else None
         key = self._class_key(pod)
         ranking = self._ranking(pod, key)
-        changed = self._changed(pod, where, ranking)
+        changed = self._changed(pod, ranking)
         if changed is None or changed.feasible_count == 0:  # taints renormalized, or unschedulable: the full path
             return self._groups_of(self.full_distribution(pod, vacate=vacate))
         held = self._held(pod, where)
@@ -417,7 +448,7 @@ class SchedulerModel:
         more than :data:`DIRTY_LIMIT` nodes changed since."""
         found = self._rankings.get(key)
         if found is None or len(found.dirty) > DIRTY_LIMIT:
-            feasible, _, static = self._static(pod, None)
+            feasible, _, static = self._static(pod)
             raw = self._untolerated(pod)
             high = int(raw[feasible].max()) if feasible.any() else 0
             index = feasible.nonzero()[0]
@@ -450,19 +481,17 @@ class SchedulerModel:
             )
         return found
 
-    def _changed(self, pod: Pod, where: int | None, ranking: _Ranking) -> _Changed | None:
+    def _changed(self, pod: Pod, ranking: _Ranking) -> _Changed | None:
         """Feasibility and static score (every score but spreading) of the nodes whose ranking entry is
-        stale for ``pod`` (changed since the ranking, and its own node when vacated), or None when they
-        would change the class's taint normalization (its highest untolerated count). Kept for that
-        ranking until the model changes: a node's pods are asked in a row."""
-        key = (where, ranking.serial)  # what it holds is in that ranking's terms (its buckets, its dirty set)
+        stale (changed since the ranking), or None when they would change the class's taint normalization
+        (its highest untolerated count). Kept for that ranking until the model changes: a node's pods are
+        asked in a row. A vacated pod's own node is stale only for spreading (its requests stay there)."""
+        key = ranking.serial  # what it holds is in that ranking's terms (its buckets, its dirty set)
         if key in self._changes:
             return self._changes[key]
-        stale = set(ranking.dirty)
-        if where is not None:
-            stale.add(where)
+        stale = ranking.dirty
         at = np.fromiter(sorted(stale), np.int64, len(stale))
-        feasible = self._fits(pod, where, at)
+        feasible = self._fits(pod, at)
         raw = self._untolerated(pod)[at]
         high = ranking.taint_high
         at_high = (
@@ -476,7 +505,7 @@ class SchedulerModel:
                 taint = np.full(len(at), MAX_NODE_SCORE, np.int64)
             else:
                 taint = MAX_NODE_SCORE - (MAX_NODE_SCORE * raw) // high
-            static = self._fit_balanced(pod, where, at) + WEIGHT_TAINT * taint
+            static = self._fit_balanced(pod, at) + WEIGHT_TAINT * taint
             found = self._changes_of(ranking, at.tolist(), feasible.tolist(), static.tolist())
         if len(self._changes) >= 256:
             self._changes.clear()
@@ -506,11 +535,11 @@ class SchedulerModel:
         """Feasible nodes, why none, and the total scores (None when none is feasible)."""
         where = self.bound(pod) if vacate else None
         if exclude:
-            feasible, why = self._feasible(pod, where, exclude)
+            feasible, why = self._feasible(pod, exclude)
             if not feasible.any():
                 return feasible, why, None
             return feasible, why, self._scores(pod, where, feasible)
-        feasible, why, static = self._static(pod, where)
+        feasible, why, static = self._static(pod)
         if not feasible.any():
             return feasible, why, None
         total: Ints = static + WEIGHT_SPREAD * self._spread(pod, where, feasible)
@@ -519,20 +548,20 @@ class SchedulerModel:
     def scores(self, pod: Pod, *, vacate: bool = False) -> dict[str, int]:
         """Every feasible node's total weighted score (for explanations and tests)."""
         where = self.bound(pod) if vacate else None
-        feasible, _ = self._feasible(pod, where, ())
+        feasible, _ = self._feasible(pod, ())
         total = self._scores(pod, where, feasible)
         return {self.names[i]: int(total[i]) for i in np.flatnonzero(feasible)}
 
-    def _static(self, pod: Pod, where: int | None) -> tuple[Bools, str, Ints]:
+    def _static(self, pod: Pod) -> tuple[Bools, str, Ints]:
         """Feasibility and every score but spreading, which depend only on the pod's requests and
-        constraints and on where it is vacated from: shared by the pods of a node with the same requests
-        and constraints until the model changes (a planner asks for many of them in a row)."""
-        key = (where, *self._class_key(pod))
+        constraints: shared by the pods with the same requests and constraints until the model changes (a
+        planner asks for many of them in a row)."""
+        key = self._class_key(pod)
         found = self._statics.get(key)
         if found is None:
-            feasible, why = self._feasible(pod, where, ())
+            feasible, why = self._feasible(pod, ())
             taint = _reverse_normalized(self._untolerated(pod), feasible)
-            static: Ints = self._fit_balanced(pod, where) + WEIGHT_TAINT * taint
+            static: Ints = self._fit_balanced(pod) + WEIGHT_TAINT * taint
             if len(self._statics) >= 256:
                 self._statics.clear()
             found = self._statics[key] = (feasible, why, static)
@@ -554,42 +583,35 @@ class SchedulerModel:
             counts[i] = counts.get(i, 0) + sign
 
     @staticmethod
-    def _requested(values: Ints, pod_value: int, where: int | None, at: Ints | None) -> Ints:
-        """Node sums with the pod added (and taken off its own node when vacating), on every node or on
-        the nodes ``at``."""
-        if at is None:
-            out = values + pod_value
-            if where is not None:
-                out[where] -= pod_value
-            return out
-        out = values[at] + pod_value
-        if where is not None:
-            out[at == where] -= pod_value
+    def _requested(values: Ints, pod_value: int, at: Ints | None) -> Ints:
+        """Node sums with the pod added, on every node or on the nodes ``at``. A vacated pod's own requests
+        stay on its node (see :meth:`terminate`)."""
+        out: Ints = values + pod_value if at is None else values[at] + pod_value
         return out
 
-    def _fit_masks(self, pod: Pod, where: int | None, at: Ints | None = None) -> tuple[Bools, Bools, Bools]:
+    def _fit_masks(self, pod: Pod, at: Ints | None = None) -> tuple[Bools, Bools, Bools]:
         """NodeResourcesFit on requests: CPU, memory (each only when requested) and pod count."""
         size = len(self.names) if at is None else len(at)
 
         def pick(values: Ints) -> Ints:
             return values if at is None else values[at]
 
-        cpu = self._requested(self._req_cpu, pod.cpu_request_m, where, at)
-        mem = self._requested(self._req_mem, pod.memory_request, where, at)
-        count = self._requested(self._pods, 1, where, at)
+        cpu = self._requested(self._req_cpu, pod.cpu_request_m, at)
+        mem = self._requested(self._req_mem, pod.memory_request, at)
+        count = self._requested(self._pods, 1, at)
         fits_cpu = (cpu <= pick(self._alloc_cpu)) if pod.cpu_request_m > 0 else np.ones(size, np.bool_)
         fits_mem = (mem <= pick(self._alloc_mem)) if pod.memory_request > 0 else np.ones(size, np.bool_)
         return fits_cpu, fits_mem, count <= pick(self._alloc_pods)
 
-    def _fits(self, pod: Pod, where: int | None, at: Ints) -> Bools:
+    def _fits(self, pod: Pod, at: Ints) -> Bools:
         """Feasibility on the nodes ``at``."""
-        fits_cpu, fits_mem, fits_pods = self._fit_masks(pod, where, at)
+        fits_cpu, fits_mem, fits_pods = self._fit_masks(pod, at)
         allowed: Bools = self._constraint_masks(pod)[0][at] & fits_cpu & fits_mem & fits_pods
         return allowed
 
-    def _feasible(self, pod: Pod, where: int | None, exclude: Collection[str]) -> tuple[Bools, str]:
+    def _feasible(self, pod: Pod, exclude: Collection[str]) -> tuple[Bools, str]:
         allowed, _, blocked_why = self._constraint_masks(pod)
-        fits_cpu, fits_mem, fits_pods = self._fit_masks(pod, where)
+        fits_cpu, fits_mem, fits_pods = self._fit_masks(pod)
         feasible = allowed & fits_cpu & fits_mem & fits_pods
         for name in exclude:
             if name in self._index:
@@ -647,25 +669,26 @@ class SchedulerModel:
     def _scores(self, pod: Pod, where: int | None, feasible: Bools) -> Ints:
         taint = _reverse_normalized(self._untolerated(pod), feasible)
         spread = self._spread(pod, where, feasible)
-        total: Ints = self._fit_balanced(pod, where) + WEIGHT_TAINT * taint + WEIGHT_SPREAD * spread
+        total: Ints = self._fit_balanced(pod) + WEIGHT_TAINT * taint + WEIGHT_SPREAD * spread
         return total
 
-    def _fit_balanced(self, pod: Pod, where: int | None, at: Ints | None = None) -> Ints:
+    def _fit_balanced(self, pod: Pod, at: Ints | None = None) -> Ints:
         """NodeResourcesFit (LeastAllocated) and NodeResourcesBalancedAllocation, weighted, on every node
         or on the nodes ``at``."""
         cpu, memory = nonzero(pod)
         alloc_cpu = self._alloc_cpu if at is None else self._alloc_cpu[at]
         alloc_mem = self._alloc_mem if at is None else self._alloc_mem[at]
-        nz_cpu = self._requested(self._nz_cpu, cpu, where, at)
-        nz_mem = self._requested(self._nz_mem, memory, where, at)
+        nz_cpu = self._requested(self._nz_cpu, cpu, at)
+        nz_mem = self._requested(self._nz_mem, memory, at)
         fit = (_least(nz_cpu, alloc_cpu) + _least(nz_mem, alloc_mem)) // 2
-        req_cpu = self._requested(self._req_cpu, pod.cpu_request_m, where, at)
-        req_mem = self._requested(self._req_mem, pod.memory_request, where, at)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            f_cpu = np.minimum(np.where(alloc_cpu > 0, req_cpu / alloc_cpu, 0.0), 1.0)
-            f_mem = np.minimum(np.where(alloc_mem > 0, req_mem / alloc_mem, 0.0), 1.0)
-        balanced = ((1.0 - np.abs(f_cpu - f_mem) / 2) * MAX_NODE_SCORE).astype(np.int64)
-        score: Ints = WEIGHT_FIT * fit + WEIGHT_BALANCED * balanced
+        score: Ints = WEIGHT_FIT * fit
+        if pod.cpu_request_m or pod.memory_request:  # the scheduler skips BalancedAllocation for the others
+            held_cpu = self._req_cpu if at is None else self._req_cpu[at]
+            held_mem = self._req_mem if at is None else self._req_mem[at]
+            with_pod = _balance(held_cpu + pod.cpu_request_m, held_mem + pod.memory_request, alloc_cpu, alloc_mem)
+            # how much the pod improves the balance, from 0-100 to 50-100 (at least 0: with the pod at least 50)
+            change = MAX_NODE_SCORE // 2 + with_pod - _balance(held_cpu, held_mem, alloc_cpu, alloc_mem)
+            score += WEIGHT_BALANCED * (MAX_NODE_SCORE // 2 + change // 2)
         return score
 
     def _untolerated(self, pod: Pod) -> Ints:
@@ -772,6 +795,17 @@ class SchedulerModel:
             [(MAX_NODE_SCORE * (high + low - v)) // high for v in empty],
             [(MAX_NODE_SCORE * (high + low - v)) // high for v in mine],
         )
+
+
+def _balance(cpu: Ints, memory: Ints, alloc_cpu: Ints, alloc_mem: Ints) -> Ints:
+    """How balanced CPU and memory requests are on each node: ``(1 - std) * 100`` of the two fractions of
+    allocatable (each at most 1), truncated; a resource a node has none of is left out (std 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f_cpu = np.minimum(cpu / np.maximum(alloc_cpu, 1), 1.0)
+        f_mem = np.minimum(memory / np.maximum(alloc_mem, 1), 1.0)
+    std = np.where((alloc_cpu > 0) & (alloc_mem > 0), np.abs(f_cpu - f_mem) / 2, 0.0)
+    score: Ints = ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+    return score
 
 
 def _least(requested: Ints, allocatable: Ints) -> Ints:

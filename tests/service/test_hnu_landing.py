@@ -2,8 +2,9 @@
 against the test API server and a real Prometheus with cAdvisor-shaped history.
 
 idle (4 cores) runs two llm-router pods and one feature-cache pod at about 11%; busy-1..3 run two pods
-each at about 57%. Every pod requests 200m, so with its group gone idle is the least requested node: the
-replacements would land back, and the node is passed over. With the cluster autoscaler's soft taint on
+each at about 57%. idle's pods request 200m, the busy nodes' 400m, so idle stays the least requested node
+while its evicted group terminates (their requests still count there): the replacements would land back,
+and the node is passed over. With the cluster autoscaler's soft taint on
 idle they land on the busy nodes, one after another, and the node is emptied.
 """
 
@@ -60,7 +61,8 @@ def build(server: TestApiServer, *, idle_taints: list[dict[str, str]]) -> None:
     for name, (node, workload, _) in LOADS.items():
         server.add(
             b.pod(name, namespace="ml", node=node, owners=[b.owner("ReplicaSet", f"{workload}-rs")],
-                  labels={"app": workload}, containers=[b.container(cpu="200m", memory="256Mi")])
+                  labels={"app": workload},
+                  containers=[b.container(cpu="200m" if node == "idle" else "400m", memory="256Mi")])
         )  # fmt: skip
     server.disruption.sync_all()
 

@@ -102,7 +102,7 @@ def test_each_landing_verdict_equals_the_node_by_node_count(
         top = max(p for p, _ in good)
         assert landing.node == min(n for p, n in good if p == top), landing.reason
         predictor.commit(moved, landing.node, usage_m)
-        oracle.remove(moved)
+        oracle.terminate(moved)
         oracle.add(moved, landing.node)
         rooms[landing.node] -= usage_m
 

@@ -54,11 +54,19 @@ class Case:
 _moved = pod("web-1", "a", workload="web", cpu_request_m=1000)
 CASES = [
     Case(
-        "equal requests: the relieved node wins by least-allocated (the replacement lands back)",
+        "the relieved node is the least requested: the replacement lands back",
         [node("a"), node("b"), node("c")],
-        [_moved, *filler("a", 2), *filler("b", 3), *filler("c", 3)],
+        [_moved, *filler("a", 1), *filler("b", 3), *filler("c", 3)],
         _moved,
         "a",
+        vacate=True,
+    ),
+    Case(
+        "the evicted pod's requests stay on its node while it terminates: the node as requested without it wins",
+        [node("a"), node("b")],
+        [_moved, *filler("a", 1), *filler("b", 1)],
+        _moved,
+        "b",
         vacate=True,
     ),
     Case(
@@ -208,10 +216,33 @@ def test_placement(case: Case) -> None:
 
 
 def test_score_of_one_pod_on_an_empty_node_matches_the_scheduler_arithmetic() -> None:
-    # fit: cpu (10000-1000)*100//10000 = 90, memory 63*100//64 = 98 -> 94; balanced: |0.1 - 1/64|/2 -> 95;
+    # fit: cpu (10000-1000)*100//10000 = 90, memory 63*100//64 = 98 -> 94; balanced: how much the pod improves
+    # the balance, 50 + (50 + with - without) // 2: with the pod |0.1 - 1/64|/2 -> 95, without 100 -> 72;
     # taint: no PreferNoSchedule anywhere -> 100 x 3; spread: one node, min = max -> 100 x 2
     scores = model([node("a")], []).scores(pod("new", None, cpu_request_m=1000, memory_request=GI))
-    assert scores == {"a": 94 + 95 + 300 + 200}
+    assert scores == {"a": 94 + 72 + 300 + 200}
+
+
+def test_balanced_allocation_scores_how_much_the_pod_improves_the_balance() -> None:
+    # a holds 9000m and no memory: with the pod (9500m, 32Gi) |0.95 - 0.5|/2 -> 77, without |0.9 - 0|/2 -> 55:
+    # 50 + (50 + 22) // 2 = 86. b is empty: with the pod |0.05 - 0.5|/2 -> 77, without 100: 50 + (27 // 2) = 63.
+    # c holds 32Gi: with the pod |0.05 - 1|/2 -> 52, without |0 - 0.5|/2 -> 75: 50 + 27 // 2 = 63
+    nodes = [node("a"), node("b"), node("c")]
+    held = [pod("a-f", "a", workload="a-f", cpu_request_m=9000, memory_request=0),
+            pod("c-f", "c", workload="c-f", cpu_request_m=0, memory_request=32 * GI)]  # fmt: skip
+    new = pod("new", None, cpu_request_m=500, memory_request=32 * GI)
+    # least allocated on non-zero requests (a-f counts 200Mi, c-f 100m): a (5 + 49) // 2, b (95 + 50) // 2,
+    # c (94 + 0) // 2
+    fit = {"a": 27, "b": 72, "c": 47}
+    scores = model(nodes, held).scores(new)
+    assert {n: s - 300 - 200 - fit[n] for n, s in scores.items()} == {"a": 86, "b": 63, "c": 63}
+
+
+def test_a_pod_requesting_nothing_gets_no_balanced_allocation_score() -> None:
+    # the scheduler skips BalancedAllocation for it; fit on the non-zero defaults: cpu (10000-100)*100//10000 =
+    # 99, memory (64Gi - 200Mi)*100//64Gi = 99 -> 99; taint 3 x 100; spread 2 x 100
+    scores = model([node("a")], []).scores(pod("new", None, cpu_request_m=0, memory_request=0))
+    assert scores == {"a": 99 + 0 + 300 + 200}
 
 
 def test_without_vacating_the_pod_still_counts_on_its_node() -> None:
@@ -240,6 +271,22 @@ def test_remove_and_add_keep_the_model_current() -> None:
     assert m.scores(pod("new", None)) == model(
         nodes, [pod("web-1", "b", workload="web", cpu_request_m=1000), *filler("b", 1)]
     ).scores(pod("new", None))
+
+
+def test_a_terminating_pod_keeps_its_requests_but_leaves_the_spreading_and_restore_undoes_it() -> None:
+    nodes = [node("a"), node("b")]
+    m = model(nodes, [_moved, *filler("b", 1)])
+    sibling = pod("web-2", None, workload="web", cpu_request_m=1000)
+    stranger = pod("new", None, workload="new", cpu_request_m=1000)
+    before = m.scores(sibling), m.scores(stranger)
+    m.terminate(_moved)
+    assert m.node_of(_moved) is None
+    # the stranger scores a and b as before (requests unchanged); web's spreading no longer counts web-1 on a
+    assert m.scores(stranger) == before[1]
+    gone = model(nodes, [pod("x", "a", workload="x", cpu_request_m=1000), *filler("b", 1)])
+    assert m.scores(sibling) == gone.scores(sibling) != before[0]
+    m.restore(_moved, "a")
+    assert m.node_of(_moved) == "a" and (m.scores(sibling), m.scores(stranger)) == before
 
 
 @settings(max_examples=60, deadline=None)
@@ -393,7 +440,7 @@ def test_a_cluster_of_200_nodes_is_sampled_100_at_a_time() -> None:
 
 def test_the_distribution_follows_vacate_exclude_and_filters() -> None:
     nodes = [node("a"), node("b"), node("c", taints=[HARD])]
-    m = model(nodes, [_moved, *filler("a", 2), *filler("b", 3)])
+    m = model(nodes, [_moved, *filler("a", 1), *filler("b", 3)])
     assert m.landing_distribution(_moved, vacate=True).as_dict() == {"a": 1.0}
     assert m.landing_distribution(_moved, vacate=True, exclude=("a",)).as_dict() == {"b": 1.0}
     nothing = m.landing_distribution(_moved, exclude=("a", "b"))
