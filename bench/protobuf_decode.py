@@ -318,8 +318,13 @@ def python_decoder(pod_wire: wire.PodWire) -> Message:
     node_selector = Message(
         _tuples(wire.NodeSelector, ("node_selector_terms",)), {1: ("node_selector_terms", REPEATED, term)}
     )
+    preferred = Message(wire.PreferredSchedulingTerm, {1: ("weight", INT, None), 2: ("preference", MESSAGE, term)})
     node_affinity = Message(
-        wire.NodeAffinity, {1: ("required_during_scheduling_ignored_during_execution", MESSAGE, node_selector)}
+        _tuples(wire.NodeAffinity, ("preferred_during_scheduling_ignored_during_execution",)),
+        {
+            1: ("required_during_scheduling_ignored_during_execution", MESSAGE, node_selector),
+            2: ("preferred_during_scheduling_ignored_during_execution", REPEATED, preferred),
+        },
     )
     affinity = Message(wire.Affinity, {1: ("node_affinity", MESSAGE, node_affinity)})
     resources = Message(_resources, {1: ("limits", QUANTITIES, None), 2: ("requests", QUANTITIES, None)})
@@ -514,7 +519,11 @@ NARROW: dict[str, dict[str, tuple[int, str, str | None]]] = {
     "Container": {"resources": (8, "message", "ResourceRequirements"), "restartPolicy": (24, "string", None)},
     "ResourceRequirements": {"limits": (1, "map:quantity", None), "requests": (2, "map:quantity", None)},
     "Affinity": {"nodeAffinity": (1, "message", "NodeAffinity")},
-    "NodeAffinity": {"required": (1, "message", "NodeSelector")},
+    "NodeAffinity": {
+        "required": (1, "message", "NodeSelector"),
+        "preferred": (2, "repeated", "PreferredSchedulingTerm"),
+    },
+    "PreferredSchedulingTerm": {"weight": (1, "int32", None), "preference": (2, "message", "NodeSelectorTerm")},
     "NodeSelector": {"nodeSelectorTerms": (1, "repeated", "NodeSelectorTerm")},
     "NodeSelectorTerm": {
         "matchExpressions": (1, "repeated", "Requirement"),
@@ -687,23 +696,29 @@ class UpbPods:
     def _affinity(a: Any) -> wire.Affinity:
         if not a.HasField("nodeAffinity"):
             return wire.Affinity()
-        required = a.nodeAffinity.required if a.nodeAffinity.HasField("required") else None
-        if required is None:
-            return wire.Affinity(node_affinity=wire.NodeAffinity())
+        node_affinity = a.nodeAffinity
 
         def requirement(r: Any) -> wire.SelectorRequirement:
             return wire.SelectorRequirement(key=r.key, operator=r.operator, values=tuple(r.values))
 
-        terms = tuple(
-            wire.NodeSelectorTerm(
+        def term(t: Any) -> wire.NodeSelectorTerm:
+            return wire.NodeSelectorTerm(
                 match_expressions=tuple(requirement(r) for r in t.matchExpressions),
                 match_fields=tuple(requirement(r) for r in t.matchFields),
             )
-            for t in required.nodeSelectorTerms
+
+        required = None
+        if node_affinity.HasField("required"):
+            terms = tuple(term(t) for t in node_affinity.required.nodeSelectorTerms)
+            required = wire.NodeSelector(node_selector_terms=terms)
+        preferred = tuple(
+            wire.PreferredSchedulingTerm(weight=p.weight, preference=term(p.preference))
+            for p in node_affinity.preferred
         )
         return wire.Affinity(
             node_affinity=wire.NodeAffinity(
-                required_during_scheduling_ignored_during_execution=wire.NodeSelector(node_selector_terms=terms)
+                required_during_scheduling_ignored_during_execution=required,
+                preferred_during_scheduling_ignored_during_execution=preferred,
             )
         )
 

@@ -35,17 +35,10 @@ from rebalancer.domain.model import Node, Pod, Taint
 from rebalancer.domain.quantity import cores_text
 from rebalancer.planning.landing_groups import Group, LandingGroups
 from rebalancer.planning.plan import NodeClass
-from rebalancer.planning.scheduler_model import (
-    WEIGHT_BALANCED,
-    WEIGHT_FIT,
-    WEIGHT_SPREAD,
-    WEIGHT_TAINT,
-    SchedulerModel,
-)
+from rebalancer.planning.scheduler_model import SchedulerModel, max_score
 from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.placement import signature
 
-MAX_SCORE = 100 * (WEIGHT_FIT + WEIGHT_BALANCED + WEIGHT_TAINT + WEIGHT_SPREAD)
 NAMED = 3  # bad destinations named in a decision record, most probable first
 CACHED = 64  # distributions kept (80 KB each at 5,000 nodes); a node's pods are asked in a row
 TOLERANCE = 1e-9  # float sums: a 50/50 tie must compare equal to a 0.5 cap
@@ -148,7 +141,7 @@ class LandingPredictor:
         self._what = [c.value if (c := classes.get(n)) is not None else "unclassified" for n in names]
         self._cache: dict[tuple[object, ...], LandingGroups] = {}
         self._kinds: dict[tuple[int, int, int], _BucketKinds] = {}
-        self._described: dict[tuple[int, int, int, int, float], str] = {}
+        self._described: dict[tuple[int, int, int, int, float, int], str] = {}
         self._over_cap = f" > maxLandingRisk {percent(max_risk)}: "
         self._journal: list[tuple[Pod, str | None, str | None, int]] = []  # pod, node before, landing, usage
 
@@ -168,14 +161,15 @@ class LandingPredictor:
             bad = tally.masses[_BACK:]
             # the likeliest kind of bad landing; masses equal but for float sums go to the first (back first)
             worst = _KINDS[next(k for k, mass in enumerate(bad) if mass >= max(bad) - TOLERANCE) + _BACK]
-            text = f"predicted landing risk {percent(risk)}{self._over_cap}{self._bad(found, tally, s, usage_m, risk)}{sampled}"
+            likeliest = self._bad(found, tally, s, usage_m, risk, max_score(pod))
+            text = f"predicted landing risk {percent(risk)}{self._over_cap}{likeliest}{sampled}"
             return Landing(None, text, _VERDICTS.get(worst, LandingVerdict.NO_ROOM), risk)
         i, group = self._likeliest_good(found, tally, s, usage_m)
         node = self._model.names[i]
-        scored = f"{percent(group.probability)}, scheduler score {group.total}/{MAX_SCORE}{sampled}"
+        scored = f"{percent(group.probability)}, scheduler score {group.total}/{max_score(pod)}{sampled}"
         reason = f"predicted to land on {node} ({scored}), {cores_text(self._room[i])} of real-usage room"
         if risk > 0:
-            reason += f"; landing risk {percent(risk)}: {self._bad(found, tally, s, usage_m, risk)}"
+            reason += f"; landing risk {percent(risk)}: {self._bad(found, tally, s, usage_m, risk, max_score(pod))}"
         return Landing(node, reason, risk=risk)
 
     def chances(self, pod: Pod, source: str) -> dict[str, float]:
@@ -245,7 +239,8 @@ class LandingPredictor:
     def _groups(self, pod: Pod, source: str) -> LandingGroups:
         """The model's answer, cached until the model changes: pods of one workload on one node with the
         same requests and constraints get the same answer."""
-        key = (pod.workload, source, signature(pod), pod.cpu_request_m, pod.memory_request, pod.terminating)
+        key = (pod.workload, source, signature(pod), pod.preferred_affinity, pod.cpu_request_m, pod.memory_request,
+               pod.terminating)  # fmt: skip
         found = self._cache.get(key) if pod.workload is not None else None
         if found is None:
             found = self._model.landing_groups(pod, vacate=True)
@@ -343,9 +338,9 @@ class LandingPredictor:
         picked.sort()
         return picked[:limit]
 
-    def _bad(self, found: LandingGroups, tally: _Tally, s: int, usage_m: int, risk: float) -> str:
+    def _bad(self, found: LandingGroups, tally: _Tally, s: int, usage_m: int, risk: float, top: int) -> str:
         """The most probable bad destinations (first by name among equals) with their probabilities and
-        scores, and the rest of the ``risk`` summed."""
+        scores (of ``top``, the pod's highest possible), and the rest of the ``risk`` summed."""
         named: list[tuple[int, Group]] = []
         count = 0
         tier: list[tuple[int, Group]] = []  # bad nodes of consecutive groups with one probability
@@ -362,21 +357,21 @@ class LandingPredictor:
             if len(named) < NAMED:
                 tier += [(i, group) for i in self._first(found, group, exact, s, usage_m, bad=True, limit=NAMED)]
         named += sorted(tier, key=lambda e: e[0])[: NAMED - len(named)]
-        parts = [self._named(i, group, s, usage_m) for i, group in named]
+        parts = [self._named(i, group, s, usage_m, top) for i, group in named]
         if count > len(named):
             rest = risk - sum(group.probability for _, group in named)
             parts.append(f"{count - len(named)} more node(s) {percent(rest)}")
         return ", ".join(parts)
 
-    def _named(self, i: int, group: Group, s: int, usage_m: int) -> str:
+    def _named(self, i: int, group: Group, s: int, usage_m: int, top: int) -> str:
         """One named bad destination: where, its probability, why it is bad and its score. A landing back
         or elsewhere reads the same for every pod of the source's pool and that group: kept."""
         kind = self._kind(i, s, usage_m)
-        key = None if kind == _NO_ROOM else (i, kind, self._pool[s], group.total, group.probability)
+        key = None if kind == _NO_ROOM else (i, kind, self._pool[s], group.total, group.probability, top)
         text = None if key is None else self._described.get(key)
         if text is None:
             where, detail = self._describe(i, kind, s, usage_m)
-            text = f"{where} {_group_pct(group.probability)} ({detail}score {group.total}/{MAX_SCORE})"
+            text = f"{where} {_group_pct(group.probability)} ({detail}score {group.total}/{top})"
             if key is not None:
                 if len(self._described) >= 65536:
                     self._described.clear()

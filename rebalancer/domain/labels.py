@@ -72,3 +72,11 @@ class NodeSelectorTerm(msgspec.Struct, frozen=True, gc=False):
         return all(r.matches(labels) for r in self.match_expressions) and all(
             r.matches(fields) for r in self.match_fields
         )
+
+
+class PreferredTerm(msgspec.Struct, frozen=True, gc=False):
+    """One term of ``preferredDuringSchedulingIgnoredDuringExecution``: a node its ``preference`` matches
+    scores ``weight`` more (an empty preference matches no node)."""
+
+    weight: int
+    preference: NodeSelectorTerm

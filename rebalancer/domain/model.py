@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from rebalancer.domain.labels import LabelSelector, NodeSelectorTerm
+from rebalancer.domain.labels import LabelSelector, NodeSelectorTerm, PreferredTerm
 
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 
@@ -115,6 +115,7 @@ class Pod(msgspec.Struct, frozen=True, gc=False):
     required_affinity: tuple[NodeSelectorTerm, ...] = ()
     terminating: bool = False
     mirror: bool = False
+    preferred_affinity: tuple[PreferredTerm, ...] = ()  # preferred node affinity (the scheduler's score)
 
     @property
     def key(self) -> PodKey:

@@ -14,11 +14,14 @@ Scores (each 0-100 like the scheduler's, times the default plugin weight):
   requesting neither gets no such score (the scheduler skips the plugin for it).
 - TaintToleration, weight 3: the number of PreferNoSchedule taints the pod does not tolerate,
   normalized in reverse (the node with most such taints scores 0, a node with none 100).
+- NodeAffinity, weight 2: the weights of the pod's preferred node affinity terms a node matches, summed
+  and normalized (the feasible node with the most scores 100; none preferred: 0 everywhere).
 - PodTopologySpread, weight 2, the default system constraints (hostname maxSkew 3 and
   ``topology.kubernetes.io/zone`` maxSkew 5, ScheduleAnyway) over the pod's workload: fewer pods of
   the same workload on the node (and in its zone) scores higher. Bare pods have no such constraint.
 
-Not modelled: ImageLocality, preferred node and inter-pod affinity, volume plugins, pods' own
+Not modelled: ImageLocality (hollow and real nodes alike: the image is rarely the tie-breaker), inter-pod
+affinity, volume plugins, pods' own
 topologySpreadConstraints (``bench/landing_vs_scheduler.py`` measures what they cost against the real
 scheduler).
 
@@ -68,7 +71,7 @@ from rebalancer.planning.scheduling import placement_blocker
 from rebalancer.planning.snapshot import ClusterSnapshot, node_pods
 
 MAX_NODE_SCORE = 100
-WEIGHT_FIT, WEIGHT_BALANCED, WEIGHT_TAINT, WEIGHT_SPREAD = 1, 1, 3, 2
+WEIGHT_FIT, WEIGHT_BALANCED, WEIGHT_TAINT, WEIGHT_SPREAD, WEIGHT_NODE_AFFINITY = 1, 1, 3, 2, 2
 DEFAULT_CPU_M, DEFAULT_MEMORY = 100, 200 * 2**20  # the scheduler's non-zero request defaults
 HOSTNAME_SKEW, ZONE_SKEW = 3, 5
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -164,6 +167,12 @@ class _Changed:
         return self.domains.feasible
 
 
+def max_score(pod: Pod) -> int:
+    """The highest total weighted score a node can have for ``pod`` (NodeAffinity's only with preferences)."""
+    weights = WEIGHT_FIT + WEIGHT_BALANCED + WEIGHT_TAINT + WEIGHT_SPREAD
+    return MAX_NODE_SCORE * (weights + (WEIGHT_NODE_AFFINITY if pod.preferred_affinity else 0))
+
+
 def nonzero(pod: Pod) -> tuple[int, int]:
     """The requests the scheduler scores with: nothing requested counts as 100m CPU / 200Mi memory."""
     return (pod.cpu_request_m or DEFAULT_CPU_M, pod.memory_request or DEFAULT_MEMORY)
@@ -199,6 +208,7 @@ class SchedulerModel:
         self._masks: dict[tuple[object, ...], tuple[Bools, Bools, str]] = {}
         self._affine_lists: dict[tuple[object, ...], list[bool]] = {}
         self._prefer: dict[tuple[object, ...], Ints] = {}
+        self._preferred: dict[tuple[object, ...], Ints] = {}
         self._statics: dict[tuple[object, ...], tuple[Bools, str, Ints]] = {}
         self._rankings: dict[tuple[object, ...], _Ranking] = {}
         self._changes: dict[int, _Changed | None] = {}  # ranking serial -> its stale nodes now
@@ -291,7 +301,8 @@ class SchedulerModel:
         self._masks.clear()
         self._affine_lists.clear()
         self._prefer.clear()
-        self._statics.clear()  # the static scores depend on taints and allocatable
+        self._preferred.clear()
+        self._statics.clear()  # the static scores depend on taints, labels and allocatable
         self._rankings.clear()
         self._changes.clear()
         self._zone_list = self._zone.tolist()
@@ -356,6 +367,8 @@ class SchedulerModel:
         nodes scored exactly, whose score differs for this pod (its own node when vacated, the nodes
         changed since the ranking was built, the nodes holding its workload's pods). Their probabilities
         are those of :meth:`full_distribution` (the property tests compare them)."""
+        if pod.preferred_affinity:  # its static scores depend on which feasible node matches most: scored in full
+            return self._groups_of(self.full_distribution(pod, vacate=vacate))
         where = self.bound(pod) if vacate else None
         key = self._class_key(pod)
         ranking = self._ranking(pod, key)
@@ -562,6 +575,8 @@ class SchedulerModel:
             feasible, why = self._feasible(pod, ())
             taint = _reverse_normalized(self._untolerated(pod), feasible)
             static: Ints = self._fit_balanced(pod) + WEIGHT_TAINT * taint
+            if pod.preferred_affinity:
+                static += self._node_affinity(pod, feasible)
             if len(self._statics) >= 256:
                 self._statics.clear()
             found = self._statics[key] = (feasible, why, static)
@@ -634,7 +649,7 @@ class SchedulerModel:
     @classmethod
     def _class_key(cls, pod: Pod) -> tuple[object, ...]:
         """What the static scores depend on: the pod's requests and constraints."""
-        return (pod.cpu_request_m, pod.memory_request, *cls._constraint_key(pod))
+        return (pod.cpu_request_m, pod.memory_request, pod.preferred_affinity, *cls._constraint_key(pod))
 
     @staticmethod
     def _constraint_key(pod: Pod) -> tuple[object, ...]:
@@ -670,6 +685,8 @@ class SchedulerModel:
         taint = _reverse_normalized(self._untolerated(pod), feasible)
         spread = self._spread(pod, where, feasible)
         total: Ints = self._fit_balanced(pod) + WEIGHT_TAINT * taint + WEIGHT_SPREAD * spread
+        if pod.preferred_affinity:
+            total += self._node_affinity(pod, feasible)
         return total
 
     def _fit_balanced(self, pod: Pod, at: Ints | None = None) -> Ints:
@@ -689,6 +706,20 @@ class SchedulerModel:
             # how much the pod improves the balance, from 0-100 to 50-100 (at least 0: with the pod at least 50)
             change = MAX_NODE_SCORE // 2 + with_pod - _balance(held_cpu, held_mem, alloc_cpu, alloc_mem)
             score += WEIGHT_BALANCED * (MAX_NODE_SCORE // 2 + change // 2)
+        return score
+
+    def _node_affinity(self, pod: Pod, feasible: Bools) -> Ints:
+        """NodeAffinity's weighted score: the summed weights of the preferred terms each node matches,
+        normalized over the feasible nodes (the highest scores 100)."""
+        raw = self._preferred.get(pod.preferred_affinity)
+        if raw is None:
+            raw = self._preferred[pod.preferred_affinity] = np.array(
+                [sum(t.weight for t in pod.preferred_affinity if t.preference.matches(n.name, n.labels))
+                 for n in self._nodes],
+                dtype=np.int64,
+            )  # fmt: skip
+        high = int(raw[feasible].max()) if feasible.any() else 0
+        score: Ints = WEIGHT_NODE_AFFINITY * ((MAX_NODE_SCORE * raw) // high if high > 0 else np.zeros_like(raw))
         return score
 
     def _untolerated(self, pod: Pod) -> Ints:

@@ -13,7 +13,7 @@ import urllib3
 from rebalancer.adapters.kube import KubeSource, connect
 from rebalancer.adapters.kube.lister import MAX_RELISTS
 from rebalancer.domain.errors import ConfigError, KubeForbidden, KubeUnavailable, RebalancerError
-from rebalancer.domain.labels import LabelSelector, NodeSelectorTerm, Requirement
+from rebalancer.domain.labels import LabelSelector, NodeSelectorTerm, PreferredTerm, Requirement
 from rebalancer.domain.model import ClusterFacts, Pod, Taint, Toleration, WorkloadRef
 from rebalancer.domain.settings.shared import ProtectionSettings
 from rebalancer.planning.protections import Protections
@@ -268,7 +268,7 @@ def test_mirror_pods_are_recognised_even_when_the_annotation_is_not_kept(
     assert pod.priority == 2000001000
 
 
-def test_tolerations_node_selector_and_required_affinity(kube_server: TestApiServer, kubeconfig: Path) -> None:
+def test_tolerations_node_selector_and_node_affinity(kube_server: TestApiServer, kubeconfig: Path) -> None:
     tolerations: list[dict[str, Any]] = [
         {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
         {"key": "spot", "value": "true"},  # operator defaults to Equal, effect to all
@@ -304,9 +304,14 @@ def test_tolerations_node_selector_and_required_affinity(kube_server: TestApiSer
         ),
         NodeSelectorTerm(match_expressions=(Requirement("node.kubernetes.io/instance-type", "Exists"),)),
     )
+    # the builder's preferred term (the scheduler's NodeAffinity score)
+    assert a.preferred_affinity == (
+        PreferredTerm(10, NodeSelectorTerm(match_expressions=(Requirement("zone", "In", ("a",)),))),
+    )
     # Identical values are shared between pods, not repeated.
     assert pods["b"].tolerations is a.tolerations
     assert pods["b"].required_affinity is a.required_affinity
+    assert pods["b"].preferred_affinity is a.preferred_affinity
     assert pods["b"].node_selector is a.node_selector
 
 

@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rebalancer.domain.labels import NodeSelectorTerm, PreferredTerm, Requirement
 from rebalancer.domain.model import ClusterFacts, Node, Pod, Taint, Toleration, WorkloadRef
 from rebalancer.domain.settings.shared import PoolSettings
-from rebalancer.planning.scheduler_model import SchedulerModel
+from rebalancer.planning.scheduler_model import SchedulerModel, max_score
 from rebalancer.planning.scheduler_sampling import EPSILON, feasible_nodes_to_find, winning_probabilities
 from rebalancer.planning.snapshot import build_snapshot, group_pods
 from tests.builders import GI, node, pod, snapshot, usage
@@ -271,6 +272,28 @@ def test_remove_and_add_keep_the_model_current() -> None:
     assert m.scores(pod("new", None)) == model(
         nodes, [pod("web-1", "b", workload="web", cpu_request_m=1000), *filler("b", 1)]
     ).scores(pod("new", None))
+
+
+def prefers(*terms: tuple[int, str, str]) -> tuple[PreferredTerm, ...]:
+    return tuple(PreferredTerm(w, NodeSelectorTerm((Requirement(k, "In", (v,)),))) for w, k, v in terms)
+
+
+def test_preferred_node_affinity_adds_the_matched_weights_normalized_over_the_feasible_nodes() -> None:
+    nodes = [node("a", labels={"pool": "general"}), node("b", labels={"pool": "memory", "disk": "ssd"}),
+             node("c", labels={"pool": "memory"})]  # fmt: skip
+    plain = pod("new", None, workload="new", cpu_request_m=500)
+    keen = msgspec.structs.replace(
+        plain, preferred_affinity=prefers((80, "pool", "memory"), (20, "disk", "ssd"), (5, "gpu", "yes"))
+    )
+    m = model(nodes, filler("b", 2))  # b the most requested: without preferences it scores lowest
+    base = m.scores(plain)
+    # raw 0 / 100 / 80, the highest feasible 100: 0, 100, 80, times the weight 2
+    assert {n: s - base[n] for n, s in m.scores(keen).items()} == {"a": 0, "b": 200, "c": 160}
+    assert m.place(keen).node == "b" and m.landing_distribution(keen).as_dict() == {"b": 1.0}
+    assert m.place(plain).node != "b" and max_score(keen) == 900 and max_score(plain) == 700
+    tainted = model([nodes[0], msgspec.structs.replace(nodes[1], taints=(HARD,)), nodes[2]], filler("b", 2))
+    # b infeasible: c has the highest feasible raw score (80), normalized to 100
+    assert {n: s - tainted.scores(plain)[n] for n, s in tainted.scores(keen).items()} == {"a": 0, "c": 200}
 
 
 def test_a_terminating_pod_keeps_its_requests_but_leaves_the_spreading_and_restore_undoes_it() -> None:

@@ -20,7 +20,7 @@ import msgspec
 from rebalancer.adapters.kube import wire
 from rebalancer.domain.errors import KubeUnavailable
 from rebalancer.domain.guard_marks import GUARD_KEY
-from rebalancer.domain.labels import LabelSelector, NodeSelectorTerm, Requirement
+from rebalancer.domain.labels import LabelSelector, NodeSelectorTerm, PreferredTerm, Requirement
 from rebalancer.domain.model import DisruptionBudget, Node, Pod, Taint, Toleration, WorkloadRef
 from rebalancer.domain.quantity import QuantityError, cpu_millis, memory_bytes, parse_quantity
 from rebalancer.planning.protections import MIRROR_ANNOTATION
@@ -150,6 +150,7 @@ class PodDecoder:
         self._requests: dict[_Shape, tuple[int, int]] = {}
         self._tolerations: dict[tuple[wire.WireToleration, ...], tuple[Toleration, ...]] = {(): ()}
         self._affinity: dict[tuple[wire.NodeSelectorTerm, ...], tuple[NodeSelectorTerm, ...]] = {(): ()}
+        self._preferred: dict[tuple[wire.PreferredSchedulingTerm, ...], tuple[PreferredTerm, ...]] = {(): ()}
         self._workloads: dict[tuple[str, str, str], WorkloadRef] = {}
         self._selectors: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
         self._volume_kinds: dict[tuple[wire.Volume, ...], frozenset[str]] = {(): frozenset()}
@@ -248,6 +249,7 @@ class PodDecoder:
             _NO_TERMS if spec.affinity is None else self._required(spec.affinity),
             meta.deletion_timestamp is not None,  # terminating
             mirror,
+            _NO_PREFERRED if spec.affinity is None else self._preferred_terms(spec.affinity),
         )
 
     def _kept(self, annotations: wire.PodAnnotations) -> tuple[Mapping[str, str], bool]:
@@ -287,12 +289,18 @@ class PodDecoder:
         terms = required.node_selector_terms
         found = self._affinity.get(terms)
         if found is None:
-            found = self._affinity[terms] = tuple(
-                NodeSelectorTerm(
-                    match_expressions=tuple(requirement(r) for r in term.match_expressions),
-                    match_fields=tuple(requirement(r) for r in term.match_fields),
-                )
-                for term in terms
+            found = self._affinity[terms] = tuple(_term(term) for term in terms)
+        return found
+
+    def _preferred_terms(self, affinity: wire.Affinity) -> tuple[PreferredTerm, ...]:
+        node_affinity = affinity.node_affinity
+        terms = node_affinity.preferred_during_scheduling_ignored_during_execution if node_affinity else ()
+        found = self._preferred.get(terms)
+        if found is None:
+            found = self._preferred[terms] = tuple(
+                PreferredTerm(t.weight, _term(t.preference))
+                for t in terms
+                if t.weight  # weight 0: no effect
             )
         return found
 
@@ -312,6 +320,16 @@ _Shape = tuple[
     tuple[wire.Container, ...], tuple[wire.Container, ...], wire.ResourceRequirements | None, wire.Quantities | None
 ]
 _NO_TERMS: tuple[NodeSelectorTerm, ...] = ()
+_NO_PREFERRED: tuple[PreferredTerm, ...] = ()
+
+
+def _term(term: wire.NodeSelectorTerm) -> NodeSelectorTerm:
+    return NodeSelectorTerm(
+        match_expressions=tuple(requirement(r) for r in term.match_expressions),
+        match_fields=tuple(requirement(r) for r in term.match_fields),
+    )
+
+
 _NO_META, _NO_SPEC, _NO_STATUS = wire.PodMeta(), wire.PodSpec(), wire.PodStatus()
 
 
@@ -344,6 +362,7 @@ _POD_FIELDS = (
     "required_affinity",
     "terminating",
     "mirror",
+    "preferred_affinity",
 )
 if Pod.__struct_fields__ != _POD_FIELDS:  # PodDecoder.pod builds a Pod by position
     raise ImportError(f"rebalancer.domain.model.Pod fields changed; update PodDecoder.pod: {Pod.__struct_fields__}")

@@ -100,8 +100,14 @@ class NodeSelector(_Wire):
     node_selector_terms: tuple[NodeSelectorTerm, ...] = ()
 
 
+class PreferredSchedulingTerm(_Key, frozen=True):
+    weight: int = 0
+    preference: NodeSelectorTerm = NodeSelectorTerm()
+
+
 class NodeAffinity(_Wire):
     required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+    preferred_during_scheduling_ignored_during_execution: tuple[PreferredSchedulingTerm, ...] = ()
 
 
 class Affinity(_Wire):
