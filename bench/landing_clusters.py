@@ -54,6 +54,7 @@ class ClusterKind:
     what: str
     nodes: tuple[Nodes, ...]
     workloads: tuple[Workload, ...]
+    unmodelled: str = ""  # what of the kind's constraints the scheduler model leaves out ("": none)
 
     @property
     def node_names(self) -> tuple[str, ...]:
@@ -144,6 +145,7 @@ ZONES = ClusterKind(
         ),
         Workload("plain", 5, "100m", "512Mi"),
     ),
+    "pods' own topologySpreadConstraints",
 )
 
 AFFINITY = ClusterKind(
@@ -227,6 +229,7 @@ AFFINITY = ClusterKind(
             },
         ),
     ),
+    "inter-pod affinity and anti-affinity",
 )
 
 KINDS = {kind.name: kind for kind in (REQUESTS, TAINTS, ZONES, AFFINITY)}

@@ -37,9 +37,12 @@ def test_landing_vs_scheduler_prints_its_figures(tmp_path: Path) -> None:
         r"landing prediction vs kube-scheduler (v\S+): (\d+) cluster kinds, (\d+) evictions", out
     )
     assert version.startswith("v1.") and kinds == evictions == str(len(KINDS))
-    built = re.findall(r"== (\w+) \(.*\): (\d+) nodes, (\d+) Deployments, (\d+) pods, placed in \d+\.\d s", out)
+    built = re.findall(
+        r"== (\w+) \(.*\): (\d+) nodes, (\d+) Deployments, (\d+) pods, placed in \d+\.\d s; not modelled: (.+)", out
+    )
     assert [b[0] for b in built] == list(KINDS)
     assert all(int(b[1]) == len(KINDS[b[0]].node_names) <= 8 and int(b[3]) > 0 for b in built)
+    assert [b[4] for b in built] == [KINDS[b[0]].unmodelled or "nothing" for b in built]
 
     summaries = {m[0]: m for m in re.findall(SUMMARY, out)}
     assert list(summaries) == [*KINDS, "all"]
@@ -61,7 +64,13 @@ def test_landing_vs_scheduler_prints_its_figures(tmp_path: Path) -> None:
 
     largest = figure(r"percentageOfNodesToScore: at most (\d+) nodes, under 100: the scheduler scores every", out)[0]
     assert int(largest) == max(len(k.node_names) for k in KINDS.values())
-    assert figure(rf"target \(agreement where the model claims certainty >= 95 %\): (meets|misses) \(({PCT}|-)\)", out)
+    for what in ("", ", kinds it models fully"):
+        verdict, agreed, certain, _, _ = figure(
+            rf"target \(agreement where the model claims certainty >= 95 %{what}\): (meets|misses) "
+            rf"\((\d+)/(\d+), ({PCT}|-)\)",
+            out,
+        )
+        assert int(agreed) <= int(certain) and (verdict == "meets") == (int(agreed) >= 0.95 * int(certain))
     wall, plane, bound, rss = figure(
         rf"wall time: {SECONDS} \(control plane {SECONDS}; eviction to bound {SECONDS} in all\); "
         r"peak RSS (\d+) MB \(this process\)",
