@@ -1,10 +1,10 @@
 """Where an evicted pod's replacement will land, and whether the move relieves anything there (pure).
 
-The default scheduler places the replacement by requests, not by real usage: when requests are
-balanced and usage is not, the relieved node is the least requested one and the replacement lands
-right back. :class:`LandingPredictor` asks :class:`rebalancer.planning.scheduler_model.SchedulerModel` for the
-probability of each landing node (as if the pod had left its node, with the moves already planned this
-cycle applied): the scheduler picks at random among equally scored nodes, and on clusters of 100 nodes
+The default scheduler places the replacement by requests, not by real usage: a node hot by usage is often
+the least requested one, and the replacement lands right back. :class:`LandingPredictor` asks
+:class:`rebalancer.planning.scheduler_model.SchedulerModel` for the probability of each landing node (the pod
+evicted and terminating, its requests still on its node as the scheduler counts them, with the moves
+already planned this cycle applied): the scheduler picks at random among equally scored nodes, and on clusters of 100 nodes
 or more it scores only a sample of the feasible ones (percentageOfNodesToScore).
 
 The risk rule: the **landing risk** is the total probability of landing on a node that is not an
