@@ -118,3 +118,27 @@ def test_a_cap_just_below_one_still_refuses_a_pod_with_no_good_landing() -> None
     landing = LandingPredictor(snap, classes, {}, same_pool=False, max_risk=0.9999999995).land(moved, "n0", 100)
     assert landing.node is None and landing.refused is LandingVerdict.ELSEWHERE, landing.reason  # 2 of 3 nodes
     assert landing.reason.startswith("predicted landing risk 100% > maxLandingRisk >99.9%: back on n0 33% ")
+
+
+def test_chances_are_the_distribution_land_judges() -> None:
+    """``chances``: every node's probability, as the model's node-by-node distribution gives it (the pod
+    evicted and terminating), through a committed move."""
+    rnd = random.Random(7)
+    nodes, pods = random_cluster(rnd, 120, cpu_m=(16_000,), zones=("z0", "z1"), pools=("a",), tainted=0.05,
+                                 workloads=12, requests=(250, 500))  # fmt: skip
+    snap = snapshot(nodes, pods, usage({n.name: 0 for n in nodes}))
+    room = {n.name: 10_000 for n in nodes}
+    predictor = LandingPredictor(snap, dict.fromkeys(room, NodeClass.COLD), room, same_pool=False, max_risk=1.0)
+    oracle = SchedulerModel(snap)
+    for moved in rnd.sample(pods, 5):
+        source = oracle.node_of(moved)
+        assert source is not None
+        chances = predictor.chances(moved, source)
+        expected = {n: p for n, p in oracle.full_distribution(moved, vacate=True).as_dict().items() if p > EPSILON}
+        assert {n: p for n, p in chances.items() if p > EPSILON}.keys() == expected.keys()
+        assert all(abs(chances[n] - p) < 1e-9 for n, p in expected.items())
+        landing = predictor.land(moved, source, 100)
+        assert landing.node is not None and landing.node != source
+        predictor.commit(moved, landing.node, 100)
+        oracle.terminate(moved)
+        oracle.add(moved, landing.node)
