@@ -12,6 +12,7 @@ import contextlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +39,8 @@ class AuditEvent:
     code: int
     dry_run: bool
     uri: str
+    received: float  # when the request reached the server (epoch seconds)
+    body: dict[str, Any] | None  # the object sent, where the audit policy records it (Leases)
 
     @classmethod
     def of(cls, event: dict[str, Any]) -> AuditEvent:
@@ -55,6 +58,8 @@ class AuditEvent:
             code=int(event.get("responseStatus", {}).get("code", 0)),
             dry_run="dryRun=All" in uri,
             uri=uri,
+            received=datetime.fromisoformat(event["requestReceivedTimestamp"]).timestamp(),
+            body=event.get("requestObject"),
         )
 
 
@@ -204,10 +209,12 @@ class ControlPlane:
         return self.workdir / "audit.log"
 
     def _audit_policy(self) -> Path:
-        """Every request's metadata (who, verb, object, answer code), once it was answered."""
+        """Every request's metadata (who, verb, object, answer code), once it was answered; Leases with the
+        object written (holder and transitions, for the leader-election tests)."""
         path = self.workdir / "audit-policy.yaml"
+        leases = {"level": "Request", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]}
         policy = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-                  "rules": [{"level": "Metadata"}]}  # fmt: skip
+                  "rules": [leases, {"level": "Metadata"}]}  # fmt: skip
         path.write_text(yaml.safe_dump(policy))
         return path
 
