@@ -40,7 +40,7 @@ class AuditEvent:
     dry_run: bool
     uri: str
     received: float  # when the request reached the server (epoch seconds)
-    body: dict[str, Any] | None  # the object sent, where the audit policy records it (Leases)
+    body: dict[str, Any] | None  # the object sent, where the audit policy records it (Leases, evictions)
 
     @classmethod
     def of(cls, event: dict[str, Any]) -> AuditEvent:
@@ -209,12 +209,13 @@ class ControlPlane:
         return self.workdir / "audit.log"
 
     def _audit_policy(self) -> Path:
-        """Every request's metadata (who, verb, object, answer code), once it was answered; Leases with the
-        object written (holder and transitions, for the leader-election tests)."""
+        """Every request's metadata (who, verb, object, answer code), once it was answered; Leases and
+        evictions with the object sent (a Lease's holder; an eviction's annotations)."""
         path = self.workdir / "audit-policy.yaml"
         leases = {"level": "Request", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]}
+        evictions = {"level": "Request", "resources": [{"group": "", "resources": ["pods/eviction"]}]}
         policy = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-                  "rules": [leases, {"level": "Metadata"}]}  # fmt: skip
+                  "rules": [leases, evictions, {"level": "Metadata"}]}  # fmt: skip
         path.write_text(yaml.safe_dump(policy))
         return path
 
@@ -283,6 +284,12 @@ class ControlPlane:
         }
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
+
+    def user_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig for rebalancer itself: a user of its own (in ``system:masters``), so that the audit log
+        tells its requests (:meth:`audit` of :data:`USER`) from the test's."""
+        assert self.pki is not None
+        return self.kubeconfig(path, self.pki.user_token)
 
     # --- objects ----------------------------------------------------------------------------------
 
