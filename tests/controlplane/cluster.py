@@ -91,12 +91,14 @@ class ControlPlane:
         controllers: bool = True,
         scheduler: bool = True,
         node_monitor_grace: str = "1h",
+        audit: bool = True,
     ) -> None:
         self.workdir = workdir
         self.etcd_version: EtcdVersion = etcd
         self.with_controllers = controllers
         self.with_scheduler = scheduler
         self.node_monitor_grace = node_monitor_grace
+        self.with_audit = audit
         self.processes: dict[str, Process] = {}
         self.pki: Pki | None = None
         self.port = 0
@@ -192,10 +194,7 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.96.0.0/12",
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
-                f"--audit-policy-file={self._audit_policy()}",
-                f"--audit-log-path={self.audit_log}",
-                "--audit-log-format=json",
-                "--audit-log-mode=blocking",
+                *self._audit_flags(),
             ],
         )
         session = requests.Session()
@@ -207,6 +206,12 @@ class ControlPlane:
     @property
     def audit_log(self) -> Path:
         return self.workdir / "audit.log"
+
+    def _audit_flags(self) -> list[str]:
+        if not self.with_audit:  # benchmarks: the log would cost the server
+            return []
+        return [f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json", "--audit-log-mode=blocking"]  # fmt: skip
 
     def _audit_policy(self) -> Path:
         """Every request's metadata (who, verb, object, answer code), once it was answered; Leases and
@@ -399,7 +404,7 @@ class ControlPlane:
             lambda: not {n["metadata"]["name"] for n in self.admin.items("v1", "Namespace")} & set(gone),
             timeout=120,
         )
-        self.audit_from = self.audit_log.stat().st_size
+        self.audit_from = self.audit_log.stat().st_size if self.with_audit else 0
         for kind in ("ClusterRoleBinding", "ClusterRole"):  # those the tests made, not the bootstrap policy
             for obj in self.admin.items("rbac.authorization.k8s.io/v1", kind):
                 if "kubernetes.io/bootstrapping" not in obj["metadata"].get("labels", {}):
