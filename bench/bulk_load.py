@@ -64,8 +64,14 @@ def _replica_set(raw: dict[str, Any]) -> dict[str, Any]:
     return rs
 
 
+def namespace_of(i: int) -> str:
+    """Pod ``i``'s namespace: its ReplicaSet's (``cluster_gen`` names a ReplicaSet for seven pods in a row)."""
+    return cluster_gen.NAMESPACES[(i // 7) % len(cluster_gen.NAMESPACES)]
+
+
 def _pod(i: int, nodes: int, owner_uids: dict[tuple[str, str], str]) -> tuple[dict[str, Any], dict[str, Any]]:
     raw = cluster_gen.pod(i, nodes)
+    raw["metadata"]["namespace"] = namespace_of(i)
     pod = _clean(raw)
     spec = pod["spec"]
     # the token volume is the service-account admission's to add; init containers take no probes
@@ -127,9 +133,11 @@ def load(plane: ControlPlane, nodes: int, pods: int, *, progress: Callable[[str]
     _parallel(writer, [lambda i=i: writer.create(*_node(i)) for i in range(nodes)])
     progress(f"load: {nodes} nodes in {time.monotonic() - start:.1f}s")
     sets: dict[tuple[str, str], dict[str, Any]] = {}
-    for obj in cluster_gen.cluster(nodes, pods):  # the nodes and pods it yields are made below
-        if obj["kind"] == "ReplicaSet":
-            sets[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = _replica_set(obj)
+    for i in range(0, pods, 7):
+        raw = cluster_gen.replica_set(i // 7)
+        raw["metadata"]["name"] = cluster_gen.pod(i, nodes)["metadata"]["ownerReferences"][0]["name"]
+        raw["metadata"]["namespace"] = namespace_of(i)
+        sets.setdefault((raw["metadata"]["namespace"], raw["metadata"]["name"]), _replica_set(raw))
     created = _parallel(writer, [lambda rs=rs: writer.create(rs) for rs in sets.values()])
     owner_uids = {
         (c["metadata"]["namespace"], c["metadata"]["name"]): c["metadata"]["uid"] for c in created if c is not None
