@@ -159,7 +159,7 @@ def bench_etcd(version: str, args: argparse.Namespace, workdir: Path) -> None:
         kubeconfig = plane.kubeconfig(workdir / f"kubeconfig-{version}", plane.pki.admin_token)
         policy = workdir / "descheduler.yaml"
         policy.write_text(DESCHEDULER_POLICY)
-        modes = ["auto", "paged"] + (["watchList"] if version == "3.6" else [])
+        modes = ["auto", "paged", "cached"] + (["watchList"] if version == "3.6" else [])
         runs: dict[str, list[dict[str, Any]]] = {m: [] for m in [*modes, "descheduler"]}
         for round_ in range(args.rounds):
             for mode in modes:
