@@ -27,28 +27,28 @@ DEFAULT_NODE_SOURCES: tuple[NodeSourceName, ...] = ("cadvisor", "nodeExporter", 
 POD_SUM: NodeSourceName = "podSum"
 
 # the node of each pod, from kube-state-metrics (one series per pod even with two of its replicas)
-_NODE_OF_POD = 'topk by (namespace, pod) (1, max by (namespace, pod, node) (kube_pod_info{{node!=""}}))'
+NODE_OF_POD = 'topk by (namespace, pod) (1, max by (namespace, pod, node) (kube_pod_info{{node!=""}}))'
 _BUSY = 'node_cpu_seconds_total{{mode!~"idle|iowait|steal"}}'
 _IDLE = 'node_cpu_seconds_total{{mode="idle"}}'
 # max by (node, cpu, mode): while a node-exporter pod is replaced, the old and the new pod's series overlap
 # in the window; they count the same CPU once
 NODE_EXPORTER_CPU_QUERY = (
     "quantile_over_time({quantile}, (sum by (node) (max by (node, cpu, mode) ("
-    f"rate({_BUSY}[{{rate_window}}]) * on (namespace, pod) group_left (node) {_NODE_OF_POD}"
+    f"rate({_BUSY}[{{rate_window}}]) * on (namespace, pod) group_left (node) {NODE_OF_POD}"
     ")))[{window}:{step}])"
 )
 NODE_EXPORTER_FRESHNESS_QUERY = (
     f"max by (node) (max_over_time(timestamp({_IDLE})[{{window}}:{{step}}])"
-    f" * on (namespace, pod) group_left (node) {_NODE_OF_POD})"
+    f" * on (namespace, pod) group_left (node) {NODE_OF_POD})"
 )
 NODE_EXPORTER_YOUNG_QUERY = (
-    f"group by (node) ({_IDLE} * on (namespace, pod) group_left (node) {_NODE_OF_POD})"
-    f" unless group by (node) ({_IDLE} offset {{data_span}} * on (namespace, pod) group_left (node) {_NODE_OF_POD})"
+    f"group by (node) ({_IDLE} * on (namespace, pod) group_left (node) {NODE_OF_POD})"
+    f" unless group by (node) ({_IDLE} offset {{data_span}} * on (namespace, pod) group_left (node) {NODE_OF_POD})"
 )
 NODE_EXPORTER_MEMORY_QUERY = (
     "quantile_over_time({quantile}, (max by (node) ("
     f"(node_memory_MemTotal_bytes - node_memory_MemAvailable_bytes) * on (namespace, pod) group_left (node) "
-    f"{_NODE_OF_POD}))[{{window}}:{{step}}])"
+    f"{NODE_OF_POD}))[{{window}}:{{step}}])"
 )
 _POD_CONTAINERS = '{{container!="", container!="POD"}}'
 # the newest sample of any of the node's containers (an instant selector: a node whose pods have no sample
