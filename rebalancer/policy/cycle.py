@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from rebalancer.domain.efficiency_records import EfficiencyState
 from rebalancer.domain.model import ClusterFacts, PodKey, UsageReport
+from rebalancer.domain.settings.node_sources import POD_SUM
 from rebalancer.domain.timeline import Timeline
 from rebalancer.planning.inflight import (
     Correction,
@@ -72,7 +73,7 @@ def prepare_cycle(
         if reliefs is not None:
             reliefs = with_landings(reliefs, facts, taken_at, policy.efficiency.follow_up_window.total_seconds())
             lag, memory_lag = usage_lag(policy), usage_lag(policy, gauge=True)
-            snapshot = with_in_flight(snapshot, reliefs, lag, usage.node_from_pods, memory_lag)
+            snapshot = with_in_flight(snapshot, reliefs, lag, memory_lag)
         if predicted is not None:
             snapshot = replace(snapshot, predicted=predicted)
         if moved:
@@ -145,18 +146,18 @@ def with_landings(reliefs: EarlierReliefs, facts: ClusterFacts, now: float, wind
 
 
 def with_in_flight(
-    snapshot: ClusterSnapshot, reliefs: EarlierReliefs, lag: Lag, node_from_pods: bool, memory_lag: Lag | None = None
+    snapshot: ClusterSnapshot, reliefs: EarlierReliefs, lag: Lag, memory_lag: Lag | None = None
 ) -> ClusterSnapshot:
     """The snapshot with each node's usage corrected by the earlier reliefs its reading still covers: CPU
     by ``lag``, the memory working set (when read) by ``memory_lag`` (None: memory not corrected). A node's
-    CPU usage summed from its pods' (``node_from_pods``) already leaves out an evicted pod and counts its
-    replacement where it runs: nothing to correct there (its memory is still a node reading)."""
+    CPU usage summed from its pods' (the podSum node source) already leaves out an evicted pod and counts
+    its replacement where it runs: nothing to correct there (its memory is still a reading of its own)."""
     if reliefs.missing is not None:
         return replace(snapshot, in_flight_off=reliefs.missing)
     if not reliefs.known:
         return snapshot
     now = snapshot.taken_at
-    flights = {} if node_from_pods else in_flight(reliefs.known, now, lag, snapshot.pod_usage)
+    flights = in_flight(reliefs.known, now, lag, snapshot.pod_usage)
     memory = {} if memory_lag is None else memory_in_flight(reliefs.known, now, memory_lag, snapshot.pod_memory)
     load = dict(snapshot.load)
     corrections: dict[str, Correction] = {}
@@ -164,7 +165,7 @@ def with_in_flight(
         node, current = snapshot.nodes.get(name), load.get(name)
         if node is None or current is None or current.usage_m is None:
             continue  # gone, or unknown (its memory with it): unknown stays unknown
-        flight = flights.get(name)
+        flight = None if current.usage_source == POD_SUM else flights.get(name)
         value = current.usage_m if flight is None else corrected(current.usage_m, flight)
         assert value is not None
         on_memory = _memory_correction(current, memory.get(name))

@@ -254,7 +254,9 @@ def test_records_written_before_the_pods_memory_was_kept_correct_cpu_only() -> N
 
 def test_memory_is_corrected_when_cpu_is_summed_from_the_pods() -> None:
     state, left = relieved()
-    summed = msgspec.structs.replace(report({"a": (5_000, 9 * GI), "b": (1_000, 2 * GI)}, AFTER), node_from_pods=True)
+    summed = msgspec.structs.replace(
+        report({"a": (5_000, 9 * GI), "b": (1_000, 2 * GI)}, AFTER), node_cpu_m={}, node_from_pods=True
+    )
     snap, plan, _ = cycle(left, summed, T0 + 86, state)
     (correction,) = plan.in_flight
     assert correction.flight is None and correction.measured_m == correction.corrected_m == 4_000
