@@ -37,7 +37,8 @@ from rebalancer.domain.model import ClusterFacts, Node
 from rebalancer.domain.settings.shared import PrometheusSettings
 from rebalancer.domain.timeline import Timeline
 from rebalancer.planning.protections import Protections
-from rebalancer.policy import Policy, load_policy
+from rebalancer.policy import Policy
+from rebalancer.policy.serve_checks import load_for_serve
 from rebalancer.service import (
     STATUS_MAX_CONCURRENT_REQUESTS,
     STATUS_TIMEOUTS,
@@ -317,32 +318,12 @@ def check_state_at_start(state_access: StateAccess, policy: Policy) -> None:
         log.warning("state access not checked at start, the first cycle checks it: %s", exc)
 
 
-def webhook_token(policy: Policy, source: str, metrics: Metrics) -> TokenFile | None:
-    """The webhook's token file; None only when the policy says explicitly that the webhook may run
-    without one (then warned, and ``rebalancer_webhook_unauthenticated`` is 1). Read at start."""
-    webhook = policy.service.webhook
-    metrics.set_webhook_unauthenticated(webhook.token_file is None)
-    if webhook.token_file:
-        return TokenFile(Path(webhook.token_file))
-    if not webhook.allow_unauthenticated:
-        raise ConfigError(
-            source,
-            [
-                (
-                    "service.webhook.tokenFile",
-                    "not set: the webhook would take alerts from anyone who can reach its port; set it to a file "
-                    "holding the bearer token Alertmanager sends, or set service.webhook.allowUnauthenticated: "
-                    "true to run without one",
-                )
-            ],
-        )
-    log.warning(
-        "the webhook accepts requests WITHOUT a token (service.webhook.allowUnauthenticated): anyone who can "
-        "reach %s:%d can trigger rebalancing cycles",
-        policy.service.host,
-        policy.service.port,
-    )
-    return None
+def webhook_token(policy: Policy, metrics: Metrics) -> TokenFile | None:
+    """The webhook's token file, read at start; None only when the policy lets the webhook run without one
+    (:func:`check_for_serve` refuses it otherwise, and warns): ``rebalancer_webhook_unauthenticated`` is 1."""
+    token_file = policy.service.webhook.token_file
+    metrics.set_webhook_unauthenticated(token_file is None)
+    return TokenFile(Path(token_file)) if token_file else None
 
 
 def _listen(app: WSGIApplication, address: tuple[str, int, str], source: str, **options: Any) -> HttpServer:
@@ -389,6 +370,14 @@ def _serve_http(
         status_http.stop()
 
     return stop
+
+
+def _policy_at_start(path: Path) -> Policy:
+    """The policy serve starts with: one it refuses is fatal (ConfigError); its warnings are said at once."""
+    policy, warnings = load_for_serve(path)
+    for field, message in warnings:
+        log.warning("%s: %s: %s", path, field, message)
+    return policy
 
 
 def _quiet_scheduler_log() -> None:
@@ -439,7 +428,7 @@ def serve(
     def is_leader() -> bool:
         return election.is_leader() if election is not None else True
 
-    policy = load_policy(policy_path)  # an invalid policy at start is fatal: ConfigError
+    policy = _policy_at_start(policy_path)
     pauses = collector.CollectorPauses()
     state_access = StateAccess(api)
     runtime = Runtime(
@@ -464,7 +453,7 @@ def serve(
         metrics.observe_guard(sweep(replace(runtime, policy=policy), known.nodes()))
 
     service = Service(policy_path, cycles, metrics, is_leader, clock, housekeeping=sweep_marks, policy=policy)
-    token = webhook_token(policy, str(policy_path), metrics)
+    token = webhook_token(policy, metrics)
     check_state_at_start(state_access, policy)
     pauses.attach()
     cache.ensure(policy)  # listing starts now, on followers too: a new leader has the cluster at hand

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from rebalancer.domain.errors import ConfigError
+from rebalancer.domain.redaction import url_credentials
 from rebalancer.domain.settings.efficiency import EfficiencySettings
 from rebalancer.domain.settings.guard import LandingGuardSettings
 from rebalancer.domain.settings.predictor import PredictorSettings
@@ -43,7 +44,8 @@ class WebhookSettings(Model):
     token_file: str | None = Field(
         default=None,
         description="File with the bearer token (a mounted Secret); requests must carry it. `serve` refuses to "
-        "start without it unless allowUnauthenticated is true.",
+        "start without it unless allowUnauthenticated is true (a reload without it is refused too), and warns at "
+        "start when the file cannot be read or is empty. Re-read when the file changes; the path is read at start.",
     )
     allow_unauthenticated: bool = Field(
         default=False,
@@ -310,7 +312,19 @@ def parse_policy_warning(text: str, source: str = "<policy>") -> tuple[Policy, l
         raise ConfigError(source, _at_most(renaming.name_old_keys(validation_problems(exc, Policy)))) from exc
     except RecursionError as exc:
         raise ConfigError(source, [("", "not a policy: the YAML is nested too deeply")]) from exc
-    return policy, renaming.warnings
+    return policy, [*renaming.warnings, *_credential_warnings(policy)]
+
+
+def _credential_warnings(policy: Policy) -> list[str]:
+    """A credential written into the Prometheus URL works (requests sends it as basic authentication) and
+    is never printed, but the policy keeps it in plain text wherever the policy goes (the chart's ConfigMap)."""
+    return [
+        f"prometheus.url: holds {found}: it is never printed (shown as ***), but the policy keeps it in plain "
+        "text, readable by anyone who can read the policy (the chart's ConfigMap); put a bearer token in a file "
+        "(a mounted Secret) and name it in prometheus.bearerTokenFile instead"
+        for found in [url_credentials(policy.prometheus.url)]
+        if found is not None
+    ]
 
 
 def load_policy(path: str | Path) -> Policy:

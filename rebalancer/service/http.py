@@ -42,6 +42,8 @@ from wsgiref.types import InputStream, StartResponse, WSGIApplication, WSGIEnvir
 
 from pydantic import ValidationError
 
+from rebalancer.domain.errors import TokenFileError
+from rebalancer.domain.token_file import WEBHOOK_TOKEN_FILE, read_token_file
 from rebalancer.policy import validation_problems
 from rebalancer.service.admission import LINGER_SECONDS, Admission
 from rebalancer.service.deadline import DeadlineReader
@@ -95,14 +97,13 @@ class TokenFile:
             key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
             with self._lock:
                 if key != self._key:
-                    self._token = self.path.read_bytes().strip()
+                    self._token = read_token_file(self.path, WEBHOOK_TOKEN_FILE)  # an empty one is not kept
                     self._key = key
-                token = self._token
+                return self._token
         except OSError as exc:
-            raise TokenUnavailable(f"cannot read the webhook token file {self.path}: {exc.strerror or exc}") from exc
-        if not token:
-            raise TokenUnavailable(f"the webhook token file {self.path} is empty")
-        return token
+            raise TokenUnavailable(f"cannot read {WEBHOOK_TOKEN_FILE} {self.path}: {exc.strerror or exc}") from exc
+        except TokenFileError as exc:
+            raise TokenUnavailable(str(exc)) from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -341,9 +341,21 @@ class Metrics:
             ("status", "action"),
             registry=registry,
         )
-        self.policy_reload_failures = Counter(
-            "rebalancer_policy_reload_failures",
-            "Changed policy files that were invalid; the last good policy stays in force.",
+        self.policy_reloads = Counter(
+            "rebalancer_policy_reload",
+            "Changed policy files read by the hot reload, by result: applied; invalid (not a valid policy) or "
+            "refused (valid, but serve would not start with it, for example no webhook token): the last good "
+            "policy stays in force.",
+            ("result",),
+            registry=registry,
+        )
+        for result in ("applied", "invalid", "refused"):
+            self.policy_reloads.labels(result)  # each at 0 from the start, so that increase() sees the first one
+        self.policy_restart_required = Gauge(
+            "rebalancer_policy_restart_required",
+            "1 when the policy in force changed a setting serve reads only at start (addresses, ports, the "
+            "webhook's token file and labels, leader election, reloadInterval): it takes effect at the next "
+            "restart; the log names it.",
             registry=registry,
         )
         self.policy_valid = Gauge(
@@ -481,13 +493,14 @@ class Metrics:
     def alert_handled(self, status: str, action: str) -> None:
         self.alerts.labels(_checked("status", status), _checked("action", action)).inc()
 
-    def policy_reload(self, ok: bool) -> None:
-        """A changed policy file was read: taken (ok) or rejected (the last good policy stays)."""
-        if ok:
-            self.policy_valid.set(1)
-        else:
-            self.policy_reload_failures.inc()
-            self.policy_valid.set(0)
+    def policy_reload(self, result: str, *, restart_required: bool = False) -> None:
+        """A changed policy file was read: ``applied`` (``restart_required``: some of it waits for a restart),
+        or ``invalid`` / ``refused`` (the last good policy stays, and so does the restart gauge)."""
+        self.policy_reloads.labels(_checked("result", result)).inc()
+        applied = result == "applied"
+        self.policy_valid.set(1 if applied else 0)
+        if applied:
+            self.policy_restart_required.set(1 if restart_required else 0)
 
     def set_leader(self, leader: bool) -> None:
         self.leader.set(1 if leader else 0)

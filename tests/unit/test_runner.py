@@ -20,6 +20,7 @@ from rebalancer.service.runner import CycleResult, Service, Trigger
 
 UTC = ZoneInfo("UTC")
 GOOD = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}, schedule: {interval: 1h}}\n"
+SERVABLE = GOOD + "service: {webhook: {allowUnauthenticated: true}}\n"  # serve starts with it (and takes it on reload)
 
 
 class RecordingMetrics:
@@ -27,7 +28,8 @@ class RecordingMetrics:
         self.cycles: list[str] = []
         self.partial: list[bool] = []  # an alert's cycle keeps the other nodes' classes
         self.failures: list[str] = []
-        self.reloads: list[bool] = []
+        self.reloads: list[str] = []
+        self.restart_required: list[bool] = []
 
     def observe_cycle(
         self, trigger: str, seconds: float, plan: EvictionPlan, report: EvictorReport | None, *, partial: bool = False
@@ -38,8 +40,9 @@ class RecordingMetrics:
     def cycle_failed(self, reason: str) -> None:
         self.failures.append(reason)
 
-    def policy_reload(self, ok: bool) -> None:
-        self.reloads.append(ok)
+    def policy_reload(self, result: str, *, restart_required: bool = False) -> None:
+        self.reloads.append(result)
+        self.restart_required.append(restart_required)
 
 
 class Cycles:
@@ -100,13 +103,13 @@ def test_a_cycle_marks_the_service_ready(tmp_path: Path) -> None:
 
 def test_invalid_policy_on_reload_keeps_the_last_good_one(tmp_path: Path) -> None:
     svc, _, metrics, path = service(tmp_path)
-    path.write_text(GOOD.replace("cpu: 20", "cpu: 90"))  # thresholds above targetThresholds
+    path.write_text(SERVABLE.replace("cpu: 20", "cpu: 90"))  # thresholds above targetThresholds
     assert svc.reload() is False
-    assert metrics.reloads == [False]
+    assert metrics.reloads == ["invalid"]
     assert svc.policy.strategies[0].thresholds.cpu == 20
-    path.write_text(GOOD.replace("cpu: 20", "cpu: 25"))
+    path.write_text(SERVABLE.replace("cpu: 20", "cpu: 25"))
     assert svc.reload() is True
-    assert metrics.reloads == [False, True]
+    assert metrics.reloads == ["invalid", "applied"]
     assert svc.policy.strategies[0].thresholds.cpu == 25
     assert svc.reload() is False  # unchanged file: nothing to do
 

@@ -54,7 +54,7 @@ class PrometheusUsageSource:
     def __init__(self, settings: PrometheusSettings) -> None:
         self._settings = settings
         self._client = PromClient(settings)
-        self._url = self._client.url
+        self._url = self._client.shown_url
 
     def close(self) -> None:
         self._client.close()

@@ -42,7 +42,7 @@ Percent = Annotated[float, Field(ge=0, le=100)]
 
 
 def _http_url(text: str) -> str:
-    """An absolute http(s) URL with a host; the text is kept as written."""
+    """An absolute http(s) base URL with a host, without query or fragment; the text is kept as written."""
     if any(c.isspace() for c in text):
         raise ValueError(f"{text!r} is not an http(s) URL: it contains white space")
     try:
@@ -52,6 +52,11 @@ def _http_url(text: str) -> str:
         valid = False
     if not valid:
         raise ValueError(f"{text!r} is not an http(s) URL such as http://prometheus-operated.monitoring:9090")
+    if parts.query or parts.fragment or "?" in text or "#" in text:
+        raise ValueError(
+            f"{text!r} is a base URL: the API's paths (/api/v1/query) are appended to it, so it takes no query "
+            "(?...) or fragment (#...)"
+        )
     return text
 
 
@@ -393,11 +398,20 @@ class UsageQueries(Model):
 class PrometheusSettings(Model):
     renamed_seconds: ClassVar[Mapping[str, str]] = {"timeoutSeconds": "timeout", "maxDataAgeSeconds": "maxDataAge"}
 
-    url: HttpUrlText = Field(default="http://prometheus-operated.monitoring:9090", description="Prometheus base URL.")
+    url: HttpUrlText = Field(
+        default="http://prometheus-operated.monitoring:9090",
+        description="Prometheus base URL, without query or fragment. A user:password@ in it is sent as basic "
+        "authentication and never printed (shown as ***), but check-config and every command warn: the policy "
+        "keeps it in plain text. Prefer bearerTokenFile.",
+    )
     timeout: Annotated[Duration, DurationBounds(le=timedelta(minutes=5))] = Field(
         default=timedelta(seconds=15), description="Timeout of one query."
     )
-    bearer_token_file: str | None = Field(default=None, description="File holding a bearer token, if needed.")
+    bearer_token_file: str | None = Field(
+        default=None,
+        description="File holding a bearer token (a mounted Secret), if needed; read at each cycle, so a rotated "
+        "token is taken. `serve` warns at start and at reload when it cannot be read or is empty.",
+    )
     verify_tls: bool = Field(default=True, description="Verify the server certificate for https URLs.")
     window: Duration = Field(
         default=timedelta(minutes=10), description="Usage is a statistic over this window (spike guard)."
