@@ -146,7 +146,10 @@ def test_rbac_refusal_names_the_missing_permission(
     kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
     build_cluster(kube_server)
-    kube_server.forbid("create", "pods/eviction")
+    # withdrawn after the check before planning (a missing one stops the run there: test_state_access)
+    kube_server.on_request(
+        lambda r: kube_server.forbid("create", "pods/eviction") if r.method == "GET" and "/pods/" in r.path else None
+    )
     policy = write_policy(tmp_path / "p.yaml", prometheus.url, target=50)
     result = run(kubeconfig, policy)
     assert result.report.aborted is not None
