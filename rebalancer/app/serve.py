@@ -215,7 +215,7 @@ class _Cycles:
         self, runtime: Runtime, known: _KnownNodes, cache: _ClusterCache, observers: CycleObservers | None = None
     ) -> None:
         if runtime.state_access is None:  # asked again only when the policy changes what it covers
-            runtime = replace(runtime, state_access=StateAccess(runtime.api))
+            runtime = replace(runtime, state_access=StateAccess(runtime.api, dry_run=runtime.dry_run))
         self._runtime = runtime  # its steering buckets are kept between cycles: the patch rate holds
         self._known = known
         self._cache = cache
@@ -430,7 +430,7 @@ def serve(
 
     policy = _policy_at_start(policy_path)
     pauses = collector.CollectorPauses()
-    state_access = StateAccess(api)
+    state_access = StateAccess(api, dry_run=dry_run)
     runtime = Runtime(
         policy,
         api,

@@ -57,7 +57,10 @@ class WebhookSettings(Model):
     )
     alert_node_cooldown: Duration = Field(
         default=timedelta(minutes=5),
-        description="After an alert-triggered cycle for a node, its next alerts only wait this long.",
+        description=(
+            "After an alert-triggered cycle judged a node, its next alerts wait this long (a cycle that read"
+            " no usage for the node starts none)."
+        ),
     )
 
 

@@ -27,7 +27,7 @@ from rebalancer.domain.errors import ConfigError, RebalancerError
 from rebalancer.domain.settings.cron import cron_trigger
 from rebalancer.domain.settings.shared import format_duration
 from rebalancer.domain.timeline import Timeline
-from rebalancer.planning.plan import EvictionPlan
+from rebalancer.planning.plan import EvictionPlan, NodeClass
 from rebalancer.policy import Policy, load_policy
 from rebalancer.policy.serve_checks import NotServable, load_for_serve, restart_required
 from rebalancer.service.cycle_summary import cycle_line
@@ -368,10 +368,28 @@ class Service:
             if not nodes:
                 continue
             relieving = tuple(i for i, s in enumerate(self._policy.strategies) if s.enabled)
-            self.run(Trigger("alert", relieving, nodes, queued_at))
+            result = self.run(Trigger("alert", relieving, nodes, queued_at))
+            judged = judged_nodes(result, nodes)
+            if judged != nodes:
+                log.info("no alert cooldown for %s: the cycle did not judge them", ", ".join(sorted(nodes - judged)))
             now = self._clock()
             with self._alerts.lock:
                 for node in nodes:
-                    self._alerts.handled_at[node] = now
+                    if node in judged:  # a cycle that could not judge a node leaves its next alert free to run
+                        self._alerts.handled_at[node] = now
                     self._alerts.pending.discard(node)
                     self._alerts.queued_at.pop(node, None)
+
+
+def judged_nodes(result: CycleResult | None, nodes: frozenset[str]) -> frozenset[str]:
+    """Those of an alert's ``nodes`` that its cycle really judged: none when the cycle did not run, failed or
+    was blocked (its usage read failed); else all but those every strategy found of unknown usage (Prometheus
+    answered nothing for them). Only these start the alert cooldown."""
+    if result is None or result.plan.blocked:
+        return frozenset()
+    classes: dict[str, set[NodeClass]] = {}
+    for strategy in result.plan.results:
+        for decision in strategy.node_decisions:
+            if decision.node in nodes:
+                classes.setdefault(decision.node, set()).add(decision.node_class)
+    return frozenset(n for n in nodes if classes.get(n, set()) - {NodeClass.UNKNOWN} or n not in classes)

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -13,6 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from rebalancer.actions.evictor import EvictorReport
+from rebalancer.domain.errors import MetricsUnavailable
 from rebalancer.domain.settings.cron import cron_trigger
 from rebalancer.planning.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult, Unrelieved
 from rebalancer.policy import Policy
@@ -140,6 +142,60 @@ def test_alerts_are_coalesced_per_node_then_cooled_down(tmp_path: Path) -> None:
     queued_at = alert_cycles[0].queued_at  # when the alert was queued, for the cycle's timeline
     assert queued_at is not None and before <= queued_at <= after
     assert dict(zip(metrics.cycles, metrics.partial, strict=True)) == {"schedule": False, "alert": True}
+
+
+def _decided(node: str, node_class: NodeClass) -> NodeDecision:
+    known = node_class is not NodeClass.UNKNOWN
+    reason = "usage known" if known else "no usage data for this node"
+    return NodeDecision(
+        "LowNodeUtilization", node, "general", node_class, reason, 3500 if known else None, 4000,
+        87.5 if known else None, 20, 70,
+    )  # fmt: skip
+
+
+UNKNOWN_N1 = EvictionPlan(
+    0.0,
+    (StrategyResult("LowNodeUtilization", (), (_decided("n1", NodeClass.UNKNOWN), _decided("n2", NodeClass.HOT)), ()),),
+)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "cooled"),
+    [
+        (UNKNOWN_N1, {"n2"}),  # Prometheus answered nothing for n1: only n2 was judged
+        (replace(UNKNOWN_N1, blocked="usage source failed, no evictions this cycle: x"), set()),
+        (MetricsUnavailable("cannot reach Prometheus"), set()),  # the cycle failed
+    ],
+    ids=["no-usage-for-one-node", "usage-read-failed", "cycle-failed"],
+)
+def test_only_nodes_the_alert_cycle_judged_start_the_cooldown(
+    tmp_path: Path, outcome: EvictionPlan | MetricsUnavailable, cooled: set[str]
+) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(GOOD + "service: {runOnStart: false}\n")
+    alert_cycles: list[Trigger] = []
+
+    def cycle(policy: Policy, trigger: Trigger) -> CycleResult:
+        alert_cycles.append(trigger)
+        if isinstance(outcome, MetricsUnavailable):
+            raise outcome
+        return CycleResult(outcome, EvictorReport())
+
+    svc = Service(path, cycle, RecordingMetrics(), lambda: True)
+    svc.start()
+    try:
+        assert [d.action for d in svc.submit_alerts([("n1", "firing", ""), ("n2", "firing", "")])] == ["queued"] * 2
+        again: dict[str | None, str] = {}
+
+        def settled() -> bool:  # the worker settles both nodes at once, after the cycle
+            again.update((d.node, d.action) for d in svc.submit_alerts([("n1", "firing", ""), ("n2", "firing", "")]))
+            return "already-queued" not in again.values()
+
+        wait_until(settled)
+    finally:
+        svc.stop()
+    assert alert_cycles[0].nodes == frozenset({"n1", "n2"})
+    assert again == {node: "cooldown" if node in cooled else "queued" for node in ("n1", "n2")}
 
 
 def test_start_runs_each_strategy_once_and_stop_waits_for_the_cycle_in_flight(tmp_path: Path) -> None:
