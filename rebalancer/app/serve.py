@@ -35,7 +35,7 @@ from rebalancer.domain.model import ClusterFacts, Node
 from rebalancer.domain.settings.shared import PrometheusSettings
 from rebalancer.domain.timeline import Timeline
 from rebalancer.planning.protections import Protections
-from rebalancer.policy import Policy, load_policy
+from rebalancer.policy import Policy, ServiceSettings, load_policy
 from rebalancer.service import (
     STATUS_LIMITS,
     HttpServer,
@@ -360,10 +360,9 @@ def _listen(app: App, address: tuple[str, int, str], source: str, limits: Server
     return server
 
 
-def server_limits(policy: Policy) -> tuple[ServerLimits, ServerLimits]:
+def server_limits(settings: ServiceSettings) -> tuple[ServerLimits, ServerLimits]:
     """The webhook's and the status port's limits from the policy; the connection cap lowered to what the
     open-files limit holds (raised as far as it goes first)."""
-    settings = policy.service
     allowed = connections_allowed(settings.max_connections)
     if allowed < settings.max_connections:
         log.warning(
@@ -388,7 +387,7 @@ def _serve_http(
     returns what stops both (no new requests, the ones in flight finish)."""
     settings = policy.service
     status_host = settings.metrics_host if settings.metrics_host is not None else settings.host
-    webhook_limits, status_limits = server_limits(policy)
+    webhook_limits, status_limits = server_limits(settings)
     try:
         status_http = _listen(
             make_status_app(metrics=metrics, ready=ready),
