@@ -145,9 +145,30 @@ class ServiceSettings(Model):
         default=64,
         ge=1,
         le=1024,
-        description="Webhook requests served at once, a thread each; a connection beyond that is answered 503 "
-        "with Retry-After at once, without a thread. Read at start, like the addresses and ports (a change needs "
-        "a restart).",
+        description="Webhook requests processed at once once their body has arrived, a worker thread each "
+        "(parsing, the node lookup, queueing the alerts); one beyond that is answered 503 with Retry-After. "
+        "Connections still sending, or idle, never count. Read at start, like the addresses and ports (a change "
+        "needs a restart).",
+    )
+    max_connections: int = Field(
+        default=4096,
+        ge=16,
+        le=65536,
+        description="Open connections kept on each listener (the webhook's and the status port's). A connection "
+        "beyond that closes the oldest one still waiting for its request or its body, or idle between two "
+        "requests, so a crowd of slow clients cannot lock probes or alerts out. Lowered at start to what the "
+        "open-files limit allows (serve raises its soft limit as far as the hard limit). Read at start.",
+    )
+    header_timeout: Annotated[Duration, DurationBounds(ge=timedelta(seconds=1), le=timedelta(minutes=5))] = Field(
+        default=timedelta(seconds=10),
+        description="A connection that has not sent a complete request line and headers this long after it "
+        "opened (or after its previous answer) is closed, however slowly they trickle: also how long an idle "
+        "kept-alive connection stays open. The status port uses at most 5s. Read at start.",
+    )
+    body_timeout: Annotated[Duration, DurationBounds(ge=timedelta(seconds=1), le=timedelta(minutes=5))] = Field(
+        default=timedelta(seconds=10),
+        description="A webhook body must arrive in full this long after its headers, however slowly it "
+        "trickles, or the request is answered 408. Read at start.",
     )
     webhook: WebhookSettings = Field(default_factory=WebhookSettings, description="Alertmanager webhook.")
     leader_election: LeaderElectionSettings = Field(

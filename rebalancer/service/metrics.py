@@ -317,8 +317,8 @@ class Metrics:
         self.webhook_refused = Counter(
             "rebalancer_webhook_refused",
             "Webhook requests refused, by reason (unauthenticated, token-unavailable, content-type, "
-            "length-required, bad-length, too-large, timeout, truncated, not-json, invalid-payload, not-leader, "
-            "no-such-path, method, internal); the log says at most once a minute per client address.",
+            "length-required, too-large, timeout, truncated, busy, not-utf8, not-json, invalid-payload, "
+            "not-leader, no-such-path, method, internal); the log says at most once a minute per client address.",
             ("reason",),
             registry=registry,
         )
@@ -327,10 +327,18 @@ class Metrics:
             "1 when the webhook accepts requests without a token (service.webhook.allowUnauthenticated), else 0.",
             registry=registry,
         )
-        self.http_connections_refused = Counter(
-            "rebalancer_http_connections_refused",
-            "Connections answered 503 at once, unread (so not in rebalancer_webhook_requests_total), because "
-            "service.maxConcurrentRequests requests were in flight.",
+        self.http_connections_evicted = Counter(
+            "rebalancer_http_connections_evicted",
+            "Connections closed to make room at service.maxConnections, by listener (webhook, status): each was "
+            "the oldest still waiting for its request or its body, or idle between two requests.",
+            ("listener",),
+            registry=registry,
+        )
+        self.http_connections_open = Gauge(
+            "rebalancer_http_connections",
+            "Client connections open now, by listener (webhook, status); each listener keeps at most "
+            "service.maxConnections.",
+            ("listener",),
             registry=registry,
         )
         self.alerts = Counter(
@@ -487,8 +495,12 @@ class Metrics:
     def set_webhook_unauthenticated(self, unauthenticated: bool) -> None:
         self.webhook_unauthenticated.set(1 if unauthenticated else 0)
 
-    def http_connection_refused(self) -> None:
-        self.http_connections_refused.inc()
+    def http_connection_evicted(self, listener: str) -> None:
+        self.http_connections_evicted.labels(_checked("listener", listener)).inc()
+
+    def http_connections(self, listener: str, read: Callable[[], int]) -> None:
+        """Expose the open connections of ``listener``, read from ``read`` at each scrape."""
+        self.http_connections_open.labels(_checked("listener", listener)).set_function(read)
 
     def alert_handled(self, status: str, action: str) -> None:
         self.alerts.labels(_checked("status", status), _checked("action", action)).inc()
