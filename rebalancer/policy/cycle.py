@@ -12,15 +12,14 @@ from rebalancer.domain.timeline import Timeline
 from rebalancer.planning.inflight import (
     Correction,
     EarlierReliefs,
-    Lag,
     MemoryCorrection,
     Moves,
+    Reading,
     corrected,
     corrected_memory,
     describe,
     in_flight,
     memory_in_flight,
-    reading_lag,
 )
 from rebalancer.planning.plan import EvictionPlan
 from rebalancer.planning.predicted import PredictedLoad
@@ -71,8 +70,8 @@ def prepare_cycle(
         snapshot = build_snapshot(facts, usage, policy.pools, taken_at, focus)
         if reliefs is not None:
             reliefs = with_landings(reliefs, facts, taken_at, policy.efficiency.follow_up_window.total_seconds())
-            lag, memory_lag = usage_lag(policy), usage_lag(policy, gauge=True)
-            snapshot = with_in_flight(snapshot, reliefs, lag, usage.node_from_pods, memory_lag)
+            reading, memory_reading = usage_reading(policy), usage_reading(policy, gauge=True)
+            snapshot = with_in_flight(snapshot, reliefs, reading, usage.node_from_pods, memory_reading)
         if predicted is not None:
             snapshot = replace(snapshot, predicted=predicted)
         if moved:
@@ -127,12 +126,13 @@ def plan_prepared(snapshot: ClusterSnapshot, policy: Policy, timeline: Timeline 
     return EvictionPlan(snapshot.taken_at, tuple(results), blocked, corrections, snapshot.in_flight_off)
 
 
-def usage_lag(policy: Policy, gauge: bool = False) -> Lag:
-    """How long a usage reading takes to show a change of a node's load (:func:`rebalancer.planning.inflight.reading_lag`);
-    ``gauge``: the memory working set's, the same statistic without a rate window."""
+def usage_reading(policy: Policy, gauge: bool = False) -> Reading:
+    """The statistic a node's usage reading is (:class:`rebalancer.planning.reading_model.Reading`): the
+    policy's quantile over its window of samples of a rate over ``rateWindow``; ``gauge``: the memory working
+    set's, the same statistic without a rate window."""
     p = policy.prometheus
     window, rate_window, step = (d.total_seconds() for d in (p.window, p.rate_window, p.step))
-    return reading_lag(window, p.quantile, 0.0 if gauge else rate_window, step)
+    return Reading(window, p.quantile, 0.0 if gauge else rate_window, step)
 
 
 def with_landings(reliefs: EarlierReliefs, facts: ClusterFacts, now: float, window_seconds: float) -> EarlierReliefs:
@@ -145,19 +145,25 @@ def with_landings(reliefs: EarlierReliefs, facts: ClusterFacts, now: float, wind
 
 
 def with_in_flight(
-    snapshot: ClusterSnapshot, reliefs: EarlierReliefs, lag: Lag, node_from_pods: bool, memory_lag: Lag | None = None
+    snapshot: ClusterSnapshot,
+    reliefs: EarlierReliefs,
+    reading: Reading,
+    node_from_pods: bool,
+    memory_reading: Reading | None = None,
 ) -> ClusterSnapshot:
-    """The snapshot with each node's usage corrected by the earlier reliefs its reading still covers: CPU
-    by ``lag``, the memory working set (when read) by ``memory_lag`` (None: memory not corrected). A node's
-    CPU usage summed from its pods' (``node_from_pods``) already leaves out an evicted pod and counts its
-    replacement where it runs: nothing to correct there (its memory is still a node reading)."""
+    """The snapshot with each node's usage corrected by the earlier reliefs its reading does not show yet:
+    CPU by ``reading``, the memory working set (when read) by ``memory_reading`` (None: memory not
+    corrected). A node's CPU usage summed from its pods' (``node_from_pods``) already leaves out an evicted
+    pod and counts its replacement where it runs: nothing to correct there (its memory is still a node
+    reading)."""
     if reliefs.missing is not None:
         return replace(snapshot, in_flight_off=reliefs.missing)
     if not reliefs.known:
         return snapshot
     now = snapshot.taken_at
-    flights = {} if node_from_pods else in_flight(reliefs.known, now, lag, snapshot.pod_usage)
-    memory = {} if memory_lag is None else memory_in_flight(reliefs.known, now, memory_lag, snapshot.pod_memory)
+    started = replacements_started(snapshot, reliefs)
+    flights = {} if node_from_pods else in_flight(reliefs.known, now, reading, started)
+    memory = {} if memory_reading is None else memory_in_flight(reliefs.known, now, memory_reading, started)
     load = dict(snapshot.load)
     corrections: dict[str, Correction] = {}
     for name in sorted(flights.keys() | memory.keys()):
@@ -178,6 +184,23 @@ def with_in_flight(
     if not corrections:
         return snapshot
     return replace(snapshot, load=MappingProxyType(load), in_flight=MappingProxyType(corrections))
+
+
+def replacements_started(snapshot: ClusterSnapshot, reliefs: EarlierReliefs) -> dict[str, float | None]:
+    """The replacements the reliefs saw landing ("namespace/name") that are still on that node, with when
+    each started: its creation when it runs, None while it is bound but not started (Pending)."""
+    wanted: dict[str, set[str]] = {}
+    for relief in reliefs.known:
+        for evicted in relief.evicted:
+            if evicted.landed is not None and evicted.replacement is not None and evicted.landed != relief.node:
+                wanted.setdefault(evicted.landed, set()).add(evicted.replacement)
+    started: dict[str, float | None] = {}
+    for node, names in wanted.items():
+        for pod in snapshot.pods_on(node):
+            name = f"{pod.namespace}/{pod.name}"
+            if name in names:
+                started[name] = pod.created if pod.phase == "Running" else None
+    return started
 
 
 def _memory_correction(current: NodeLoad, moves: Moves | None) -> MemoryCorrection | None:
