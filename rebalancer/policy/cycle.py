@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
+from rebalancer.actions.guard.decide import decide, guarded_nodes, pool_sizes
+from rebalancer.actions.guard.inputs import with_changes
 from rebalancer.domain.efficiency_records import EfficiencyState
 from rebalancer.domain.model import ClusterFacts, PodKey, UsageReport
 from rebalancer.domain.timeline import Timeline
@@ -21,14 +23,14 @@ from rebalancer.planning.inflight import (
     in_flight,
     memory_in_flight,
 )
-from rebalancer.planning.plan import EvictionPlan
+from rebalancer.planning.plan import EvictionPlan, NodeClass, StrategyResult
 from rebalancer.planning.predicted import PredictedLoad
 from rebalancer.planning.protections import Protections
 from rebalancer.planning.snapshot import ClusterSnapshot, NodeLoad, after_evictions, build_snapshot
 from rebalancer.policy import Policy
 from rebalancer.records.landings import observe_landings
 from strategies import build
-from strategies.base import ReadsPodMemory
+from strategies.base import ClassifiesNodes, ReadsPodMemory
 
 
 def plan_cycle(
@@ -76,10 +78,36 @@ def prepare_cycle(
             snapshot = replace(snapshot, predicted=predicted)
         if moved:
             snapshot = replace(snapshot, moved=moved)
-        if policy.landing_guard.enabled:
-            guarded = {p.pool: p.effect for p in policy.landing_guard.pools if p.max_marked_fraction > 0}
-            snapshot = replace(snapshot, guarded_pools=guarded)
-    return snapshot
+        return with_marks_ahead(snapshot, policy)
+
+
+MODEL_OWNER = "rebalancer/landing-model"  # the owner of the marks the landing prediction assumes (never written)
+
+
+def with_marks_ahead(snapshot: ClusterSnapshot, policy: Policy) -> ClusterSnapshot:
+    """The snapshot with the landing guard's marks as its pass ahead of the evictions will leave them: the
+    guard's own decision (:func:`rebalancer.actions.guard.decide.decide`), made once, before planning, on the
+    classes of the strategies whose landing prediction weighs the marks, with every hot node as one the plan
+    may relieve. The pass ahead of the evictions ranks the same nodes the same way, so the marks the
+    prediction assumes are the marks set (``maxMarkedFraction`` may leave some relieved nodes unmarked)."""
+    guard = policy.landing_guard
+    if not guard.enabled:
+        return snapshot
+    results: list[StrategyResult] = []
+    for settings in policy.strategies:
+        strategy = build(settings) if settings.enabled else None
+        if isinstance(strategy, ClassifiesNodes):
+            results.append(StrategyResult(strategy.name, (), strategy.node_decisions(snapshot), ()))
+    if not results:
+        return snapshot
+    blocked = None if snapshot.usage_failure is None else f"usage source failed: {snapshot.usage_failure}"
+    classified = EvictionPlan(snapshot.taken_at, tuple(results), blocked)
+    relievable = frozenset(d.node for r in results for d in r.node_decisions if d.node_class is NodeClass.HOT)
+    nodes = guarded_nodes(snapshot, classified, (), relievable=relievable)
+    decision = decide(nodes, guard, MODEL_OWNER, snapshot.taken_at, pool_sizes(snapshot))
+    marked = with_changes(snapshot, decision.changes).nodes
+    ahead = {c.node: marked[c.node] for c in decision.changes if c.node in marked}
+    return replace(snapshot, marks_ahead=MappingProxyType(ahead), relievable=relievable)
 
 
 def pod_memory_nodes(snapshot: ClusterSnapshot, policy: Policy) -> frozenset[str]:
