@@ -64,7 +64,11 @@ class ClusterSnapshot:
     # None after planned moves
     groups: Mapping[str, NodePods] | None = None
     moved: Mapping[PodKey, str] = field(default_factory=dict)  # pods the bounce-back guard keeps in place, and why
-    guarded_pools: Mapping[str, str] = field(default_factory=dict)  # landing guard: pool -> its taint's effect
+    # landing guard: the nodes whose mark the guard changes ahead of this cycle's evictions, as it leaves them
+    # (decided once before planning: the landing prediction sees the marks the guard will really set), and the
+    # nodes that decision took as about to be relieved (the plan may relieve any of them)
+    marks_ahead: Mapping[str, Node] = field(default_factory=dict)
+    relievable: frozenset[str] = frozenset()
     # nodes whose ``load`` usage (CPU, memory) is the reading corrected by earlier reliefs still in its reach
     # (the reading, the corrected value and why); ``in_flight_off``: why no correction could be made this cycle
     in_flight: Mapping[str, Correction] = field(default_factory=dict)
