@@ -12,6 +12,7 @@ import contextlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +39,7 @@ class AuditEvent:
     code: int
     dry_run: bool
     uri: str
+    at: float  # when the answer was sent (epoch seconds)
 
     @classmethod
     def of(cls, event: dict[str, Any]) -> AuditEvent:
@@ -55,6 +57,7 @@ class AuditEvent:
             code=int(event.get("responseStatus", {}).get("code", 0)),
             dry_run="dryRun=All" in uri,
             uri=uri,
+            at=datetime.fromisoformat(event["stageTimestamp"]).timestamp(),
         )
 
 
