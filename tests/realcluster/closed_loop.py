@@ -1,12 +1,15 @@
 """The closed loop on real parts: a cluster of hollow nodes with two hot nodes, a real Prometheus scraping
 :class:`tests.realcluster.live_usage.LiveUsage`, and the judge of what the evictions did against the truth.
 
-Five hollow nodes of 1 CPU. hot-1 and hot-2 each run the five pods of one Deployment (``busy-1``, ``busy-2``:
+Six hollow nodes of 1 CPU. hot-1 and hot-2 each run the five pods of one Deployment (``busy-1``, ``busy-2``:
 170m of real CPU each, 91 % of the node with its system daemons and pause containers; two evictions bring
-it to 57 %, under the 70 % target); cold-1..3 run one ``idle`` pod each (100m, 15 %: under the 20 % cold
-threshold, room for the load). Every pod requests 150m and 64Mi, so the scheduler places a replacement by
-requests: onto the least requested node, a cold one. Each Deployment has a PodDisruptionBudget of
-``maxUnavailable: 1``, kept by the real disruption controller.
+it to 57 %, under the 70 % target); cold-1..3 each run the one pod of their own Deployment (``idle-1``..3:
+100m, 15 %: under the 20 % cold threshold, room for the load). The busy pods request 150m, the idle ones 100m
+(64Mi each), so the scheduler places a replacement by requests: onto the least requested node, a cold one;
+and an idle pod moved off a receiver of two replacements would land on another cold node, not back. ``spare`` runs three ``batch`` pods that request 250m
+but use 20m (12 %): it stays cold whatever moves, as the most requested node it receives nothing, and so a
+node that reads hot always has a cold node in its pool (the strategy relieves nothing without one). Each
+Deployment has a PodDisruptionBudget of ``maxUnavailable: 1``, kept by the real disruption controller.
 """
 
 from __future__ import annotations
@@ -21,15 +24,15 @@ from tests.adapters.prom_fixture import ServerProcess, backfill, require_binary
 from tests.controlplane import ControlPlane
 from tests.controlplane.cluster import AuditEvent
 from tests.realcluster import objects as o
-from tests.realcluster.live_usage import LOAD_LABEL, Life, LiveUsage
+from tests.realcluster.live_usage import LOAD_LABEL, PAUSE_CORES, Life, LiveUsage
 from tests.realcluster.scenario import cordon, running
 
 NAMESPACE = "shop"
 HOT = ("hot-1", "hot-2")
 COLD = ("cold-1", "cold-2", "cold-3")
-NODES = HOT + COLD
-BUSY_M, IDLE_M, REPLICAS = 170, 100, 5
-REQUEST = "150m"
+SPARE = "spare"
+NODES = (*HOT, *COLD, SPARE)
+REPLICAS = {"busy-1": 5, "busy-2": 5, "idle-1": 1, "idle-2": 1, "idle-3": 1, "batch": 3}
 SCRAPE = "5s"
 RECEIVED_WITHIN = 600.0  # a node that received load this recently must not give any back unless really hot
 
@@ -39,17 +42,20 @@ def build(plane: ControlPlane) -> None:
     the budgets with the disruption controller's status."""
     plane.hollow_nodes(NODES)
     plane.namespace(NAMESPACE)
-    workloads = [*((f"busy-{i}", (hot,), REPLICAS, BUSY_M) for i, hot in enumerate(HOT, 1)), ("idle", COLD, 3, IDLE_M)]
-    for name, nodes, replicas, load in workloads:
+    # name, nodes, replicas, real CPU (millicores), CPU request
+    workloads = [("busy-1", HOT[:1], 170, "150m"), ("busy-2", HOT[1:], 170, "150m"),
+                 *((f"idle-{i}", (cold,), 100, "100m") for i, cold in enumerate(COLD, 1)), ("batch", (SPARE,), 20, "250m")]  # fmt: skip
+    for name, nodes, load, request in workloads:
         for node in NODES:
             cordon(plane, node, node not in nodes)
-        deployment = o.deployment(name, NAMESPACE, replicas=replicas, cpu=REQUEST, labels={LOAD_LABEL: str(load)})
+        replicas = REPLICAS[name]
+        deployment = o.deployment(name, NAMESPACE, replicas=replicas, cpu=request, labels={LOAD_LABEL: str(load)})
         plane.admin.create(deployment)
         plane.admin.create(o.pdb(name, NAMESPACE, app=name, max_unavailable=1))
         plane.admin.wait_for(f"{name} running on {nodes}", partial(placed, plane, name, nodes, replicas), timeout=90)
     for node in NODES:
         cordon(plane, node, False)
-    for name, *_ in workloads:
+    for name in REPLICAS:
         plane.admin.wait_for(f"the disruption controller's status of {name}", partial(budget_open, plane, name))
 
 
@@ -119,7 +125,7 @@ class Judge:
         pods = sorted((x for x in self.usage.lives() if x.node == node and x.alive(began)), key=lambda x: -x.cores)
         percent, count = self.usage.percent(node, began), 0
         while percent > self.target:
-            percent -= 100 * (pods[count].cores + 0.002) / self.usage.allocatable[node]
+            percent -= 100 * (pods[count].cores + PAUSE_CORES) / self.usage.allocatable[node]
             count += 1
         return count
 
