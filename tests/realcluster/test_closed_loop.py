@@ -8,8 +8,8 @@ the shipped default; only ``prometheus.url`` and ``state.namespace`` are set. ``
 (the app function the CLI calls, on the real clock) :data:`RUNS_APART` seconds apart, then ``rebalancer
 serve`` (its own process, as the CLI starts it) for :data:`SERVE_CYCLES` cycles. For serve the policy also
 gets its listener addresses and a webhook token file (serve refuses to start without one), and the
-strategy's ``schedule`` is every minute instead of the default 5 minutes: four cycles on the default would
-take 15 minutes. They run while the receivers' readings still catch up with the last landings (a
+strategy's ``schedule`` is every minute instead of the default 5 minutes: five cycles on the default would
+take 25 minutes. They run while the receivers' readings still catch up with the last landings (a
 replacement's own usage reads unknown for its first 6 minutes). The Prometheus history of the half hour
 before the start is backfilled at the initial placement, so the 10-minute usage window is full from the
 first cycle.
@@ -54,9 +54,9 @@ from tests.realcluster.live_usage import LiveUsage
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "config" / "low-node-utilization.yaml"
 HISTORY = 1800.0
-RUNS_APART = 75.0
+RUNS_APART = 60.0
 SERVE_INTERVAL = "1m"
-SERVE_CYCLES = 4
+SERVE_CYCLES = 5
 CYCLE_LINE = re.compile(r"schedule cycle: .*")
 
 
