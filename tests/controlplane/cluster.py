@@ -40,6 +40,7 @@ class AuditEvent:
     dry_run: bool
     uri: str
     received: float  # when the request reached the server (epoch seconds)
+    at: float  # when the answer was sent (epoch seconds)
     body: dict[str, Any] | None  # the object sent, where the audit policy records it (Leases, evictions)
 
     @classmethod
@@ -59,6 +60,7 @@ class AuditEvent:
             dry_run="dryRun=All" in uri,
             uri=uri,
             received=datetime.fromisoformat(event["requestReceivedTimestamp"]).timestamp(),
+            at=datetime.fromisoformat(event["stageTimestamp"]).timestamp(),
             body=event.get("requestObject"),
         )
 
