@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from rebalancer.domain.settings.cron import cron_problems
 from rebalancer.domain.settings.shared import Duration, FieldProblems, Model
-from rebalancer.planning.plan import StrategyResult
+from rebalancer.planning.plan import NodeDecision, StrategyResult
 from rebalancer.planning.protections import Protections
 from rebalancer.planning.snapshot import ClusterSnapshot
 
@@ -76,3 +76,11 @@ class ReadsPodMemory(Protocol):
     it names, after the snapshot is made (at 150,000 pods the whole answer is as large as the CPU one)."""
 
     def memory_sources(self, snapshot: ClusterSnapshot) -> frozenset[str]: ...
+
+
+@runtime_checkable
+class ClassifiesNodes(Protocol):
+    """A strategy whose landing prediction weighs the landing guard's marks: the guard decides its marks on
+    the classes this gives (the hot nodes being those the plan may relieve) before the strategy plans."""
+
+    def node_decisions(self, snapshot: ClusterSnapshot) -> tuple[NodeDecision, ...]: ...

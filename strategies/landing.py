@@ -30,8 +30,7 @@ from enum import IntEnum, StrEnum
 
 import msgspec
 
-from rebalancer.domain.guard_marks import GUARD_KEY, MarkReason
-from rebalancer.domain.model import Node, Pod, Taint
+from rebalancer.domain.model import Node, Pod
 from rebalancer.domain.quantity import cores_text
 from rebalancer.planning.landing_groups import Group, LandingGroups
 from rebalancer.planning.plan import NodeClass
@@ -407,17 +406,3 @@ def percent(p: float) -> str:
     if p > 0.999:
         return ">99.9%"
     return f"{p * 100:.1f}%" if p < 0.1 else f"{p * 100:.0f}%"
-
-
-def guard_marks(snapshot: ClusterSnapshot, hot: Iterable[str]) -> dict[str, Node]:
-    """The hot nodes of pools with a landing guard, with the guard's taint they will carry before any of
-    their pods is evicted (the guard marks them ahead of the evictor), for those not carrying it yet."""
-    out = {}
-    for name in hot:
-        effect = snapshot.guarded_pools.get(snapshot.pool_of.get(name, ""))
-        node = snapshot.nodes.get(name)
-        if effect is None or node is None or any(t.key == GUARD_KEY for t in node.taints):
-            continue
-        mark = Taint(key=GUARD_KEY, value=MarkReason.HOT.value, effect=effect)
-        out[name] = msgspec.structs.replace(node, taints=(*node.taints, mark))
-    return out

@@ -47,7 +47,7 @@ from strategies.every_target import (
     placement_under_every_target,
     split_unknown_memory,
 )
-from strategies.landing import Landing, LandingPredictor, LandingVerdict, guard_marks
+from strategies.landing import Landing, LandingPredictor, LandingVerdict
 from strategies.placement import RoomTracker
 from strategies.resources import (
     Excess,
@@ -273,7 +273,7 @@ class LowNodeUtilization:
         unrelieved = {d.node: inactive[d.pool] for d in hot_everywhere if d.pool in inactive}
         hot = relief_order(d for d in hot_everywhere if d.pool in active_pools)
         ledger = BudgetLedger(snapshot.budgets)
-        predictor = self._predictor(snapshot, classes, caps, hot_names) if hot and s.predict_placement else None
+        predictor = self._predictor(snapshot, classes, caps) if hot and s.predict_placement else None
         evictions: list[PlannedEviction] = []
         pod_decisions: list[PodDecision] = []
         extra_room = classes.extra_room()
@@ -307,6 +307,10 @@ class LowNodeUtilization:
         alert's cycle, those focused). Destinations are weighed by their node's own memory reading."""
         classes = self._classes(view(snapshot, self.settings.classify_by), only=snapshot.focus)
         return frozenset(classes.named(NodeClass.HOT))
+
+    def node_decisions(self, snapshot: ClusterSnapshot) -> tuple[NodeDecision, ...]:
+        """Each node's class as :meth:`plan` finds it on ``snapshot`` (what the landing guard decides on)."""
+        return self._classes(view(snapshot, self.settings.classify_by)).decisions()
 
     def _classes(self, snapshot: ClusterSnapshot, only: Collection[str] | None = None) -> NodeClasses:
         s = self.settings
@@ -352,9 +356,7 @@ class LowNodeUtilization:
                 active.add(pool)
         return active
 
-    def _predictor(
-        self, snapshot: ClusterSnapshot, classes: NodeClasses, caps: dict[str, int], hot: list[str]
-    ) -> LandingPredictor:
+    def _predictor(self, snapshot: ClusterSnapshot, classes: NodeClasses, caps: dict[str, int]) -> LandingPredictor:
         s = self.settings
         caps = dict(caps)
         if s.land_on_normal_nodes:
@@ -371,7 +373,7 @@ class LowNodeUtilization:
             snapshot,
             classes.of,
             room,
-            marked=guard_marks(snapshot, hot),
+            marked=snapshot.marks_ahead,  # the landing guard's marks, as it will set them before the evictor
             same_pool=s.destinations_in_same_pool,
             max_risk=s.max_landing_risk,
             percentage_of_nodes_to_score=s.percentage_of_nodes_to_score,

@@ -303,6 +303,7 @@ class NodeClasses:
             low_pct=band.low_pct,
             high_pct=band.high_pct,
             others=others,
+            usage_source=load.usage_source,
         )
 
     def decisions(self, names: Collection[str] | None = None) -> tuple[NodeDecision, ...]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rebalancer import __version__
 from rebalancer.domain import output
 from rebalancer.domain.errors import ConfigError, RebalancerError
+from rebalancer.domain.redaction import RedactingFormatter
 from rebalancer.policy import Policy, load_policy, parse_policy_warning, read_policy_text
 
 if TYPE_CHECKING:
@@ -88,6 +89,15 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-config", help="validate policy files; exit 2 naming each bad field")
     check.add_argument("files", nargs="+", metavar="FILE", help="policy YAML files")
+    check.add_argument(
+        "--for",
+        dest="purpose",
+        choices=["any", "serve"],
+        default="any",
+        help="any: the policy itself, as every command reads it; serve: also what serve checks at start and at "
+        "each reload (the webhook's token, the token files readable and not empty), so that a policy that "
+        "passes starts",
+    )
     output.add_output_option(check)
 
     plan = sub.add_parser("plan", help="classify nodes and print the evictions a cycle would make (evicts nothing)")
@@ -274,7 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown and not getattr(args, "offline_stub", False):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    logging.basicConfig(level=log_level(args), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=log_level(args), handlers=[handler])
     try:
         if args.command == "completion":
             from rebalancer.app.completion import completion_script
@@ -282,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(completion_script(parser, args.shell))
             return EXIT_OK
         if args.command == "check-config":
-            return _check_config(args.files, args.output)
+            return _check_config(args.files, args.output, args.purpose)
         if args.command == "run":
             return _run(args)
         if args.command == "serve":
@@ -322,12 +334,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_SOURCE
 
 
-def _check_config(files: Sequence[str], shown: str) -> int:
+def _check_config(files: Sequence[str], shown: str, purpose: str = "any") -> int:
+    from rebalancer.policy.serve_checks import NotServable, check_for_serve
+
     status = EXIT_OK
     checked: list[dict[str, Any]] = []
     for name in files:
         try:
             policy, warnings = parse_policy_warning(read_policy_text(name), name)
+            if purpose == "serve":  # the function serve runs at start and at each reload
+                serve = check_for_serve(policy)
+                if serve.problems:
+                    raise NotServable(name, list(serve.problems))
+                warnings += [f"{field}: {message}" for field, message in serve.warnings]
         except ConfigError as exc:
             print(exc, file=sys.stderr)
             status = EXIT_CONFIG

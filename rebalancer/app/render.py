@@ -114,7 +114,7 @@ def _strategy_section(result: StrategyResult, in_flight: Mapping[str, str]) -> l
         others = _other_resources(nodes)
         extra = [column for resource in others for column in _OTHER_COLUMNS[resource]]
         out += text_table(
-            ["NODE", "POOL", "USAGE", "ALLOC", "USE%", *extra, "CLASS", "WHY"],
+            ["NODE", "POOL", "USAGE", "ALLOC", "USE%", *extra, "SOURCE", "CLASS", "WHY"],
             [_node_row(d, in_flight.get(d.node), others) for d in nodes],
             frozenset(range(2, 5 + len(extra))),
         )
@@ -172,7 +172,8 @@ def _node_row(d: NodeDecision, in_flight: str | None, others: Iterable[str] = ()
         else:
             amount = f"{use.used / 2**30:.2f}" if resource == "memory" else str(use.used)
             extra += [amount, f"{use.pct:.1f}"]
-    return [d.node, d.pool, usage, format_cores(d.allocatable_m), pct, *extra, d.node_class.value, why]
+    source = d.usage_source or "-"
+    return [d.node, d.pool, usage, format_cores(d.allocatable_m), pct, *extra, source, d.node_class.value, why]
 
 
 def run_record(

@@ -51,7 +51,7 @@ class Runtime:
     steering_buckets: dict[str, TokenBucket] = field(default_factory=dict)
 
     def access(self) -> StateAccess:
-        return self.state_access if self.state_access is not None else StateAccess(self.api)
+        return self.state_access if self.state_access is not None else StateAccess(self.api, dry_run=self.dry_run)
 
 
 @dataclass(frozen=True, slots=True)

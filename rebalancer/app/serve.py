@@ -15,8 +15,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
-from wsgiref.types import WSGIApplication
 
 from rebalancer.actions.evictor import DryRun
 from rebalancer.actions.guard.applier import GuardReport
@@ -37,13 +35,15 @@ from rebalancer.domain.model import ClusterFacts, Node
 from rebalancer.domain.settings.shared import PrometheusSettings
 from rebalancer.domain.timeline import Timeline
 from rebalancer.planning.protections import Protections
-from rebalancer.policy import Policy, load_policy
+from rebalancer.policy import Policy, ServiceSettings
+from rebalancer.policy.serve_checks import load_for_serve
 from rebalancer.service import (
-    STATUS_MAX_CONCURRENT_REQUESTS,
-    STATUS_TIMEOUTS,
+    STATUS_LIMITS,
     HttpServer,
     NodeAlert,
+    ServerLimits,
     TokenFile,
+    connections_allowed,
     make_app,
     make_status_app,
     serve_http,
@@ -51,6 +51,7 @@ from rebalancer.service import (
 from rebalancer.service.leader import LeaderElection, LeaderElector
 from rebalancer.service.metrics import Metrics, WatchStat
 from rebalancer.service.runner import AlertDecision, CycleResult, Service, Trigger
+from rebalancer.service.server import App
 
 log = logging.getLogger(__name__)
 CACHE_SYNC_WAIT_SECONDS = 60.0  # a cycle right after start waits this long for the first listing
@@ -214,7 +215,7 @@ class _Cycles:
         self, runtime: Runtime, known: _KnownNodes, cache: _ClusterCache, observers: CycleObservers | None = None
     ) -> None:
         if runtime.state_access is None:  # asked again only when the policy changes what it covers
-            runtime = replace(runtime, state_access=StateAccess(runtime.api))
+            runtime = replace(runtime, state_access=StateAccess(runtime.api, dry_run=runtime.dry_run))
         self._runtime = runtime  # its steering buckets are kept between cycles: the patch rate holds
         self._known = known
         self._cache = cache
@@ -317,65 +318,70 @@ def check_state_at_start(state_access: StateAccess, policy: Policy) -> None:
         log.warning("state access not checked at start, the first cycle checks it: %s", exc)
 
 
-def webhook_token(policy: Policy, source: str, metrics: Metrics) -> TokenFile | None:
-    """The webhook's token file; None only when the policy says explicitly that the webhook may run
-    without one (then warned, and ``rebalancer_webhook_unauthenticated`` is 1). Read at start."""
-    webhook = policy.service.webhook
-    metrics.set_webhook_unauthenticated(webhook.token_file is None)
-    if webhook.token_file:
-        return TokenFile(Path(webhook.token_file))
-    if not webhook.allow_unauthenticated:
-        raise ConfigError(
-            source,
-            [
-                (
-                    "service.webhook.tokenFile",
-                    "not set: the webhook would take alerts from anyone who can reach its port; set it to a file "
-                    "holding the bearer token Alertmanager sends, or set service.webhook.allowUnauthenticated: "
-                    "true to run without one",
-                )
-            ],
-        )
-    log.warning(
-        "the webhook accepts requests WITHOUT a token (service.webhook.allowUnauthenticated): anyone who can "
-        "reach %s:%d can trigger rebalancing cycles",
-        policy.service.host,
-        policy.service.port,
-    )
-    return None
+def webhook_token(policy: Policy, metrics: Metrics) -> TokenFile | None:
+    """The webhook's token file, read at start; None only when the policy lets the webhook run without one
+    (:func:`check_for_serve` refuses it otherwise, and warns): ``rebalancer_webhook_unauthenticated`` is 1."""
+    token_file = policy.service.webhook.token_file
+    metrics.set_webhook_unauthenticated(token_file is None)
+    return TokenFile(Path(token_file)) if token_file else None
 
 
-def _listen(app: WSGIApplication, address: tuple[str, int, str], source: str, **options: Any) -> HttpServer:
+def _listen(app: App, address: tuple[str, int, str], source: str, limits: ServerLimits, metrics: Metrics) -> HttpServer:
     """serve_http on (host, port); a port that cannot be bound is a ConfigError naming the field."""
     host, port, field = address
+    listener = "status" if field == "service.metricsPort" else "webhook"
     try:
-        return serve_http(app, host, port, **options)
+        server = serve_http(
+            app, host, port, limits=limits, on_evicted=lambda: metrics.http_connection_evicted(listener)
+        )
     except OSError as exc:
+        app.close()
         raise ConfigError(source, [(field, f"cannot listen on {host}:{port}: {exc.strerror or exc}")]) from exc
+    metrics.http_connections(listener, lambda: server.open_connections)
+    return server
+
+
+def server_limits(settings: ServiceSettings) -> tuple[ServerLimits, ServerLimits]:
+    """The webhook's and the status port's limits from the policy; the connection cap lowered to what the
+    open-files limit holds (raised as far as it goes first)."""
+    allowed = connections_allowed(settings.max_connections)
+    if allowed < settings.max_connections:
+        log.warning(
+            "service.maxConnections is %d but the open-files limit holds %d connections per listener: %d it is",
+            settings.max_connections, allowed, allowed,
+        )  # fmt: skip
+    header, body = settings.header_timeout.total_seconds(), settings.body_timeout.total_seconds()
+    webhook = ServerLimits(max_connections=allowed, header_timeout=header, body_timeout=body)
+    status = replace(
+        STATUS_LIMITS,
+        max_connections=allowed,
+        header_timeout=min(header, STATUS_LIMITS.header_timeout),
+        body_timeout=min(body, STATUS_LIMITS.body_timeout),
+    )
+    return webhook, status
 
 
 def _serve_http(
-    policy: Policy, source: str, webhook: WSGIApplication, ready: Callable[[], bool], metrics: Metrics
+    policy: Policy, source: str, webhook: App, ready: Callable[[], bool], metrics: Metrics
 ) -> Callable[[], None]:
     """Start the webhook's listener and the status listener (/metrics and the probes), both or neither;
     returns what stops both (no new requests, the ones in flight finish)."""
     settings = policy.service
     status_host = settings.metrics_host if settings.metrics_host is not None else settings.host
-    status_http = _listen(
-        make_status_app(metrics=metrics, ready=ready),
-        (status_host, settings.metrics_port, "service.metricsPort"),
-        source,
-        max_concurrent_requests=STATUS_MAX_CONCURRENT_REQUESTS,
-        timeouts=STATUS_TIMEOUTS,
-    )
+    webhook_limits, status_limits = server_limits(settings)
     try:
-        http = _listen(
-            webhook,
-            (settings.host, settings.port, "service.port"),
+        status_http = _listen(
+            make_status_app(metrics=metrics, ready=ready),
+            (status_host, settings.metrics_port, "service.metricsPort"),
             source,
-            max_concurrent_requests=settings.max_concurrent_requests,
-            on_refused=metrics.http_connection_refused,
+            status_limits,
+            metrics,
         )
+    except BaseException:
+        webhook.close()
+        raise
+    try:
+        http = _listen(webhook, (settings.host, settings.port, "service.port"), source, webhook_limits, metrics)
     except BaseException:
         status_http.stop()
         raise
@@ -389,6 +395,14 @@ def _serve_http(
         status_http.stop()
 
     return stop
+
+
+def _policy_at_start(path: Path) -> Policy:
+    """The policy serve starts with: one it refuses is fatal (ConfigError); its warnings are said at once."""
+    policy, warnings = load_for_serve(path)
+    for field, message in warnings:
+        log.warning("%s: %s: %s", path, field, message)
+    return policy
 
 
 def _quiet_scheduler_log() -> None:
@@ -439,9 +453,9 @@ def serve(
     def is_leader() -> bool:
         return election.is_leader() if election is not None else True
 
-    policy = load_policy(policy_path)  # an invalid policy at start is fatal: ConfigError
+    policy = _policy_at_start(policy_path)
     pauses = collector.CollectorPauses()
-    state_access = StateAccess(api)
+    state_access = StateAccess(api, dry_run=dry_run)
     runtime = Runtime(
         policy,
         api,
@@ -464,7 +478,7 @@ def serve(
         metrics.observe_guard(sweep(replace(runtime, policy=policy), known.nodes()))
 
     service = Service(policy_path, cycles, metrics, is_leader, clock, housekeeping=sweep_marks, policy=policy)
-    token = webhook_token(policy, str(policy_path), metrics)
+    token = webhook_token(policy, metrics)
     check_state_at_start(state_access, policy)
     pauses.attach()
     cache.ensure(policy)  # listing starts now, on followers too: a new leader has the cluster at hand
@@ -488,6 +502,7 @@ def serve(
         node_addresses=known.addresses,
         node_labels=policy.service.webhook.node_labels,
         token=token,
+        max_concurrent_requests=policy.service.max_concurrent_requests,
     )
     stop_http = _serve_http(policy, str(policy_path), webhook, lambda: service.ready() or known.source_ok(), metrics)
     signals = _StopSignals()

@@ -1,7 +1,8 @@
-"""Before a cycle decides anything: can the state it will write be written?
+"""Before a cycle decides anything: can it write its state, and make every call its actuators will make?
 
 A run that plans, says "would evict" (a dry run) or marks nodes and then cannot persist its reservation
-has acted on a plan it could not keep. So before planning, every run (dry or not, `run --once` and each
+has acted on a plan it could not keep; a run that finds at its first eviction that it may not evict has
+planned and reserved for nothing. So before planning, every run (dry or not, `run --once` and each
 `serve` cycle) asks, writing nothing:
 
 - that the state namespace exists: the limiter ConfigMap is created with ``dryRun=All``, which the API
@@ -10,9 +11,12 @@ has acted on a plan it could not keep. So before planning, every run (dry or not
   namespace exists, and reading the Namespace would need a cluster-wide permission the service has not;
 - that every verb the cycle may use on its state is allowed, one SelfSubjectAccessReview each: get and
   update of each state ConfigMap (the efficiency records' only with efficiency on), their create; get,
-  create and update of the leader-election Lease (``serve`` with leader election); get and patch of nodes
-  (with a landing guard). A review answers for an update of a ConfigMap not created yet, where a dry-run
-  update could not.
+  create and update of the leader-election Lease (``serve`` with leader election). A review answers for
+  an update of a ConfigMap not created yet, where a dry-run update could not;
+- that every call of the actuators is allowed (:func:`action_permissions`): the evictor's re-read of a pod
+  (and its ReplicaSet), its eviction and Event; the steerer's pod patch; the landing guard's node read,
+  patch and Event. A client dry run calls none of them, so it needs none; a server dry run sends the
+  writes with ``dryRun=All`` (authorized as the writes) and records no Event.
 
 A failure is one error naming the namespace, or every verb missing. Once a check passed it is not asked
 again until what it covers changes (a reloaded policy).
@@ -20,12 +24,14 @@ again until what it covers changes (a reloaded policy).
 
 from __future__ import annotations
 
+from rebalancer.actions.evictor import DryRun
 from rebalancer.adapters.kube import ApiClient, ConfigMapStateStore
 from rebalancer.adapters.kube.access import AccessReview, Permission
 from rebalancer.domain.errors import KubeForbidden
 from rebalancer.policy import Policy
 
 LEASES = "coordination.k8s.io"
+NODE_EVENTS = "default"  # a node's Events live there, as the kubelet's do
 
 
 def state_permissions(policy: Policy, namespace: str, lease: bool) -> tuple[Permission, ...]:
@@ -40,24 +46,46 @@ def state_permissions(policy: Policy, namespace: str, lease: bool) -> tuple[Perm
         lease_name = policy.service.leader_election.lease_name
         needed.append(Permission("create", "leases", namespace, LEASES))
         needed += [Permission(verb, "leases", namespace, LEASES, lease_name) for verb in ("get", "update")]
+    return tuple(needed)
+
+
+def action_permissions(policy: Policy, dry_run: DryRun) -> tuple[Permission, ...]:
+    """What the actuators' calls need in this dry-run mode, in every namespace whose pods may be evicted
+    (those of ``evictableNamespaces.include``, else all)."""
+    if dry_run is DryRun.CLIENT:
+        return ()
+    scopes: tuple[str | None, ...] = policy.protections.evictable_namespaces.include or (None,)
+    events = dry_run is DryRun.OFF
+    needed: list[Permission] = []
+    for namespace in scopes:
+        needed += [Permission("get", "pods", namespace), Permission("get", "replicasets", namespace, "apps")]
+        needed.append(Permission("create", "pods/eviction", namespace))
+        if any(s.kind == "DeletionCostSteering" and s.enabled for s in policy.strategies):
+            needed.append(Permission("patch", "pods", namespace))
+        if events:
+            needed.append(Permission("create", "events", namespace))
     if policy.landing_guard.enabled:
         needed += [Permission("get", "nodes"), Permission("patch", "nodes")]
+        if events:
+            needed.append(Permission("create", "events", NODE_EVENTS))
     return tuple(needed)
 
 
 class StateAccess:
     """The check, remembered once passed (``serve`` keeps one across cycles; `run --once` asks once).
-    ``lease``: this process holds a leader-election Lease (``serve`` sets it from the policy it started with)."""
+    ``lease``: this process holds a leader-election Lease (``serve`` sets it from the policy it started with);
+    ``dry_run``: the run's mode, which decides the actuators' calls."""
 
-    def __init__(self, api: ApiClient, *, lease: bool = False) -> None:
+    def __init__(self, api: ApiClient, *, lease: bool = False, dry_run: DryRun = DryRun.OFF) -> None:
         self._api = api
         self.lease = lease
+        self.dry_run = dry_run
         self._passed: tuple[str, tuple[Permission, ...]] | None = None
 
     def check(self, policy: Policy, namespace: str) -> None:
         """Raises :class:`KubeUnavailable` (404) when the namespace does not exist, :class:`KubeForbidden`
         naming every verb missing, or the error of a request that failed."""
-        needed = state_permissions(policy, namespace, self.lease)
+        needed = state_permissions(policy, namespace, self.lease) + action_permissions(policy, self.dry_run)
         if self._passed == (namespace, needed):
             return
         ConfigMapStateStore(self._api, namespace, policy.state.config_map).check_create()
@@ -67,7 +95,7 @@ class StateAccess:
             first = missing[0]
             raise KubeForbidden(
                 f"RBAC: the service account may not {'; '.join(map(str, missing))} "
-                "(grant these verbs: the state cannot be written without them)",
+                "(grant these verbs: the cycle cannot write its state or act without them)",
                 verb=first.verb,
                 resource=first.resource,
                 group=first.group,

@@ -6,9 +6,20 @@ Adapters translate library exceptions into these (``raise ... from exc``) so tha
 
 from __future__ import annotations
 
+from rebalancer.domain.redaction import redact
+
 
 class RebalancerError(Exception):
-    """Base of every error raised on purpose by rebalancer."""
+    """Base of every error raised on purpose by rebalancer. Its message is redacted (no credential of a URL
+    in it, see :func:`~rebalancer.domain.redaction.redact`): a message quoting a library's error that
+    embeds a URL is shown, logged or recorded as it is."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(arg) if isinstance(arg, str) else arg for arg in args))
+
+
+class TokenFileError(RebalancerError):
+    """A token file (a mounted Secret) cannot be read or is empty."""
 
 
 class ConfigError(RebalancerError):
@@ -19,8 +30,8 @@ class ConfigError(RebalancerError):
 
     def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
         self.source = source
-        self.problems = problems
-        lines = [f"{source}: {path}: {message}" if path else f"{source}: {message}" for path, message in problems]
+        self.problems = [(path, redact(message)) for path, message in problems]
+        lines = [f"{source}: {path}: {message}" if path else f"{source}: {message}" for path, message in self.problems]
         super().__init__("\n".join(lines))
 
 

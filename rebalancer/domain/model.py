@@ -182,10 +182,15 @@ class UsageReport(msgspec.Struct, frozen=True, gc=False):
 
     node_cpu_m: Mapping[str, int] = msgspec.field(default_factory=dict)
     pod_cpu_m: Mapping[PodKey, int] = msgspec.field(default_factory=dict)
-    node_problems: Mapping[str, str] = msgspec.field(default_factory=dict)
+    node_problems: Mapping[str, str] = msgspec.field(default_factory=dict)  # why the node sources do not know them
     failure: str | None = None
-    node_from_pods: bool = False  # no node query: a node's usage is the sum of its pods' usage
-    fresh_nodes: frozenset[str] | None = None  # nodes the freshness query answered for (None: not checked)
+    # the node source that gave each node of node_cpu_m (prometheus.nodeSources' names)
+    node_source: Mapping[str, str] = msgspec.field(default_factory=dict)
+    # the sum of its pods' usage is a node's usage when no node source before it knows the node (podSum)
+    node_from_pods: bool = False
+    fresh_nodes: frozenset[str] | None = None  # nodes podSum's freshness query answered for (None: not checked)
+    pod_sum_problems: Mapping[str, str] = msgspec.field(default_factory=dict)  # nodes podSum cannot read
+    sources: tuple[str, ...] = ()  # the node sources, in the order they were tried
     description: str = ""
     # memory working set in bytes, read only when a strategy has memory thresholds (None: not read)
     node_memory: Mapping[str, int] | None = None

@@ -1,34 +1,45 @@
 """What the planner's own recent evictions changed on a node that its usage reading does not show yet (pure).
 
-A node's CPU usage is a quantile over a window (``prometheus.window``) of samples ``prometheus.step`` apart,
-each a rate over ``prometheus.rateWindow``, so a reading shows a change of the node's load only after a lag
-(:func:`reading_lag`): load that left stays in a high quantile until nearly the whole window is after the
-eviction, load that arrived shows in it within a few samples. Until then the planner uses the measured
-usage less what left the node and plus what is known to have landed on it but is not in the reading yet.
-Memory (the working set) is the same quantile over the same samples of a gauge: its lag is
-:func:`reading_lag` without a rate window, and it is corrected the same way by each evicted pod's working
-set at eviction (:attr:`EvictedPod.memory`; reliefs recorded before it was kept correct CPU only). The pod
-count needs no correction: it is counted from the API server's pods, as they are now.
+A node's usage reading (the node's own series: cAdvisor's root cgroup, node_exporter) is a quantile over a
+window of samples, each a rate over ``prometheus.rateWindow`` (:class:`~rebalancer.planning.reading_model.Reading`),
+so it shows a change of the node's load only gradually, and fully only after a lag: load that left stays in a
+high quantile until nearly the whole window is after the eviction, load that arrived shows within a few samples.
+The model says, for each moment, which share of a change the reading shows (:meth:`Reading.shown`); the planner
+uses the measured usage less the share of what left that the reading still holds, plus the share of what
+landed that it does not hold yet. So each moved amount is counted once, as the node's real load holds it.
 
-An evicted pod whose replacement was seen back on its node left nothing. What left is counted once: when
-the node's reading has already fallen since the relief (a statistic that follows a drop sooner than a high
-quantile does), that fall is taken as part of what left. Unknown stays unknown: a node whose reading is
-unknown stays unknown, and a node an evicted pod of unknown memory left or landed on has its memory
-unknown until the reading shows the move; corrections never make a number.
+What left a node is the evicted pods' usage (an evicted pod whose replacement was seen back on its node left
+nothing), from the eviction on. What landed on a node is the usage of each replacement seen bound to it (and
+still there), from the moment it started: the node's reading includes a running container whatever the
+container's own series says (a pod younger than ``rateWindow`` plus a step has no usage of its own yet), so
+only the share the model says is not in the reading yet is added. A replacement bound but not started yet
+(Pending) is in no reading: all of it is added. The replacement's creation is taken as its start (a container
+that started later than that is added a little less than it should be for that while).
+
+What left is counted once: when the node's reading has already fallen since the relief by more than the model
+says (a load that fell besides), that fall is taken as part of what left. Memory (the working set) is the
+same quantile of a gauge (no rate window), corrected the same way by each evicted pod's working set at
+eviction (:attr:`EvictedPod.memory`; reliefs recorded before it was kept correct CPU only). The pod count
+needs no correction: it is counted from the API server's pods, as they are now. A node's CPU summed from its
+pods' own usage (``queries.nodeCpu: null``) needs none either: an evicted pod is no longer in the sum, and a
+replacement too young to have a reading leaves the sum unknown. Unknown stays unknown: a node whose reading is
+unknown stays unknown, and a node an evicted pod of unknown memory left or landed on has its memory unknown
+until the reading shows the move; corrections never make a number.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rebalancer.domain.model import PodKey
 from rebalancer.domain.quantity import bytes_text, cores_text
+from rebalancer.planning.reading_model import Lag, Reading, reading_lag
 
 if TYPE_CHECKING:
     from rebalancer.domain.efficiency_records import EvictedPod, Relief
+
+__all__ = ["Lag", "Reading", "reading_lag"]  # the reading model, re-exported
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,44 +52,27 @@ class EarlierReliefs:
 
 
 @dataclass(frozen=True, slots=True)
-class Lag:
-    """How long after a change of a node's load its usage reading still does not show it (seconds)."""
-
-    gone: float  # load that left: while a sample the quantile reads still holds it
-    landed: float  # load that arrived: until every sample the quantile reads holds it
-
-
-def reading_lag(window: float, quantile: float, rate_window: float, step: float) -> Lag:
-    """The lag of the ``quantile`` of the ``window / step`` samples of a rate over ``rate_window`` (seconds).
-
-    A sample holds what was before a change until ``rate_window`` after it (0 for a gauge, as memory). The quantile reads the samples of
-    rank ``quantile * (n - 1)`` (linear interpolation, as Prometheus): a fall shows once every sample from
-    that rank up is later, a rise once every sample from that rank up holds it (the higher ranks being the
-    later samples after a fall, the ones holding the new load after a rise)."""
-    if window <= 0 or step <= 0 or rate_window < 0 or not 0 < quantile <= 1:
-        raise ValueError(f"reading_lag: window {window}, step {step}, rate window {rate_window}, quantile {quantile}")
-    samples = max(1, int(window // step))
-    rank = round(quantile * (samples - 1), 9)
-    return Lag(rate_window + math.ceil(rank) * step, rate_window + (samples - 1 - math.floor(rank)) * step)
-
-
-@dataclass(frozen=True, slots=True)
 class Flight:
     """What earlier reliefs still in the reading's reach moved off and onto one node (millicores)."""
 
     node: str
     left_m: int  # usage of the pods evicted from the node (not counting those whose replacement came back)
-    landed_m: int  # usage of replacements seen landing on the node, not yet in their own reading
+    landed_m: int  # usage of the replacements seen on the node
     baseline_m: int | None  # the node's measured usage at its first relief in reach (None: not recorded)
     relieved_at: float | None  # the latest relief of the node (None: it only received replacements)
     last_at: float  # the latest relief that moved load off or onto it
     until: float  # from then on the reading shows all of it
+    left_held_m: int = 0  # of left_m, what the reading still holds (by the reading model)
+    landed_unread_m: int = 0  # of landed_m, what the reading does not hold yet (by the reading model)
+    expected_fall_m: int = 0  # how much the moves are expected to have lowered the reading since baseline_m
 
 
 @dataclass(frozen=True, slots=True)
 class Moves:
     """What earlier reliefs still in a reading's reach moved off and onto one node, in one resource (for
-    memory, in bytes); ``left`` or ``landed`` None: a moved pod's amount is unknown (``unknown`` says which)."""
+    memory, in bytes); ``left`` or ``landed`` None: a moved pod's amount is unknown (``unknown`` says which).
+    ``left_held``: of ``left``, what the reading still holds; ``landed_unread``: of ``landed``, what it does
+    not hold yet (both by the reading model; None with the amount they are a share of)."""
 
     node: str
     left: int | None
@@ -88,6 +82,9 @@ class Moves:
     last_at: float
     until: float
     unknown: str | None = None
+    left_held: int | None = 0
+    landed_unread: int | None = 0
+    expected_fall: int = 0  # how much the moves are expected to have lowered the reading since ``baseline``
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,81 +108,139 @@ class Correction:
     memory: MemoryCorrection | None = None  # None: the node's memory is not corrected
 
 
-def in_flight(reliefs: Iterable[Relief], now: float, lag: Lag, pod_usage: Mapping[PodKey, int]) -> dict[str, Flight]:
-    """Per node, what the reliefs made before ``now`` moved off and onto it and the reading does not show yet
-    (``lag``). ``pod_usage``: the pods' current readings (a replacement's own reading shows how much of it
-    the node's reading holds)."""
-    found = _moves(reliefs, now, lag, lambda p: p.usage_m, lambda p: _reading(p.replacement, pod_usage), _cpu_baseline)
+def in_flight(
+    reliefs: Iterable[Relief], now: float, reading: Reading, started: Mapping[str, float | None]
+) -> dict[str, Flight]:
+    """Per node, what the reliefs made before ``now`` moved off and onto it and how much of it the CPU
+    ``reading`` does not show yet. ``started``: each replacement ("namespace/name") found on the node it was
+    seen landing on, with the time it started (None: bound, not started); a replacement not there adds nothing."""
+    found = _moves(reliefs, now, reading, lambda p: p.usage_m, started, _cpu_baseline)
     return {
-        node: Flight(node, m.left or 0, m.landed or 0, m.baseline, m.relieved_at, m.last_at, m.until)
+        node: Flight(
+            node,
+            m.left or 0,
+            m.landed or 0,
+            m.baseline,
+            m.relieved_at,
+            m.last_at,
+            m.until,
+            m.left_held or 0,
+            m.landed_unread or 0,
+            m.expected_fall,
+        )
         for node, m in found.items()
     }
 
 
 def memory_in_flight(
-    reliefs: Iterable[Relief], now: float, lag: Lag, pod_memory: Mapping[PodKey, int]
+    reliefs: Iterable[Relief], now: float, reading: Reading, started: Mapping[str, float | None]
 ) -> dict[str, Moves]:
-    """:func:`in_flight` for the memory working set (``lag``: the gauge's, ``pod_memory``: the pods' current
-    readings). A pod recorded without its memory moves none; one recorded as unknown makes the amount unknown."""
-    return _moves(reliefs, now, lag, _memory, lambda p: _reading(p.replacement, pod_memory), _memory_baseline)
+    """:func:`in_flight` for the memory working set (``reading``: the gauge's). A pod recorded without its
+    memory moves none; one recorded as unknown makes the amount unknown."""
+    return _moves(reliefs, now, reading, _memory, started, _memory_baseline)
 
 
 def _moves(
     reliefs: Iterable[Relief],
     now: float,
-    lag: Lag,
+    reading: Reading,
     amount: Callable[[EvictedPod], int | None],
-    shown: Callable[[EvictedPod], int],
+    started: Mapping[str, float | None],
     baseline_of: Callable[[Relief], int | None],
 ) -> dict[str, Moves]:
-    """Per node, the ``amount`` (None: unknown) of the evicted pods the reliefs in reach moved off and onto it
-    (less what a replacement's own reading, ``shown``, already holds); ``baseline_of``: a relief's reading."""
-    left: dict[str, int | None] = {}
-    landed: dict[str, int | None] = {}
+    """Per node, the ``amount`` (None: unknown) of the evicted pods the reliefs in reach moved off and onto
+    it, and the share of it the ``reading`` does not show yet; ``baseline_of``: a relief's reading."""
+    left: dict[str, _Sum] = {}
+    landed: dict[str, _Sum] = {}
     unknown: dict[str, str] = {}
-    baseline: dict[str, int | None] = {}
+    baseline: dict[str, tuple[float, int | None]] = {}  # the node's reading at its first relief in reach, and when
     relieved: dict[str, float] = {}
     last: dict[str, float] = {}
     until: dict[str, float] = {}
+    changes: list[tuple[str, float, int | None, bool]] = []  # (node, when, amount, rise) of every started move
     for relief in sorted(reliefs, key=lambda r: r.at):
-        age, node = now - relief.at, relief.node
-        if 0 <= age < lag.gone:
-            baseline.setdefault(node, baseline_of(relief))
+        node = relief.node
+        if relief.at > now:
+            continue
+        gone = [amount(pod) for pod in relief.evicted if pod.landed != node]  # back on its node: nothing left
+        changes += [(node, relief.at, value, False) for value in gone]
+        done = reading.caught_up(relief.at, rise=False)
+        if now < done:
+            held = 1.0 - reading.shown(relief.at, now, rise=False)
+            baseline.setdefault(node, (relief.at, baseline_of(relief)))
             relieved[node] = last[node] = relief.at
-            until[node] = max(until.get(node, 0.0), relief.at + lag.gone)
-            left.setdefault(node, 0)
+            until[node] = max(until.get(node, 0.0), done)
+            total = left.setdefault(node, _Sum())
             for pod in relief.evicted:
-                if pod.landed != node:  # a replacement seen back on the node: the reading keeps it, nothing left
-                    left[node] = _added(left[node], amount(pod), pod, node, unknown)
-        if 0 <= age < lag.landed:
-            for pod in relief.evicted:
-                if pod.landed is None or pod.landed == node:
-                    continue
-                value = amount(pod)
-                arrived = None if value is None else max(0, value - shown(pod))
-                landed[pod.landed] = _added(landed.get(pod.landed, 0), arrived, pod, pod.landed, unknown)
-                last[pod.landed] = max(last.get(pod.landed, relief.at), relief.at)
-                until[pod.landed] = max(until.get(pod.landed, 0.0), relief.at + lag.landed)
-    return {
-        node: Moves(
+                if pod.landed != node:
+                    total.add(amount(pod), held, pod, node, unknown)
+        reach = max(done, reading.caught_up(relief.at, rise=True))
+        for pod in relief.evicted:
+            if pod.landed is None or pod.landed == node or pod.replacement is None or pod.replacement not in started:
+                continue  # not seen, back on its node (nothing moved), or no longer on the node it landed on
+            start = started[pod.replacement]
+            if start is None:  # bound, not started: in no reading yet (counted while the relief is in reach)
+                unread, done = 1.0, reach
+            else:
+                start = max(start, relief.at)
+                changes.append((pod.landed, start, amount(pod), True))
+                unread, done = 1.0 - reading.shown(start, now, rise=True), reading.caught_up(start, rise=True)
+            if now >= done:
+                continue
+            landed.setdefault(pod.landed, _Sum()).add(amount(pod), unread, pod, pod.landed, unknown)
+            last[pod.landed] = max(last.get(pod.landed, relief.at), relief.at)
+            until[pod.landed] = max(until.get(pod.landed, 0.0), done)
+    out = {}
+    for node, at in sorted(last.items()):
+        gone_sum, came = left.get(node, _Sum()), landed.get(node, _Sum())
+        if gone_sum.amount == 0 and came.amount == 0:
+            continue
+        since, measured = baseline.get(node, (now, None))
+        out[node] = Moves(
             node,
-            left.get(node, 0),
-            landed.get(node, 0),
-            baseline.get(node),
+            gone_sum.amount,
+            came.amount,
+            measured,
             relieved.get(node),
             at,
             until[node],
             unknown.get(node),
+            gone_sum.share,
+            came.share,
+            _expected_fall(reading, [c for c in changes if c[0] == node], since, now),
         )
-        for node, at in sorted(last.items())
-        if left.get(node, 0) != 0 or landed.get(node, 0) != 0
-    }
+    return out
 
 
-def _added(total: int | None, amount: int | None, pod: EvictedPod, node: str, unknown: dict[str, str]) -> int | None:
-    if amount is None:
-        unknown.setdefault(node, f"{pod.namespace}/{pod.name}")
-    return None if total is None or amount is None else total + amount
+def _expected_fall(
+    reading: Reading, changes: list[tuple[str, float, int | None, bool]], since: float, now: float
+) -> int:
+    """How much the node's reading is expected to have fallen from ``since`` to ``now`` by the moves off and
+    onto it (a rise counting negative): what of the fall since the baseline the moves explain."""
+    fall = 0.0
+    for _, at, value, rise in changes:
+        if value is not None and reading.caught_up(at, rise=rise) > since:
+            shown = reading.shown(at, now, rise=rise) - reading.shown(at, since, rise=rise)
+            fall += -value * shown if rise else value * shown
+    return round(fall)
+
+
+class _Sum:
+    """Amounts moved, and the part of each not shown by the reading (None: some amount is unknown)."""
+
+    __slots__ = ("amount", "share")
+
+    def __init__(self) -> None:
+        self.amount: int | None = 0
+        self.share: int | None = 0
+
+    def add(self, amount: int | None, part: float, pod: EvictedPod, node: str, unknown: dict[str, str]) -> None:
+        if amount is None:
+            unknown.setdefault(node, f"{pod.namespace}/{pod.name}")
+            self.amount = self.share = None
+        elif self.amount is not None and self.share is not None:
+            self.amount += amount
+            self.share += round(amount * part)
 
 
 def _cpu_baseline(relief: Relief) -> int | None:
@@ -204,23 +259,26 @@ def _memory(pod: EvictedPod) -> int | None:
 
 def corrected(measured: int | None, flight: Flight) -> int | None:
     """The usage the planner uses for a node that read ``measured`` (None: unknown, and so it stays)."""
-    return _corrected(measured, flight.left_m, flight.landed_m, flight.baseline_m)
+    return _corrected(measured, flight.left_held_m, flight.landed_unread_m, flight.baseline_m, flight.expected_fall_m)
 
 
 def corrected_memory(measured: int | None, moves: Moves) -> int | None:
     """The working set the planner uses for a node that read ``measured`` (None: unknown, as the reading or a
     moved pod's memory is)."""
-    if moves.left is None or moves.landed is None:
+    if moves.left is None or moves.left_held is None or moves.landed_unread is None:
         return None
-    return _corrected(measured, moves.left, moves.landed, moves.baseline)
+    return _corrected(measured, moves.left_held, moves.landed_unread, moves.baseline, moves.expected_fall)
 
 
-def _corrected(measured: int | None, left: int, landed: int, baseline: int | None) -> int | None:
+def _corrected(measured: int | None, held: int, unread: int, baseline: int | None, expected: int) -> int | None:
+    """``measured`` less what left and the reading still holds (``held``), plus what landed and it does not
+    hold yet (``unread``). What left is taken out once: when the reading has fallen since the first relief
+    (``baseline``) by more than the moves explain (``expected``), the rest of the fall is taken as part of what
+    left (a statistic that shows a fall sooner than the model says)."""
     if measured is None:
         return None
-    already_fallen = 0 if baseline is None else max(0, baseline - measured)
-    still_in_reading = max(0, left - already_fallen)
-    return max(0, measured - still_in_reading + landed)
+    unexplained = 0 if baseline is None else max(0, baseline - measured - expected)
+    return max(0, measured - max(0, held - unexplained) + unread)
 
 
 def describe(
@@ -239,7 +297,8 @@ def describe(
         if flight.relieved_at is not None:
             parts.append(f"relieved {_ago(now - flight.relieved_at)}: {flight.left_m / 1000:.1f} cores moved")
         if flight.landed_m:
-            parts.append(f"{flight.landed_m / 1000:.1f} cores landed")
+            unread = flight.landed_unread_m / 1000
+            parts.append(f"{flight.landed_m / 1000:.1f} cores landed ({unread:.1f} not in the reading yet)")
         sections.append(f"{', '.join(parts)}; {_reads(measured_m, corrected_m, allocatable_m, cores_text)}")
     if memory is not None:
         moves = memory.moves
@@ -248,7 +307,8 @@ def describe(
         )
         parts = [f"{bytes_text(moves.left)} moved"] if moves.relieved_at is not None and moves.left else []
         if moves.landed:
-            parts.append(f"{bytes_text(moves.landed)} landed")
+            yet = "" if moves.landed_unread is None else f" ({bytes_text(moves.landed_unread)} not in the reading yet)"
+            parts.append(f"{bytes_text(moves.landed)} landed{yet}")
         if moves.unknown is not None:
             parts.append(f"the memory of moved pod {moves.unknown} is unknown")
         reads = _reads(memory.measured, memory.corrected, allocatable_memory, bytes_text)
@@ -261,13 +321,6 @@ def _reads(measured: int, corrected: int | None, allocatable: int, text: Callabl
         return f"{100 * amount / allocatable:.1f}%" if allocatable > 0 else text(amount)
 
     return f"reads {said(measured)}, expected {'unknown' if corrected is None else said(corrected)}"
-
-
-def _reading(replacement: str | None, pod_usage: Mapping[PodKey, int]) -> int:
-    if replacement is None or "/" not in replacement:
-        return 0
-    namespace, name = replacement.split("/", 1)
-    return pod_usage.get((namespace, name), 0)
 
 
 def _ago(seconds: float) -> str:

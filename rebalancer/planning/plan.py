@@ -62,6 +62,7 @@ class NodeDecision:
     low_pct: float | None
     high_pct: float | None
     others: tuple[ResourceUse, ...] = ()  # memory, pods: only when the thresholds name them
+    usage_source: str | None = None  # the node source usage_m came from (prometheus.nodeSources)
 
 
 class PodDecision(msgspec.Struct, frozen=True, gc=False):

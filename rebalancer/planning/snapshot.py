@@ -21,6 +21,7 @@ from rebalancer.domain.model import (
     UsageReport,
     WorkloadRef,
 )
+from rebalancer.domain.settings.node_sources import POD_SUM
 from rebalancer.domain.settings.shared import PoolSettings
 from rebalancer.planning.inflight import Correction
 from rebalancer.planning.plan import PlannedEviction
@@ -39,6 +40,7 @@ class NodeLoad:
     unknown_reason: str | None
     memory_usage: int | None = None
     memory_unknown_reason: str | None = None
+    usage_source: str | None = None  # the node source its usage came from (prometheus.nodeSources)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +64,11 @@ class ClusterSnapshot:
     # None after planned moves
     groups: Mapping[str, NodePods] | None = None
     moved: Mapping[PodKey, str] = field(default_factory=dict)  # pods the bounce-back guard keeps in place, and why
-    guarded_pools: Mapping[str, str] = field(default_factory=dict)  # landing guard: pool -> its taint's effect
+    # landing guard: the nodes whose mark the guard changes ahead of this cycle's evictions, as it leaves them
+    # (decided once before planning: the landing prediction sees the marks the guard will really set), and the
+    # nodes that decision took as about to be relieved (the plan may relieve any of them)
+    marks_ahead: Mapping[str, Node] = field(default_factory=dict)
+    relievable: frozenset[str] = frozenset()
     # nodes whose ``load`` usage (CPU, memory) is the reading corrected by earlier reliefs still in its reach
     # (the reading, the corrected value and why); ``in_flight_off``: why no correction could be made this cycle
     in_flight: Mapping[str, Correction] = field(default_factory=dict)
@@ -209,7 +215,8 @@ _NO_PODS = NodePods((), 0, 0, 0, 0)
 def _node_load(node: Node, group: NodePods, usage: UsageReport) -> NodeLoad:
     pods = group.pods
     pod_sum = missing = 0
-    if usage.node_from_pods:  # only then does the node's usage depend on its pods' (5,000 nodes: skip it)
+    # only a node no node query knows is summed from its pods (5,000 nodes: skip the others)
+    if usage.node_from_pods and node.name not in usage.node_cpu_m:
         pod_cpu = usage.pod_cpu_m
         for pod in pods:
             value = pod_cpu.get((pod.namespace, pod.name))
@@ -218,9 +225,9 @@ def _node_load(node: Node, group: NodePods, usage: UsageReport) -> NodeLoad:
                     missing += 1
             else:
                 pod_sum += value
-    usage_m, why = _node_usage(node, usage, pod_sum, missing)
+    usage_m, why, source = _node_usage(node, usage, pod_sum, missing)
     memory, memory_why = _node_memory(node, usage, why)
-    return NodeLoad(group.cpu_request_m, group.memory_request, len(pods), usage_m, why, memory, memory_why)
+    return NodeLoad(group.cpu_request_m, group.memory_request, len(pods), usage_m, why, memory, memory_why, source)
 
 
 def _node_memory(node: Node, usage: UsageReport, cpu_unknown: str | None) -> tuple[int | None, str | None]:
@@ -237,25 +244,41 @@ def _node_memory(node: Node, usage: UsageReport, cpu_unknown: str | None) -> tup
     return value, None
 
 
-def _node_usage(node: Node, usage: UsageReport, pod_sum: int, missing: int) -> tuple[int | None, str | None]:
+def _node_usage(
+    node: Node, usage: UsageReport, pod_sum: int, missing: int
+) -> tuple[int | None, str | None, str | None]:
+    """The node's usage, why it is unknown, and the node source it came from: the first of the sources that
+    knows it (prometheus.nodeSources), the sum of its pods (podSum) last."""
     if usage.failure:
-        return None, f"usage source failed: {usage.failure}"
+        return None, f"usage source failed: {usage.failure}", None
     if not node.ready:
-        return None, "node is not Ready: its usage cannot be trusted"
+        return None, "node is not Ready: its usage cannot be trusted", None
     if node.allocatable_cpu_m <= 0:
-        return None, "node reports no allocatable CPU"
-    if node.name in usage.node_problems:
-        return None, usage.node_problems[node.name]
-    if usage.node_from_pods:
-        if usage.fresh_nodes is not None and node.name not in usage.fresh_nodes:
-            return None, "no freshness sample for this node: its pods' data may be old or missing"
-        if missing:
-            return None, f"usage of {missing} running pod(s) unknown, so the node sum is unknown"
-        return pod_sum, None
+        return None, "node reports no allocatable CPU", None
+    earlier = usage.node_problems.get(node.name)
     value = usage.node_cpu_m.get(node.name)
-    if value is None:
-        return None, "no usage data for this node"
-    return value, None
+    if value is not None and earlier is None:
+        return value, None, usage.node_source.get(node.name)
+    if not usage.node_from_pods:
+        return None, earlier or _no_data(usage.sources), None
+    if node.name in usage.pod_sum_problems:
+        why = usage.pod_sum_problems[node.name]
+    elif usage.fresh_nodes is not None and node.name not in usage.fresh_nodes:
+        why = "no freshness sample for this node: its pods' data may be old or missing"
+    elif missing:
+        why = f"usage of {missing} running pod(s) unknown, so the node sum is unknown"
+    else:
+        return pod_sum, None, POD_SUM
+    if len(usage.sources) < 2:  # podSum alone: its reason, as before there was an order of sources
+        return None, why, None
+    found = earlier or f"no usage data for this node from {', '.join(usage.sources[:-1])}"
+    return None, f"{found}; {POD_SUM}: {why}", None
+
+
+def _no_data(sources: tuple[str, ...]) -> str:
+    if len(sources) < 2:
+        return "no usage data for this node"
+    return f"no usage data for this node from {', '.join(sources)}"
 
 
 def after_evictions(snapshot: ClusterSnapshot, evictions: Iterable[PlannedEviction]) -> ClusterSnapshot:
@@ -322,4 +345,5 @@ def _shifted(load: NodeLoad, pod: Pod, usage_m: int, count: int, memory: int | N
         unknown_reason=load.unknown_reason,
         memory_usage=memory_usage,
         memory_unknown_reason=memory_why,
+        usage_source=load.usage_source,
     )

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from rebalancer.domain.errors import ConfigError
+from rebalancer.domain.redaction import url_credentials
 from rebalancer.domain.settings.efficiency import EfficiencySettings
 from rebalancer.domain.settings.guard import LandingGuardSettings
 from rebalancer.domain.settings.predictor import PredictorSettings
@@ -43,7 +44,8 @@ class WebhookSettings(Model):
     token_file: str | None = Field(
         default=None,
         description="File with the bearer token (a mounted Secret); requests must carry it. `serve` refuses to "
-        "start without it unless allowUnauthenticated is true.",
+        "start without it unless allowUnauthenticated is true (a reload without it is refused too), and warns at "
+        "start when the file cannot be read or is empty. Re-read when the file changes; the path is read at start.",
     )
     allow_unauthenticated: bool = Field(
         default=False,
@@ -55,7 +57,10 @@ class WebhookSettings(Model):
     )
     alert_node_cooldown: Duration = Field(
         default=timedelta(minutes=5),
-        description="After an alert-triggered cycle for a node, its next alerts only wait this long.",
+        description=(
+            "After an alert-triggered cycle judged a node, its next alerts wait this long (a cycle that read"
+            " no usage for the node starts none)."
+        ),
     )
 
 
@@ -140,9 +145,30 @@ class ServiceSettings(Model):
         default=64,
         ge=1,
         le=1024,
-        description="Webhook requests served at once, a thread each; a connection beyond that is answered 503 "
-        "with Retry-After at once, without a thread. Read at start, like the addresses and ports (a change needs "
-        "a restart).",
+        description="Webhook requests processed at once once their body has arrived, a worker thread each "
+        "(parsing, the node lookup, queueing the alerts); one beyond that is answered 503 with Retry-After. "
+        "Connections still sending, or idle, never count. Read at start, like the addresses and ports (a change "
+        "needs a restart).",
+    )
+    max_connections: int = Field(
+        default=4096,
+        ge=16,
+        le=65536,
+        description="Open connections kept on each listener (the webhook's and the status port's). A connection "
+        "beyond that closes the oldest one still waiting for its request or its body, or idle between two "
+        "requests, so a crowd of slow clients cannot lock probes or alerts out. Lowered at start to what the "
+        "open-files limit allows (serve raises its soft limit as far as the hard limit). Read at start.",
+    )
+    header_timeout: Annotated[Duration, DurationBounds(ge=timedelta(seconds=1), le=timedelta(minutes=5))] = Field(
+        default=timedelta(seconds=10),
+        description="A connection that has not sent a complete request line and headers this long after it "
+        "opened (or after its previous answer) is closed, however slowly they trickle: also how long an idle "
+        "kept-alive connection stays open. The status port uses at most 5s. Read at start.",
+    )
+    body_timeout: Annotated[Duration, DurationBounds(ge=timedelta(seconds=1), le=timedelta(minutes=5))] = Field(
+        default=timedelta(seconds=10),
+        description="A webhook body must arrive in full this long after its headers, however slowly it "
+        "trickles, or the request is answered 408. Read at start.",
     )
     webhook: WebhookSettings = Field(default_factory=WebhookSettings, description="Alertmanager webhook.")
     leader_election: LeaderElectionSettings = Field(
@@ -310,7 +336,19 @@ def parse_policy_warning(text: str, source: str = "<policy>") -> tuple[Policy, l
         raise ConfigError(source, _at_most(renaming.name_old_keys(validation_problems(exc, Policy)))) from exc
     except RecursionError as exc:
         raise ConfigError(source, [("", "not a policy: the YAML is nested too deeply")]) from exc
-    return policy, renaming.warnings
+    return policy, [*renaming.warnings, *_credential_warnings(policy)]
+
+
+def _credential_warnings(policy: Policy) -> list[str]:
+    """A credential written into the Prometheus URL works (requests sends it as basic authentication) and
+    is never printed, but the policy keeps it in plain text wherever the policy goes (the chart's ConfigMap)."""
+    return [
+        f"prometheus.url: holds {found}: it is never printed (shown as ***), but the policy keeps it in plain "
+        "text, readable by anyone who can read the policy (the chart's ConfigMap); put a bearer token in a file "
+        "(a mounted Secret) and name it in prometheus.bearerTokenFile instead"
+        for found in [url_credentials(policy.prometheus.url)]
+        if found is not None
+    ]
 
 
 def load_policy(path: str | Path) -> Policy:

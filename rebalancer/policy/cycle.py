@@ -6,30 +6,32 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
+from rebalancer.actions.guard.decide import decide, guarded_nodes, pool_sizes
+from rebalancer.actions.guard.inputs import with_changes
 from rebalancer.domain.efficiency_records import EfficiencyState
 from rebalancer.domain.model import ClusterFacts, PodKey, UsageReport
+from rebalancer.domain.settings.node_sources import POD_SUM
 from rebalancer.domain.timeline import Timeline
 from rebalancer.planning.inflight import (
     Correction,
     EarlierReliefs,
-    Lag,
     MemoryCorrection,
     Moves,
+    Reading,
     corrected,
     corrected_memory,
     describe,
     in_flight,
     memory_in_flight,
-    reading_lag,
 )
-from rebalancer.planning.plan import EvictionPlan
+from rebalancer.planning.plan import EvictionPlan, NodeClass, StrategyResult
 from rebalancer.planning.predicted import PredictedLoad
 from rebalancer.planning.protections import Protections
 from rebalancer.planning.snapshot import ClusterSnapshot, NodeLoad, after_evictions, build_snapshot
 from rebalancer.policy import Policy
 from rebalancer.records.landings import observe_landings
 from strategies import build
-from strategies.base import ReadsPodMemory
+from strategies.base import ClassifiesNodes, ReadsPodMemory
 
 
 def plan_cycle(
@@ -71,16 +73,42 @@ def prepare_cycle(
         snapshot = build_snapshot(facts, usage, policy.pools, taken_at, focus)
         if reliefs is not None:
             reliefs = with_landings(reliefs, facts, taken_at, policy.efficiency.follow_up_window.total_seconds())
-            lag, memory_lag = usage_lag(policy), usage_lag(policy, gauge=True)
-            snapshot = with_in_flight(snapshot, reliefs, lag, usage.node_from_pods, memory_lag)
+            reading, memory_reading = usage_reading(policy), usage_reading(policy, gauge=True)
+            snapshot = with_in_flight(snapshot, reliefs, reading, memory_reading)
         if predicted is not None:
             snapshot = replace(snapshot, predicted=predicted)
         if moved:
             snapshot = replace(snapshot, moved=moved)
-        if policy.landing_guard.enabled:
-            guarded = {p.pool: p.effect for p in policy.landing_guard.pools if p.max_marked_fraction > 0}
-            snapshot = replace(snapshot, guarded_pools=guarded)
-    return snapshot
+        return with_marks_ahead(snapshot, policy)
+
+
+MODEL_OWNER = "rebalancer/landing-model"  # the owner of the marks the landing prediction assumes (never written)
+
+
+def with_marks_ahead(snapshot: ClusterSnapshot, policy: Policy) -> ClusterSnapshot:
+    """The snapshot with the landing guard's marks as its pass ahead of the evictions will leave them: the
+    guard's own decision (:func:`rebalancer.actions.guard.decide.decide`), made once, before planning, on the
+    classes of the strategies whose landing prediction weighs the marks, with every hot node as one the plan
+    may relieve. The pass ahead of the evictions ranks the same nodes the same way, so the marks the
+    prediction assumes are the marks set (``maxMarkedFraction`` may leave some relieved nodes unmarked)."""
+    guard = policy.landing_guard
+    if not guard.enabled:
+        return snapshot
+    results: list[StrategyResult] = []
+    for settings in policy.strategies:
+        strategy = build(settings) if settings.enabled else None
+        if isinstance(strategy, ClassifiesNodes):
+            results.append(StrategyResult(strategy.name, (), strategy.node_decisions(snapshot), ()))
+    if not results:
+        return snapshot
+    blocked = None if snapshot.usage_failure is None else f"usage source failed: {snapshot.usage_failure}"
+    classified = EvictionPlan(snapshot.taken_at, tuple(results), blocked)
+    relievable = frozenset(d.node for r in results for d in r.node_decisions if d.node_class is NodeClass.HOT)
+    nodes = guarded_nodes(snapshot, classified, (), relievable=relievable)
+    decision = decide(nodes, guard, MODEL_OWNER, snapshot.taken_at, pool_sizes(snapshot))
+    marked = with_changes(snapshot, decision.changes).nodes
+    ahead = {c.node: marked[c.node] for c in decision.changes if c.node in marked}
+    return replace(snapshot, marks_ahead=MappingProxyType(ahead), relievable=relievable)
 
 
 def pod_memory_nodes(snapshot: ClusterSnapshot, policy: Policy) -> frozenset[str]:
@@ -127,12 +155,13 @@ def plan_prepared(snapshot: ClusterSnapshot, policy: Policy, timeline: Timeline 
     return EvictionPlan(snapshot.taken_at, tuple(results), blocked, corrections, snapshot.in_flight_off)
 
 
-def usage_lag(policy: Policy, gauge: bool = False) -> Lag:
-    """How long a usage reading takes to show a change of a node's load (:func:`rebalancer.planning.inflight.reading_lag`);
-    ``gauge``: the memory working set's, the same statistic without a rate window."""
+def usage_reading(policy: Policy, gauge: bool = False) -> Reading:
+    """The statistic a node's usage reading is (:class:`rebalancer.planning.reading_model.Reading`): the
+    policy's quantile over its window of samples of a rate over ``rateWindow``; ``gauge``: the memory working
+    set's, the same statistic without a rate window."""
     p = policy.prometheus
     window, rate_window, step = (d.total_seconds() for d in (p.window, p.rate_window, p.step))
-    return reading_lag(window, p.quantile, 0.0 if gauge else rate_window, step)
+    return Reading(window, p.quantile, 0.0 if gauge else rate_window, step)
 
 
 def with_landings(reliefs: EarlierReliefs, facts: ClusterFacts, now: float, window_seconds: float) -> EarlierReliefs:
@@ -145,26 +174,28 @@ def with_landings(reliefs: EarlierReliefs, facts: ClusterFacts, now: float, wind
 
 
 def with_in_flight(
-    snapshot: ClusterSnapshot, reliefs: EarlierReliefs, lag: Lag, node_from_pods: bool, memory_lag: Lag | None = None
+    snapshot: ClusterSnapshot, reliefs: EarlierReliefs, reading: Reading, memory_reading: Reading | None = None
 ) -> ClusterSnapshot:
-    """The snapshot with each node's usage corrected by the earlier reliefs its reading still covers: CPU
-    by ``lag``, the memory working set (when read) by ``memory_lag`` (None: memory not corrected). A node's
-    CPU usage summed from its pods' (``node_from_pods``) already leaves out an evicted pod and counts its
-    replacement where it runs: nothing to correct there (its memory is still a node reading)."""
+    """The snapshot with each node's usage corrected by the earlier reliefs its reading does not show yet:
+    CPU by ``reading``, the memory working set (when read) by ``memory_reading`` (None: memory not
+    corrected). A node's CPU usage summed from its pods' (the podSum node source) already leaves out an
+    evicted pod and counts its replacement where it runs: nothing to correct there (its memory is still a
+    node reading)."""
     if reliefs.missing is not None:
         return replace(snapshot, in_flight_off=reliefs.missing)
     if not reliefs.known:
         return snapshot
     now = snapshot.taken_at
-    flights = {} if node_from_pods else in_flight(reliefs.known, now, lag, snapshot.pod_usage)
-    memory = {} if memory_lag is None else memory_in_flight(reliefs.known, now, memory_lag, snapshot.pod_memory)
+    started = replacements_started(snapshot, reliefs)
+    flights = in_flight(reliefs.known, now, reading, started)
+    memory = {} if memory_reading is None else memory_in_flight(reliefs.known, now, memory_reading, started)
     load = dict(snapshot.load)
     corrections: dict[str, Correction] = {}
     for name in sorted(flights.keys() | memory.keys()):
         node, current = snapshot.nodes.get(name), load.get(name)
         if node is None or current is None or current.usage_m is None:
             continue  # gone, or unknown (its memory with it): unknown stays unknown
-        flight = flights.get(name)
+        flight = None if current.usage_source == POD_SUM else flights.get(name)
         value = current.usage_m if flight is None else corrected(current.usage_m, flight)
         assert value is not None
         on_memory = _memory_correction(current, memory.get(name))
@@ -178,6 +209,23 @@ def with_in_flight(
     if not corrections:
         return snapshot
     return replace(snapshot, load=MappingProxyType(load), in_flight=MappingProxyType(corrections))
+
+
+def replacements_started(snapshot: ClusterSnapshot, reliefs: EarlierReliefs) -> dict[str, float | None]:
+    """The replacements the reliefs saw landing ("namespace/name") that are still on that node, with when
+    each started: its creation when it runs, None while it is bound but not started (Pending)."""
+    wanted: dict[str, set[str]] = {}
+    for relief in reliefs.known:
+        for evicted in relief.evicted:
+            if evicted.landed is not None and evicted.replacement is not None and evicted.landed != relief.node:
+                wanted.setdefault(evicted.landed, set()).add(evicted.replacement)
+    started: dict[str, float | None] = {}
+    for node, names in wanted.items():
+        for pod in snapshot.pods_on(node):
+            name = f"{pod.namespace}/{pod.name}"
+            if name in names:
+                started[name] = pod.created if pod.phase == "Running" else None
+    return started
 
 
 def _memory_correction(current: NodeLoad, moves: Moves | None) -> MemoryCorrection | None:

@@ -1,23 +1,15 @@
 """`rebalancer serve`: the HTTP side (the Alertmanager webhook; /metrics and the probes on their own port)."""
 
-from rebalancer.service.http import (
-    MAX_BODY_BYTES,
-    MAX_CONCURRENT_REQUESTS,
-    REQUEST_THREAD_NAME,
-    STATUS_MAX_CONCURRENT_REQUESTS,
-    STATUS_TIMEOUTS,
-    WEBHOOK_PATH,
+from rebalancer.service.http import StatusApp, TokenFile, TokenUnavailable, make_status_app
+from rebalancer.service.refusal_log import RefusalLog
+from rebalancer.service.server import (
+    STATUS_LIMITS,
     HttpServer,
-    RebalancerApp,
-    RequestTimeouts,
-    StatusApp,
-    TokenFile,
-    TokenUnavailable,
-    make_app,
-    make_status_app,
+    ServerLimits,
+    connections_allowed,
+    raise_open_files_limit,
     serve_http,
 )
-from rebalancer.service.refusal_log import RefusalLog
 from rebalancer.service.webhook import (
     DEFAULT_NODE_LABELS,
     QUEUED,
@@ -30,16 +22,23 @@ from rebalancer.service.webhook import (
     node_alerts,
     strip_port,
 )
+from rebalancer.service.webhook_app import (
+    MAX_BODY_BYTES,
+    MAX_CONCURRENT_REQUESTS,
+    WEBHOOK_PATH,
+    WORKER_THREAD_NAME,
+    RebalancerApp,
+    make_app,
+)
 
 __all__ = [
     "DEFAULT_NODE_LABELS",
     "MAX_BODY_BYTES",
     "MAX_CONCURRENT_REQUESTS",
     "QUEUED",
-    "REQUEST_THREAD_NAME",
-    "STATUS_MAX_CONCURRENT_REQUESTS",
-    "STATUS_TIMEOUTS",
+    "STATUS_LIMITS",
     "WEBHOOK_PATH",
+    "WORKER_THREAD_NAME",
     "Ack",
     "Alert",
     "AlertSink",
@@ -48,14 +47,16 @@ __all__ = [
     "NodeAlert",
     "RebalancerApp",
     "RefusalLog",
-    "RequestTimeouts",
+    "ServerLimits",
     "StatusApp",
     "TokenFile",
     "TokenUnavailable",
     "WebhookPayload",
+    "connections_allowed",
     "make_app",
     "make_status_app",
     "node_alerts",
+    "raise_open_files_limit",
     "serve_http",
     "strip_port",
 ]

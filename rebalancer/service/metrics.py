@@ -317,8 +317,8 @@ class Metrics:
         self.webhook_refused = Counter(
             "rebalancer_webhook_refused",
             "Webhook requests refused, by reason (unauthenticated, token-unavailable, content-type, "
-            "length-required, bad-length, too-large, timeout, truncated, not-json, invalid-payload, not-leader, "
-            "no-such-path, method, internal); the log says at most once a minute per client address.",
+            "length-required, too-large, timeout, truncated, busy, not-utf8, not-json, invalid-payload, "
+            "not-leader, no-such-path, method, internal); the log says at most once a minute per client address.",
             ("reason",),
             registry=registry,
         )
@@ -327,10 +327,18 @@ class Metrics:
             "1 when the webhook accepts requests without a token (service.webhook.allowUnauthenticated), else 0.",
             registry=registry,
         )
-        self.http_connections_refused = Counter(
-            "rebalancer_http_connections_refused",
-            "Connections answered 503 at once, unread (so not in rebalancer_webhook_requests_total), because "
-            "service.maxConcurrentRequests requests were in flight.",
+        self.http_connections_evicted = Counter(
+            "rebalancer_http_connections_evicted",
+            "Connections closed to make room at service.maxConnections, by listener (webhook, status): each was "
+            "the oldest still waiting for its request or its body, or idle between two requests.",
+            ("listener",),
+            registry=registry,
+        )
+        self.http_connections_open = Gauge(
+            "rebalancer_http_connections",
+            "Client connections open now, by listener (webhook, status); each listener keeps at most "
+            "service.maxConnections.",
+            ("listener",),
             registry=registry,
         )
         self.alerts = Counter(
@@ -341,9 +349,21 @@ class Metrics:
             ("status", "action"),
             registry=registry,
         )
-        self.policy_reload_failures = Counter(
-            "rebalancer_policy_reload_failures",
-            "Changed policy files that were invalid; the last good policy stays in force.",
+        self.policy_reloads = Counter(
+            "rebalancer_policy_reload",
+            "Changed policy files read by the hot reload, by result: applied; invalid (not a valid policy) or "
+            "refused (valid, but serve would not start with it, for example no webhook token): the last good "
+            "policy stays in force.",
+            ("result",),
+            registry=registry,
+        )
+        for result in ("applied", "invalid", "refused"):
+            self.policy_reloads.labels(result)  # each at 0 from the start, so that increase() sees the first one
+        self.policy_restart_required = Gauge(
+            "rebalancer_policy_restart_required",
+            "1 when the policy in force changed a setting serve reads only at start (addresses, ports, the "
+            "webhook's token file and labels, leader election, reloadInterval): it takes effect at the next "
+            "restart; the log names it.",
             registry=registry,
         )
         self.policy_valid = Gauge(
@@ -475,19 +495,24 @@ class Metrics:
     def set_webhook_unauthenticated(self, unauthenticated: bool) -> None:
         self.webhook_unauthenticated.set(1 if unauthenticated else 0)
 
-    def http_connection_refused(self) -> None:
-        self.http_connections_refused.inc()
+    def http_connection_evicted(self, listener: str) -> None:
+        self.http_connections_evicted.labels(_checked("listener", listener)).inc()
+
+    def http_connections(self, listener: str, read: Callable[[], int]) -> None:
+        """Expose the open connections of ``listener``, read from ``read`` at each scrape."""
+        self.http_connections_open.labels(_checked("listener", listener)).set_function(read)
 
     def alert_handled(self, status: str, action: str) -> None:
         self.alerts.labels(_checked("status", status), _checked("action", action)).inc()
 
-    def policy_reload(self, ok: bool) -> None:
-        """A changed policy file was read: taken (ok) or rejected (the last good policy stays)."""
-        if ok:
-            self.policy_valid.set(1)
-        else:
-            self.policy_reload_failures.inc()
-            self.policy_valid.set(0)
+    def policy_reload(self, result: str, *, restart_required: bool = False) -> None:
+        """A changed policy file was read: ``applied`` (``restart_required``: some of it waits for a restart),
+        or ``invalid`` / ``refused`` (the last good policy stays, and so does the restart gauge)."""
+        self.policy_reloads.labels(_checked("result", result)).inc()
+        applied = result == "applied"
+        self.policy_valid.set(1 if applied else 0)
+        if applied:
+            self.policy_restart_required.set(1 if restart_required else 0)
 
     def set_leader(self, leader: bool) -> None:
         self.leader.set(1 if leader else 0)

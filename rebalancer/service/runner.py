@@ -27,13 +27,16 @@ from rebalancer.domain.errors import ConfigError, RebalancerError
 from rebalancer.domain.settings.cron import cron_trigger
 from rebalancer.domain.settings.shared import format_duration
 from rebalancer.domain.timeline import Timeline
-from rebalancer.planning.plan import EvictionPlan
+from rebalancer.planning.plan import EvictionPlan, NodeClass
 from rebalancer.policy import Policy, load_policy
+from rebalancer.policy.serve_checks import NotServable, load_for_serve, restart_required
 from rebalancer.service.cycle_summary import cycle_line
 from strategies.base import Schedule
 
 log = logging.getLogger(__name__)
 HOUSEKEEPING_SECONDS = 60.0
+# what became of a changed policy file: taken, not a valid policy, or valid but refused by serve's checks
+RELOAD_APPLIED, RELOAD_INVALID, RELOAD_REFUSED = "applied", "invalid", "refused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +64,7 @@ class ServiceMetrics(Protocol):
 
     def cycle_failed(self, reason: str) -> None: ...
 
-    def policy_reload(self, ok: bool) -> None: ...
+    def policy_reload(self, result: str, *, restart_required: bool = False) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +124,9 @@ class Service:
         self._metrics = metrics
         self._is_leader = is_leader
         self._clock = clock
-        # an invalid policy at start is fatal: ConfigError
+        # an invalid policy at start is fatal: ConfigError (serve passes the one it checked with load_for_serve)
         self._policy = policy if policy is not None else load_policy(policy_path)
+        self._started_with = self._policy  # what the settings read only at start come from
         self._digest = self._read_digest()
         self._cycle_lock = threading.Lock()
         self._alerts = _Alerts()
@@ -218,22 +222,34 @@ class Service:
             return ""
 
     def reload(self) -> bool:
-        """Take a changed policy file; an invalid one keeps the last good policy (logged, counted)."""
+        """Take a changed policy file when `serve` would start with it (:func:`load_for_serve`); one it would
+        refuse, invalid or not servable, keeps the last good policy. Each is logged and counted; a change
+        to a setting read only at start is taken as far as it can be and said to need a restart."""
         digest = self._read_digest()
         if digest == self._digest:
             return False
         self._digest = digest
         try:
-            policy = load_policy(self._path)
+            policy, warnings = load_for_serve(self._path)
+        except NotServable as exc:
+            log.error("policy reload refused, keeping the last good policy: serve would not start with it:\n%s", exc)
+            self._metrics.policy_reload(RELOAD_REFUSED)
+            return False
         except ConfigError as exc:
             log.error("policy reload rejected, keeping the last good policy:\n%s", exc)
-            self._metrics.policy_reload(False)
+            self._metrics.policy_reload(RELOAD_INVALID)
             return False
         with self._cycle_lock:  # never swap under a running cycle
             self._policy = policy
             self._schedule(policy)
         log.info("policy reloaded from %s", self._path)
-        self._metrics.policy_reload(True)
+        for path, message in warnings:
+            log.warning("%s: %s: %s", self._path, path, message)
+        pending = restart_required(self._started_with, policy)
+        if pending:
+            log.warning("policy reloaded, but these settings are read only at start and need a restart: %s",
+                        "; ".join(pending))  # fmt: skip
+        self._metrics.policy_reload(RELOAD_APPLIED, restart_required=bool(pending))
         return True
 
     def housekeep(self) -> None:
@@ -352,10 +368,28 @@ class Service:
             if not nodes:
                 continue
             relieving = tuple(i for i, s in enumerate(self._policy.strategies) if s.enabled)
-            self.run(Trigger("alert", relieving, nodes, queued_at))
+            result = self.run(Trigger("alert", relieving, nodes, queued_at))
+            judged = judged_nodes(result, nodes)
+            if judged != nodes:
+                log.info("no alert cooldown for %s: the cycle did not judge them", ", ".join(sorted(nodes - judged)))
             now = self._clock()
             with self._alerts.lock:
                 for node in nodes:
-                    self._alerts.handled_at[node] = now
+                    if node in judged:  # a cycle that could not judge a node leaves its next alert free to run
+                        self._alerts.handled_at[node] = now
                     self._alerts.pending.discard(node)
                     self._alerts.queued_at.pop(node, None)
+
+
+def judged_nodes(result: CycleResult | None, nodes: frozenset[str]) -> frozenset[str]:
+    """Those of an alert's ``nodes`` that its cycle really judged: none when the cycle did not run, failed or
+    was blocked (its usage read failed); else all but those every strategy found of unknown usage (Prometheus
+    answered nothing for them). Only these start the alert cooldown."""
+    if result is None or result.plan.blocked:
+        return frozenset()
+    classes: dict[str, set[NodeClass]] = {}
+    for strategy in result.plan.results:
+        for decision in strategy.node_decisions:
+            if decision.node in nodes:
+                classes.setdefault(decision.node, set()).add(decision.node_class)
+    return frozenset(n for n in nodes if classes.get(n, set()) - {NodeClass.UNKNOWN} or n not in classes)

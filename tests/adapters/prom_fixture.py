@@ -200,9 +200,9 @@ class ServerProcess:
 
 PROMETHEUS_CONFIG = """\
 global:
-  scrape_interval: 30s
+  scrape_interval: {scrape_interval}
   evaluation_interval: 30s
-{rule_files}scrape_configs: []
+{rule_files}scrape_configs: {scrape_configs}
 """
 
 
@@ -210,7 +210,9 @@ class PrometheusServer:
     """The real Prometheus binary with backfilled history and no scrape targets.
 
     ``rules`` maps a file name to the text of a rule file (recording or alerting rules);
-    ``extra_args`` are added to the command line (for example ``--query.lookback-delta=10m``).
+    ``extra_args`` are added to the command line (for example ``--query.lookback-delta=10m``);
+    ``scrape_configs``: Prometheus' own ``scrape_configs`` entries (with their relabelling), scraped every
+    ``scrape_interval``.
     """
 
     def __init__(
@@ -221,6 +223,8 @@ class PrometheusServer:
         rules: Mapping[str, str] | None = None,
         extra_args: Sequence[str] = (),
         retention: str = "30d",
+        scrape_configs: Sequence[Mapping[str, object]] = (),
+        scrape_interval: str = "30s",
     ) -> None:
         self.workdir = workdir
         self.data_dir = workdir / "data"
@@ -233,7 +237,13 @@ class PrometheusServer:
             rule_paths.append(str(workdir / file_name))
         listed = "".join(f"  - {json.dumps(p)}\n" for p in rule_paths)
         config = workdir / "prometheus.yml"
-        config.write_text(PROMETHEUS_CONFIG.format(rule_files=f"rule_files:\n{listed}" if listed else ""))
+        config.write_text(
+            PROMETHEUS_CONFIG.format(
+                rule_files=f"rule_files:\n{listed}" if listed else "",
+                scrape_configs=json.dumps(list(scrape_configs)),  # JSON is YAML
+                scrape_interval=scrape_interval,
+            )
+        )
 
         def argv(port: int) -> list[str]:
             return [

@@ -131,7 +131,8 @@ def test_node_usage_is_the_root_cgroup_window_quantile(prom: PrometheusServer) -
 
     for node in ("n1", "n2"):
         assert abs(report.node_cpu_m[node] - expected_m(HISTORY.node_usage(node))) <= 2, node
-    assert report.node_from_pods is False
+    assert report.node_source == {"n1": "cadvisor", "n2": "cadvisor"}
+    assert report.sources == ("cadvisor", "nodeExporter", "podSum")
     assert "0.95 quantile over 10m (step 1m) of rate[5m]" in report.description
 
 
@@ -165,7 +166,8 @@ def test_node_from_pods_when_no_node_query(prom: PrometheusServer) -> None:
     assert report.node_from_pods is True
     assert report.node_cpu_m == {}
     assert report.pod_cpu_m[("shop", "web-1")] == 600
-    assert "n3" in report.node_problems  # freshness still applies to a node summed from its pods
+    assert "n3" in report.pod_sum_problems  # freshness still applies to a node summed from its pods
+    assert report.sources == ("podSum",)  # a node query set alone: the only node source, as before
     assert "sum of their pods" in report.description
 
 
@@ -181,7 +183,7 @@ def test_stale_node_is_unknown_not_zero(prom: PrometheusServer) -> None:
     report = read(prom.url)
 
     assert set(report.node_cpu_m) == {"n1", "n2"}
-    assert report.node_problems == {"n3": f"newest sample {STALE_AGE}s old > maxDataAge 5m"}
+    assert report.node_problems == {"n3": f"cadvisor: newest sample {STALE_AGE}s old > maxDataAge 5m"}
 
 
 def test_freshness_query_limited_to_the_lookback_still_flags_the_node(prom: PrometheusServer) -> None:
@@ -204,8 +206,10 @@ def test_without_freshness_query_no_node_is_flagged(prom: PrometheusServer) -> N
 
 
 def test_all_nodes_stale_fails_the_source(prom: PrometheusServer) -> None:
-    with pytest.raises(MetricsStale, match="node_freshness answered no series"):
+    with pytest.raises(MetricsStale, match="answered no series"):
         read(prom.url, at=END + 3600)
+    with pytest.raises(MetricsStale, match="node_freshness answered no series"):
+        read(prom.url, at=END + 3600, node_freshness=WINDOW_FRESHNESS)
     with pytest.raises(MetricsStale, match=r"newest sample over all 2 node\(s\) is 700s old"):
         read(prom.url, at=END + 700, node_freshness=WINDOW_FRESHNESS)
 
@@ -295,12 +299,14 @@ def test_the_queries_are_sent_at_once(canned_http: CannedHttpServer) -> None:
     reader = threading.Thread(target=run)
     reader.start()
     deadline = time.monotonic() + 20
-    while len(canned_http.requests) < 5 and time.monotonic() < deadline:
+    while len(canned_http.requests) < 9 and time.monotonic() < deadline:
         time.sleep(0.02)
     held = len(canned_http.requests)  # all held by the canned server: none answered yet
     canned_http.release()
     reader.join(30)
-    assert held == 5  # young nodes, node freshness, node CPU, pod CPU, young pods
+    # per node source: cadvisor's and nodeExporter's CPU, freshness and young nodes, podSum's freshness;
+    # then pod CPU and young pods
+    assert held == 9
     assert len(failed) == 1 and isinstance(failed[0], MetricsStale)  # empty answers: stale, never zero
 
 

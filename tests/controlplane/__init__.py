@@ -3,5 +3,6 @@ hollow nodes, etcd 3.6 or 3.4), found through ``REBALANCER_KUBE_ASSETS``; see :m
 
 from tests.controlplane.admin import Admin, ApiError
 from tests.controlplane.cluster import ControlPlane
+from tests.controlplane.pki import USER
 
-__all__ = ["Admin", "ApiError", "ControlPlane"]
+__all__ = ["USER", "Admin", "ApiError", "ControlPlane"]

@@ -12,6 +12,7 @@ import contextlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +39,9 @@ class AuditEvent:
     code: int
     dry_run: bool
     uri: str
+    received: float  # when the request reached the server (epoch seconds)
+    at: float  # when the answer was sent (epoch seconds)
+    body: dict[str, Any] | None  # the object sent, where the audit policy records it (Leases, evictions)
 
     @classmethod
     def of(cls, event: dict[str, Any]) -> AuditEvent:
@@ -55,6 +59,9 @@ class AuditEvent:
             code=int(event.get("responseStatus", {}).get("code", 0)),
             dry_run="dryRun=All" in uri,
             uri=uri,
+            received=datetime.fromisoformat(event["requestReceivedTimestamp"]).timestamp(),
+            at=datetime.fromisoformat(event["stageTimestamp"]).timestamp(),
+            body=event.get("requestObject"),
         )
 
 
@@ -86,12 +93,14 @@ class ControlPlane:
         controllers: bool = True,
         scheduler: bool = True,
         node_monitor_grace: str = "1h",
+        audit: bool = True,
     ) -> None:
         self.workdir = workdir
         self.etcd_version: EtcdVersion = etcd
         self.with_controllers = controllers
         self.with_scheduler = scheduler
         self.node_monitor_grace = node_monitor_grace
+        self.with_audit = audit
         self.processes: dict[str, Process] = {}
         self.pki: Pki | None = None
         self.port = 0
@@ -187,10 +196,7 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.96.0.0/12",
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
-                f"--audit-policy-file={self._audit_policy()}",
-                f"--audit-log-path={self.audit_log}",
-                "--audit-log-format=json",
-                "--audit-log-mode=blocking",
+                *self._audit_flags(),
             ],
         )
         session = requests.Session()
@@ -203,11 +209,20 @@ class ControlPlane:
     def audit_log(self) -> Path:
         return self.workdir / "audit.log"
 
+    def _audit_flags(self) -> list[str]:
+        if not self.with_audit:  # benchmarks: the log would cost the server
+            return []
+        return [f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json", "--audit-log-mode=blocking"]  # fmt: skip
+
     def _audit_policy(self) -> Path:
-        """Every request's metadata (who, verb, object, answer code), once it was answered."""
+        """Every request's metadata (who, verb, object, answer code), once it was answered; Leases and
+        evictions with the object sent (a Lease's holder; an eviction's annotations)."""
         path = self.workdir / "audit-policy.yaml"
+        leases = {"level": "Request", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]}
+        evictions = {"level": "Request", "resources": [{"group": "", "resources": ["pods/eviction"]}]}
         policy = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-                  "rules": [{"level": "Metadata"}]}  # fmt: skip
+                  "rules": [leases, evictions, {"level": "Metadata"}]}  # fmt: skip
         path.write_text(yaml.safe_dump(policy))
         return path
 
@@ -276,6 +291,12 @@ class ControlPlane:
         }
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
+
+    def user_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig for rebalancer itself: a user of its own (in ``system:masters``), so that the audit log
+        tells its requests (:meth:`audit` of :data:`USER`) from the test's."""
+        assert self.pki is not None
+        return self.kubeconfig(path, self.pki.user_token)
 
     # --- objects ----------------------------------------------------------------------------------
 
@@ -385,7 +406,7 @@ class ControlPlane:
             lambda: not {n["metadata"]["name"] for n in self.admin.items("v1", "Namespace")} & set(gone),
             timeout=120,
         )
-        self.audit_from = self.audit_log.stat().st_size
+        self.audit_from = self.audit_log.stat().st_size if self.with_audit else 0
         for kind in ("ClusterRoleBinding", "ClusterRole"):  # those the tests made, not the bootstrap policy
             for obj in self.admin.items("rbac.authorization.k8s.io/v1", kind):
                 if "kubernetes.io/bootstrapping" not in obj["metadata"].get("labels", {}):

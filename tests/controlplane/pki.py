@@ -1,6 +1,6 @@
 """Certificates and keys for a test control plane, made with the openssl command line: a CA, the API
 server's serving certificate (SAN IP:127.0.0.1), the service-account signing key pair, and a static
-token file whose admin is in ``system:masters``."""
+token file whose admin (the test's own hands) and user (rebalancer's, see :data:`USER`) are in ``system:masters``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import secrets
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+USER = "rebalancer-user"
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,7 @@ class Pki:
     sa_pub: Path
     token_file: Path
     admin_token: str
+    user_token: str  # another member of system:masters, so that the audit log tells its requests from the test's
 
 
 def _openssl(*args: str | Path, cwd: Path) -> None:
@@ -40,7 +43,9 @@ def make_pki(directory: Path) -> Pki:
              "-out", "serving.crt", "-days", "7", "-extfile", "san.cnf", cwd=d)  # fmt: skip
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=d)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
-    token = secrets.token_hex(16)
-    (d / "tokens.csv").write_text(f'{token},test-admin,test-admin-uid,"system:masters"\n')
+    token, user = secrets.token_hex(16), secrets.token_hex(16)
+    (d / "tokens.csv").write_text(
+        f'{token},test-admin,test-admin-uid,"system:masters"\n{user},rebalancer-user,rebalancer-user-uid,"system:masters"\n'
+    )
     return Pki(d / "ca.crt", d / "ca.key", d / "serving.crt", d / "serving.key", d / "sa.key", d / "sa.pub",
-               d / "tokens.csv", token)  # fmt: skip
+               d / "tokens.csv", token, user)  # fmt: skip

@@ -172,13 +172,19 @@ def test_the_network_policy_admits_alertmanager_to_the_webhook_and_prometheus_to
     }
 
 
-def test_the_network_policy_is_optional_and_renders_for_any_pod_of_a_namespace() -> None:
-    assert not render().of_kind("NetworkPolicy")
-    spec = render({"networkPolicy": {"enabled": True}}).one("NetworkPolicy")["spec"]
+def test_the_network_policy_is_on_by_default_and_admits_the_monitoring_namespaces_any_pod() -> None:
+    spec = render().one("NetworkPolicy")["spec"]
     assert [rule["from"] for rule in spec["ingress"]] == [
         [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}, "podSelector": {}}]
     ] * 2
-    assert not render({"kind": "CronJob", "networkPolicy": {"enabled": True}}).of_kind("NetworkPolicy")
+    assert spec["policyTypes"] == ["Ingress"]  # the pod's own connections (API server, Prometheus, DNS) stay open
+    named = render({"networkPolicy": {"alertmanager": {"namespace": "alerting"}, "prometheus": {"namespace": "obs"}}})
+    admitted = {rule["ports"][0]["port"]: rule["from"][0]["namespaceSelector"]["matchLabels"]
+                for rule in named.one("NetworkPolicy")["spec"]["ingress"]}  # fmt: skip
+    assert admitted == {"webhook": {"kubernetes.io/metadata.name": "alerting"},
+                        "metrics": {"kubernetes.io/metadata.name": "obs"}}  # fmt: skip
+    assert not render({"networkPolicy": {"enabled": False}}).of_kind("NetworkPolicy")
+    assert not render({"kind": "CronJob"}).of_kind("NetworkPolicy")  # a CronJob's pod serves nothing
 
 
 def test_the_webhook_token_file_is_the_mounted_secret(variant: tuple[Doc, Rendered]) -> None:

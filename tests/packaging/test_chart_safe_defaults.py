@@ -56,11 +56,17 @@ def test_the_policys_own_protections_are_kept_and_completed() -> None:
             {"policy": {"protections": {"evictableNamespaces": {"exclude": ["batch"]}, "protectedLabelSelector": mine}}}
         ).policy_text
     )
-    # Helm merges the values' maps: the chart's exclude list is the policy's, the release's added
-    assert policy["protections"]["evictableNamespaces"] == {"exclude": ["batch", "monitoring", NAMESPACE]}
+    # the policy's exclude list, and whatever it lists, kube-system, protect.namespaces and the release's
+    assert policy["protections"]["evictableNamespaces"] == {
+        "exclude": ["batch", "kube-system", "monitoring", NAMESPACE]
+    }
     assert policy["protections"]["protectedLabelSelector"] == mine
     off = yaml.safe_load(render({"protect": {"namespaces": [], "monitoringPods": False}}).policy_text)
     assert off["protections"] == {"evictableNamespaces": {"exclude": ["kube-system", NAMESPACE]}}
+    emptied = {"policy": {"protections": {"evictableNamespaces": {"exclude": []}}}, "protect": {"namespaces": []}}
+    assert yaml.safe_load(render(emptied).policy_text)["protections"]["evictableNamespaces"] == {
+        "exclude": ["kube-system", NAMESPACE]
+    }
 
 
 def test_an_include_list_replaces_exclude_and_may_not_name_a_protected_namespace() -> None:
@@ -69,7 +75,7 @@ def test_an_include_list_replaces_exclude_and_may_not_name_a_protected_namespace
     )
     assert policy["protections"]["evictableNamespaces"] == {"include": ["shop"]}
     parse_policy(yaml.safe_dump(policy))
-    for namespace in ("monitoring", NAMESPACE):
+    for namespace in ("kube-system", "monitoring", NAMESPACE):
         with pytest.raises(helm.HelmError, match=f'include: lists "{namespace}"'):
             render({"policy": {"protections": {"evictableNamespaces": {"include": ["shop", namespace]}}}})
 

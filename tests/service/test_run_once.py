@@ -76,6 +76,22 @@ def test_client_dry_run_changes_nothing(
     assert live_pods(kube_server) == {"api-0", "api-1", "web-0", "web-1", "web-2"}
 
 
+def test_rbac_refusal_names_the_missing_permission(
+    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    build_cluster(kube_server)
+    # withdrawn after the check before planning (a missing one stops the run there: test_state_access)
+    kube_server.on_request(
+        lambda r: kube_server.forbid("create", "pods/eviction") if r.method == "GET" and "/pods/" in r.path else None
+    )
+    policy = write_policy(tmp_path / "p.yaml", prometheus.url, target=50)
+    result = run(kubeconfig, policy)
+    assert result.report.aborted is not None
+    assert "grant verb create on pods/eviction" in result.report.aborted
+    assert {r.outcome for r in result.report.results} == {Outcome.SKIPPED}
+    assert live_pods(kube_server) == {"api-0", "api-1", "web-0", "web-1", "web-2"}
+
+
 RUNNER = textwrap.dedent(
     """
     import sys

@@ -107,9 +107,11 @@ def test_serve_runs_unauthenticated_only_when_told_and_says_so(
     assert code == 0, text
     assert len([line for line in text.splitlines() if "reload" in line.lower()]) == 1  # the change only
     assert "apscheduler" not in text
-    [warning] = [line for line in text.splitlines() if "WITHOUT a token" in line]
-    assert " WARNING rebalancer.app.serve: the webhook accepts requests WITHOUT a token" in warning
-    assert f"127.0.0.1:{port}" in warning
+    at_start, at_reload = [line for line in text.splitlines() if "WITHOUT a token" in line]  # said again on reload
+    warning = f"{policy}: service.webhook.allowUnauthenticated: the webhook accepts requests WITHOUT a token"
+    assert f" WARNING rebalancer.app.serve: {warning}" in at_start
+    assert f" WARNING rebalancer.service.runner: {warning}" in at_reload
+    assert f"127.0.0.1:{port}" in at_start
     assert (
         f"serving the webhook on 127.0.0.1:{port}; /metrics, /healthz and /readyz on 127.0.0.1:{metrics_port}" in text
     )

@@ -96,10 +96,11 @@ def test_evictor_arguments_without_equivalent_are_named():
     assert {
         "profiles.0.DefaultEvictor.evictSystemCriticalPods",
         "profiles.0.DefaultEvictor.evictFailedBarePods",
-        "profiles.0.DefaultEvictor.priorityThreshold.name",
         "profiles.0.DefaultEvictor.minPodAge",
     } <= paths(conversion, "unsupported")
-    assert "protections" not in conversion.policy  # nothing protective was relaxed
+    # a threshold by class name: the class itself stays protected, and the note says what is not
+    assert conversion.policy["protections"] == {"protectedPriorityClasses": ["business-critical"]}
+    assert "profiles.0.DefaultEvictor.priorityThreshold.name" in paths(conversion, "differs")
     assert "evictableNamespaces" in paths(conversion, "differs")  # kube-system stays excluded, and it says so
 
 
@@ -129,23 +130,87 @@ def test_chart_values_carry_the_schedule_and_name_the_deployment_settings():
     assert older.policy["strategies"][0]["schedule"] == {"interval": "5m"}
 
 
-def test_profiles_that_disagree_on_a_protection_keep_the_first_and_say_so():
+def test_profiles_that_disagree_on_a_protection_keep_the_tighter_and_say_so():
     lnu = {"name": "LowNodeUtilization", "args": {"thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 50}}}
     hnu = {"name": "HighNodeUtilization", "args": {"thresholds": {"cpu": 10}}}
     document = {
         "apiVersion": "descheduler/v1alpha2",
         "kind": "DeschedulerPolicy",
         "profiles": [
-            {"name": "a", "pluginConfig": [{"name": "DefaultEvictor", "args": {"ignorePvcPods": True}}, lnu],
+            {"name": "a", "pluginConfig": [{"name": "DefaultEvictor", "args": {"ignorePvcPods": False}}, lnu],
              "plugins": {"balance": {"enabled": ["LowNodeUtilization"]}}},
-            {"name": "b", "pluginConfig": [{"name": "DefaultEvictor", "args": {"ignorePvcPods": False}}, hnu],
+            {"name": "b", "pluginConfig": [{"name": "DefaultEvictor", "args": {"ignorePvcPods": True}}, hnu],
              "plugins": {"balance": {"enabled": ["HighNodeUtilization"]}}},
         ],
     }  # fmt: skip
     conversion = convert(document)
     assert [s["kind"] for s in conversion.policy["strategies"]] == ["LowNodeUtilization", "HighNodeUtilization"]
-    assert conversion.policy["protections"] == {"evictPodsWithPVC": False}
-    assert any("profiles.1" in n.path and "evictPodsWithPVC" in n.path for n in conversion.notes)
+    assert conversion.policy["protections"] == {"evictPodsWithPVC": False}  # b's, though a came first
+    assert "profiles.0: evictPodsWithPVC" in paths(conversion, "differs")
+
+
+def test_every_namespace_protection_of_every_profile_is_kept():
+    conversion = imported("v1alpha2-namespaces.yaml")
+    protections = conversion.policy["protections"]
+    # the strategy's own filter and the DefaultEvictor's both held in the descheduler: monitoring stays protected
+    assert protections["evictableNamespaces"] == {"exclude": ["batch", "kube-system", "monitoring"]}
+    assert protections["evictLocalStoragePods"] is False  # Pack's evictor kept the descheduler's default
+    assert protections["evictPodsWithPVC"] is False and protections["priorityThreshold"] == 5000
+    assert protections["labelSelector"] == {"matchLabels": {"tier": "batch"}}
+    policy = parse_policy(policy_yaml(conversion, "v1alpha2-namespaces.yaml"))
+    assert set(policy.protections.evictable_namespaces.exclude) == {"batch", "kube-system", "monitoring"}
+    differs = paths(conversion, "differs")  # each profile bound by the other's protections is named
+    assert {"profiles.1: evictableNamespaces", "profiles.0: evictLocalStoragePods", "profiles.0: evictPodsWithPVC",
+            "profiles.0: priorityThreshold", "profiles.0: labelSelector"} <= differs  # fmt: skip
+    assert not {p for p in differs if p.startswith("profiles.1: ") and "evictLocalStoragePods" in p}
+
+
+@pytest.mark.parametrize(
+    ("strategy", "evictor", "kept"),
+    [
+        ({"include": ["shop", "web"]}, {"exclude": ["web"]}, {"include": ["shop"]}),
+        ({"include": ["shop", "web"]}, {"include": ["web", "batch"]}, {"include": ["web"]}),
+        ({"exclude": ["batch"]}, {"include": ["shop", "batch"]}, {"include": ["shop"]}),
+        ({"exclude": ["batch"]}, {"exclude": ["kube-system", "batch"]}, {"exclude": ["batch", "kube-system"]}),
+    ],
+)
+def test_namespace_filters_of_a_strategy_and_its_evictor_combine_as_the_descheduler_applies_both(
+    strategy: dict[str, list[str]], evictor: dict[str, list[str]], kept: dict[str, list[str]]
+):
+    lnu = {
+        "name": "LowNodeUtilization",
+        "args": {"thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 50}, "evictableNamespaces": strategy},
+    }
+    document = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy", "profiles": [
+        {"name": "p", "pluginConfig": [{"name": "DefaultEvictor", "args": {"namespaces": evictor}}, lnu],
+         "plugins": {"balance": {"enabled": ["LowNodeUtilization"]}}}]}  # fmt: skip
+    assert convert(document).policy["protections"]["evictableNamespaces"] == kept
+
+
+def test_namespace_filters_that_leave_nothing_evictable_are_refused_with_the_field():
+    lnu = {"name": "LowNodeUtilization", "args": {"thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 50},
+                                                  "evictableNamespaces": {"include": ["shop"]}}}  # fmt: skip
+    document = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy", "profiles": [
+        {"name": "p", "pluginConfig": [{"name": "DefaultEvictor", "args": {"namespaces": {"exclude": ["shop"]}}},
+                                       lnu], "plugins": {"balance": {"enabled": ["LowNodeUtilization"]}}}]}  # fmt: skip
+    with pytest.raises(SourceProblem) as caught:
+        convert(document)
+    assert caught.value.path == "profiles.0.DefaultEvictor: evictableNamespaces"
+    assert "no namespace evictable" in caught.value.message
+
+
+def test_what_rebalancer_does_besides_the_descheduler_is_listed():
+    conversion = imported("v1alpha2-low-node-utilization.yaml")
+    notes = {n.path: n.message for n in conversion.notes if n.kind == "differs"}
+    assert notes["profiles.0.LowNodeUtilization"].startswith("predictPlacement: false")
+    assert "efficiency.bounceBackGuard" in notes
+    assert "every 5m" in notes["schedule"]  # a DeschedulerPolicy says nothing of when it runs
+    assert "copied" in notes_of(imported("chart-values.yaml"))["schedule"]  # the chart's schedule is, instead
+    assert "0.95 quantile over the last 10m" in notes_of(imported("v1alpha2-metrics.yaml"))["classifyBy current"]
+
+
+def notes_of(conversion: Conversion) -> dict[str, str]:
+    return {n.path: n.message for n in conversion.notes if n.kind == "differs"}
 
 
 def test_filter_and_sort_plugins_are_named_not_dropped():

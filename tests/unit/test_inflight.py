@@ -13,7 +13,7 @@ from rebalancer.actions.guard.decide import guarded_nodes
 from rebalancer.app.render import plan_record, plan_table
 from rebalancer.domain.efficiency_records import EvictedPod, Relief
 from rebalancer.domain.model import ClusterFacts, UsageReport
-from rebalancer.planning.inflight import EarlierReliefs, Flight, Lag, corrected, in_flight, reading_lag
+from rebalancer.planning.inflight import EarlierReliefs, Flight, Lag, Reading, corrected, in_flight, reading_lag
 from rebalancer.planning.plan import EvictionPlan, NodeClass
 from rebalancer.planning.snapshot import ClusterSnapshot
 from rebalancer.policy.cycle import plan_cycle
@@ -22,6 +22,8 @@ from tests.builders import node, pod, policy, usage
 
 T0 = 1_700_000_000.0
 LAG = Lag(gone=840.0, landed=360.0)  # the defaults: P95 over 10m of 1m samples of rate[5m]
+READING = Reading(600, 0.95, 300, 60)
+CAUGHT_UP = T0 + LAG.gone + 40  # T0 is 20 s past a minute: the subquery's newest sample is on a minute
 LNU = """
 kind: LowNodeUtilization
 thresholds: {cpu: 20}
@@ -67,43 +69,53 @@ def test_a_higher_quantile_shows_a_fall_later_and_a_rise_sooner(samples, step, r
     assert a.gone <= b.gone and a.landed >= b.landed
 
 
-def test_what_left_is_subtracted_and_what_landed_is_added_until_the_reading_shows_it() -> None:
+def test_what_left_is_subtracted_and_what_landed_is_added_as_far_as_the_reading_does_not_show_it() -> None:
     reliefs = [relief("hot", T0, evicted("big", 2500, landed="cold", replacement="default/big-2"))]
-    flights = in_flight(reliefs, T0 + 60, LAG, {("default", "big-2"): 500})
-    assert flights["hot"].left_m == 2500 and flights["hot"].relieved_at == T0
-    assert flights["cold"].landed_m == 2000  # 500m of it is in the replacement's reading already
-    assert flights["cold"].relieved_at is None and flights["hot"].until == T0 + LAG.gone
-    assert flights["cold"].until == T0 + LAG.landed
+    flights = in_flight(reliefs, T0 + 30, READING, {"default/big-2": T0 + 2})  # the newest sample is before it
+    assert flights["hot"].left_m == flights["hot"].left_held_m == 2500 and flights["hot"].relieved_at == T0
+    assert flights["cold"].landed_m == flights["cold"].landed_unread_m == 2500  # no sample holds it yet
+    assert flights["cold"].relieved_at is None and flights["hot"].until == CAUGHT_UP
+    assert flights["cold"].until == T0 + LAG.landed + 40
     assert corrected(9000, flights["hot"]) == 6500
-    assert corrected(1000, flights["cold"]) == 3000
-    assert in_flight(reliefs, T0 + LAG.gone, LAG, {}) == {}  # the reading shows all of it now
+    assert corrected(1000, flights["cold"]) == 3500
+    later = in_flight(reliefs, T0 + 300, READING, {"default/big-2": T0 + 2})  # 4 samples hold a share of it
+    assert 0 < later["cold"].landed_unread_m < 2500
+    assert in_flight(reliefs, CAUGHT_UP, READING, {"default/big-2": T0 + 2}) == {}  # the reading shows all of it
 
 
 def test_a_landing_counts_only_until_the_destination_reads_it() -> None:
     reliefs = [relief("hot", T0, evicted("big", 2500, landed="cold", replacement="default/big-2"))]
-    flights = in_flight(reliefs, T0 + LAG.landed, LAG, {})  # the replacement's own reading not known yet
+    flights = in_flight(reliefs, T0 + LAG.landed + 40, READING, {"default/big-2": T0 + 2})
     assert set(flights) == {"hot"} and flights["hot"].left_m == 2500  # the hot node still reads it
+
+
+def test_a_replacement_no_longer_on_its_node_adds_nothing_and_one_not_started_adds_all() -> None:
+    reliefs = [relief("hot", T0, evicted("big", 2500, landed="cold", replacement="default/big-2"))]
+    assert set(in_flight(reliefs, T0 + 300, READING, {})) == {"hot"}
+    assert in_flight(reliefs, T0 + 300, READING, {"default/big-2": None})["cold"].landed_unread_m == 2500
 
 
 def test_a_replacement_that_landed_back_moved_nothing() -> None:
     reliefs = [relief("hot", T0, evicted("big", 2500, landed="hot"), evicted("small", 800))]
-    flights = in_flight(reliefs, T0 + 60, LAG, {})
+    flights = in_flight(reliefs, T0 + 60, READING, {})
     assert set(flights) == {"hot"} and flights["hot"].left_m == 800 and flights["hot"].landed_m == 0
 
 
 def test_a_fall_the_reading_already_shows_is_not_subtracted_twice() -> None:
-    flight = in_flight([relief("hot", T0, evicted("big", 2500))], T0 + 600, LAG, {})["hot"]
-    assert corrected(9000, flight) == 6500
-    assert corrected(8000, flight) == 6500  # 1000m of the 2500m already out of the reading
+    flight = in_flight([relief("hot", T0, evicted("big", 2500))], T0 + 600, READING, {})["hot"]
+    assert flight.left_held_m == 1942 and flight.expected_fall_m == 558  # the quantile's samples begin to fall
+    assert corrected(8442, flight) == 6500  # the fall the model expects
+    assert corrected(8000, flight) == 6500  # 442m more out of the reading than expected: taken as part of it
     assert corrected(6000, flight) == 6000  # all of it out, and more
-    unrecorded = in_flight([relief("hot", T0, evicted("big", 2500), measured_m=None)], T0 + 60, LAG, {})["hot"]
-    assert corrected(8000, unrecorded) == 5500  # no reading recorded: all of it still counted as in it
+    unrecorded = in_flight([relief("hot", T0, evicted("big", 2500), measured_m=None)], T0 + 60, READING, {})["hot"]
+    assert corrected(8000, unrecorded) == 5500  # no reading recorded: the model alone
 
 
 def test_reliefs_add_up_and_the_first_reading_is_the_baseline() -> None:
     reliefs = [relief("hot", T0, evicted("a", 1000)), relief("hot", T0 + 120, evicted("b", 1500), measured_m=8500)]
-    flight = in_flight(reliefs, T0 + 180, LAG, {})["hot"]
-    assert (flight.left_m, flight.baseline_m, flight.relieved_at, flight.until) == (2500, 9000, T0 + 120, T0 + 960)
+    flight = in_flight(reliefs, T0 + 180, READING, {})["hot"]
+    assert (flight.left_m, flight.baseline_m, flight.relieved_at) == (2500, 9000, T0 + 120)
+    assert flight.until == T0 + 120 + LAG.gone + 40
     assert corrected(8500, flight) == 6500
 
 
@@ -126,28 +138,28 @@ reliefs_st = st.lists(
 )
 
 
-@given(
-    reliefs=reliefs_st,
-    measured=st.one_of(st.none(), st.integers(0, 40_000)),
-    readings=st.dictionaries(st.sampled_from([("default", "a"), ("default", "b")]), st.integers(0, 20_000)),
-)
-def test_the_correction_never_invents_data(reliefs: list[Relief], measured: int | None, readings) -> None:
+@given(reliefs=reliefs_st, measured=st.one_of(st.none(), st.integers(0, 40_000)))
+def test_the_correction_never_invents_data(reliefs: list[Relief], measured: int | None) -> None:
     now = T0
-    flights = in_flight(reliefs, now, LAG, readings)
+    started = {"default/a": T0 - 100, "default/b": None}
+    flights = in_flight(reliefs, now, READING, started)
     for name, flight in flights.items():
-        covered = [r for r in reliefs if now - LAG.gone < r.at <= now]
-        assert covered, "a correction without a relief in the reading's reach"
+        covered = [r for r in reliefs if r.at <= now]
+        assert covered, "a correction without a relief"
         assert flight.until > now and flight.last_at <= now
-        assert flight.left_m <= sum(p.usage_m for r in covered if r.node == name for p in r.evicted)
+        assert (
+            flight.left_held_m <= flight.left_m <= sum(p.usage_m for r in covered if r.node == name for p in r.evicted)
+        )
+        assert flight.landed_unread_m <= flight.landed_m
         assert flight.landed_m <= sum(p.usage_m for r in covered for p in r.evicted if p.landed == name)
         value = corrected(measured, flight)
         if measured is None:
             assert value is None  # unknown stays unknown
         else:
-            assert value is not None and 0 <= value <= measured + flight.landed_m
-            assert value >= measured - flight.left_m
-    later = in_flight(reliefs, max((r.at for r in reliefs), default=now) + LAG.gone, LAG, readings)
-    assert later == {}  # every correction expires once the window no longer covers its eviction
+            assert value is not None and 0 <= value <= measured + flight.landed_unread_m
+            assert value >= measured - flight.left_held_m
+    later = in_flight(reliefs, max((r.at for r in reliefs), default=now) + LAG.gone + 60, READING, started)
+    assert all(f.left_m == 0 for f in later.values())  # a fall expires once the window no longer covers it
 
 
 @given(st.integers(0, 40_000))
@@ -224,7 +236,7 @@ def test_the_correction_expires_with_the_window() -> None:
     _, _, state = cycle(pods, report, T0, EfficiencyState())
     left = [p for p in pods if p.name != "big"]
     still = usage({"hot": 9000, "cold": 1000}, {"a": 300, "b": 300})
-    _, plan, _ = cycle(left, still, T0 + LAG.gone, state)
+    _, plan, _ = cycle(left, still, CAUGHT_UP, state)
     assert plan.in_flight == () and [e.name for e in plan.evictions] == ["a"]  # the reading is true again
 
 
@@ -234,8 +246,11 @@ def test_the_destination_counts_what_landed_on_it() -> None:
     landed = msgspec.structs.replace(state.reliefs[0].evicted[0], landed="cold", replacement="default/big-2")
     state = msgspec.structs.replace(state, reliefs=(msgspec.structs.replace(state.reliefs[0], evicted=(landed,)),))
     moved = [p for p in pods if p.name != "big"] + [pod("big-2", "cold")]
-    snap, _, _ = cycle(moved, usage({"hot": 9000, "cold": 1000}, {"a": 300, "b": 300}), T0 + 60, state)
-    assert snap.load["cold"].usage_m == 3500 and snap.measured_usage("cold") == 1000
+    snap, _, _ = cycle(moved, usage({"hot": 9000, "cold": 1000}, {"a": 300, "b": 300}), T0 + 30, state)
+    assert snap.load["cold"].usage_m == 3500 and snap.measured_usage("cold") == 1000  # no sample holds it yet
+    gone = [p for p in moved if p.name != "big-2"]  # the replacement left the node since: nothing landed there
+    snap, _, _ = cycle(gone, usage({"hot": 9000, "cold": 1000}, {"a": 300, "b": 300}), T0 + 30, state)
+    assert snap.load["cold"].usage_m == 1000
 
 
 def test_unknown_usage_stays_unknown() -> None:

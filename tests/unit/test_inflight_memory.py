@@ -19,6 +19,7 @@ from rebalancer.domain.model import ClusterFacts, Pod, UsageReport
 from rebalancer.planning.inflight import (
     EarlierReliefs,
     Lag,
+    Reading,
     corrected_memory,
     in_flight,
     memory_in_flight,
@@ -26,7 +27,7 @@ from rebalancer.planning.inflight import (
 )
 from rebalancer.planning.plan import EvictionPlan, NodeClass
 from rebalancer.planning.snapshot import ClusterSnapshot
-from rebalancer.policy.cycle import plan_cycle, usage_lag
+from rebalancer.policy.cycle import plan_cycle, usage_reading
 from rebalancer.records import EfficiencySettings, EfficiencyState, RecordsCorrupt, judge_followups, observe_cycle
 from tests.builders import node, pod, policy
 from tests.unit.test_memory_thresholds import report
@@ -39,6 +40,8 @@ LNU = (
 )
 SETTINGS = EfficiencySettings(follow_up_window="15m")
 MEMORY_LAG = Lag(gone=540.0, landed=60.0)  # the defaults: P95 over 10m of 1m samples of a gauge
+MEMORY = Reading(600, 0.95, 0, 60)
+CPU = Reading(600, 0.95, 300, 60)
 NODES = [node("a", 10_000, memory=10 * GI), node("b", 10_000, memory=10 * GI)]
 # a: CPU 50% (cool), memory 90% (hot, 1 GiB over target); b cold
 PODS = [pod("heavy", "a", workload="cache"), pod("light", "a", workload="api"), pod("idle", "b", workload="web")]
@@ -63,36 +66,39 @@ def evicted(name: str, memory: int | None, landed: str | None = None, replacemen
 
 def test_the_memory_lag_is_the_gauges_without_a_rate_window() -> None:
     lnu = policy(LNU)
-    assert usage_lag(lnu, gauge=True) == reading_lag(600, 0.95, 0, 60) == MEMORY_LAG
-    assert usage_lag(lnu) == Lag(840.0, 360.0)  # CPU's rate adds its rateWindow to both
+    assert usage_reading(lnu, gauge=True) == MEMORY and MEMORY.lag == reading_lag(600, 0.95, 0, 60) == MEMORY_LAG
+    assert usage_reading(lnu) == CPU and CPU.lag == Lag(840.0, 360.0)  # CPU's rate adds its rateWindow to both
 
 
 def test_memory_that_left_is_subtracted_and_memory_that_landed_is_added() -> None:
     reliefs = [relief("a", T0, evicted("heavy", 3 * GI, landed="b", replacement="default/heavy-2"))]
-    moves = memory_in_flight(reliefs, T0 + 30, MEMORY_LAG, {("default", "heavy-2"): GI})
-    assert moves["a"].left == 3 * GI and moves["a"].relieved_at == T0 and moves["a"].until == T0 + 540
-    assert moves["b"].landed == 2 * GI and moves["b"].relieved_at is None and moves["b"].until == T0 + 60
+    moves = memory_in_flight(reliefs, T0 + 30, MEMORY, {"default/heavy-2": T0 + 2})
+    assert moves["a"].left == 3 * GI and moves["a"].relieved_at == T0 and moves["a"].until == T0 + 580
+    assert moves["b"].landed == moves["b"].landed_unread == 3 * GI  # no sample since it started
+    assert moves["b"].relieved_at is None and moves["b"].until == T0 + 100
     assert corrected_memory(9 * GI, moves["a"]) == 6 * GI
-    assert corrected_memory(2 * GI, moves["b"]) == 4 * GI  # 1 GiB of it is in the replacement's reading
-    later = memory_in_flight(reliefs, T0 + 60, MEMORY_LAG, {})
-    assert set(later) == {"a"}  # the destination's reading holds it a sample after it landed
-    assert memory_in_flight(reliefs, T0 + 540, MEMORY_LAG, {}) == {}
+    assert corrected_memory(2 * GI, moves["b"]) == 5 * GI
+    later = memory_in_flight(reliefs, T0 + 100, MEMORY, {"default/heavy-2": T0 + 2})
+    assert set(later) == {"a"}  # the destination's reading holds it two samples after it landed
+    assert memory_in_flight(reliefs, T0 + 580, MEMORY, {"default/heavy-2": T0 + 2}) == {}
 
 
 def test_a_memory_fall_the_reading_already_shows_is_not_subtracted_twice() -> None:
-    (moves,) = memory_in_flight([relief("a", T0, evicted("heavy", 3 * GI))], T0 + 300, MEMORY_LAG, {}).values()
+    (moves,) = memory_in_flight([relief("a", T0, evicted("heavy", 3 * GI))], T0 + 300, MEMORY, {}).values()
     assert corrected_memory(8 * GI, moves) == 6 * GI
     assert corrected_memory(5 * GI, moves) == 5 * GI
 
 
 def test_a_replacement_back_on_its_node_moved_no_memory() -> None:
     reliefs = [relief("a", T0, evicted("heavy", 3 * GI, landed="a"), evicted("light", GI // 2))]
-    assert memory_in_flight(reliefs, T0 + 30, MEMORY_LAG, {})["a"].left == GI // 2
+    assert memory_in_flight(reliefs, T0 + 30, MEMORY, {})["a"].left == GI // 2
 
 
 def test_a_pod_of_unknown_memory_leaves_its_nodes_memory_unknown() -> None:
-    reliefs = [relief("a", T0, evicted("heavy", -1, landed="b"), evicted("light", GI // 2))]
-    moves = memory_in_flight(reliefs, T0 + 30, MEMORY_LAG, {})
+    reliefs = [
+        relief("a", T0, evicted("heavy", -1, landed="b", replacement="default/heavy-2"), evicted("light", GI // 2))
+    ]
+    moves = memory_in_flight(reliefs, T0 + 30, MEMORY, {"default/heavy-2": T0 + 2})
     assert moves["a"].left is None and moves["a"].unknown == "default/heavy"
     assert moves["b"].landed is None and corrected_memory(2 * GI, moves["b"]) is None
     assert corrected_memory(9 * GI, moves["a"]) is None  # never a number
@@ -100,8 +106,8 @@ def test_a_pod_of_unknown_memory_leaves_its_nodes_memory_unknown() -> None:
 
 def test_a_relief_recorded_before_the_pods_memory_was_kept_corrects_cpu_only() -> None:
     old = [relief("a", T0, evicted("heavy", None, landed="b"), memory=None)]
-    assert memory_in_flight(old, T0 + 30, MEMORY_LAG, {}) == {}
-    assert in_flight(old, T0 + 30, Lag(840.0, 360.0), {})["a"].left_m == 500
+    assert memory_in_flight(old, T0 + 30, MEMORY, {}) == {}
+    assert in_flight(old, T0 + 30, CPU, {})["a"].left_m == 500
 
 
 @given(
@@ -125,7 +131,8 @@ def test_corrected_memory_is_never_negative_and_never_known_where_unknown(
     pods: list[EvictedPod], at: float, baseline: int | None, measured: int | None, shown: int
 ) -> None:
     reliefs = [relief("a", at, *pods, memory=baseline)]
-    for moves in memory_in_flight(reliefs, T0, MEMORY_LAG, {("default", "x"): shown}).values():
+    started = {"default/x": T0 - shown % 600}
+    for moves in memory_in_flight(reliefs, T0, MEMORY, started).values():
         value = corrected_memory(measured, moves)
         unknown = measured is None or moves.left is None or moves.landed is None
         assert (value is None) == unknown
@@ -133,7 +140,8 @@ def test_corrected_memory_is_never_negative_and_never_known_where_unknown(
             assert moves.unknown in {"default/x", "default/y"}
         if value is not None:
             assert measured is not None and moves.landed is not None and moves.left is not None
-            assert 0 <= value <= measured + moves.landed and value >= measured - moves.left
+            assert moves.landed_unread is not None and moves.left_held is not None
+            assert 0 <= value <= measured + moves.landed_unread and value >= measured - moves.left_held
 
 
 # -- the planner -----------------------------------------------------------------------------------
@@ -190,7 +198,7 @@ def test_a_memory_hot_node_relieved_last_cycle_is_left_alone_while_its_reading_c
 def test_once_the_gauge_has_caught_up_a_node_still_hot_is_relieved_again() -> None:
     state, left = relieved()
     still = report({"a": (5_000, 9 * GI), "b": (1_000, 2 * GI)}, AFTER)
-    _, plan, _ = cycle(left, still, T0 + 540, state)
+    _, plan, _ = cycle(left, still, T0 + 580, state)  # 540 s after the newest sample on a minute
     assert node_class(plan, "a") is NodeClass.HOT  # the CPU correction runs on; memory reads true again
     assert [c.memory for c in plan.in_flight] == [None]
 
@@ -204,7 +212,7 @@ def test_the_destination_counts_the_memory_that_landed_on_it() -> None:
     snap, plan, _ = cycle(moved, report({"a": (5_000, 9 * GI), "b": (1_000, 2 * GI)}, AFTER), T0 + 30, state)
     assert snap.load["b"].memory_usage == 5 * GI and snap.measured_memory("b") == 2 * GI
     note = next(c.note for c in plan.in_flight if c.node == "b")
-    assert "memory: 3.00 GiB landed, reads 20.0%, expected 50.0%" in note
+    assert "memory: 3.00 GiB landed (3.00 GiB not in the reading yet), reads 20.0%, expected 50.0%" in note
 
 
 def test_an_evicted_pod_is_recorded_with_unknown_memory_when_its_node_was_read_but_it_was_not() -> None:
@@ -254,7 +262,9 @@ def test_records_written_before_the_pods_memory_was_kept_correct_cpu_only() -> N
 
 def test_memory_is_corrected_when_cpu_is_summed_from_the_pods() -> None:
     state, left = relieved()
-    summed = msgspec.structs.replace(report({"a": (5_000, 9 * GI), "b": (1_000, 2 * GI)}, AFTER), node_from_pods=True)
+    summed = msgspec.structs.replace(
+        report({"a": (5_000, 9 * GI), "b": (1_000, 2 * GI)}, AFTER), node_cpu_m={}, node_from_pods=True
+    )
     snap, plan, _ = cycle(left, summed, T0 + 86, state)
     (correction,) = plan.in_flight
     assert correction.flight is None and correction.measured_m == correction.corrected_m == 4_000

@@ -164,8 +164,9 @@ def test_service_metrics():
     assert value(found, "rebalancer_build_info", version="1.2.3") == 1
     assert value(found, "rebalancer_policy_valid") == 1
     assert value(found, "rebalancer_leader") == 0
-    assert value(found, "rebalancer_policy_reload_failures_total") == 0
-    metrics.policy_reload(False)
+    assert value(found, "rebalancer_policy_reload_total", result="invalid") == 0
+    assert value(found, "rebalancer_policy_restart_required") == 0
+    metrics.policy_reload("invalid")
     metrics.set_leader(True)
     metrics.webhook_answered(202)
     metrics.webhook_answered(401)
@@ -174,12 +175,20 @@ def test_service_metrics():
     metrics.alert_handled("resolved", "resolved")
     found = samples(metrics)
     assert value(found, "rebalancer_policy_valid") == 0
-    assert value(found, "rebalancer_policy_reload_failures_total") == 1
+    assert value(found, "rebalancer_policy_reload_total", result="invalid") == 1
     assert value(found, "rebalancer_leader") == 1
     assert value(found, "rebalancer_webhook_requests_total", code="401") == 2
     assert value(found, "rebalancer_alerts_total", status="firing", action="queued") == 1
-    metrics.policy_reload(True)
-    assert value(samples(metrics), "rebalancer_policy_valid") == 1
+    metrics.policy_reload("applied", restart_required=True)
+    found = samples(metrics)
+    assert value(found, "rebalancer_policy_valid") == 1
+    assert value(found, "rebalancer_policy_restart_required") == 1
+    metrics.policy_reload("refused")  # the restart still waits: the policy in force has not changed
+    found = samples(metrics)
+    assert (value(found, "rebalancer_policy_valid"), value(found, "rebalancer_policy_restart_required")) == (0, 1)
+    assert value(found, "rebalancer_policy_reload_total", result="refused") == 1
+    metrics.policy_reload("applied")
+    assert value(samples(metrics), "rebalancer_policy_restart_required") == 0
 
 
 def test_each_instance_has_its_own_registry():

@@ -420,7 +420,7 @@ def test_a_landing_guard_on_the_pool_is_modelled_on_the_hot_node_before_it_is_ma
     facts = ClusterFacts(tuple(case.nodes), tuple(case.pods), ())
     guard = f"landingGuard: {{pools: [{{pool: default, effect: {effect}}}]}}\n"
     snapshot, plan = plan_cycle(facts, usage(case.node_usage, case.pod_usage), policy(LNU, guard), 1_700_000_000.0)
-    assert snapshot.guarded_pools == {"default": effect}
+    assert snapshot.relievable == {"a"} and [t.effect for t in snapshot.marks_ahead["a"].taints] == [effect]
     assert snapshot.nodes["a"].taints == ()  # the snapshot itself is untouched: only the model sees the mark
     ((name, landing),) = [(e.name, e.landing) for e in plan.evictions]
     assert name == "web-1" and landing in {"b", "c"}

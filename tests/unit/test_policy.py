@@ -184,6 +184,21 @@ BAD = [
         "greater than or equal to 1",
     ),
     (
+        "service: {headerTimeout: 1h}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "service.headerTimeout",
+        "1h is longer than 5m",
+    ),
+    (
+        "service: {bodyTimeout: 6m}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "service.bodyTimeout",
+        "6m is longer than 5m",
+    ),
+    (
+        "service: {maxConnections: 8}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
+        "service.maxConnections",
+        "greater than or equal to 16",
+    ),
+    (
         "service: {watchCache: {relistInterval: 10s}}\nstrategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n",
         "service.watchCache.relistInterval",
         "10s is shorter than 1m",

@@ -128,11 +128,11 @@ def test_check_config_exits_2_with_file_field_and_message(
     assert "Traceback" not in err
 
 
-def _metric(metrics: Metrics, name: str) -> float:
+def _metric(metrics: Metrics, name: str, **labels: str) -> float:
     body, _ = metrics.exposition()
     for family in text_string_to_metric_families(body.decode()):
         for sample in family.samples:
-            if sample.name == name:
+            if sample.name == name and sample.labels == labels:
                 return float(sample.value)
     raise AssertionError(f"{name} not exposed")
 
@@ -153,15 +153,16 @@ def _never(policy: Policy, trigger: Trigger) -> CycleResult:
 )
 def test_hot_reload_counts_a_bad_file_as_a_failed_reload(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "policy.yaml"
-    path.write_text(GOOD)
+    servable = GOOD + "service: {webhook: {allowUnauthenticated: true}}\n"
+    path.write_text(servable)
     metrics = Metrics()
     service = Service(path, _never, metrics, lambda: True)
     path.write_bytes(content)
     assert service.reload() is False
     assert _metric(metrics, "rebalancer_policy_valid") == 0
-    assert _metric(metrics, "rebalancer_policy_reload_failures_total") == 1
+    assert _metric(metrics, "rebalancer_policy_reload_total", result="invalid") == 1
     assert service.policy.strategies[0].kind == "LowNodeUtilization"  # the last good policy stays
-    path.write_text(GOOD)
+    path.write_text(servable)
     assert service.reload() is True
     assert _metric(metrics, "rebalancer_policy_valid") == 1
 

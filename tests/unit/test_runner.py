@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -13,6 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from rebalancer.actions.evictor import EvictorReport
+from rebalancer.domain.errors import MetricsUnavailable
 from rebalancer.domain.settings.cron import cron_trigger
 from rebalancer.planning.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult, Unrelieved
 from rebalancer.policy import Policy
@@ -20,6 +22,7 @@ from rebalancer.service.runner import CycleResult, Service, Trigger
 
 UTC = ZoneInfo("UTC")
 GOOD = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}, schedule: {interval: 1h}}\n"
+SERVABLE = GOOD + "service: {webhook: {allowUnauthenticated: true}}\n"  # serve starts with it (and takes it on reload)
 
 
 class RecordingMetrics:
@@ -27,7 +30,8 @@ class RecordingMetrics:
         self.cycles: list[str] = []
         self.partial: list[bool] = []  # an alert's cycle keeps the other nodes' classes
         self.failures: list[str] = []
-        self.reloads: list[bool] = []
+        self.reloads: list[str] = []
+        self.restart_required: list[bool] = []
 
     def observe_cycle(
         self, trigger: str, seconds: float, plan: EvictionPlan, report: EvictorReport | None, *, partial: bool = False
@@ -38,8 +42,9 @@ class RecordingMetrics:
     def cycle_failed(self, reason: str) -> None:
         self.failures.append(reason)
 
-    def policy_reload(self, ok: bool) -> None:
-        self.reloads.append(ok)
+    def policy_reload(self, result: str, *, restart_required: bool = False) -> None:
+        self.reloads.append(result)
+        self.restart_required.append(restart_required)
 
 
 class Cycles:
@@ -100,13 +105,13 @@ def test_a_cycle_marks_the_service_ready(tmp_path: Path) -> None:
 
 def test_invalid_policy_on_reload_keeps_the_last_good_one(tmp_path: Path) -> None:
     svc, _, metrics, path = service(tmp_path)
-    path.write_text(GOOD.replace("cpu: 20", "cpu: 90"))  # thresholds above targetThresholds
+    path.write_text(SERVABLE.replace("cpu: 20", "cpu: 90"))  # thresholds above targetThresholds
     assert svc.reload() is False
-    assert metrics.reloads == [False]
+    assert metrics.reloads == ["invalid"]
     assert svc.policy.strategies[0].thresholds.cpu == 20
-    path.write_text(GOOD.replace("cpu: 20", "cpu: 25"))
+    path.write_text(SERVABLE.replace("cpu: 20", "cpu: 25"))
     assert svc.reload() is True
-    assert metrics.reloads == [False, True]
+    assert metrics.reloads == ["invalid", "applied"]
     assert svc.policy.strategies[0].thresholds.cpu == 25
     assert svc.reload() is False  # unchanged file: nothing to do
 
@@ -137,6 +142,60 @@ def test_alerts_are_coalesced_per_node_then_cooled_down(tmp_path: Path) -> None:
     queued_at = alert_cycles[0].queued_at  # when the alert was queued, for the cycle's timeline
     assert queued_at is not None and before <= queued_at <= after
     assert dict(zip(metrics.cycles, metrics.partial, strict=True)) == {"schedule": False, "alert": True}
+
+
+def _decided(node: str, node_class: NodeClass) -> NodeDecision:
+    known = node_class is not NodeClass.UNKNOWN
+    reason = "usage known" if known else "no usage data for this node"
+    return NodeDecision(
+        "LowNodeUtilization", node, "general", node_class, reason, 3500 if known else None, 4000,
+        87.5 if known else None, 20, 70,
+    )  # fmt: skip
+
+
+UNKNOWN_N1 = EvictionPlan(
+    0.0,
+    (StrategyResult("LowNodeUtilization", (), (_decided("n1", NodeClass.UNKNOWN), _decided("n2", NodeClass.HOT)), ()),),
+)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "cooled"),
+    [
+        (UNKNOWN_N1, {"n2"}),  # Prometheus answered nothing for n1: only n2 was judged
+        (replace(UNKNOWN_N1, blocked="usage source failed, no evictions this cycle: x"), set()),
+        (MetricsUnavailable("cannot reach Prometheus"), set()),  # the cycle failed
+    ],
+    ids=["no-usage-for-one-node", "usage-read-failed", "cycle-failed"],
+)
+def test_only_nodes_the_alert_cycle_judged_start_the_cooldown(
+    tmp_path: Path, outcome: EvictionPlan | MetricsUnavailable, cooled: set[str]
+) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(GOOD + "service: {runOnStart: false}\n")
+    alert_cycles: list[Trigger] = []
+
+    def cycle(policy: Policy, trigger: Trigger) -> CycleResult:
+        alert_cycles.append(trigger)
+        if isinstance(outcome, MetricsUnavailable):
+            raise outcome
+        return CycleResult(outcome, EvictorReport())
+
+    svc = Service(path, cycle, RecordingMetrics(), lambda: True)
+    svc.start()
+    try:
+        assert [d.action for d in svc.submit_alerts([("n1", "firing", ""), ("n2", "firing", "")])] == ["queued"] * 2
+        again: dict[str | None, str] = {}
+
+        def settled() -> bool:  # the worker settles both nodes at once, after the cycle
+            again.update((d.node, d.action) for d in svc.submit_alerts([("n1", "firing", ""), ("n2", "firing", "")]))
+            return "already-queued" not in again.values()
+
+        wait_until(settled)
+    finally:
+        svc.stop()
+    assert alert_cycles[0].nodes == frozenset({"n1", "n2"})
+    assert again == {node: "cooldown" if node in cooled else "queued" for node in ("n1", "n2")}
 
 
 def test_start_runs_each_strategy_once_and_stop_waits_for_the_cycle_in_flight(tmp_path: Path) -> None:

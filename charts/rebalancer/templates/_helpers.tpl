@@ -149,23 +149,24 @@ Values the chart cannot honour fail here with the value's path.
 {{- end }}
 
 {{/*
-The policy's protections with the chart's: the release namespace and protect.namespaces never evictable,
-and protect.monitoringPods as the protectedLabelSelector unless the policy sets its own.
+The policy's protections with the chart's: kube-system, protect.namespaces and the release namespace never
+evictable, whatever exclude list the policy gives (the union of both), and protect.monitoringPods as the
+protectedLabelSelector unless the policy sets its own.
 */}}
 {{- define "rebalancer.protections" -}}
 {{- $protections := deepCopy (get .Values.policy "protections" | default dict) }}
 {{- $namespaces := get $protections "evictableNamespaces" | default dict }}
-{{- $protected := concat (.Values.protect.namespaces | default list) (list .Release.Namespace) | uniq }}
+{{- $protected := concat (list "kube-system") (.Values.protect.namespaces | default list) (list .Release.Namespace) | uniq }}
 {{- $include := get $namespaces "include" | default list }}
 {{- if $include }}
 {{- range $protected }}
 {{- if has . $include }}
-{{- fail (printf "policy.protections.evictableNamespaces.include: lists %q, which the chart protects (the release namespace and protect.namespaces): leave it out" .) }}
+{{- fail (printf "policy.protections.evictableNamespaces.include: lists %q, which the chart protects (kube-system, the release namespace and protect.namespaces): leave it out" .) }}
 {{- end }}
 {{- end }}
 {{- $_ := unset $namespaces "exclude" }}
 {{- else }}
-{{- $exclude := get $namespaces "exclude" | default (list "kube-system") }}
+{{- $exclude := get $namespaces "exclude" | default list }}
 {{- $_ := set $namespaces "exclude" (concat $exclude $protected | uniq) }}
 {{- end }}
 {{- $_ := set $protections "evictableNamespaces" $namespaces }}

@@ -29,7 +29,10 @@ Rules, per node of a pool with a guard (``landingGuard.pools``):
   whatever the node's state (``expired``). A mark nobody renews always ends at its expiry: that bounds
   how long a mark can outlive a crashed instance.
 - at most ``maxMarkedFraction`` of the pool's nodes (rounded down), and never all of them, carry the
-  key at once (taints of the key the project did not set count too): relieved nodes first, then the
+  key at once (taints of the key the project did not set count too): relieved nodes first (ahead of the
+  evictions: every node the plan may relieve, ``relievable``, so that which of them the cap leaves
+  unmarked does not depend on the plan, and the landing prediction, made on this decision before planning,
+  sees the marks the guard sets), then the
   marks already there (no swapping), then the hottest (the most over a target, relative to it); new marks beyond the cap are not set (``capped``
   note), and existing marks beyond it (the fraction was lowered, the pool shrank) are cleared (``over-cap``).
 - a pool without a guard (never had one, or the policy dropped it) keeps no mark (``guard-off``).
@@ -95,6 +98,7 @@ class GuardedNode:
     # how far the node's most-over resource (CPU, memory, pods) is above its target, relative to it (0.25: a
     # quarter above); None: not known, the usage alone ranks it
     over_target: float | None = None
+    relievable: bool = False  # the plan may relieve it (a hot node, ahead of the evictions): ranks as relieved
 
     @property
     def state(self) -> MarkState:
@@ -128,7 +132,12 @@ class GuardDecision:
 
 
 def guarded_nodes(
-    snapshot: ClusterSnapshot, plan: EvictionPlan, relieved: Collection[str], *, every_node: bool = False
+    snapshot: ClusterSnapshot,
+    plan: EvictionPlan,
+    relieved: Collection[str],
+    *,
+    every_node: bool = False,
+    relievable: Collection[str] = (),
 ) -> tuple[GuardedNode, ...]:
     """The snapshot's nodes as the guard sees them. A node is hot when a strategy classified it hot;
     unknown when no strategy classified it, one found its usage unknown, or the plan is blocked (the
@@ -173,6 +182,7 @@ def guarded_nodes(
                 annotation,
                 usage.get(name),
                 over.get(name),
+                name in relievable,
             )
         )
     return tuple(out)
@@ -337,10 +347,11 @@ def _kept_or_cleared(
 
 
 def _priority(want: _Want) -> tuple[int, int, float, float, str]:
-    """Relieved before hot; then marks already there (no swap of two nodes' marks, two writes, each time
+    """Relieved (or, ahead of the evictions, about to be: any node the plan may relieve) before hot; then marks
+    already there (no swap of two nodes' marks, two writes, each time
     their usage ranks change); then the hottest: the most over a target (a node far over its memory target
     before one barely over its CPU target), then the highest usage; then by name."""
-    relieved = 0 if want.mark.reason is MarkReason.RELIEVED else 1
+    relieved = 0 if want.mark.reason is MarkReason.RELIEVED or want.node.relievable else 1
     new = 1 if want.previous is None or want.orphan else 0
     node = want.node
     over = math.inf if node.over_target is None else -node.over_target  # unknown: after every known one

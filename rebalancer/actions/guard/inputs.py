@@ -58,8 +58,10 @@ def with_changes(snapshot: ClusterSnapshot, changes: Iterable[Change]) -> Cluste
 def ahead_of_evictions(
     snapshot: ClusterSnapshot, plan: EvictionPlan, settings: LandingGuardSettings, owner: str
 ) -> GuardDecision:
-    """The marks to make before the evictor: the nodes the plan is about to relieve count as relieved."""
-    nodes = guarded_nodes(snapshot, plan, planned_nodes(plan))
+    """The marks to make before the evictor: the nodes the plan is about to relieve count as relieved, and every
+    node it might have relieved ranks with them under the cap (``snapshot.relievable``: the decision the
+    landing prediction was made on, :func:`rebalancer.policy.cycle.with_marks_ahead`)."""
+    nodes = guarded_nodes(snapshot, plan, planned_nodes(plan), relievable=snapshot.relievable)
     return decide(nodes, settings, owner, snapshot.taken_at, pool_sizes(snapshot))
 
 

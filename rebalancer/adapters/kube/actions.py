@@ -37,6 +37,7 @@ from rebalancer.domain.errors import (
     RebalancerError,
 )
 from rebalancer.domain.model import Pod
+from rebalancer.domain.redaction import redact
 
 MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
 EVENT_FIELD_LIMIT = 128  # reason, action, reportingInstance (API validation)
@@ -179,7 +180,7 @@ class KubeActions:
                 self._event(namespace, involved, *text),
             )
         except (RebalancerError, ValueError, TypeError) as exc:  # ValueError: the client's argument validation
-            self.last_event_error = str(exc)
+            self.last_event_error = redact(str(exc))
             return False
         if not reply.ok:
             error = http_error(f"record event on {what}", reply, verb="create", resource="events", namespace=namespace)
@@ -208,7 +209,7 @@ class KubeActions:
             metadata=kubernetes.client.V1ObjectMeta(name=f"{name[:236]}.{nanos:x}", namespace=namespace),
             involved_object=involved,
             reason=reason[:EVENT_FIELD_LIMIT],
-            message=message.encode()[:EVENT_NOTE_LIMIT].decode("utf-8", "ignore"),
+            message=redact(message).encode()[:EVENT_NOTE_LIMIT].decode("utf-8", "ignore"),
             type=type_,
             action=action[:EVENT_FIELD_LIMIT],
             source=kubernetes.client.V1EventSource(component=self._component),

@@ -24,6 +24,7 @@ cannot be reached at all is an error in every mode (a LIST would meet the same).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -51,7 +52,7 @@ from rebalancer.domain.errors import KubeUnavailable
 
 log = logging.getLogger(__name__)
 
-ListMode = Literal["auto", "watchList", "paged"]
+ListMode = Literal["auto", "watchList", "paged", "cached"]
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 WATCH_LIST_SECONDS = 600
 """``timeoutSeconds`` of a watch-list: the server ends the stream then, finished or not."""
@@ -96,7 +97,7 @@ def read_all(
 ) -> Listed[_D]:
     """Every object of ``call``'s collection: by watch-list unless ``mode`` is ``paged``; with ``auto``, page
     by page when the watch-list fails. ``Listed.mode`` says which path gave the result."""
-    if mode != "paged":
+    if mode not in ("paged", "cached"):
         try:
             listed = watch_list(call, convert, timeout=timeout, host=host)
         except WatchListRefused as refused:
@@ -111,6 +112,9 @@ def read_all(
                 "list %s: %d by watch-list at resourceVersion %s", call.what, len(listed.items), listed.resource_version
             )
             return listed
+    if mode == "cached":
+        listed = list_all(call, convert, page_size=page_size, timeout=timeout, host=host, cached=True)
+        return dataclasses.replace(listed, mode="cached")
     return list_all(call, convert, page_size=page_size, timeout=timeout, host=host)
 
 

@@ -26,7 +26,6 @@ import threading
 import time
 from collections.abc import Collection, Iterator, Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
@@ -36,9 +35,11 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from rebalancer.adapters.prom.matrix import PodMatrix, pod_matrix
-from rebalancer.domain.errors import MetricsMalformed, MetricsUnavailable
+from rebalancer.domain.errors import MetricsMalformed, MetricsUnavailable, TokenFileError
 from rebalancer.domain.model import PodKey
+from rebalancer.domain.redaction import redact
 from rebalancer.domain.settings.shared import PrometheusSettings
+from rebalancer.domain.token_file import PROMETHEUS_TOKEN_FILE, read_token_file
 
 _log = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ class PromClient:
     ) -> None:
         self._settings = settings
         self.url = settings.url.rstrip("/")
+        self.shown_url = redact(self.url)  # the URL as messages and descriptions show it: no credentials
         self.timeout_seconds = timeout_seconds if timeout_seconds is not None else settings.timeout.total_seconds()
         self._last = threading.local()  # the raw HTTP answer of this thread's last query
         # Our own session: custom_query() returns only data.result and folds HTTP errors into a
@@ -156,12 +158,10 @@ class PromClient:
         if path is None:
             return
         try:
-            token = Path(path).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise MetricsUnavailable(f"cannot read the Prometheus bearer token file {path}: {exc}") from exc
-        if not token:
-            raise MetricsUnavailable(f"the Prometheus bearer token file {path} is empty")
-        self._session.headers["Authorization"] = f"Bearer {token}"
+            token = read_token_file(path, PROMETHEUS_TOKEN_FILE)
+        except TokenFileError as exc:
+            raise MetricsUnavailable(str(exc)) from exc
+        self._session.headers["Authorization"] = "Bearer " + token.decode("latin-1")  # as http.client sends it
 
     def vector(self, name: str, promql: str, at: float) -> Vector:
         """The instant vector ``promql`` evaluates to at ``at`` (epoch seconds): (labels, value) pairs."""
@@ -259,12 +259,12 @@ class PromClient:
             yield
         except requests.Timeout as exc:
             raise MetricsUnavailable(
-                f"query {name}: Prometheus at {self.url} did not answer within {self.timeout_seconds:g}s"
+                f"query {name}: Prometheus at {self.shown_url} did not answer within {self.timeout_seconds:g}s"
             ) from exc
         except requests.ConnectionError as exc:
-            raise MetricsUnavailable(f"query {name}: cannot reach Prometheus at {self.url}: {exc}") from exc
+            raise MetricsUnavailable(f"query {name}: cannot reach Prometheus at {self.shown_url}: {exc}") from exc
         except requests.RequestException as exc:
-            raise MetricsUnavailable(f"query {name}: request to Prometheus at {self.url} failed: {exc}") from exc
+            raise MetricsUnavailable(f"query {name}: request to Prometheus at {self.shown_url} failed: {exc}") from exc
 
     def _call(self, name: str, promql: str, params: Mapping[str, str]) -> object:
         with self._transport_errors(name):

@@ -263,7 +263,7 @@ class PrometheusHistorySource:
             profile = f" and mean per time-of-day bucket ({self._predictor.profile_buckets} a day"
             profile += f", from the hourly rule {h.profile_rule})" if h.profile_rule else ")"
         return (
-            f"Prometheus {self._client.url}: daily {self._predictor.quantile:g} quantile{profile} of {source}, "
+            f"Prometheus {self._client.shown_url}: daily {self._predictor.quantile:g} quantile{profile} of {source}, "
             f"{len(days)} day(s) {days[0].day}..{days[-1].day} ({h.time_zone}), {batches} batch(es) of nodes, "
             f"read at {iso(days[-1].end)}"
         )

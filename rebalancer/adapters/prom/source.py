@@ -9,26 +9,30 @@ doubtful raises a :class:`~rebalancer.domain.errors.SourceError`, so the cycle m
 * ``MetricsMalformed``: the answer is not an instant vector, a series lacks its key labels, two
   series share a key, a value is NaN, infinite, negative or unparsable.
 * ``MetricsStale``: a query answered with no series at all (Prometheus has no data: an empty answer
-  is never read as zero usage), or the newest freshness sample of *every* node is older than
-  ``maxDataAge`` (scraping is broken as a whole).
+  is never read as zero usage; with several node sources, when none of them knows any node), or the
+  newest freshness sample of *every* node is older than ``maxDataAge`` (scraping is broken as a whole).
 
-A single node whose newest sample is too old (or that has no freshness sample while a freshness
-query is configured) goes into ``node_problems`` and is left out of ``node_cpu_m``: unknown, not 0.
-So does a node whose data began less than rateWindow + step ago (``youngNodes``): rate() would spread
-its short history over the whole window and read it cold. Such pods (``youngPods``) are left out of
-``pod_cpu_m``. Both checks are one instant query each that answers only the young series.
+Node usage comes from the node sources (``prometheus.nodeSources``, :mod:`rebalancer.adapters.prom.nodes`),
+tried in order for each node. A node whose newest sample in a source is too old (or that has no freshness
+sample there), or whose data there began less than rateWindow + step ago (rate() would spread its short
+history over the whole window and read it cold), is looked up in the next source; a node no source knows
+goes into ``node_problems``, left out of ``node_cpu_m``: unknown, not 0. Pods whose data is that young
+(``youngPods``) are left out of ``pod_cpu_m``. Each check is one instant query that answers only the
+young series.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 from typing import TypeVar
 
-from rebalancer.adapters.prom.client import PromClient, Vector, by_node, iso
+from rebalancer.adapters.prom import nodes as nodes_module
+from rebalancer.adapters.prom.client import PromClient, Vector, iso
 from rebalancer.domain.errors import MetricsStale
 from rebalancer.domain.model import PodKey, UsageReport
+from rebalancer.domain.settings.node_sources import NodeSource
 from rebalancer.domain.settings.shared import (
     DEFAULT_NODE_CPU_QUERY,
     DEFAULT_NODE_FRESHNESS_QUERY,
@@ -50,7 +54,7 @@ class PrometheusUsageSource:
     def __init__(self, settings: PrometheusSettings) -> None:
         self._settings = settings
         self._client = PromClient(settings)
-        self._url = self._client.url
+        self._url = self._client.shown_url
 
     def close(self) -> None:
         self._client.close()
@@ -74,63 +78,39 @@ class PrometheusUsageSource:
         settings = self._settings
         queries = settings.queries
         self._client.authorize()
-        pod_nodes = nodes if queries.node_cpu is not None else None
+        node_queries = any(not source.from_pods for source in settings.resolved_node_sources())
+        pod_nodes = nodes if node_queries else None
         render = settings.render
-        with ThreadPoolExecutor(max_workers=6, thread_name_prefix="usage-query") as pool:
+        with ThreadPoolExecutor(max_workers=16, thread_name_prefix="usage-query") as pool:
             # The queries are independent: sent at once, each waits on Prometheus, not on the others. Their
             # answers are taken in this order, so the failure raised is the first failing query's.
-            young_nodes = young = node_cpu = node_memory_read = pod_memory_read = None
-            if queries.young_nodes is not None:
-                young_nodes = pool.submit(self._client.large_vector, "young_nodes", render(queries.young_nodes), at)
-            freshness = None
-            if queries.node_freshness is not None:
-                freshness = pool.submit(self._by_node, "node_freshness", render(queries.node_freshness), at)
-            if queries.node_cpu is not None:
-                node_cpu = pool.submit(self._by_node, "node_cpu", render(queries.node_cpu), at)
+            young = pod_memory_read = None
+            node_answers = nodes_module.submit(pool, self._client, settings, at, memory=memory)
             pod_cpu = pool.submit(self._by_pod, render(queries.pod_cpu, pod_nodes), at)
             if queries.young_pods is not None:
                 young = pool.submit(self._client.pod_values, "young_pods", render(queries.young_pods, pod_nodes), at)
-            if memory:
-                node_memory_read = pool.submit(self._by_node, "node_memory", render(queries.node_memory), at)
-                if pod_memory:
-                    pod_memory_read = pool.submit(self._pod_memory, at, pod_nodes)
-            problems: dict[str, str] = {}
-            if young_nodes is not None:
-                young_names = by_node("young_nodes", young_nodes.result(), settings.node_label)
-                problems.update(dict.fromkeys(young_names, self._too_young()))
-            fresh: dict[str, float] | None = None
-            if freshness is not None:
-                fresh = freshness.result()
-                problems.update(self._stale_nodes(fresh, at))
-            node_cpu_m: dict[str, int] = {}
-            for node, cores in (node_cpu.result() if node_cpu is not None else {}).items():
-                if fresh is not None and node not in fresh:
-                    problems[node] = (
-                        "no freshness sample within Prometheus' lookback delta (default 5m) "
-                        "before the evaluation time: data too old or missing"
-                    )
-                if node not in problems:
-                    node_cpu_m[node] = _millicores(cores)
+            if memory and pod_memory:
+                pod_memory_read = pool.submit(self._pod_memory, at, pod_nodes)
+            readings = nodes_module.combine(node_answers, settings, at, memory=memory)
             pods = pod_cpu.result()
             pod_cpu_m = {key: round(cores * 1000) for key, cores in pods.items()}  # _millicores, inlined: 150,000
             del pods
             young_pods = 0
             for key in young.result() if young is not None else ():
                 young_pods += pod_cpu_m.pop(key, None) is not None
-            node_memory = None
-            if node_memory_read is not None:
-                found = node_memory_read.result()  # a node with a problem (stale, young) is unknown, as its CPU
-                node_memory = MappingProxyType({node: round(v) for node, v in found.items() if node not in problems})
             pods_memory = pod_memory_read.result() if pod_memory_read is not None else {}
         return UsageReport(
-            node_memory=node_memory,
+            node_memory=None if readings.memory is None else MappingProxyType(readings.memory),
             pod_memory=MappingProxyType(pods_memory),
-            node_cpu_m=MappingProxyType(node_cpu_m),
+            node_cpu_m=MappingProxyType(readings.cpu_m),
             pod_cpu_m=MappingProxyType(pod_cpu_m),
-            node_problems=MappingProxyType(problems),
+            node_problems=MappingProxyType(readings.problems),
             failure=None,
-            node_from_pods=queries.node_cpu is None,
-            fresh_nodes=None if fresh is None else frozenset(fresh),
+            node_source=MappingProxyType(readings.source),
+            node_from_pods=readings.from_pods,
+            fresh_nodes=readings.fresh_pods,
+            pod_sum_problems=MappingProxyType(readings.pod_sum_problems),
+            sources=readings.names,
             description=self._describe(at, young_pods, memory),
         )
 
@@ -150,41 +130,10 @@ class PrometheusUsageSource:
         pods = _some("pod_memory", promql, at, self._client.pod_values("pod_memory", promql, at))
         return {key: round(value) for key, value in pods.items()}
 
-    # -- staleness ---------------------------------------------------------------------------
-
-    def _too_young(self) -> str:
-        s = self._settings
-        span = f"rateWindow {format_duration(s.rate_window)} + step {format_duration(s.step)}"
-        return (
-            f"less than {s.data_span_seconds}s of data ({span}): rate() would "
-            "spread the short history over the whole window and read it low, so usage is unknown"
-        )
-
-    def _stale_nodes(self, fresh: Mapping[str, float], at: float) -> dict[str, str]:
-        written = format_duration(self._settings.max_data_age)
-        limit = self._settings.max_data_age.total_seconds()
-        newest = max(fresh.values())
-        if at - newest > limit:
-            raise MetricsStale(
-                f"Prometheus' newest sample over all {len(fresh)} node(s) is {at - newest:.0f}s old at "
-                f"{iso(at)} > maxDataAge {written}: the whole source is stale"
-            )
-        return {
-            node: f"newest sample {at - stamp:.0f}s old > maxDataAge {written}"
-            for node, stamp in sorted(fresh.items())
-            if at - stamp > limit
-        }
-
     # -- keyed vectors -----------------------------------------------------------------------
-
-    def _by_node(self, name: str, promql: str, at: float) -> dict[str, float]:
-        return by_node(name, self._vector(name, promql, at), self._settings.node_label)
 
     def _by_pod(self, promql: str, at: float) -> dict[PodKey, float]:
         return _some("pod_cpu", promql, at, self._client.pod_values("pod_cpu", promql, at))
-
-    def _vector(self, name: str, promql: str, at: float) -> Vector:
-        return _some(name, promql, at, self._client.large_vector(name, promql, at))  # 5,000 nodes: msgspec
 
     def _describe(self, at: float, young_pods: int, with_memory: bool) -> str:
         s = self._settings
@@ -198,17 +147,13 @@ class PrometheusUsageSource:
             f"of rate[{format_duration(s.rate_window)}]"
             f"{custom(q.pod_cpu, DEFAULT_POD_CPU_QUERY)}"
         )
-        if q.node_cpu is None:
-            nodes = "nodes: sum of their pods"
+        sources = s.resolved_node_sources()
+        if len(sources) > 1:
+            order = " -> ".join(source.name for source in sources)
+            nodes = f"nodes: same statistic, from the first node source that knows the node ({order})"
+            freshness = f"node freshness: newest sample within {format_duration(s.max_data_age)} in that source"
         else:
-            nodes = f"nodes: same statistic per {s.node_label!r} label{custom(q.node_cpu, DEFAULT_NODE_CPU_QUERY)}"
-        if q.node_freshness is None:
-            freshness = "node freshness: not checked"
-        else:
-            freshness = (
-                f"node freshness: newest sample within {format_duration(s.max_data_age)}"
-                f"{custom(q.node_freshness, DEFAULT_NODE_FRESHNESS_QUERY)}"
-            )
+            nodes, freshness = self._one_source(sources[0], custom)
         if q.young_pods is None:
             young = "pods' data span: not checked"
         else:
@@ -220,6 +165,19 @@ class PrometheusUsageSource:
             else ""
         )
         return f"Prometheus {self._url} at {iso(at)}; {pods}; {nodes}; {freshness}; {young}{memory}"
+
+    def _one_source(self, source: NodeSource, custom: Callable[[str | None, str], str]) -> tuple[str, str]:
+        """What the node usage and freshness are, for a policy with one node source."""
+        s = self._settings
+        if source.from_pods:
+            nodes = "nodes: sum of their pods"
+        else:
+            nodes = f"nodes: same statistic per {source.label!r} label{custom(source.cpu, DEFAULT_NODE_CPU_QUERY)}"
+        if source.freshness is None:
+            return nodes, "node freshness: not checked"
+        default = DEFAULT_NODE_FRESHNESS_QUERY if source.from_queries else source.freshness
+        within = format_duration(s.max_data_age)
+        return nodes, f"node freshness: newest sample within {within}{custom(source.freshness, default)}"
 
 
 _Found = TypeVar("_Found", Vector, dict[PodKey, float])

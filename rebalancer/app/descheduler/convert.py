@@ -3,7 +3,9 @@
 Imported: LowNodeUtilization and HighNodeUtilization (CPU, memory and pods thresholds, classified by requests
 unless ``metricsUtilization`` is set), the DefaultEvictor's arguments as protections, the eviction limits as
 limiters, a Prometheus URL, and the chart's schedule. Everything else is a note naming the field and why;
-nothing is dropped without one. The caller validates the result (:func:`rebalancer.policy.parse_policy`).
+nothing is dropped without one. Every protection of every imported profile is kept (they only tighten), and
+what rebalancer does besides the descheduler through its own defaults is a note too. The caller validates
+the result (:func:`rebalancer.policy.parse_policy`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 
 from rebalancer.app.descheduler.evictor import protections_of
 from rebalancer.app.descheduler.notes import Note, Notes
+from rebalancer.app.descheduler.rebalancer_only import rebalancer_only
 from rebalancer.app.descheduler.source import Profile, Source, SourceProblem, mapping, read_source, sequence
+from rebalancer.app.descheduler.tighten import tightened
 from rebalancer.app.descheduler.utilization import KINDS, strategy_of
 from rebalancer.policy import API_VERSION
 
@@ -69,11 +73,14 @@ def convert(document: object) -> Conversion:
     notes = Notes()
     source = read_source(document, notes)
     strategies: list[dict[str, Any]] = []
-    protections: dict[str, Any] = {}
+    by_profile: list[tuple[Profile, dict[str, Any]]] = []
     for profile in source.profiles:
-        _profile(profile, strategies, protections, notes)
+        found = _profile(profile, strategies, notes)
+        if found is not None:
+            by_profile.append((profile, found))
     if not strategies:
         raise SourceProblem("", "no LowNodeUtilization or HighNodeUtilization with a cpu threshold to import")
+    protections = _whole_policy(by_profile, notes)
     policy: dict[str, Any] = {"apiVersion": API_VERSION, "kind": "RebalancerPolicy"}
     prometheus = _prometheus(source.top, notes)
     if prometheus:
@@ -89,11 +96,16 @@ def convert(document: object) -> Conversion:
     if limits:
         policy["limits"] = limits
     _top_rest(source, notes)
+    for note in rebalancer_only(strategies):
+        notes.add(note)
     by_requests = any(s["classifyBy"] == "requests" for s in strategies)
     return Conversion(source.shape, policy, tuple(notes.found), by_requests)
 
 
-def _profile(profile: Profile, strategies: list[dict[str, Any]], protections: dict[str, Any], notes: Notes) -> None:
+def _profile(profile: Profile, strategies: list[dict[str, Any]], notes: Notes) -> dict[str, Any] | None:
+    """The profile's strategies appended to ``strategies``; returns the protections they run under (None:
+    the profile imports no strategy): their own namespace filters and the DefaultEvictor's, all kept."""
+    protections: dict[str, Any] = {}
     imported = False
     for name in profile.enabled:
         at = profile.plugin_path(name)
@@ -101,25 +113,40 @@ def _profile(profile: Profile, strategies: list[dict[str, Any]], protections: di
             strategy, implied = strategy_of(name, profile.args.get(name, {}), at, notes)
             if strategy:
                 strategies.append(strategy)
-                _merge(protections, implied, at, notes)
+                protections = tightened(protections, implied, at)
                 imported = True
         else:
             why = OTHER_PLUGINS.get(name, "no equivalent strategy")
             notes.add(Note.unsupported(profile.path if profile.single else at, why + KEEP_DESCHEDULER))
     evictor = profile.args.get("DefaultEvictor", {})
     if imported:
-        _merge(protections, protections_of(evictor, f"{profile.path}.DefaultEvictor", notes), profile.path, notes)
-    elif evictor and not profile.single:
+        path = f"{profile.path}.DefaultEvictor"
+        return tightened(protections, protections_of(evictor, path, notes), path)
+    if evictor and not profile.single:
         notes.add(Note.unsupported(f"{profile.path}.DefaultEvictor", "its profile imports no strategy"))
+    return None
 
 
-def _merge(into: dict[str, Any], more: Mapping[str, Any], path: str, notes: Notes) -> None:
-    for key, value in more.items():
-        if key in into and into[key] != value:
-            notes.add(Note.differs(f"{path}: {key}", f"{value!r} not applied: protections hold for the whole policy "
-                                   f"and an earlier profile set {into[key]!r}"))  # fmt: skip
-        else:
-            into.setdefault(key, value)
+DESCHEDULER_DEFAULTS = {"evictLocalStoragePods": False, "evictPodsWithPVC": True}
+
+
+def _whole_policy(by_profile: list[tuple[Profile, dict[str, Any]]], notes: Notes) -> dict[str, Any]:
+    """One set of protections for the whole policy, protecting every pod some imported profile protects; each
+    profile whose strategies it binds more than the descheduler did is named."""
+    if len(by_profile) == 1:
+        return by_profile[0][1]
+    own = [(profile, {**DESCHEDULER_DEFAULTS, **found}) for profile, found in by_profile]
+    combined: dict[str, Any] = {}
+    for profile, found in own:
+        combined = tightened(combined, found, profile.path)
+    for profile, found in own:
+        for key, value in combined.items():
+            if found.get(key) != value:
+                notes.add(Note.differs(f"{profile.path}: {key}", f"{value!r} binds this profile's strategies too: "
+                                       "protections hold for the whole policy, combined from every profile's so "
+                                       "that none is lost"))  # fmt: skip
+    explicit = {key for _, found in by_profile for key in found}
+    return {k: v for k, v in combined.items() if k in explicit or v != DESCHEDULER_DEFAULTS.get(k)}
 
 
 def _limits(top: Mapping[str, Any], notes: Notes) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The DefaultEvictor's arguments as rebalancer protections (pure).
 
-rebalancer's protections hold for the whole policy, the DefaultEvictor's for its profile: a value set
-differently by two imported profiles keeps the first and says so.
+rebalancer's protections hold for the whole policy, the DefaultEvictor's for its profile: the profiles'
+protections are combined so that none is lost (:mod:`rebalancer.app.descheduler.tighten`).
 """
 
 from __future__ import annotations
@@ -91,16 +91,17 @@ def _pod_protections(value: Mapping[str, Any], path: str, notes: Notes) -> dict[
 def _priority(value: Mapping[str, Any], path: str, notes: Notes) -> dict[str, Any]:
     if "value" in value and isinstance(value["value"], int) and not isinstance(value["value"], bool):
         return {"priorityThreshold": value["value"]}
-    if "name" in value:
+    if "name" in value and isinstance(value["name"], str):
         notes.add(
-            Note.unsupported(
+            Note.differs(
                 f"{path}.name",
-                f"a threshold by PriorityClass name ({value['name']}) cannot be resolved offline: set "
-                "protections.priorityThreshold to that class's value (kubectl get priorityclass "
-                f"{value['name']} -o jsonpath='{{.value}}')",
+                f"protections.protectedPriorityClasses: [{value['name']}]: pods of that class stay protected, but a "
+                "threshold by PriorityClass name cannot be resolved offline, so pods of higher classes (below the "
+                "system-critical ones) become evictable: set protections.priorityThreshold to the class's value "
+                f"(kubectl get priorityclass {value['name']} -o jsonpath='{{.value}}')",
             )
         )
-        return {}
+        return {"protectedPriorityClasses": [value["name"]]}
     raise SourceProblem(path, "expected value: <integer> or name: <PriorityClass>")
 
 

@@ -45,6 +45,9 @@ def strategy_of(kind: str, args: Mapping[str, Any], path: str, notes: Notes) -> 
         if high is None:
             raise SourceProblem(f"{path}.targetThresholds", "needs the same resources as thresholds (cpu)")
         strategy["targetThresholds"] = {"cpu": high, **carried[1]}
+        notes.add(Note.differs(path, "predictPlacement: false, as the descheduler: where the scheduler puts a "
+                               "replacement is not predicted, so a pod whose replacement lands back on its node may "
+                               "be evicted; predictPlacement: true (rebalancer's default) passes those over"))  # fmt: skip
     else:
         strategy["targetThresholds"] = {"cpu": 100, **carried[1]}
         notes.add(Note.differs(f"{path}", "HighNodeUtilization: destinations may fill up to 100% (targetThresholds "

@@ -7,28 +7,45 @@ from datetime import timedelta
 
 from pydantic import Field, model_validator
 
+from rebalancer.domain.settings.node_sources import NODE_OF_POD
 from rebalancer.domain.settings.shared import Duration, FieldProblems, Model, format_duration
 
+# A node's 5-minute average CPU in cores from the first of the node sources that has it (prometheus.nodeSources'
+# defaults: cAdvisor's root cgroup, node_exporter named by kube_pod_info, the sum of the node's pods), so that
+# the reference reads clusters whose Prometheus drops the root cgroup (kube-prometheus-stack) too.
+_NODE_CPU_CORES = (
+    '(sum by ({pod_node_label}) (rate(container_cpu_usage_seconds_total{{id="/"}}[5m])))'
+    ' or (sum by (node) (max by (node, cpu, mode) (rate(node_cpu_seconds_total{{mode!~"idle|iowait|steal"}}[5m])'
+    f" * on (namespace, pod) group_left (node) {NODE_OF_POD})))"
+    ' or (sum by ({pod_node_label}) (rate(container_cpu_usage_seconds_total{{container!="", container!="POD"}}[5m])))'
+)
+_NODE_MEMORY_BYTES = (
+    '(sum by ({pod_node_label}) (container_memory_working_set_bytes{{id="/"}}))'
+    " or (max by (node) ((node_memory_MemTotal_bytes - node_memory_MemAvailable_bytes)"
+    f" * on (namespace, pod) group_left (node) {NODE_OF_POD}))"
+    ' or (sum by ({pod_node_label}) (container_memory_working_set_bytes{{container!="", container!="POD"}}))'
+)
 DEFAULT_REFERENCE_QUERY = (
-    'sum by ({pod_node_label}) (rate(container_cpu_usage_seconds_total{{id="/"}}[5m]))'
+    f"({_NODE_CPU_CORES})"
     ' / on ({pod_node_label}) sum by ({pod_node_label}) (kube_node_status_allocatable{{resource="cpu"}}) > 0.8'
 )
 DEFAULT_REFERENCE_DATA_QUERY = (
     'count by ({pod_node_label}) (kube_node_status_allocatable{{resource="cpu"}})'
-    ' and on ({pod_node_label}) count by ({pod_node_label}) (container_cpu_usage_seconds_total{{id="/"}})'
+    f" and on ({{pod_node_label}}) ({_NODE_CPU_CORES})"
 )
-"""Hot by the reference: the node's 5-minute average CPU (cAdvisor's root cgroup) above 80% of its
-allocatable CPU (kube-state-metrics). A comparison filter: a node has a sample only while hot."""
+"""Hot by the reference: the node's 5-minute average CPU (cAdvisor's root cgroup, else node_exporter, else the
+sum of its pods) above 80% of its allocatable CPU (kube-state-metrics). A comparison filter: a node has a
+sample only while hot."""
 DEFAULT_MEMORY_REFERENCE_QUERY = (
-    'sum by ({pod_node_label}) (container_memory_working_set_bytes{{id="/"}})'
+    f"({_NODE_MEMORY_BYTES})"
     ' / on ({pod_node_label}) sum by ({pod_node_label}) (kube_node_status_allocatable{{resource="memory"}}) > 0.8'
 )
 DEFAULT_MEMORY_REFERENCE_DATA_QUERY = (
     'count by ({pod_node_label}) (kube_node_status_allocatable{{resource="memory"}})'
-    ' and on ({pod_node_label}) count by ({pod_node_label}) (container_memory_working_set_bytes{{id="/"}})'
+    f" and on ({{pod_node_label}}) ({_NODE_MEMORY_BYTES})"
 )
-"""Hot on memory by the reference: the node's working set (cAdvisor's root cgroup) above 80% of its
-allocatable memory (kube-state-metrics)."""
+"""Hot on memory by the reference: the node's working set (cAdvisor's root cgroup, else node_exporter's
+MemTotal - MemAvailable, else its pods' working set) above 80% of its allocatable memory (kube-state-metrics)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,12 +30,19 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import core_schema
 
 from rebalancer.domain.labels import SELECTOR_OPERATORS, LabelSelector, Requirement
+from rebalancer.domain.settings.node_sources import (
+    DEFAULT_NODE_SOURCES,
+    NodeSource,
+    NodeSourceName,
+    built_in,
+    order_problems,
+)
 
 Percent = Annotated[float, Field(ge=0, le=100)]
 
 
 def _http_url(text: str) -> str:
-    """An absolute http(s) URL with a host; the text is kept as written."""
+    """An absolute http(s) base URL with a host, without query or fragment; the text is kept as written."""
     if any(c.isspace() for c in text):
         raise ValueError(f"{text!r} is not an http(s) URL: it contains white space")
     try:
@@ -45,6 +52,11 @@ def _http_url(text: str) -> str:
         valid = False
     if not valid:
         raise ValueError(f"{text!r} is not an http(s) URL such as http://prometheus-operated.monitoring:9090")
+    if parts.query or parts.fragment or "?" in text or "#" in text:
+        raise ValueError(
+            f"{text!r} is a base URL: the API's paths (/api/v1/query) are appended to it, so it takes no query "
+            "(?...) or fragment (#...)"
+        )
     return text
 
 
@@ -329,6 +341,7 @@ DEFAULT_YOUNG_NODE_QUERY = (
     f"group by ({{node_label}}) ({_NODE_SERIES}) unless group by ({{node_label}}) ({_NODE_SERIES} offset {{data_span}})"
 )
 
+_NODE_QUERY_FIELDS = frozenset({"node_cpu", "node_freshness", "young_nodes", "node_memory"})
 _REGEX_SPECIAL = re.compile(r"([.\\\\+*?()|\[\]{}^$])")
 
 
@@ -344,18 +357,23 @@ class UsageQueries(Model):
     )
     node_cpu: str | None = Field(
         default=DEFAULT_NODE_CPU_QUERY,
-        description="Per-node CPU cores, one series per node (label nodeLabel). The default reads cAdvisor's "
-        "root cgroup, which includes system daemons. null: a node's usage is the sum of its pods' usage.",
+        description="Per-node CPU cores, one series per node (label nodeLabel): the cadvisor node source. The "
+        "default reads cAdvisor's root cgroup, which includes system daemons. Setting this or nodeFreshness, "
+        "youngNodes or nodeMemory while prometheus.nodeSources is unset makes these queries the only node "
+        "source (no fallback, as before nodeSources existed); null then: a node's usage is the sum of its "
+        "pods' usage, checked by nodeFreshness and youngNodes.",
     )
     node_freshness: str | None = Field(
         default=DEFAULT_NODE_FRESHNESS_QUERY,
-        description="Per-node time of the newest raw sample; nodes older than maxDataAge are unknown.",
+        description="Per-node time of the newest raw sample (the cadvisor node source); a node older than "
+        "maxDataAge is looked up in the next node source.",
     )
     young_nodes: str | None = Field(
         default=DEFAULT_YOUNG_NODE_QUERY,
         description="Nodes whose data began less than {data_span} (rateWindow + step) ago: one series per node "
-        "(label nodeLabel), for example present now and absent {data_span} earlier. Their usage is unknown: "
-        "rate() would spread the short history over the whole rateWindow and read them cold. null: not checked.",
+        "(label nodeLabel), for example present now and absent {data_span} earlier. Their usage is looked up in the "
+        "next node source (unknown when none knows them): rate() would spread the short history over the whole "
+        "rateWindow and read them cold. null: not checked.",
     )
     young_pods: str | None = Field(
         default=DEFAULT_YOUNG_POD_QUERY,
@@ -370,21 +388,30 @@ class UsageQueries(Model):
     )
     node_memory: str = Field(
         default=DEFAULT_NODE_MEMORY_QUERY,
-        description="Per-node memory working set in bytes, one series per node (label nodeLabel); read only when "
-        "a strategy has memory thresholds. The default reads cAdvisor's root cgroup, as nodeCpu does; "
-        "node_exporter's `node_memory_MemTotal_bytes - node_memory_MemAvailable_bytes` (label instance) is the "
-        "other common choice.",
+        description="Per-node memory working set in bytes, one series per node (label nodeLabel), of the nodes "
+        "the cadvisor node source knows; read only when a strategy has memory thresholds. The default reads "
+        "cAdvisor's root cgroup, as nodeCpu does (the nodeExporter source reads "
+        "`node_memory_MemTotal_bytes - node_memory_MemAvailable_bytes`, podSum its pods' working set).",
     )
 
 
 class PrometheusSettings(Model):
     renamed_seconds: ClassVar[Mapping[str, str]] = {"timeoutSeconds": "timeout", "maxDataAgeSeconds": "maxDataAge"}
 
-    url: HttpUrlText = Field(default="http://prometheus-operated.monitoring:9090", description="Prometheus base URL.")
+    url: HttpUrlText = Field(
+        default="http://prometheus-operated.monitoring:9090",
+        description="Prometheus base URL, without query or fragment. A user:password@ in it is sent as basic "
+        "authentication and never printed (shown as ***), but check-config and every command warn: the policy "
+        "keeps it in plain text. Prefer bearerTokenFile.",
+    )
     timeout: Annotated[Duration, DurationBounds(le=timedelta(minutes=5))] = Field(
         default=timedelta(seconds=15), description="Timeout of one query."
     )
-    bearer_token_file: str | None = Field(default=None, description="File holding a bearer token, if needed.")
+    bearer_token_file: str | None = Field(
+        default=None,
+        description="File holding a bearer token (a mounted Secret), if needed; read at each cycle, so a rotated "
+        "token is taken. `serve` warns at start and at reload when it cannot be read or is empty.",
+    )
     verify_tls: bool = Field(default=True, description="Verify the server certificate for https URLs.")
     window: Duration = Field(
         default=timedelta(minutes=10), description="Usage is a statistic over this window (spike guard)."
@@ -409,7 +436,20 @@ class PrometheusSettings(Model):
     )
     max_data_age: Duration = Field(
         default=timedelta(minutes=5),
-        description="Nodes whose newest sample is older are unknown; if all are, no evictions.",
+        description="A node whose newest sample in a node source is older is looked up in the next source "
+        "(unknown when none knows it); if every node's is, no evictions.",
+    )
+    node_sources: tuple[NodeSourceName, ...] = Field(
+        default=DEFAULT_NODE_SOURCES,
+        description="Where a node's usage comes from, first choice first; a node missing from a source (no "
+        "series, or data too old or too young there) is looked up in the next, a node no source knows is "
+        "unknown. cadvisor: queries nodeCpu, nodeFreshness, youngNodes, nodeMemory (by default cAdvisor's "
+        "root cgroup: the whole node, system daemons included); nodeExporter: node_exporter's busy CPU and "
+        "MemTotal - MemAvailable, its node named by kube-state-metrics' kube_pod_info joined on the "
+        "node-exporter pod's (namespace, pod), as kube-prometheus-stack labels it; podSum: the sum of the "
+        "node's pods' usage, known only when every running pod on it has usage and its pods' series are "
+        "fresh, without system overhead (reads the node low), so only last. Unset while queries sets a node "
+        "query: those queries alone.",
     )
     queries: UsageQueries = Field(default_factory=UsageQueries, description="PromQL templates.")
 
@@ -437,6 +477,24 @@ class PrometheusSettings(Model):
         ``offset`` and the messages say it in seconds)."""
         return int((self.rate_window + self.step).total_seconds())
 
+    def resolved_node_sources(self) -> tuple[NodeSource, ...]:
+        """The node sources in the order they are tried (:mod:`rebalancer.domain.settings.node_sources`).
+
+        A policy that sets a node query (nodeCpu, nodeFreshness, youngNodes, nodeMemory) and no nodeSources
+        keeps the meaning it had before nodeSources: those queries alone, or with nodeCpu null the sum of
+        the pods checked by nodeFreshness and youngNodes."""
+        q = self.queries
+        legacy = bool(q.model_fields_set & _NODE_QUERY_FIELDS) and "node_sources" not in self.model_fields_set
+        if legacy and q.node_cpu is None:
+            return (NodeSource("podSum", None, q.node_freshness, q.young_nodes, q.node_memory, self.node_label, True),)
+        names: tuple[NodeSourceName, ...] = ("cadvisor",) if legacy else self.node_sources
+        return tuple(self._cadvisor() if name == "cadvisor" else built_in(name, self.pod_node_label) for name in names)
+
+    def _cadvisor(self) -> NodeSource:
+        q = self.queries
+        name = "cadvisor" if q.node_cpu == DEFAULT_NODE_CPU_QUERY else "queries.nodeCpu"
+        return NodeSource(name, q.node_cpu, q.node_freshness, q.young_nodes, q.node_memory, self.node_label, True)
+
     @model_validator(mode="after")
     def _templates_render(self) -> PrometheusSettings:
         for name in ("pod_cpu", "node_cpu", "node_freshness", "young_nodes", "young_pods", "pod_memory", "node_memory"):
@@ -447,6 +505,21 @@ class PrometheusSettings(Model):
                 self.render(template)
             except (KeyError, IndexError, ValueError) as exc:
                 raise ValueError(f"queries.{to_camel(name)}: cannot fill the template: {exc!r}") from exc
+        return self
+
+    @model_validator(mode="after")
+    def _node_sources_usable(self) -> PrometheusSettings:
+        problems = [("nodeSources", problem) for problem in order_problems(self.node_sources)]
+        if (
+            "cadvisor" in self.node_sources
+            and self.queries.node_cpu is None
+            and "node_sources" in self.model_fields_set
+        ):
+            problems.append(
+                ("nodeSources", "cadvisor reads queries.nodeCpu, which is null: set it, or leave cadvisor out")
+            )
+        if problems:
+            raise FieldProblems(problems)
         return self
 
 

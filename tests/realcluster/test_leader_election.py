@@ -1,8 +1,8 @@
-"""Leader election between two processes: the real LeaseClient and LeaderElection against the test API server.
+"""Leader election between two processes: the real LeaseClient and LeaderElection against a real API server.
 
 Each candidate is a separate Python process (``python -c``) that prints ``leading`` / ``following`` with
-its ``time.monotonic()`` (CLOCK_MONOTONIC: one clock for every process on the machine). The test records
-when each Lease write reaches the server. Checked: exactly one leads; after ``kill -9`` of the leader the
+its ``time.time()`` (one clock for every process on the machine, the API server's too). The API server's
+audit log says when each Lease write reached it, with the holder it wrote. Checked: exactly one leads; after ``kill -9`` of the leader the
 other takes over, never before the dead leader's last renewal has expired and at most
 ``lease_duration + 2 * retry_period`` after the kill (the follower notices a renewal up to one retry period
 late, and tries again up to one retry period late); a leader stopped with SIGTERM releases the Lease and
@@ -11,7 +11,6 @@ the other takes over at its next attempt.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -33,15 +32,11 @@ from rebalancer.policy import Policy
 from rebalancer.service.leader import LeaderElection, LeaderElector, LeaseRecord
 from rebalancer.service.metrics import Metrics
 from rebalancer.service.runner import CycleResult, Service, Trigger
-from tests.kubeapi import TestApiServer
-from tests.kubeapi.server import Request
+from tests.controlplane import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
 NS, NAME = "rebalancer", "rebalancer"
-LEASE_PATHS = {
-    f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases",
-    f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{NAME}",
-}
+ADMIN = "test-admin"
 
 CANDIDATE = textwrap.dedent(
     """
@@ -53,7 +48,7 @@ CANDIDATE = textwrap.dedent(
     lease, renew, retry = map(float, sys.argv[5:8])
 
     def say(*words):
-        print(*words, f"{time.monotonic():.6f}", flush=True)
+        print(*words, f"{time.time():.6f}", flush=True)
 
     class FirstContact:
         def __init__(self, inner):
@@ -85,7 +80,7 @@ CANDIDATE = textwrap.dedent(
 
 @dataclass
 class Candidate:
-    """One candidate process and what it printed: (word, its time.monotonic())."""
+    """One candidate process and what it printed: (word, its time.time())."""
 
     identity: str
     process: subprocess.Popen[str]
@@ -101,7 +96,7 @@ class Candidate:
                 self.lines.append((word, float(stamp)))
                 self.changed.notify_all()
         with self.changed:
-            self.lines.append(("<eof>", time.monotonic()))
+            self.lines.append(("<eof>", time.time()))
             self.changed.notify_all()
 
     def said(self, word: str) -> list[float]:
@@ -130,25 +125,36 @@ class Candidate:
 
 @dataclass
 class Write:
-    at: float  # time.monotonic() when the request reached the server
+    at: float  # time.time() when the request reached the server
     method: str
     holder: str
     transitions: int
 
 
+class Writes:
+    """Every Lease write as it reached the server (a create may have been refused), from its audit log."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self._plane = plane
+
+    def __iter__(self) -> Iterator[Write]:
+        for event in self._plane.audit(ADMIN):
+            if event.resource == "leases" and event.verb in ("create", "update") and event.body is not None:
+                spec = event.body.get("spec") or {}
+                method = "POST" if event.verb == "create" else "PUT"
+                yield Write(event.received, method, spec.get("holderIdentity") or "", spec.get("leaseTransitions", 0))
+
+
 @pytest.fixture
-def writes(kube_server: TestApiServer) -> list[Write]:
-    """Every Lease write as it reaches the server (before it is judged: a create may still be refused)."""
-    seen: list[Write] = []
+def kubeconfig(cluster: ControlPlane, tmp_path: Path) -> Path:
+    cluster.namespace(NS)
+    assert cluster.pki is not None
+    return cluster.kubeconfig(tmp_path / "kubeconfig", cluster.pki.admin_token)
 
-    def hook(request: Request) -> None:
-        if request.path in LEASE_PATHS and request.method in ("POST", "PUT"):
-            spec = json.loads(request.body).get("spec") or {}
-            holder, transitions = spec.get("holderIdentity") or "", spec.get("leaseTransitions", 0)
-            seen.append(Write(time.monotonic(), request.method, holder, transitions))
 
-    kube_server.on_request(hook)
-    return seen
+@pytest.fixture
+def writes(cluster: ControlPlane, kubeconfig: Path) -> Writes:
+    return Writes(cluster)
 
 
 Launch = Callable[[str, float, float, float], Candidate]
@@ -190,7 +196,7 @@ def one_leader(candidates: list[Candidate], timeout: float) -> tuple[Candidate, 
     return leader, follower
 
 
-def test_exactly_one_leads_and_a_killed_leader_is_replaced_after_its_lease(launch: Launch, writes: list[Write]) -> None:
+def test_exactly_one_leads_and_a_killed_leader_is_replaced_after_its_lease(launch: Launch, writes: Writes) -> None:
     lease, renew, retry = 1.0, 0.7, 0.2
     candidates = [launch(ident, lease, renew, retry) for ident in ("a", "b")]
     leader, follower = one_leader(candidates, timeout=20)
@@ -201,7 +207,7 @@ def test_exactly_one_leads_and_a_killed_leader_is_replaced_after_its_lease(launc
     assert {w.holder for w in renewals} == {leader.identity}
     assert len(renewals) >= 3 * lease / retry - 2  # renewed every retry period
 
-    killed = time.monotonic()
+    killed = time.time()
     os.kill(leader.process.pid, signal.SIGKILL)
     took_over = follower.wait_for("leading", timeout=10 * lease)
 
@@ -212,13 +218,13 @@ def test_exactly_one_leads_and_a_killed_leader_is_replaced_after_its_lease(launc
     assert takeover.transitions == 1
 
 
-def test_a_stopped_leader_releases_and_the_other_takes_over_at_once(launch: Launch, writes: list[Write]) -> None:
+def test_a_stopped_leader_releases_and_the_other_takes_over_at_once(launch: Launch, writes: Writes) -> None:
     lease, renew, retry = 5.0, 3.0, 0.2  # without the release, the takeover would wait 5 s
     candidates = [launch(ident, lease, renew, retry) for ident in ("a", "b")]
     leader, follower = one_leader(candidates, timeout=20)
     time.sleep(2 * retry)
 
-    stopping = time.monotonic()
+    stopping = time.time()
     leader.process.send_signal(signal.SIGTERM)
     took_over = follower.wait_for("leading", timeout=2 * lease)
 
@@ -233,7 +239,7 @@ def test_a_stopped_leader_releases_and_the_other_takes_over_at_once(launch: Laun
 
 
 def test_serves_run_on_start_cycle_runs_as_soon_as_the_lease_is_held(
-    kube_server: TestApiServer, kubeconfig: Path, writes: list[Write], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    kubeconfig: Path, writes: Writes, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A Lease still held by a replica that went away: the run-on-start cycle waits for it, then runs at
     once (not an interval later); the service's cycles and the real election, in this process."""
@@ -249,7 +255,7 @@ def test_serves_run_on_start_cycle_runs_as_soon_as_the_lease_is_held(
     ran: list[float] = []
 
     def cycle(_: Policy, trigger: Trigger) -> CycleResult:
-        ran.append(time.monotonic())
+        ran.append(time.time())
         return CycleResult(EvictionPlan(time.time(), ()), EvictorReport())
 
     def leading() -> bool:

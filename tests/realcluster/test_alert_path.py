@@ -1,6 +1,8 @@
-"""The alert path end to end, with real parts only: a live cAdvisor-shaped exporter on 127.0.0.1 ->
-a real Prometheus scraping it and evaluating a hot-node alert rule -> a real Alertmanager (clustering
-off) -> `rebalancer serve` (its own process, leader by a Lease) -> evictions on the test API server."""
+"""The alert path end to end, with real parts only: a live cAdvisor-shaped exporter on 127.0.0.1 -> a real
+Prometheus scraping it and evaluating a hot-node alert rule -> a real Alertmanager (clustering off) ->
+`rebalancer serve` (its own process, leader by a Lease) -> evictions on a real control plane, the replacement
+placed by the real ReplicaSet controller and scheduler. What serve asked of the API server is read from its
+audit log."""
 
 from __future__ import annotations
 
@@ -14,68 +16,65 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from threading import Thread
 
 import pytest
 
 from rebalancer.adapters.kube import LeaseClient, connect
 from rebalancer.service.leader import LeaseRecord
 from tests.adapters.prom_fixture import ServerProcess, free_port, require_binary, run_promtool
-from tests.kubeapi import TestApiServer
-from tests.service.scenario import LOADS, NODES, build_cluster, live_pods
+from tests.controlplane import USER, ControlPlane
+from tests.realcluster import exporter as cadvisor
+from tests.realcluster.scenario import CORES, NAMESPACE, SYSTEM_CORES, Placed, build, running
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "alert-token-1234"
-SYSTEM_CORES = 0.3
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/rebalancer/leases/rebalancer"
 RULES = """\
 groups:
 - name: rebalancer
   rules:
   - alert: NodeCPUHigh
-    expr: sum by (node) (rate(container_cpu_usage_seconds_total{id="/"}[5s])) > 2
+    expr: sum by (node) (rate(container_cpu_usage_seconds_total{id="/"}[5s])) > 0.8
     for: 8s  # the nodes need rateWindow + step (6 s) of data before their usage is read
     labels: {severity: warning}
 """
 
 
-class _Exporter(BaseHTTPRequestHandler):
-    started = time.time()
-
-    def do_GET(self) -> None:
-        elapsed = time.time() - self.started
-        lines = ["# TYPE container_cpu_usage_seconds_total counter"]
-        for node in NODES:
-            cores = SYSTEM_CORES + sum(c for (_, _), (n, c) in LOADS.items() if n == node)
-            lines.append(f'container_cpu_usage_seconds_total{{id="/",node="{node}"}} {1000 + cores * elapsed:.6f}')
-        for (namespace, pod), (node, cores) in LOADS.items():
-            base = f'namespace="{namespace}",pod="{pod}",node="{node}"'
-            value = 1000 + cores * elapsed
-            lines.append(
-                f'container_cpu_usage_seconds_total{{{base},container="app",id="/kubepods/{pod}/app"}} {value:.6f}'
-            )
-            # the pod-level cgroup repeats the sum: counted, usage would double
-            lines.append(f'container_cpu_usage_seconds_total{{{base},container="",id="/kubepods/{pod}"}} {value:.6f}')
-        body = ("\n".join(lines) + "\n").encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+@pytest.fixture
+def placed(cluster: ControlPlane) -> Placed:
+    cluster.namespace("rebalancer")
+    return build(cluster)
 
 
 @pytest.fixture
-def exporter() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Exporter)
-    thread = Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+def exporter(placed: Placed) -> Iterator[int]:
+    pods = {(NAMESPACE, name): (node, CORES[workload]) for name, (workload, node) in placed.pods.items()}
+    with cadvisor.serving(pods, dict.fromkeys(("hot-1", "cold-1", "cold-2"), SYSTEM_CORES)) as port:
+        yield port
+
+
+@pytest.fixture
+def kubeconfig(cluster: ControlPlane, tmp_path: Path) -> Path:
+    return cluster.user_kubeconfig(tmp_path / "kubeconfig")
+
+
+def evictions(plane: ControlPlane) -> list[tuple[str, str]]:
+    """(pod, requested-by) of each eviction serve made that the API server granted."""
+    return [
+        (
+            e.name or "",
+            ((e.body or {}).get("metadata") or {}).get("annotations", {}).get("rebalancer.io/requested-by", ""),
+        )
+        for e in plane.audit(USER)
+        if e.resource == "pods/eviction" and e.code == 201
+    ]
+
+
+def holder(plane: ControlPlane) -> str:
+    if not plane.admin.exists(LEASE):
+        return ""
+    return str(plane.admin.get(LEASE)["spec"].get("holderIdentity") or "")
 
 
 def start_alertmanager(workdir: Path, webhook_ports: list[int], token_file: Path, repeat: str = "1h") -> ServerProcess:
@@ -104,6 +103,7 @@ def start_alertmanager(workdir: Path, webhook_ports: list[int], token_file: Path
 
 
 def start_prometheus(workdir: Path, exporter_port: int, alertmanager_port: int) -> ServerProcess:
+    """Scraping the exporter every second and evaluating :data:`RULES`."""
     binary = require_binary("prometheus")
     (workdir / "rules.yml").write_text(RULES)
     config = workdir / "prometheus.yml"
@@ -132,9 +132,8 @@ def test_promtool_accepts_the_alert_rule(tmp_path: Path) -> None:
 
 
 def test_hot_node_alert_leads_to_evictions_through_serve(
-    kube_server: TestApiServer, kubeconfig: Path, exporter: int, tmp_path: Path
+    cluster: ControlPlane, placed: Placed, kubeconfig: Path, exporter: int, tmp_path: Path
 ) -> None:
-    build_cluster(kube_server)
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
     serve_port, metrics_port = free_port(), free_port()
@@ -159,28 +158,22 @@ def test_hot_node_alert_leads_to_evictions_through_serve(
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 90
-        while not [r for r in kube_server.eviction.records if r.code == 201]:
+        while not evictions(cluster):
             assert serve.poll() is None, (tmp_path / "serve.log").read_text()
             assert time.monotonic() < deadline, "no eviction within 90 s:\n" + (tmp_path / "serve.log").read_text()
             time.sleep(0.5)
         time.sleep(1)  # let the cycle finish
-        evicted = {r.name for r in kube_server.eviction.records if r.code == 201}
-        assert evicted <= {"api-0", "api-1", "web-0"}  # only from the alerted node, never the DaemonSet pod
-        assert live_pods(kube_server) == {"api-0", "api-1", "web-0", "web-1", "web-2"} - evicted
-        assert live_pods(kube_server, "monitoring") == {"exporter-hot-1"}
+        evicted = {name for name, _ in evictions(cluster)}
+        assert evicted <= placed.on("hot-1")  # only from the alerted node
+        assert not evicted & set(running(cluster))
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
         assert 'rebalancer_cycle_duration_seconds_count{trigger="alert"}' in metrics
         assert 'rebalancer_alerts_total{action="queued",status="firing"}' in metrics
         assert "rebalancer_leader 1.0" in metrics
-        lease = kube_server.store.get("leases", "rebalancer", "rebalancer")
-        assert lease is not None
-        assert lease["spec"]["holderIdentity"]
-        pod_lists = [
-            r
-            for r in kube_server.requests
-            if r.path == "/api/v1/pods" and ("watch" not in r.query or r.query.get("sendInitialEvents") == "true")
-        ]
-        assert len(pod_lists) == 1  # listed once at start (a watch-list); the alert cycle read the watch cache
+        assert holder(cluster)
+        pod_reads = [e for e in cluster.audit(USER) if e.resource == "pods" and e.verb in ("list", "watch")]
+        full_reads = [e for e in pod_reads if "sendInitialEvents=true" in e.uri or e.verb == "list"]
+        assert len(full_reads) == 1  # listed once at start (a watch-list); the alert cycle read the watch cache
     finally:
         serve.send_signal(signal.SIGTERM)
         code = serve.wait(timeout=30)
@@ -188,9 +181,7 @@ def test_hot_node_alert_leads_to_evictions_through_serve(
         prometheus.stop()
         log.close()
     assert code == 0, (tmp_path / "serve.log").read_text()
-    released = kube_server.store.get("leases", "rebalancer", "rebalancer")
-    assert released is not None
-    assert not released["spec"].get("holderIdentity")  # released on SIGTERM: another replica takes over at once
+    assert holder(cluster) == ""  # released on SIGTERM: another replica takes over at once
 
 
 def start_serve(
@@ -220,15 +211,6 @@ def start_serve(
     return process, log_path
 
 
-def holder(server: TestApiServer) -> str:
-    lease = server.store.get("leases", "rebalancer", "rebalancer")
-    return str((lease or {}).get("spec", {}).get("holderIdentity") or "")
-
-
-def requesters(server: TestApiServer) -> list[str]:
-    return [r.annotations.get("rebalancer.io/requested-by", "") for r in server.eviction.records if r.code == 201]
-
-
 def listening(port: int) -> bool:
     """Whether a process accepts connections on the port (a replica may still be starting)."""
     try:
@@ -246,10 +228,13 @@ def wait_for(condition: object, seconds: float, what: str, logs: list[Path]) -> 
         time.sleep(0.25)
 
 
+def requesters(plane: ControlPlane) -> list[str]:
+    return [by for _, by in evictions(plane)]
+
+
 def test_two_replicas_only_the_leader_evicts_and_a_killed_leader_hands_over(
-    kube_server: TestApiServer, kubeconfig: Path, exporter: int, tmp_path: Path
+    cluster: ControlPlane, placed: Placed, kubeconfig: Path, exporter: int, tmp_path: Path
 ) -> None:
-    build_cluster(kube_server)
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
     ports = [free_port(), free_port()]
@@ -262,9 +247,9 @@ def test_two_replicas_only_the_leader_evicts_and_a_killed_leader_hands_over(
     ]
     logs = [log for _, log in replicas]
     try:
-        wait_for(lambda: requesters(kube_server), 90, "no eviction", logs)
-        first = holder(kube_server)
-        assert set(requesters(kube_server)) == {f"rebalancer/{first}"}  # only the leader evicted
+        wait_for(lambda: requesters(cluster), 90, "no eviction", logs)
+        first = holder(cluster)
+        assert set(requesters(cluster)) == {f"rebalancer/{first}"}  # only the leader evicted
         for port in status_ports:  # the follower is ready too (its watch cache is listed): a rollout does not stall
             wait_for(partial(listening, port), 30, f"nothing listening on {port}", logs)
             assert urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status == 200
@@ -272,10 +257,10 @@ def test_two_replicas_only_the_leader_evicts_and_a_killed_leader_hands_over(
         survivor_port = status_ports[[p for p, _ in replicas].index(leader) - 1]
         leader.kill()  # no release: the survivor must wait for the lease to expire
         leader.wait(timeout=10)
-        wait_for(lambda: holder(kube_server) not in ("", first), 15, "no takeover", logs)
-        second = holder(kube_server)
-        wait_for(lambda: f"rebalancer/{second}" in requesters(kube_server), 60, "no eviction by the new leader", logs)
-        assert set(requesters(kube_server)) == {f"rebalancer/{first}", f"rebalancer/{second}"}
+        wait_for(lambda: holder(cluster) not in ("", first), 15, "no takeover", logs)
+        second = holder(cluster)
+        wait_for(lambda: f"rebalancer/{second}" in requesters(cluster), 60, "no eviction by the new leader", logs)
+        assert set(requesters(cluster)) == {f"rebalancer/{first}", f"rebalancer/{second}"}
         url = f"http://127.0.0.1:{survivor_port}/metrics"
         metrics = urllib.request.urlopen(url, timeout=5).read().decode()
         assert 'rebalancer_webhook_requests_total{code="503"}' in metrics  # it refused alerts while following
@@ -296,11 +281,10 @@ def samples_of(prometheus_url: str, query: str) -> int:
 
 
 def test_serve_runs_on_start_once_it_leads_and_logs_each_cycle_at_the_default_level(
-    kube_server: TestApiServer, kubeconfig: Path, exporter: int, tmp_path: Path
+    cluster: ControlPlane, placed: Placed, kubeconfig: Path, exporter: int, tmp_path: Path
 ) -> None:
     """No --log-level: serve's default still shows a line per cycle. A Lease another replica still holds
     makes the run-on-start cycle wait for it; it runs as soon as this replica leads."""
-    build_cluster(kube_server)
     now = time.time()
     LeaseClient(connect(kubeconfig=str(kubeconfig)), "rebalancer", "rebalancer").create(
         LeaseRecord("departed-replica", 3, now, now, 0)
@@ -340,6 +324,6 @@ def test_serve_runs_on_start_once_it_leads_and_logs_each_cycle_at_the_default_le
     assert text.index("not the leader yet") < text.index("is now the leader") < text.index("schedule cycle:"), text
     [line] = [line for line in text.splitlines() if "schedule cycle:" in line]  # once: the next is an hour away
     assert " INFO rebalancer.service.runner: schedule cycle: 1 hot node(s), " in line, line
-    evicted = sum(1 for r in kube_server.eviction.records if r.code == 201)
+    evicted = len(evictions(cluster))
     assert evicted and f"{evicted} evicted" in line, line
     assert "apscheduler" not in text  # no line per job run (the policy file is checked every 10 s)
