@@ -59,7 +59,7 @@ def scene():
         pod("big", "hot", workload="web"),
         pod("a", "hot", workload="api"),
         pod("b", "hot", workload="api"),
-        pod("bare", "stuck", workload=None),
+        pod("bare", "stuck", workload=None, cpu_request_m=2000),  # stuck is the more requested: cold receives
     ]
     report = usage({"hot": 9000, "cold": 1000, "stuck": 9000}, {"big": 2500, "a": 800, "b": 800, "bare": 8000})
     return nodes, pods, report
@@ -222,7 +222,8 @@ def test_rates_without_reference_or_outside_the_period_are_none_not_zero():
 
 def test_guard_keeps_the_replacement_in_place_and_counts_a_bounce_when_off():
     state, _, pods = observed()
-    replacement = aged(pod("big-2", "cold", workload="web"), T0 + 20)
+    # big-2 requests a core: while it terminates, its node holds more requests than hot (as the scheduler counts)
+    replacement = aged(pod("big-2", "cold", workload="web", cpu_request_m=1000), T0 + 20)
     old_replica = aged(pod("big-0", "cold", workload="web"), T0 - 3600)
     facts = ClusterFacts((node("hot"), node("cold"), node("stuck")), (*remaining_pods(pods), replacement, old_replica))
     moved = recently_moved(state, facts, T0 + 600, SETTINGS)
@@ -232,7 +233,7 @@ def test_guard_keeps_the_replacement_in_place_and_counts_a_bounce_when_off():
     assert recently_moved(state, facts, T0 + 600, off) == {}
 
     # cold is now the hot one; with the guard its only big pod stays, without it the move bounces
-    now_usage = usage({"hot": 5000, "cold": 9000, "stuck": 1000}, {"a": 800, "b": 800, "big-2": 2600, "big-0": 100})
+    now_usage = usage({"hot": 4000, "cold": 9000, "stuck": 1000}, {"a": 800, "b": 800, "big-2": 2600, "big-0": 100})
     nodes = [node("hot"), node("cold"), node("stuck")]
     snap, plan = plan_at(nodes, facts.pods, now_usage, T0 + 600, moved=moved)
     assert [e.name for e in plan.evictions] == ["big-0"]  # the old replica may go, the replacement stays
