@@ -81,23 +81,17 @@ def list_all(
 ) -> Listed[_D]:
     """Every object of ``call``'s collection, converted page by page with ``convert``.
 
-    ``cached``: pages the API server answers from its watch cache, not from etcd: the collection's current
-    resourceVersion is read first (a consistent LIST of one object), then the pages ask for a list not older
-    than it (``resourceVersionMatch=NotOlderThan``), so the result is as fresh as a consistent read. On a
-    server whose watch cache cannot serve consistent reads itself (etcd older than 3.5) this spares etcd and
-    most of the server's work; the pages keep the client's memory flat.
-
-    The next page is fetched on a helper thread while this one is decoded and converted: the
-    socket wait releases the GIL, so transfer and decoding overlap (at most two pages are held at
-    once). The next page is asked for as soon as this one's continue token is known, which is
-    before its items are decoded when the token can be read from the bytes ahead of them
-    (:func:`wire.list_head`).
+    ``cached``: pages the API server answers from its watch cache, not from etcd: the first asks for a list
+    not older than resourceVersion 1 (``resourceVersionMatch=NotOlderThan``): any version the cache holds,
+    usually milliseconds behind etcd, as client-go's reflector lists. A fresher bound would not do: over
+    etcd older than 3.5 the cache of a quiet collection cannot tell it is current, and the server answers 504
+    after waiting 3 s. A plan stays safe on such a list: every eviction re-reads its pod first. The pages
+    keep the client's memory flat (a ``resourceVersion=0`` list comes whole, whatever the page size).
     """
     with fast_switching(), ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"list-{call.what}") as fetcher:
         for relists in range(MAX_RELISTS + 1):
-            fresh = _current_version(call, _Paging(1, timeout, host)) if cached else ""
             try:
-                return _list_once(call, convert, fetcher, _Paging(page_size, timeout, host, fresh), relists)
+                return _list_once(call, convert, fetcher, _Paging(page_size, timeout, host, cached), relists)
             except _Expired:
                 continue
     raise KubeUnavailable(
@@ -113,7 +107,7 @@ class _Paging:
     page_size: int
     timeout: float
     host: str
-    not_older_than: str = ""  # a resourceVersion: the pages come from the watch cache, at least this fresh
+    cached: bool = False  # the pages come from the watch cache (see list_all)
 
 
 def _list_once(
@@ -193,27 +187,18 @@ def fast_switching() -> AbstractContextManager[None]:
     return _SWITCH_INTERVAL.lowered(LISTING_SWITCH_INTERVAL)
 
 
-def _current_version(call: ListCall[Any], paging: _Paging) -> str:
-    """The collection's resourceVersion now: a consistent LIST of at most one object."""
-    raw = _fetch(call, paging, None)
-    head = wire.list_head(raw)
-    version = (
-        head.resource_version if head is not None else decode_body(call, call.decoder, raw).metadata.resource_version
-    )
-    if not version:
-        raise KubeUnavailable(f"list {call.what}: the answer carries no resourceVersion", reason="Malformed")
-    return version
+_FROM_CACHE = {"resource_version": "1", "resource_version_match": "NotOlderThan"}
+"""Any version the watch cache holds, served in pages: the first page of a cached read asks for it."""
 
 
 def _fetch(call: ListCall[Any], paging: _Paging, token: str | None) -> bytes:
     """One page's raw body (runs on the fetcher thread); library errors become ours."""
     timeout = paging.timeout
     try:
-        fresh = {"resource_version": paging.not_older_than, "resource_version_match": "NotOlderThan"}
         response = call.method(
             limit=paging.page_size,
             _continue=token,
-            **(fresh if paging.not_older_than and token is None else {}),
+            **(_FROM_CACHE if paging.cached and token is None else {}),
             field_selector=call.field_selector,
             label_selector=call.label_selector,
             _preload_content=False,
