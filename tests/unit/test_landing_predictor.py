@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import re
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rebalancer.planning.plan import NodeClass
@@ -21,6 +21,14 @@ KINDS = ("ok", "back", "elsewhere", "no-room")
 
 
 @settings(max_examples=40, deadline=None)
+# bad masses within TOLERANCE of each other, the first kind winning (back, elsewhere, no-room in that order)
+@example(node_count=114, seed=25522281, same_pool=False, cap=0.0, percentage=None, queries=15)  # elsewhere
+@example(node_count=121, seed=20, same_pool=False, cap=0.0, percentage=None, queries=10)  # back
+@example(node_count=117, seed=117, same_pool=True, cap=0.0, percentage=None, queries=29)  # back
+@example(node_count=117, seed=2240, same_pool=False, cap=0.0, percentage=None, queries=4)  # elsewhere
+@example(node_count=108, seed=108, same_pool=False, cap=0.0, percentage=None, queries=27)  # back
+@example(node_count=106, seed=200, same_pool=False, cap=0.1, percentage=None, queries=16)  # elsewhere
+@example(node_count=111, seed=12915808, same_pool=False, cap=0.9, percentage=None, queries=5)  # back
 @given(
     node_count=st.integers(100, 160),
     seed=st.integers(0, 2**32 - 1),
@@ -91,8 +99,12 @@ def test_each_landing_verdict_equals_the_node_by_node_count(
         if risk > cap:
             assert landing.node is None
             bad = {k: masses[k] for k in KINDS[1:]}
-            if sorted(bad.values())[-1] - sorted(bad.values())[-2] > 1e-12:
-                assert landing.refused == LandingVerdict(max(bad, key=lambda k: bad[k]))
+            # the predictor's tie rule: the first kind (in the order of KINDS) within TOLERANCE of the most
+            # probable; a gap at TOLERANCE itself may fall either side with float sums in another order
+            gaps = [max(bad.values()) - mass for mass in bad.values()]
+            if all(abs(gap - TOLERANCE) > 1e-12 for gap in gaps):
+                worst = next(k for k, gap in zip(bad, gaps, strict=True) if gap <= TOLERANCE)
+                assert landing.refused == LandingVerdict(worst), (bad, landing.reason)
             # the nodes reached with at most EPSILON together may be left out (or named after these)
             named = [n for _, n in sorted((-p, n) for p, n, k in chances if k != "ok" and p > EPSILON)][:3]
             said = re.findall(r"(?:back on|on(?: [a-z]+)?) (n\d{3}) ", landing.reason)
