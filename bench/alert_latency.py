@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster_gen import ALLOCATABLE_MEMORY, NAMESPACES, node_index_of
-from bench.harness import resource_set, thresholds
+from bench.harness import not_scraped_here, resource_set, thresholds
 from bench.serve_cluster import EVICTIONS_PATH
 from bench.snapshot_bench import kubeconfig
 from tests.adapters.prom_fixture import free_port
@@ -75,7 +75,7 @@ class CannedPrometheus:
         return int(ALLOCATABLE_M * (0.10 if index % 4 == 3 else 0.45))
 
     def answer(self, query: str, at: float) -> bytes:
-        if " unless " in query:  # the data-span checks: a settled cluster has no young series
+        if " unless " in query or not_scraped_here(query):  # no young series; no fallback node source needed
             return _vector((), at)
         if "timestamp(" in query:
             fresh = _number(at - 15)

@@ -48,6 +48,7 @@ from bench.cluster_gen import ALLOCATABLE_MEMORY, NAMESPACES, node_index_of, pod
 from bench.harness import (
     bytes_read,
     kubeconfig,
+    not_scraped_here,
     peak_rss_mb,
     process_cpu_s,
     resource_set,
@@ -108,6 +109,8 @@ class SkewedPrometheus:
     def answer(self, query: str, at: float) -> bytes:
         names = [f"node-{i:05d}" for i in range(self.nodes)]
         if " unless " in query:  # the data-span checks: a settled cluster has no young series
+            return _vector([])
+        if not_scraped_here(query):
             return _vector([])
         if "timestamp(" in query:
             return _vector([({"node": n}, at - 15) for n in names])

@@ -166,4 +166,7 @@ def _current_pct(policy: Policy, facts: ClusterFacts, now: float) -> tuple[Curre
             used, allocatable, _ = node_amount(snapshot, name, resource)
             if used is not None and allocatable > 0:
                 found[resource][name] = 100.0 * used / allocatable
+    for resource in [r for r in others if not found[r] and snapshot.nodes]:
+        del found[resource]  # unknown everywhere: not shown, never as 0
+        problem = problem or f"current {resource} unknown: no node source answered it for any node"
     return found, problem

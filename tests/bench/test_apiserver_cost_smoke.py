@@ -20,5 +20,5 @@ def test_apiserver_cost_prints_its_figures() -> None:
         line = re.search(rf"figures: etcd 3.4 {label} median of 1: wall {NUMBER} s, apiserver cpu {NUMBER} s", out)
         assert line is not None, f"no {label} line in:\n{out}"
     assert "ours-watchList" not in out  # etcd 3.4 refuses the watch-list: not offered as a mode
-    assert re.search(r"round 1 etcd 3.4 ours-auto \(read as paged\)", out), out  # the fallback, as it read
+    assert re.search(r"round 1 etcd 3.4 ours-auto \(read as paged,", out), out  # the fallback, as it read
     assert re.search(rf"ours-auto / descheduler: wall {NUMBER}x, apiserver cpu {NUMBER}x", out), out
