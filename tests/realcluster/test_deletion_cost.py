@@ -15,20 +15,12 @@ from tests.adapters.prom_fixture import StartPrometheus
 from tests.controlplane import ControlPlane
 from tests.realcluster import objects as o
 from tests.realcluster.scenario import cordon, running, wait_running
+from tests.service.test_deletion_cost_scenario import POLICY
 
 NAMESPACE = "shop"
 POOLS = {"payg-hot": "payg", "payg-cool": "payg", "reserved-1": "reserved", "reserved-2": "reserved"}
 CORES = {"payg-hot": 0.4, "payg-cool": 0.05, "reserved-1": 0.1, "reserved-2": 0.1}  # per pod, two pods a node
 COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
-POLICY = """prometheus: {{url: '{url}', maxDataAge: 10m}}
-pools: {{label: pool}}
-strategies:
-- kind: DeletionCostSteering
-  namespaces: {{include: [shop]}}
-  poolCosts: {{payg: 0, reserved: 100000}}
-  utilizationWeight: 10
-state: {{namespace: rebalancer}}
-"""
 
 
 def place_two_per_node(plane: ControlPlane) -> dict[str, str]:

@@ -1,21 +1,16 @@
-"""Done-when of deletion-cost steering: after one `run --once` against the test API server and a real
-Prometheus, a scale-down (the test plays the ReplicaSet controller, with the documented order) removes the
-pods of the hot node and of the costly pool first; `explain-scale-down` shows the same, now and after."""
+"""`explain-scale-down` against the test API server and a real Prometheus: the ReplicaSet controller's order
+now and after steering. The scale-down itself, by the real ReplicaSet controller after one `run --once`, is
+tested on the real control plane (tests/realcluster/test_deletion_cost.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from rebalancer.actions.evictor import DryRun
-from rebalancer.actions.steerer import SteerOutcome
-from rebalancer.adapters.kube.workload_pods import decode_pod
 from rebalancer.app import root as app
 from rebalancer.app.cli import main
 from rebalancer.app.explain import explanation_record
-from rebalancer.planning.scale_down import RankedPod, to_delete
 from rebalancer.policy import load_policy
 from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
@@ -68,38 +63,6 @@ def build(server: TestApiServer) -> None:
     for name, (node, _, created) in PODS.items():
         server.add(b.pod(name, namespace="shop", node=node, owners=[b.owner("ReplicaSet", RS)], labels={"app": "api"},
                          created=created, containers=[b.container(cpu="200m", memory="256Mi")]))  # fmt: skip
-
-
-def controller_deletes(server: TestApiServer, count: int) -> set[str]:
-    """What the ReplicaSet controller deletes on a scale-down by ``count``: its documented order over the
-    pods as the API server has them now (their wire JSON)."""
-    pods: list[RankedPod] = [decode_pod(json.dumps(p).encode()) for p in server.objects("pods", "shop")]
-    return {p.name for p in to_delete(pods, count, pods, END)}
-
-
-def test_a_scale_down_after_steering_removes_the_hot_node_and_the_costly_pool_first(
-    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
-) -> None:
-    build(kube_server)
-    # before steering: the newest pods go first, those of the reserved pool
-    assert controller_deletes(kube_server, 2) <= {"api-res1-a", "api-res1-b", "api-res2-a", "api-res2-b"}
-
-    policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text(POLICY.format(url=prometheus.url))
-    outcome = app.run_once(load_policy(policy_file), app.ClusterConnection(str(kubeconfig)), DryRun.OFF, lambda: END)
-
-    assert outcome.steering.count(SteerOutcome.PATCHED) == 8 and not outcome.report.results  # zero evictions
-    assert kube_server.eviction.records == []
-    assert controller_deletes(kube_server, 2) == {"api-hot-a", "api-hot-b"}
-    assert controller_deletes(kube_server, 4) == {"api-hot-a", "api-hot-b", "api-cool-a", "api-cool-b"}
-    costs = {p["metadata"]["name"]: p["metadata"]["annotations"]["controller.kubernetes.io/pod-deletion-cost"]
-             for p in kube_server.objects("pods", "shop")}  # fmt: skip
-    # about 87.5%, 17.5% and 27.5% of the CPU used (Prometheus' rate of the counters is within a point)
-    assert abs(int(costs["api-hot-a"]) - 125) <= 10 and abs(int(costs["api-cool-a"]) - 825) <= 10
-    assert abs(int(costs["api-res1-a"]) - 100_725) <= 10 and costs["api-res1-a"] == costs["api-res1-b"]
-
-    again = app.run_once(load_policy(policy_file), app.ClusterConnection(str(kubeconfig)), DryRun.OFF, lambda: END)
-    assert again.steering.results == ()  # nothing changed: no patch
 
 
 def test_explain_scale_down_now_and_after_steering(
