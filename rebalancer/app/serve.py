@@ -504,8 +504,8 @@ def serve(
         token=token,
         max_concurrent_requests=policy.service.max_concurrent_requests,
     )
+    signals = _StopSignals()  # before the listeners: a SIGTERM once they answer must stop it the clean way
     stop_http = _serve_http(policy, str(policy_path), webhook, lambda: service.ready() or known.source_ok(), metrics)
-    signals = _StopSignals()
     if election is not None:
         election.start()
     service.start()
