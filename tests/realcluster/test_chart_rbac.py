@@ -10,8 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from unittest import mock
 
@@ -29,7 +27,7 @@ from tests.controlplane.cluster import AuditEvent
 from tests.kubeapi.rbac import Attributes
 from tests.packaging.chart import NAMESPACE, ROOT, Rendered, render
 from tests.packaging.rbac import Grant, allows, grants
-from tests.packaging.test_rbac import rendered_policy
+from tests.packaging.test_rbac import ready, rendered_policy
 from tests.realcluster.scenario import Placed, build
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
@@ -114,14 +112,6 @@ def test_a_missing_grant_is_found_before_the_run_plans(
     made = cluster.audit(user)
     assert not [e for e in made if e.resource in ("pods", "pods/eviction")], "it read pods or evicted"
     assert set(placed.pods) <= {p["metadata"]["name"] for p in cluster.admin.items("v1", "Pod", "shop")}
-
-
-def ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as answer:
-            return bool(answer.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 def test_serve_runs_with_exactly_the_chart_grants_and_leads_through_a_lease(
