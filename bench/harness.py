@@ -111,26 +111,31 @@ class Served:
 
 
 @contextmanager
+def ready_child(argv: list[str], what: str, words: int) -> Iterator[tuple[int, list[str]]]:
+    """A child process that prints ``READY`` and ``words - 1`` values on its first line once it serves, and
+    stops when its standard input closes: (its pid, that line's words), until the block ends."""
+    child = subprocess.Popen(
+        argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None
+        ready = child.stdout.readline().split()
+        if len(ready) != words or ready[0] != "READY":
+            raise SystemExit(f"{what} did not start: {ready}")
+        yield child.pid, ready
+    finally:
+        if child.stdin:
+            child.stdin.close()
+        child.wait(timeout=60)
+
+
+@contextmanager
 def served_cluster(nodes: int, pods: int) -> Iterator[Served]:
     """The test API server with a synthetic cluster (bench.serve_cluster), in its own process."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "bench.serve_cluster", "--nodes", str(nodes), "--pods", str(pods)],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    try:
-        assert server.stdout is not None
-        ready = server.stdout.readline().split()
-        if not ready or ready[0] != "READY":
-            raise SystemExit(f"the test API server did not start: {ready}")
-        yield Served(ready[1], server.pid, float(ready[2]))
-    finally:
-        if server.stdin:
-            server.stdin.close()
-        server.wait(timeout=60)
+    argv = [sys.executable, "-m", "bench.serve_cluster", "--nodes", str(nodes), "--pods", str(pods)]
+    with ready_child(argv, "the test API server", 3) as (pid, ready):
+        yield Served(ready[1], pid, float(ready[2]))
 
 
 def run_child(module: str, mode: str, args: list[str]) -> dict[str, Any]:

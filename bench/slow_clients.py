@@ -17,9 +17,7 @@ import argparse
 import asyncio
 import http.client
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,7 +27,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.harness import ROOT
+from bench.harness import ready_child
 from rebalancer.service import raise_open_files_limit
 
 TOKEN = "bench-token"
@@ -117,24 +115,9 @@ class Server:
 
 @contextmanager
 def served(header_timeout: float) -> Iterator[Server]:
-    child = subprocess.Popen(
-        [sys.executable, "-m", "bench.slow_clients", "--child", "--header-timeout", str(header_timeout)],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    try:
-        assert child.stdout is not None
-        ready = child.stdout.readline().split()
-        if len(ready) != 4 or ready[0] != "READY":
-            raise SystemExit(f"the server did not start: {ready}")
-        yield Server(child.pid, {"webhook": int(ready[1]), "status": int(ready[2])}, int(ready[3]))
-    finally:
-        if child.stdin:
-            child.stdin.close()
-        child.wait(timeout=60)
+    argv = [sys.executable, "-m", "bench.slow_clients", "--child", "--header-timeout", str(header_timeout)]
+    with ready_child(argv, "the server", 4) as (pid, ready):
+        yield Server(pid, {"webhook": int(ready[1]), "status": int(ready[2])}, int(ready[3]))
 
 
 # -- the crowd -------------------------------------------------------------------------------------
