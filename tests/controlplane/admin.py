@@ -23,6 +23,7 @@ PLURALS = {
     "Deployment": "deployments",
     "ReplicaSet": "replicasets",
     "StatefulSet": "statefulsets",
+    "DaemonSet": "daemonsets",
     "PodDisruptionBudget": "poddisruptionbudgets",
     "Lease": "leases",
     "Role": "roles",

@@ -1,8 +1,9 @@
 """pytest fixtures of the real control plane (loaded by tests/conftest.py).
 
 ``control_plane``: one per test module, over etcd 3.6, with the controller manager and the scheduler;
-``reset`` after each test removes the nodes and namespaces the test made. ``control_plane_etcd34``: an API
-server alone over Debian's etcd 3.4, which refuses the streaming watch-list.
+``reset`` after each test removes the nodes and namespaces the test made. ``api_server``: an API server alone
+over etcd 3.6, for tests that make every object themselves and need no controller, scheduler or kubelet.
+``control_plane_etcd34``: an API server alone over Debian's etcd 3.4, which refuses the streaming watch-list.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ def cluster(control_plane: ControlPlane) -> Iterator[ControlPlane]:
     """The module's control plane, emptied of what the test made once it ends."""
     yield control_plane
     control_plane.reset()
+
+
+@pytest.fixture(scope="module")
+def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    require("etcd", "kube-apiserver")
+    with ControlPlane(tmp_path_factory.mktemp("apiserver"), controllers=False, scheduler=False) as plane:
+        yield plane
 
 
 @pytest.fixture(scope="module")

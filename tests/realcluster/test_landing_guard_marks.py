@@ -1,11 +1,13 @@
-"""The landing guard end to end, against the test API server and a real Prometheus (the history of
-test_efficiency: at T1 hot-1 and hot-3 are hot and relieved, hot-2 hot with nothing evictable; at END hot-1
-has cooled and hot-3 is hot again). serve's cycle object driven at chosen times; then serve itself, with
-its start-up sweep and its graceful shutdown."""
+"""The landing guard's marks end to end on a real API server (the ``api_server`` fixture: no controller,
+scheduler or kubelet; nodes, workloads and running pods made through the API by tests/realcluster/api_made.py),
+with a real Prometheus holding test_efficiency's history: at T1 hot-1 and hot-3 are hot and relieved, hot-2 hot
+with nothing evictable; at END hot-1 has cooled and hot-3 is hot again. serve's cycle object driven at chosen
+times on a fake clock (the marks' holds run for 15 minutes); then serve itself, with its start-up sweep and its
+graceful shutdown. The node patches, the order of the calls and the Events are read from the API server and its
+audit log. That the real scheduler honours a mark is tests/realcluster/test_landing_guard.py."""
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -22,10 +24,12 @@ from rebalancer.domain.model import Taint
 from rebalancer.policy import load_policy
 from rebalancer.service.runner import Trigger
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus, free_port
-from tests.kubeapi import TestApiServer
-from tests.kubeapi import builders as b
-from tests.service.test_efficiency import END, T1, Serve, build_cluster, history, write_policy
+from tests.controlplane import USER, ControlPlane
+from tests.realcluster import api_made
+from tests.realcluster import objects as o
+from tests.service.test_efficiency import CORES, END, IN_API_AT_T1, PODS, POOL, T1, Serve, history, write_policy
 
+NAMESPACES = ("shop", "monitoring", "rebalancer")
 GUARD = (
     "landingGuard: {pools: [{pool: general, maxMarkedFraction: 1.0}, "
     "{pool: batch, effect: NoSchedule, maxMarkedFraction: 0.5}]}\n"
@@ -39,41 +43,80 @@ def prometheus(start_prometheus: StartPrometheus) -> PrometheusServer:
     return start_prometheus(history())
 
 
-def set_node(server: TestApiServer, name: str, taints: list[dict[str, str]], mark: Mark | None = None) -> None:
-    node = server.store.get("nodes", name) or {}
-    node["spec"]["taints"] = [*taints, *([json.loads(json.dumps(_taint(mark.taint())))] if mark else [])]
+def set_node(plane: ControlPlane, name: str, taints: list[dict[str, str]], mark: Mark | None = None) -> None:
+    patch: dict[str, Any] = {"spec": {"taints": [*taints, *([_taint(mark.taint())] if mark else [])]}}
     if mark is not None:
-        node["metadata"].setdefault("annotations", {})[GUARD_KEY] = mark.annotation()
-    server.store.update(node)
+        patch["metadata"] = {"annotations": {GUARD_KEY: mark.annotation()}}
+    plane.admin.patch(f"/api/v1/nodes/{name}", patch)
 
 
 def _taint(t: Taint) -> dict[str, str]:
     return {"key": t.key, "value": t.value, "effect": t.effect}
 
 
-def build(server: TestApiServer) -> None:
+def build(plane: ControlPlane) -> None:
     """test_efficiency's cluster, hot-2 with a foreign taint, and three nodes Prometheus knows nothing of."""
-    build_cluster(server)
-    set_node(server, "hot-2", [DEDICATED])
-    server.add(b.node("spare-1", labels={"pool": "other"}), b.node("spare-2", labels={"pool": "other"}))
-    server.add(b.node("spare-3", labels={"pool": "general"}))
-    set_node(server, "spare-1", [BY_HAND])  # foreign: never touched
-    set_node(server, "spare-2", [], Mark("rebalancer/crashed", "NoSchedule", MarkReason.HOT, T1 + 600))  # no guard
-    set_node(server, "spare-3", [], Mark("rebalancer/crashed", "PreferNoSchedule", MarkReason.RELIEVED, T1 + 100))
+    admin = plane.admin
+    for node, cores in CORES.items():
+        api_made.ready_node(admin, o.node(node, cpu=str(cores), memory="32Gi", labels={"pool": POOL[node]}))
+    owners = {name: api_made.deployment(admin, name, "shop", replicas=3) for name in ("api", "web", "cart")}
+    exporter = api_made.daemon_set(admin, "exporter", "monitoring")
+    for namespace, name in sorted(IN_API_AT_T1):
+        node, _, workload = PODS[(namespace, name)]
+        owner, app = (exporter, "exporter") if workload is None else (owners[workload], workload)
+        api_made.running_pod(admin, name, namespace, node, owner, {"app": app})
+    set_node(plane, "hot-2", [DEDICATED])
+    api_made.ready_node(admin, o.node("spare-1", labels={"pool": "other"}))
+    api_made.ready_node(admin, o.node("spare-2", labels={"pool": "other"}))
+    api_made.ready_node(admin, o.node("spare-3", labels={"pool": "general"}))
+    set_node(plane, "spare-1", [BY_HAND])  # foreign: never touched
+    set_node(plane, "spare-2", [], Mark("rebalancer/crashed", "NoSchedule", MarkReason.HOT, T1 + 600))  # no guard
+    set_node(plane, "spare-3", [], Mark("rebalancer/crashed", "PreferNoSchedule", MarkReason.RELIEVED, T1 + 100))
 
 
-def marks(server: TestApiServer) -> dict[str, Mark | Foreign | str]:
+@pytest.fixture
+def plane(api_server: ControlPlane) -> Iterator[ControlPlane]:
+    """The API server with the cluster built; the audit log read from here on; emptied after the test."""
+    for namespace in NAMESPACES:
+        api_server.namespace(namespace)
+    build(api_server)
+    api_server.audit_from = api_server.audit_log.stat().st_size
+    yield api_server
+    api_made.clear(api_server.admin, NAMESPACES)
+
+
+@pytest.fixture
+def kubeconfig(plane: ControlPlane, tmp_path: Path) -> Path:
+    """rebalancer's own user (its requests are :data:`USER`'s in the audit log)."""
+    return plane.user_kubeconfig(tmp_path / "kubeconfig")
+
+
+def nodes(plane: ControlPlane) -> dict[str, dict[str, Any]]:
+    return {n["metadata"]["name"]: n for n in plane.admin.items("v1", "Node")}
+
+
+def node(plane: ControlPlane, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = plane.admin.get(f"/api/v1/nodes/{name}")
+    return found
+
+
+def marks(plane: ControlPlane) -> dict[str, Mark | Foreign | str]:
     out: dict[str, Mark | Foreign | str] = {}
-    for node in server.objects("nodes"):
-        taints = tuple(Taint(t["key"], t.get("value", ""), t["effect"]) for t in node["spec"].get("taints", []))
-        state = read_mark(taints, (node["metadata"].get("annotations") or {}).get(GUARD_KEY))
+    for name, made in nodes(plane).items():
+        taints = tuple(Taint(t["key"], t.get("value", ""), t["effect"]) for t in made["spec"].get("taints", []))
+        state = read_mark(taints, (made["metadata"].get("annotations") or {}).get(GUARD_KEY))
         if state is not None:
-            out[node["metadata"]["name"]] = state if isinstance(state, Mark | Foreign) else "orphan"
+            out[name] = state if isinstance(state, Mark | Foreign) else "orphan"
     return out
 
 
-def node_patches(server: TestApiServer) -> int:
-    return sum(1 for r in server.requests if r.method == "PATCH" and r.path.startswith("/api/v1/nodes/"))
+def node_patches(plane: ControlPlane) -> int:
+    return sum(1 for e in plane.audit(USER) if e.verb == "patch" and e.resource == "nodes")
+
+
+def node_events(plane: ControlPlane) -> list[dict[str, Any]]:
+    """The Events about nodes (the API server records its own start-up in ``default`` too)."""
+    return [e for e in plane.admin.items("v1", "Event", "default") if e["involvedObject"].get("kind") == "Node"]
 
 
 class Cycles(Serve):
@@ -92,27 +135,24 @@ class Cycles(Serve):
 
 
 @pytest.fixture
-def cycles(
-    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
-) -> Iterator[Cycles]:
-    build(kube_server)
+def cycles(kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path) -> Iterator[Cycles]:
     one = Cycles(kubeconfig, write_policy(tmp_path / "policy.yaml", prometheus.url, GUARD))
     yield one
     one.close()
 
 
 def test_marks_set_kept_renewed_expired_and_cooled(
-    cycles: Cycles, kube_server: TestApiServer, prometheus: PrometheusServer, tmp_path: Path
+    cycles: Cycles, plane: ControlPlane, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
-    before = {n["metadata"]["name"]: n for n in kube_server.objects("nodes")}
+    before = nodes(plane)
     cycles.run(T1)
-    after = marks(kube_server)
+    after = marks(plane)
     me = "rebalancer/test"
     # the relieved nodes are marked before their pods are evicted: a replacement comes within moments
-    calls = [(r.method, r.path) for r in kube_server.requests]
-    first_eviction = next(i for i, (m, path) in enumerate(calls) if m == "POST" and path.endswith("/eviction"))
+    calls = [(e.verb, e.resource, e.name) for e in plane.audit(USER)]
+    first_eviction = next(i for i, (verb, resource, _) in enumerate(calls) if resource == "pods/eviction")
     for relieved in ("hot-1", "hot-3"):
-        assert calls.index(("PATCH", f"/api/v1/nodes/{relieved}")) < first_eviction
+        assert calls.index(("patch", "nodes", relieved)) < first_eviction
     assert after["hot-1"] == Mark(me, "PreferNoSchedule", MarkReason.RELIEVED, T1 + 900)  # hot and relieved
     assert after["hot-3"] == Mark(me, "PreferNoSchedule", MarkReason.RELIEVED, T1 + 900)
     assert after["hot-2"] == Mark(me, "NoSchedule", MarkReason.HOT, T1 + 900)  # nothing evictable: hot
@@ -120,13 +160,13 @@ def test_marks_set_kept_renewed_expired_and_cooled(
     assert "spare-2" not in after  # a pool without a guard keeps no mark
     assert after["spare-3"] == Mark("rebalancer/crashed", "PreferNoSchedule", MarkReason.RELIEVED, T1 + 100)
     assert set(after) == {"hot-1", "hot-2", "hot-3", "spare-1", "spare-3"}  # cold-1, cold-2 stay free
-    hot2 = kube_server.store.get("nodes", "hot-2") or {}
+    hot2 = node(plane, "hot-2")
     assert hot2["spec"]["taints"] == [DEDICATED, {"key": GUARD_KEY, "value": "hot", "effect": "NoSchedule"}]
-    assert kube_server.store.get("nodes", "spare-1") == before["spare-1"]
-    events = {(e["involvedObject"]["name"], e["reason"]) for e in kube_server.objects("events", "default")}
+    assert node(plane, "spare-1")["metadata"]["resourceVersion"] == before["spare-1"]["metadata"]["resourceVersion"]
+    events = {(e["involvedObject"]["name"], e["reason"]) for e in node_events(plane)}
     assert events == {("hot-1", "LandingGuardMarked"), ("hot-2", "LandingGuardMarked"),
                       ("hot-3", "LandingGuardMarked"), ("spare-2", "LandingGuardCleared")}  # fmt: skip
-    [hot2_event] = [e for e in kube_server.objects("events", "default") if e["involvedObject"]["name"] == "hot-2"]
+    [hot2_event] = [e for e in node_events(plane) if e["involvedObject"]["name"] == "hot-2"]
     assert (
         hot2_event["involvedObject"]["kind"] == "Node"
         and hot2_event["involvedObject"]["uid"] == hot2["metadata"]["uid"]
@@ -138,41 +178,40 @@ def test_marks_set_kept_renewed_expired_and_cooled(
         ("other", "clear", "guard-off", "applied"): 1.0,
     }
 
-    patches = node_patches(kube_server)
+    patches = node_patches(plane)
     cycles.run(T1 + 60)  # nothing new to write: relieved marks hold, hot-2's mark is fresh
-    assert node_patches(kube_server) - patches <= 2  # hot-1/hot-3 may be relieved again (their hold restarts)
-    assert marks(kube_server)["hot-2"] == after["hot-2"]
+    assert node_patches(plane) - patches <= 2  # hot-1/hot-3 may be relieved again (their hold restarts)
+    assert marks(plane)["hot-2"] == after["hot-2"]
 
     cycles.run(END)  # hot-1 has cooled, its hold is over; hot-3 is hot again; spare-3's hold expired
-    at_end = marks(kube_server)
+    at_end = marks(plane)
     assert "hot-1" not in at_end and "spare-3" not in at_end
     hot3 = at_end["hot-3"]
     assert isinstance(hot3, Mark) and hot3.expires >= END + 600
     assert at_end["hot-2"] == Mark(me, "NoSchedule", MarkReason.HOT, END + 900)  # expired, still hot: renewed
-    assert (kube_server.store.get("nodes", "hot-1") or {})["spec"].get("taints", []) == []
+    assert node(plane, "hot-1")["spec"].get("taints", []) == []
 
     cooler = write_policy(tmp_path / "cooler.yaml", prometheus.url, GUARD).read_text()
     (tmp_path / "cooler.yaml").write_text(cooler.replace("targetThresholds: {cpu: 70}", "targetThresholds: {cpu: 95}"))
     cycles.run(END + 60, tmp_path / "cooler.yaml")  # nothing above 95%: the hot mark goes at once
-    final = marks(kube_server)
+    final = marks(plane)
     assert "hot-2" not in final
-    assert (kube_server.store.get("nodes", "hot-2") or {})["spec"]["taints"] == [DEDICATED]
+    assert node(plane, "hot-2")["spec"]["taints"] == [DEDICATED]
     counted = cycles.counted()
     assert counted[("batch", "clear", "cooled", "applied")] == 1.0
     assert counted[("general", "clear", "expired", "applied")] == 2.0  # hot-1 and spare-3
 
 
 def test_a_dry_run_patches_no_node(
-    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+    plane: ControlPlane, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
-    build(kube_server)
-    before = marks(kube_server)
+    before = marks(plane)
     dry = Cycles(kubeconfig, write_policy(tmp_path / "policy.yaml", prometheus.url, GUARD), DryRun.CLIENT)
     try:
         dry.run(T1)
     finally:
         dry.close()
-    assert node_patches(kube_server) == 0 and marks(kube_server) == before
+    assert node_patches(plane) == 0 and marks(plane) == before
     assert dry.counted()[("batch", "set", "hot", "dry-run")] == 1.0
 
 
@@ -211,17 +250,16 @@ def serve_policy(tmp_path: Path, prometheus: PrometheusServer, run_on_start: boo
 
 
 def test_serve_sweeps_what_a_crashed_instance_left_at_start(
-    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+    plane: ControlPlane, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
-    build(kube_server)
     crashed = "rebalancer/crashed"
-    set_node(kube_server, "hot-1", [], Mark(crashed, "PreferNoSchedule", MarkReason.RELIEVED, T1 - 60))  # expired
-    set_node(kube_server, "cold-1", [], Mark(crashed, "PreferNoSchedule", MarkReason.RELIEVED, T1 + 300))  # holds
+    set_node(plane, "hot-1", [], Mark(crashed, "PreferNoSchedule", MarkReason.RELIEVED, T1 - 60))  # expired
+    set_node(plane, "cold-1", [], Mark(crashed, "PreferNoSchedule", MarkReason.RELIEVED, T1 + 300))  # holds
     policy = serve_policy(tmp_path, prometheus, run_on_start=False)  # no cycle: only the start-up sweep acts
 
-    run_serve(policy, kubeconfig, lambda: T1, lambda: "hot-1" not in marks(kube_server))
+    run_serve(policy, kubeconfig, lambda: T1, lambda: "hot-1" not in marks(plane))
 
-    left = marks(kube_server)
+    left = marks(plane)
     assert "hot-1" not in left and "spare-2" not in left  # expired; pool without a guard
     assert left["cold-1"] == Mark(crashed, "PreferNoSchedule", MarkReason.RELIEVED, T1 + 300)  # its hold honoured,
     assert left["spare-3"] == Mark(crashed, "PreferNoSchedule", MarkReason.RELIEVED, T1 + 100)  # and not released
@@ -230,21 +268,20 @@ def test_serve_sweeps_what_a_crashed_instance_left_at_start(
 
 @pytest.mark.parametrize("watch_cache", [False, True], ids=["listing", "watch-cache"])
 def test_serve_marks_hot_nodes_and_releases_its_marks_at_shutdown(
-    watch_cache: bool, kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+    watch_cache: bool, plane: ControlPlane, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
-    build(kube_server)
     policy = serve_policy(tmp_path, prometheus, run_on_start=True, watch_cache=watch_cache)
     seen: dict[str, Any] = {}
 
     def marked() -> bool:
-        seen.update(marks(kube_server))
+        seen.update(marks(plane))
         return {"hot-1", "hot-2", "hot-3"} <= set(seen)
 
     run_serve(policy, kubeconfig, lambda: T1, marked)
 
     assert all(isinstance(seen[n], Mark) and seen[n].owner.startswith("rebalancer/") for n in ("hot-1", "hot-3"))
-    left = marks(kube_server)
+    left = marks(plane)
     assert not {"hot-1", "hot-2", "hot-3"} & set(left)  # released at shutdown
     assert left["spare-3"].owner == "rebalancer/crashed"  # type: ignore[union-attr]  # another owner's: kept
     assert isinstance(left["spare-1"], Foreign)
-    assert (kube_server.store.get("nodes", "hot-2") or {})["spec"]["taints"] == [DEDICATED]
+    assert node(plane, "hot-2")["spec"]["taints"] == [DEDICATED]
