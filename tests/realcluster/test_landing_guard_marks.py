@@ -1,6 +1,6 @@
 """The landing guard's marks end to end on a real API server (the ``api_server`` fixture: no controller,
 scheduler or kubelet; nodes, workloads and running pods made through the API by tests/realcluster/api_made.py),
-with a real Prometheus holding test_efficiency's history: at T1 hot-1 and hot-3 are hot and relieved, hot-2 hot
+with a real Prometheus holding the efficiency story's history (efficiency_story.py): at T1 hot-1 and hot-3 are hot and relieved, hot-2 hot
 with nothing evictable; at END hot-1 has cooled and hot-3 is hot again. serve's cycle object driven at chosen
 times on a fake clock (the marks' holds run for 15 minutes); then serve itself, with its start-up sweep and its
 graceful shutdown. The node patches, the order of the calls and the Events are read from the API server and its
@@ -27,9 +27,10 @@ from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus, free_
 from tests.controlplane import USER, ControlPlane
 from tests.realcluster import api_made
 from tests.realcluster import objects as o
-from tests.service.test_efficiency import CORES, END, IN_API_AT_T1, PODS, POOL, T1, Serve, history, write_policy
+from tests.realcluster.efficiency_story import Cluster, Serve, Story, write_policy
 
-NAMESPACES = ("shop", "monitoring", "rebalancer")
+STORY = Story(t1=1_700_000_000.0 - 1800)  # serve's clock only: the marks' holds, the history
+T1, END = STORY.t1, STORY.end
 GUARD = (
     "landingGuard: {pools: [{pool: general, maxMarkedFraction: 1.0}, "
     "{pool: batch, effect: NoSchedule, maxMarkedFraction: 0.5}]}\n"
@@ -40,7 +41,7 @@ BY_HAND = {"key": GUARD_KEY, "value": "manual", "effect": "PreferNoSchedule"}  #
 
 @pytest.fixture(scope="module")
 def prometheus(start_prometheus: StartPrometheus) -> PrometheusServer:
-    return start_prometheus(history())
+    return start_prometheus(STORY.history())
 
 
 def set_node(plane: ControlPlane, name: str, taints: list[dict[str, str]], mark: Mark | None = None) -> None:
@@ -54,17 +55,10 @@ def _taint(t: Taint) -> dict[str, str]:
     return {"key": t.key, "value": t.value, "effect": t.effect}
 
 
-def build(plane: ControlPlane) -> None:
-    """test_efficiency's cluster, hot-2 with a foreign taint, and three nodes Prometheus knows nothing of."""
+def build(plane: ControlPlane) -> Cluster:
+    """The efficiency story's cluster, hot-2 with a foreign taint, and three nodes Prometheus knows nothing of."""
+    made = Cluster(plane)
     admin = plane.admin
-    for node, cores in CORES.items():
-        api_made.ready_node(admin, o.node(node, cpu=str(cores), memory="32Gi", labels={"pool": POOL[node]}))
-    owners = {name: api_made.deployment(admin, name, "shop", replicas=3) for name in ("api", "web", "cart")}
-    exporter = api_made.daemon_set(admin, "exporter", "monitoring")
-    for namespace, name in sorted(IN_API_AT_T1):
-        node, _, workload = PODS[(namespace, name)]
-        owner, app = (exporter, "exporter") if workload is None else (owners[workload], workload)
-        api_made.running_pod(admin, name, namespace, node, owner, {"app": app})
     set_node(plane, "hot-2", [DEDICATED])
     api_made.ready_node(admin, o.node("spare-1", labels={"pool": "other"}))
     api_made.ready_node(admin, o.node("spare-2", labels={"pool": "other"}))
@@ -72,17 +66,16 @@ def build(plane: ControlPlane) -> None:
     set_node(plane, "spare-1", [BY_HAND])  # foreign: never touched
     set_node(plane, "spare-2", [], Mark("rebalancer/crashed", "NoSchedule", MarkReason.HOT, T1 + 600))  # no guard
     set_node(plane, "spare-3", [], Mark("rebalancer/crashed", "PreferNoSchedule", MarkReason.RELIEVED, T1 + 100))
+    return made
 
 
 @pytest.fixture
 def plane(api_server: ControlPlane) -> Iterator[ControlPlane]:
     """The API server with the cluster built; the audit log read from here on; emptied after the test."""
-    for namespace in NAMESPACES:
-        api_server.namespace(namespace)
-    build(api_server)
+    made = build(api_server)
     api_server.audit_from = api_server.audit_log.stat().st_size
     yield api_server
-    api_made.clear(api_server.admin, NAMESPACES)
+    made.clear()
 
 
 @pytest.fixture
@@ -120,7 +113,7 @@ def node_events(plane: ControlPlane) -> list[dict[str, Any]]:
 
 
 class Cycles(Serve):
-    """serve's cycle object (test_efficiency's harness), run at chosen times, optionally on another policy."""
+    """serve's cycle object (the efficiency story's harness), run at chosen times, optionally on another policy."""
 
     def run(self, at: float, policy: Path | None = None) -> Any:
         self.clock.now = at
@@ -136,7 +129,7 @@ class Cycles(Serve):
 
 @pytest.fixture
 def cycles(kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path) -> Iterator[Cycles]:
-    one = Cycles(kubeconfig, write_policy(tmp_path / "policy.yaml", prometheus.url, GUARD))
+    one = Cycles(kubeconfig, write_policy(tmp_path / "policy.yaml", prometheus.url, GUARD), T1)
     yield one
     one.close()
 
@@ -206,7 +199,7 @@ def test_a_dry_run_patches_no_node(
     plane: ControlPlane, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
     before = marks(plane)
-    dry = Cycles(kubeconfig, write_policy(tmp_path / "policy.yaml", prometheus.url, GUARD), DryRun.CLIENT)
+    dry = Cycles(kubeconfig, write_policy(tmp_path / "policy.yaml", prometheus.url, GUARD), T1, DryRun.CLIENT)
     try:
         dry.run(T1)
     finally:
