@@ -85,8 +85,8 @@ def running_pod(
 
 
 def clear(admin: Admin, namespaces: Iterable[str]) -> None:
-    """Removes what a test made in ``namespaces`` (workloads, pods, ConfigMaps but the service CA's), every node,
-    and the Events of ``default`` (nodes' Events); the namespaces stay (no controller would empty them)."""
+    """Removes what a test made in ``namespaces`` (workloads, pods, Events, ConfigMaps but the service CA's), every
+    node, and the Events of ``default`` (nodes' Events); the namespaces stay (no controller would empty them)."""
     for namespace in namespaces:
         for api_version, kind in WORKLOADS:
             for obj in admin.items(api_version, kind, namespace):
@@ -98,6 +98,7 @@ def clear(admin: Admin, namespaces: Iterable[str]) -> None:
         for config_map in admin.items("v1", "ConfigMap", namespace):
             if config_map["metadata"]["name"].startswith("rebalancer-"):
                 admin.delete(item_path("v1", "ConfigMap", config_map))
+        admin.delete(collection_path("v1", "Event", namespace))
     for node in admin.items("v1", "Node"):
         admin.delete(item_path("v1", "Node", node))
     admin.delete(collection_path("v1", "Event", "default"))
