@@ -5,6 +5,7 @@ evicted pod goes at once (a grace period of 0), as its kubelet would confirm; no
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -84,9 +85,16 @@ def running_pod(
     return running
 
 
-def clear(admin: Admin, namespaces: Iterable[str]) -> None:
-    """Removes what a test made in ``namespaces`` (workloads, pods, Events, ConfigMaps but the service CA's), every
-    node, and the Events of ``default`` (nodes' Events); the namespaces stay (no controller would empty them)."""
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+def clear(admin: Admin, namespaces: Iterable[str] | None = None) -> None:
+    """Removes what a test made in ``namespaces`` (default: all but the system ones): workloads, pods, Events,
+    rebalancer's ConfigMaps; every node, and the Events of ``default`` (nodes' Events). The namespaces stay (no
+    controller would empty them)."""
+    if namespaces is None:
+        names = [n["metadata"]["name"] for n in admin.items("v1", "Namespace")]
+        namespaces = [n for n in names if n not in SYSTEM_NAMESPACES]
     for namespace in namespaces:
         for api_version, kind in WORKLOADS:
             for obj in admin.items(api_version, kind, namespace):
@@ -108,3 +116,81 @@ def item_path(api_version: str, kind: str, obj: Mapping[str, Any]) -> str:
     """The path of an item of a list (whose items carry no apiVersion or kind)."""
     meta = obj["metadata"]
     return f"{collection_path(api_version, kind, meta.get('namespace'))}/{meta['name']}"
+
+
+SERVER_SET = ("uid", "creationTimestamp", "resourceVersion", "managedFields", "generation", "selfLink")
+KINDS = {"ReplicaSet": "apps/v1", "DaemonSet": "apps/v1", "StatefulSet": "apps/v1", "Deployment": "apps/v1"}
+
+
+def add(admin: Admin, *objs: Mapping[str, Any]) -> None:
+    """Objects as tests/kubeapi/builders.py writes them (as a server stores them), made through the real API
+    server: what the server sets itself left out, owner references pointed at the owners' real uids (an owner
+    not made yet is made, as its controller would be there), a pod's priority given through a PriorityClass,
+    a node's taints as written (the admission's not-ready one lifted), a pod's status written as its kubelet
+    would report it."""
+    for obj in objs:
+        made = json.loads(json.dumps(obj))
+        meta = made["metadata"]
+        for key in SERVER_SET:
+            meta.pop(key, None)
+        namespace = meta.get("namespace")
+        if meta.get("ownerReferences"):
+            meta["ownerReferences"] = [_resolved(admin, ref, namespace, made) for ref in meta["ownerReferences"]]
+        status = made.pop("status", None)
+        kind = made["kind"]
+        if kind == "Node":
+            made["status"] = status
+            taints = made["spec"].get("taints")
+            admin.create(made)
+            admin.patch(f"/api/v1/nodes/{meta['name']}", {"spec": {"taints": taints}})
+        elif kind == "Pod":
+            _priority(admin, made["spec"])
+            created = admin.create(made)
+            if status:
+                status.pop("qosClass", None)
+                admin.patch(object_path(created) + "/status", {"status": status})
+        else:
+            if kind in KINDS:
+                _templated(made)
+            created = admin.create(made)
+            if status and kind in KINDS:  # as its controller reports it
+                admin.patch(object_path(created) + "/status", {"status": status})
+
+
+def _templated(workload: dict[str, Any]) -> None:
+    """A pod template where the builder wrote none (the API server requires one matching the selector)."""
+    spec = workload["spec"]
+    if "template" not in spec:
+        labels = spec["selector"]["matchLabels"]
+        pod_spec = o.deployment("x", "x", replicas=1)["spec"]["template"]["spec"]
+        spec["template"] = {"metadata": {"labels": dict(labels)}, "spec": pod_spec}
+
+
+def _resolved(admin: Admin, ref: Mapping[str, Any], namespace: str | None, child: Mapping[str, Any]) -> dict[str, Any]:
+    api_version = ref.get("apiVersion") or KINDS[ref["kind"]]
+    path = f"{collection_path(api_version, ref['kind'], namespace)}/{ref['name']}"
+    if not admin.exists(path):
+        labels = child["metadata"].get("labels") or {"app": ref["name"]}
+        template = {
+            "metadata": {"labels": labels},
+            "spec": o.deployment("x", "x", replicas=1)["spec"]["template"]["spec"],
+        }
+        spec: dict[str, Any] = {"selector": {"matchLabels": labels}, "template": template}
+        if ref["kind"] == "ReplicaSet":
+            spec["replicas"] = 1
+        admin.create({"apiVersion": api_version, "kind": ref["kind"],
+                      "metadata": {"name": ref["name"], "namespace": namespace}, "spec": spec})  # fmt: skip
+    owner = admin.get(path)
+    return {**ref, "apiVersion": api_version, "uid": owner["metadata"]["uid"]}
+
+
+def _priority(admin: Admin, spec: dict[str, Any]) -> None:
+    """The priority admission computes a pod's priority from its class and refuses one written in the spec."""
+    value = spec.pop("priority", None)
+    spec.pop("preemptionPolicy", None)
+    name = spec.get("priorityClassName")
+    if name is None and value:
+        name = spec["priorityClassName"] = f"priority-{value}"
+    if name is not None and not admin.exists(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}"):
+        admin.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                      "value": value or 0})  # fmt: skip

@@ -1,5 +1,6 @@
 """HighNodeUtilization's predicted landings end to end: `plan` and `run --once` with the real clients
-against the test API server and a real Prometheus with cAdvisor-shaped history.
+against a real API server (the cluster made through it by api_made.py) and a real Prometheus with
+cAdvisor-shaped history; the evictions read from its audit log.
 
 idle (4 cores) runs two llm-router pods and one feature-cache pod at about 11%; busy-1..3 run two pods
 each at about 57%. idle's pods request 200m, the busy nodes' 400m, so idle stays the least requested node
@@ -21,8 +22,10 @@ from rebalancer.app.render import plan_table
 from rebalancer.policy import load_policy
 from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
-from tests.kubeapi import TestApiServer
+from tests.controlplane import USER, ControlPlane
+from tests.controlplane.cluster import AuditEvent
 from tests.kubeapi import builders as b
+from tests.realcluster import api_made
 
 END = 1_700_000_000.0
 NODES = ("idle", "busy-1", "busy-2", "busy-3")
@@ -49,22 +52,30 @@ def prometheus(start_prometheus: StartPrometheus) -> PrometheusServer:
     return start_prometheus(HISTORY.series())
 
 
-def build(server: TestApiServer, *, idle_taints: list[dict[str, str]]) -> None:
+def build(plane: ControlPlane, *, idle_taints: list[dict[str, str]]) -> None:
+    plane.namespace("ml")
+    plane.namespace("rebalancer")
+    admin = plane.admin
     for name in NODES:
-        server.add(b.node(name, cpu="4", memory="16Gi", taints=idle_taints if name == "idle" else ()))
+        api_made.add(admin, b.node(name, cpu="4", memory="16Gi", taints=idle_taints if name == "idle" else ()))
     replicas = Counter(w for _, w, _ in LOADS.values())
     for workload, count in sorted(replicas.items()):
-        server.add(
+        api_made.add(
+            admin,
             b.deployment(workload, "ml", replicas=count),
             b.replica_set(f"{workload}-rs", "ml", deployment=workload, replicas=count),
         )
     for name, (node, workload, _) in LOADS.items():
-        server.add(
+        api_made.add(
+            admin,
             b.pod(name, namespace="ml", node=node, owners=[b.owner("ReplicaSet", f"{workload}-rs")],
                   labels={"app": workload},
                   containers=[b.container(cpu="200m" if node == "idle" else "400m", memory="256Mi")])
         )  # fmt: skip
-    server.disruption.sync_all()
+
+
+def evictions(plane: ControlPlane) -> list[AuditEvent]:
+    return [e for e in plane.audit(USER) if e.resource == "pods/eviction" and e.code == 201]
 
 
 def write_policy(path: Path, prometheus_url: str) -> Path:
@@ -77,12 +88,12 @@ def write_policy(path: Path, prometheus_url: str) -> Path:
 
 
 def test_a_group_that_would_land_back_is_passed_over_and_nothing_is_evicted(
-    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+    api_cluster: ControlPlane, api_kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
-    build(kube_server, idle_taints=[])
+    build(api_cluster, idle_taints=[])
     policy = load_policy(write_policy(tmp_path / "policy.yaml", prometheus.url))
 
-    planned = app.plan_live(app.connect_runtime(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END))
+    planned = app.plan_live(app.connect_runtime(policy, app.ClusterConnection(str(api_kubeconfig)), clock=lambda: END))
 
     assert planned.plan.evictions == ()
     records = {d.name: d for d in planned.plan.results[0].pod_decisions if d.node == "idle"}
@@ -93,18 +104,18 @@ def test_a_group_that_would_land_back_is_passed_over_and_nothing_is_evicted(
     table = plan_table(planned.plan, planned.source)
     assert "back on idle" in table and "predictPlacement: false" in table
 
-    ran = app.run_once(policy, app.ClusterConnection(str(kubeconfig)), DryRun.OFF, clock=lambda: END)
+    ran = app.run_once(policy, app.ClusterConnection(str(api_kubeconfig)), DryRun.OFF, clock=lambda: END)
     assert ran.report.results == ()
-    assert kube_server.eviction.records == []
+    assert evictions(api_cluster) == []
 
 
 def test_a_group_predicted_to_leave_is_emptied_with_each_replacements_landing(
-    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+    api_cluster: ControlPlane, api_kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
-    build(kube_server, idle_taints=[SCALE_DOWN_CANDIDATE])
+    build(api_cluster, idle_taints=[SCALE_DOWN_CANDIDATE])
     policy = load_policy(write_policy(tmp_path / "policy.yaml", prometheus.url))
 
-    planned = app.plan_live(app.connect_runtime(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END))
+    planned = app.plan_live(app.connect_runtime(policy, app.ClusterConnection(str(api_kubeconfig)), clock=lambda: END))
 
     landed = {e.name: e.landing for e in planned.plan.evictions}
     assert set(landed) == GROUP
@@ -115,7 +126,10 @@ def test_a_group_predicted_to_leave_is_emptied_with_each_replacements_landing(
     assert "PREDICTED LANDING" in table
     assert all(f"ml/{name}" in table for name in GROUP)
 
-    ran = app.run_once(policy, app.ClusterConnection(str(kubeconfig)), DryRun.OFF, clock=lambda: END)
+    ran = app.run_once(policy, app.ClusterConnection(str(api_kubeconfig)), DryRun.OFF, clock=lambda: END)
     assert {r.eviction.name: r.outcome for r in ran.report.results} == dict.fromkeys(GROUP, Outcome.EVICTED)
-    assert {r.name for r in kube_server.eviction.records} == GROUP
-    assert all(r.annotations["rebalancer.io/strategy"] == "HighNodeUtilization" for r in kube_server.eviction.records)
+    assert {e.name for e in evictions(api_cluster)} == GROUP
+    assert all(
+        (e.body or {})["metadata"]["annotations"]["rebalancer.io/strategy"] == "HighNodeUtilization"
+        for e in evictions(api_cluster)
+    )
