@@ -2,7 +2,8 @@
 
 ``control_plane``: one per test module, over etcd 3.6, with the controller manager and the scheduler;
 ``reset`` after each test removes the nodes and namespaces the test made. ``api_server``: an API server alone
-over etcd 3.6, for tests that make every object themselves and need no controller, scheduler or kubelet.
+over etcd 3.6, one for the whole run, for tests that make every object themselves and need no controller,
+scheduler or kubelet (tests/realcluster/conftest.py's ``api_cluster`` empties it after each test).
 ``control_plane_etcd34``: an API server alone over Debian's etcd 3.4, which refuses the streaming watch-list.
 """
 
@@ -30,7 +31,7 @@ def cluster(control_plane: ControlPlane) -> Iterator[ControlPlane]:
     control_plane.reset()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     require("etcd", "kube-apiserver")
     with ControlPlane(tmp_path_factory.mktemp("apiserver"), controllers=False, scheduler=False) as plane:

@@ -145,6 +145,7 @@ def add(admin: Admin, *objs: Mapping[str, Any]) -> None:
             admin.patch(f"/api/v1/nodes/{meta['name']}", {"spec": {"taints": taints}})
         elif kind == "Pod":
             _priority(admin, made["spec"])
+            made["spec"]["terminationGracePeriodSeconds"] = 0  # evicted, gone: no kubelet here to confirm it
             created = admin.create(made)
             if status:
                 status.pop("qosClass", None)

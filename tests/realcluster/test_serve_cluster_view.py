@@ -1,6 +1,6 @@
 """How serve sees the cluster on a real API server: the watch cache the policy asks for (watch-list, rebuilt when
 the policy keeps other annotations, its counters on /metrics) and the nodes, with their addresses, that alerts
-may name. Nodes and pods are made through the API (no kubelet needed: the cache reads, nothing runs); the
+may name. Nodes and pods are made through an API server alone (the cache reads, nothing runs); the
 faults and silences a real server cannot make on demand stay in tests/service/test_serve_cluster_view.py."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""HighNodeUtilization on memory end to end: the real kubernetes client against the test API server, a real
+"""HighNodeUtilization on memory end to end: the real kubernetes client against a real API
+server (the cluster made through it by api_made.py), a real
 Prometheus holding cAdvisor-shaped CPU and memory working-set history, the production planner.
 
 Nodes of 4 cores and 16 GiB; thresholds {cpu: 20, memory: 20}, targetThresholds {cpu: 70, memory: 80}: a
@@ -14,8 +15,8 @@ import pytest
 from rebalancer.planning.plan import NodeClass
 from tests.adapters.cadvisor_memory import GiB
 from tests.adapters.prom_fixture import StartPrometheus
-from tests.kubeapi import TestApiServer
-from tests.service.test_memory_plan import Loads, plan
+from tests.controlplane import ControlPlane
+from tests.realcluster.test_memory_plan import Loads, plan
 
 pytestmark = pytest.mark.prometheus
 
@@ -27,13 +28,13 @@ IDLE = {"batch-0": ("idle", 0.1, GiB), "batch-1": ("idle", 0.05, GiB // 2)}
 
 
 def test_a_node_cool_on_cpu_is_emptied_only_when_its_memory_is_under_threshold_too(
-    kube_server: TestApiServer, kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
+    api_cluster: ControlPlane, api_kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
 ) -> None:
     # idle: 0.45 core (11%), 2 GiB (12.5%); cache: 0.4 core (10%) but 8 GiB (50%); dest: 2 cores, 5.5 GiB
     loads: Loads = {**IDLE, "cache-0": ("cache", 0.1, GiB), "app-0": ("dest", 1.0, GiB + GiB // 2)}
     system = {"idle": (0.3, GiB // 2), "cache": (0.3, 7 * GiB), "dest": (1.0, 4 * GiB)}
 
-    outcome = plan(kube_server, kubeconfig, start_prometheus, tmp_path, loads, system, strategy=HNU)
+    outcome = plan(api_cluster, api_kubeconfig, start_prometheus, tmp_path, loads, system, strategy=HNU)
 
     assert outcome.plan.blocked is None
     result = outcome.plan.results[0]
@@ -54,13 +55,13 @@ def test_a_node_cool_on_cpu_is_emptied_only_when_its_memory_is_under_threshold_t
 
 
 def test_a_group_that_would_push_its_destination_over_the_memory_target_stays_with_that_reason(
-    kube_server: TestApiServer, kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
+    api_cluster: ControlPlane, api_kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
 ) -> None:
     # dest: 2 cores (50%, CPU room for the group) but 11.5 GiB (72%): the group's 2 GiB make 13.5 GiB (84.4%)
     loads: Loads = {"batch-0": ("idle", 0.1, 2 * GiB), "app-0": ("dest", 1.0, GiB + GiB // 2)}
     system = {"idle": (0.3, GiB // 2), "dest": (1.0, 10 * GiB)}
 
-    outcome = plan(kube_server, kubeconfig, start_prometheus, tmp_path, loads, system, strategy=HNU)
+    outcome = plan(api_cluster, api_kubeconfig, start_prometheus, tmp_path, loads, system, strategy=HNU)
 
     assert outcome.plan.blocked is None
     result = outcome.plan.results[0]
