@@ -9,8 +9,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tests.controlplane import Admin
+from tests.controlplane import USER, Admin, ControlPlane
 from tests.controlplane.admin import collection_path, object_path
+from tests.controlplane.cluster import AuditEvent
 from tests.realcluster import objects as o
 
 WORKLOADS = (("apps/v1", "Deployment"), ("apps/v1", "ReplicaSet"), ("apps/v1", "DaemonSet"))
@@ -122,18 +123,21 @@ SERVER_SET = ("uid", "creationTimestamp", "resourceVersion", "managedFields", "g
 KINDS = {"ReplicaSet": "apps/v1", "DaemonSet": "apps/v1", "StatefulSet": "apps/v1", "Deployment": "apps/v1"}
 
 
-def add(admin: Admin, *objs: Mapping[str, Any]) -> None:
+def add(plane: ControlPlane, *objs: Mapping[str, Any]) -> None:
     """Objects as tests/kubeapi/builders.py writes them (as a server stores them), made through the real API
     server: what the server sets itself left out, owner references pointed at the owners' real uids (an owner
     not made yet is made, as its controller would be there), a pod's priority given through a PriorityClass,
     a node's taints as written (the admission's not-ready one lifted), a pod's status written as its kubelet
-    would report it."""
+    would report it. A namespace not made yet is made first."""
+    admin = plane.admin
     for obj in objs:
         made = json.loads(json.dumps(obj))
         meta = made["metadata"]
         for key in SERVER_SET:
             meta.pop(key, None)
         namespace = meta.get("namespace")
+        if namespace is not None and not admin.exists(f"/api/v1/namespaces/{namespace}"):
+            plane.namespace(namespace)
         if meta.get("ownerReferences"):
             meta["ownerReferences"] = [_resolved(admin, ref, namespace, made) for ref in meta["ownerReferences"]]
         status = made.pop("status", None)
@@ -195,3 +199,8 @@ def _priority(admin: Admin, spec: dict[str, Any]) -> None:
     if name is not None and not admin.exists(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}"):
         admin.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
                       "value": value or 0})  # fmt: skip
+
+
+def evictions(plane: ControlPlane) -> list[AuditEvent]:
+    """rebalancer's evictions the API server granted (dry runs included), from its audit log."""
+    return [e for e in plane.audit(USER) if e.resource == "pods/eviction" and e.code == 201]

@@ -13,8 +13,10 @@ from tests.realcluster.api_made import clear
 
 @pytest.fixture
 def api_cluster(api_server: ControlPlane) -> Iterator[ControlPlane]:
-    """The module's API server alone, its audit log read from the test's start; after the test, what it made is
-    removed (workloads, pods, Events, rebalancer's ConfigMaps, nodes; the namespaces stay)."""
+    """The run's API server alone with the state namespace ``rebalancer``, its audit log read from the test's
+    start; after the test, what it made is removed (workloads, pods, Events, rebalancer's ConfigMaps, nodes; the
+    namespaces stay)."""
+    api_server.namespace("rebalancer")
     api_server.audit_from = api_server.audit_log.stat().st_size
     yield api_server
     clear(api_server.admin)

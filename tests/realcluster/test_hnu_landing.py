@@ -22,8 +22,7 @@ from rebalancer.app.render import plan_table
 from rebalancer.policy import load_policy
 from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
-from tests.controlplane import USER, ControlPlane
-from tests.controlplane.cluster import AuditEvent
+from tests.controlplane import ControlPlane
 from tests.kubeapi import builders as b
 from tests.realcluster import api_made
 
@@ -53,29 +52,22 @@ def prometheus(start_prometheus: StartPrometheus) -> PrometheusServer:
 
 
 def build(plane: ControlPlane, *, idle_taints: list[dict[str, str]]) -> None:
-    plane.namespace("ml")
-    plane.namespace("rebalancer")
-    admin = plane.admin
     for name in NODES:
-        api_made.add(admin, b.node(name, cpu="4", memory="16Gi", taints=idle_taints if name == "idle" else ()))
+        api_made.add(plane, b.node(name, cpu="4", memory="16Gi", taints=idle_taints if name == "idle" else ()))
     replicas = Counter(w for _, w, _ in LOADS.values())
     for workload, count in sorted(replicas.items()):
         api_made.add(
-            admin,
+            plane,
             b.deployment(workload, "ml", replicas=count),
             b.replica_set(f"{workload}-rs", "ml", deployment=workload, replicas=count),
         )
     for name, (node, workload, _) in LOADS.items():
         api_made.add(
-            admin,
+            plane,
             b.pod(name, namespace="ml", node=node, owners=[b.owner("ReplicaSet", f"{workload}-rs")],
                   labels={"app": workload},
                   containers=[b.container(cpu="200m" if node == "idle" else "400m", memory="256Mi")])
         )  # fmt: skip
-
-
-def evictions(plane: ControlPlane) -> list[AuditEvent]:
-    return [e for e in plane.audit(USER) if e.resource == "pods/eviction" and e.code == 201]
 
 
 def write_policy(path: Path, prometheus_url: str) -> Path:
@@ -106,7 +98,7 @@ def test_a_group_that_would_land_back_is_passed_over_and_nothing_is_evicted(
 
     ran = app.run_once(policy, app.ClusterConnection(str(api_kubeconfig)), DryRun.OFF, clock=lambda: END)
     assert ran.report.results == ()
-    assert evictions(api_cluster) == []
+    assert api_made.evictions(api_cluster) == []
 
 
 def test_a_group_predicted_to_leave_is_emptied_with_each_replacements_landing(
@@ -128,8 +120,8 @@ def test_a_group_predicted_to_leave_is_emptied_with_each_replacements_landing(
 
     ran = app.run_once(policy, app.ClusterConnection(str(api_kubeconfig)), DryRun.OFF, clock=lambda: END)
     assert {r.eviction.name: r.outcome for r in ran.report.results} == dict.fromkeys(GROUP, Outcome.EVICTED)
-    assert {e.name for e in evictions(api_cluster)} == GROUP
+    assert {e.name for e in api_made.evictions(api_cluster)} == GROUP
     assert all(
         (e.body or {})["metadata"]["annotations"]["rebalancer.io/strategy"] == "HighNodeUtilization"
-        for e in evictions(api_cluster)
+        for e in api_made.evictions(api_cluster)
     )

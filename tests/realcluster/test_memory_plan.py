@@ -72,16 +72,12 @@ def cluster(
     strategy: str = LNU,
 ) -> Path:
     """The cluster and its history in the API server and a real Prometheus; the policy's path."""
-    plane.namespace("shop")
-    plane.namespace("rebalancer")
     for name in system:
-        api_made.add(plane.admin, b.node(name, cpu="4", memory="16Gi"))
-    api_made.add(
-        plane.admin, b.deployment("shop", "shop", replicas=len(loads)), b.replica_set(RS, "shop", deployment="shop")
-    )
+        api_made.add(plane, b.node(name, cpu="4", memory="16Gi"))
+    api_made.add(plane, b.deployment("shop", "shop", replicas=len(loads)), b.replica_set(RS, "shop", deployment="shop"))
     for pod, (node, _, _) in loads.items():
         api_made.add(
-            plane.admin,
+            plane,
             b.pod(pod, namespace="shop", node=node, owners=[b.owner("ReplicaSet", RS)], labels={"app": "shop"},
                   containers=[b.container(cpu="200m", memory="256Mi")])
         )  # fmt: skip

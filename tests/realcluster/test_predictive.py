@@ -1,4 +1,4 @@
-"""Predictive mode end to end: the real kubernetes client against the test API server, a real Prometheus with
+"""Predictive mode end to end: the real kubernetes client against a real API server (the cluster made through it by api_made.py), a real Prometheus with
 9 days of cAdvisor-shaped history (promtool), the production predictor, planner and evictor.
 
 peak-1 is calm at 08:00 (35%) but every afternoon report-0 burns 2.2 cores for three hours, taking the node to
@@ -25,9 +25,10 @@ from rebalancer.planning.plan import NodeClass
 from rebalancer.policy import load_policy
 from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
-from tests.kubeapi import TestApiServer
+from tests.controlplane import ControlPlane
 from tests.kubeapi import builders as b
-from tests.service.scenario import live_pods
+from tests.realcluster import api_made
+from tests.realcluster.shop import live_pods
 
 pytestmark = pytest.mark.prometheus
 
@@ -62,12 +63,15 @@ def prometheus(start_prometheus: StartPrometheus) -> PrometheusServer:
     return start_prometheus(HISTORY.series())
 
 
-def build_cluster(server: TestApiServer) -> None:
+def build_cluster(plane: ControlPlane) -> None:
     for name in NODES:
-        server.add(b.node(name, cpu="4", memory="16Gi"))
-    server.add(b.deployment("shop", "shop", replicas=5), b.replica_set(RS, "shop", deployment="shop", replicas=5))
+        api_made.add(plane, b.node(name, cpu="4", memory="16Gi"))
+    api_made.add(
+        plane, b.deployment("shop", "shop", replicas=5), b.replica_set(RS, "shop", deployment="shop", replicas=5)
+    )
     for name, (node, _) in PODS.items():
-        server.add(
+        api_made.add(
+            plane,
             b.pod(name, namespace="shop", node=node, owners=[b.owner("ReplicaSet", RS)], labels={"app": "shop"},
                   containers=[b.container(cpu="200m", memory="256Mi")])
         )  # fmt: skip
@@ -86,10 +90,10 @@ def write_policy(path: Path, prometheus_url: str, classify_by: str, extra: str =
 
 
 def test_a_predicted_strategy_moves_the_peaky_pod_before_the_peak(
-    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+    api_cluster: ControlPlane, api_kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
-    build_cluster(kube_server)
-    connection = app.ClusterConnection(str(kubeconfig))
+    build_cluster(api_cluster)
+    connection = app.ClusterConnection(str(api_kubeconfig))
 
     calm = app.run_once(
         load_policy(write_policy(tmp_path / "now.yaml", prometheus.url, "current")), connection, clock=lambda: AT
@@ -97,7 +101,7 @@ def test_a_predicted_strategy_moves_the_peaky_pod_before_the_peak(
     decisions = {d.node: d for d in calm.planned.plan.results[0].node_decisions}
     assert decisions["peak-1"].node_class is NodeClass.NORMAL
     assert decisions["peak-1"].usage_pct == pytest.approx(35, abs=1)  # 0.3 + 0.2 + 0.5 + 0.4 cores (+ pause)
-    assert not calm.report.results and live_pods(kube_server) == set(PODS)
+    assert not calm.report.results and live_pods(api_cluster) == set(PODS)
 
     policy = load_policy(write_policy(tmp_path / "peak.yaml", prometheus.url, "predicted"))
     ahead = app.run_once(policy, connection, clock=lambda: AT)
@@ -110,31 +114,33 @@ def test_a_predicted_strategy_moves_the_peaky_pod_before_the_peak(
     assert [e.name for e in plan.evictions] == ["report-0"]
     assert "predicted peak usage" in plan.evictions[0].reason
     assert {r.eviction.name: r.outcome for r in ahead.report.results} == {"report-0": Outcome.EVICTED}
-    assert live_pods(kube_server) == set(PODS) - {"report-0"}
-    assert [r.name for r in kube_server.eviction.records] == ["report-0"]
+    assert live_pods(api_cluster) == set(PODS) - {"report-0"}
+    assert [e.name for e in api_made.evictions(api_cluster)] == ["report-0"]
 
 
 def test_a_failed_history_read_evicts_nothing_and_the_plan_says_why(
-    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+    api_cluster: ControlPlane, api_kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
-    build_cluster(kube_server)
+    build_cluster(api_cluster)
     broken = ", history: {podQuery: 'sum by (namespace, pod) (rate(nonsense[{rate_window}]'}"  # unbalanced
     policy = load_policy(write_policy(tmp_path / "broken.yaml", prometheus.url, "predicted", broken))
 
-    outcome = app.run_once(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: AT)
+    outcome = app.run_once(policy, app.ClusterConnection(str(api_kubeconfig)), clock=lambda: AT)
 
     assert not outcome.planned.plan.evictions and not outcome.report.results
     notes = " ".join(outcome.planned.plan.results[0].notes)
     assert "classifyBy predicted: predictor history: MetricsUnavailable" in notes and "bad_data" in notes
-    assert live_pods(kube_server) == set(PODS)
+    assert live_pods(api_cluster) == set(PODS)
 
 
 def test_the_history_cache_reads_prometheus_once_a_day(
-    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+    api_cluster: ControlPlane, api_kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
-    build_cluster(kube_server)
+    build_cluster(api_cluster)
     policy = load_policy(write_policy(tmp_path / "peak.yaml", prometheus.url, "predicted"))
-    facts = app.plan_live(app.connect_runtime(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: AT)).facts
+    facts = app.plan_live(
+        app.connect_runtime(policy, app.ClusterConnection(str(api_kubeconfig)), clock=lambda: AT)
+    ).facts
     assert facts is not None
     cache = HistoryCache()
     first = read_history(policy, facts, AT, cache=cache)
@@ -144,13 +150,13 @@ def test_the_history_cache_reads_prometheus_once_a_day(
 
 
 def test_predict_on_the_live_cluster_prints_each_node_and_the_predicted_hot_ones(
-    kube_server: TestApiServer,
-    kubeconfig: Path,
+    api_cluster: ControlPlane,
+    api_kubeconfig: Path,
     prometheus: PrometheusServer,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    build_cluster(kube_server)
+    build_cluster(api_cluster)
     policy = write_policy(tmp_path / "p.yaml", prometheus.url, "current")
     seen: list[int] = []
 
@@ -165,7 +171,7 @@ def test_predict_on_the_live_cluster_prints_each_node_and_the_predicted_hot_ones
         )
 
     args = [
-        "predict", "--policy", str(policy), "--kubeconfig", str(kubeconfig), "--output", "json", "--progress", "always",
+        "predict", "--policy", str(policy), "--kubeconfig", str(api_kubeconfig), "--output", "json", "--progress", "always",
     ]  # fmt: skip
     code = predict_command(_parser().parse_args(args), live)  # type: ignore[arg-type]
 
@@ -197,14 +203,14 @@ def test_predict_on_the_live_cluster_prints_each_node_and_the_predicted_hot_ones
 
 
 def test_predict_with_prometheus_down_exits_3_naming_the_history_query(
-    kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    api_cluster: ControlPlane, api_kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Through the command line's own wiring (cli -> app_prediction): the cluster is listed, then the first
     history query fails and nothing is printed as a prediction."""
-    build_cluster(kube_server)
+    build_cluster(api_cluster)
     policy = write_policy(tmp_path / "p.yaml", "http://127.0.0.1:9", "current")  # discard port: refused
 
-    code = main(["predict", "--policy", str(policy), "--kubeconfig", str(kubeconfig), "--progress", "never"])
+    code = main(["predict", "--policy", str(policy), "--kubeconfig", str(api_kubeconfig), "--progress", "never"])
 
     captured = capsys.readouterr()
     assert code == 3 and captured.out == ""
@@ -213,14 +219,14 @@ def test_predict_with_prometheus_down_exits_3_naming_the_history_query(
 
 
 def test_predict_shows_the_other_resources_now_and_keeps_cpu_when_memory_is_unknown(
-    kube_server: TestApiServer,
-    kubeconfig: Path,
+    api_cluster: ControlPlane,
+    api_kubeconfig: Path,
     prometheus: PrometheusServer,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # this Prometheus holds CPU history only: the memory working set answers no series
-    build_cluster(kube_server)
+    build_cluster(api_cluster)
     policy = write_policy(tmp_path / "p.yaml", prometheus.url, "current")
     policy.write_text(
         policy.read_text().replace(
@@ -232,7 +238,7 @@ def test_predict_shows_the_other_resources_now_and_keeps_cpu_when_memory_is_unkn
     def live(policy: object, args: argparse.Namespace, progress: Progress | None) -> object:
         return predict_live(policy, args.kubeconfig, args.context, progress, clock=lambda: AT)  # type: ignore[arg-type]
 
-    args = ["predict", "--policy", str(policy), "--kubeconfig", str(kubeconfig), "--output", "json"]
+    args = ["predict", "--policy", str(policy), "--kubeconfig", str(api_kubeconfig), "--output", "json"]
     code = predict_command(_parser().parse_args(args), live)  # type: ignore[arg-type]
 
     captured = capsys.readouterr()
