@@ -50,9 +50,10 @@ class Account:
         assert plane.pki is not None
         self.own = Admin(plane.url, token, str(plane.pki.ca_cert))  # asks the server what the account may do
         self.denied: tuple[Denied, ...] = ()
-        admin.create(cluster_role(NAME, [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]))
-        admin.create(binding("ClusterRoleBinding", NAME, None))
-        self._settle(())
+        if not admin.exists(f"{collection_path(RBAC, 'ClusterRoleBinding')}/{NAME}"):  # an API server's first
+            admin.create(cluster_role(NAME, [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]))
+            admin.create(binding("ClusterRoleBinding", NAME, None))
+        self.deny()
 
     def deny(self, *denied: Denied) -> None:
         """From now on the account may do everything but ``denied`` (what an earlier call denied is granted

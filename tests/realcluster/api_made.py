@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tests.controlplane import USER, Admin, ControlPlane
+from tests.controlplane import USER, Admin, ApiError, ControlPlane
 from tests.controlplane.admin import collection_path, object_path
 from tests.controlplane.cluster import AuditEvent
 from tests.realcluster import objects as o
@@ -128,7 +128,7 @@ def add(plane: ControlPlane, *objs: Mapping[str, Any]) -> None:
     server: what the server sets itself left out, owner references pointed at the owners' real uids (an owner
     not made yet is made, as its controller would be there), a pod's priority given through a PriorityClass,
     a node's taints as written (the admission's not-ready one lifted), a pod's status written as its kubelet
-    would report it. A namespace not made yet is made first."""
+    would report it. A namespace not made yet (or without its default service account) is made first."""
     admin = plane.admin
     for obj in objs:
         made = json.loads(json.dumps(obj))
@@ -136,8 +136,8 @@ def add(plane: ControlPlane, *objs: Mapping[str, Any]) -> None:
         for key in SERVER_SET:
             meta.pop(key, None)
         namespace = meta.get("namespace")
-        if namespace is not None and not admin.exists(f"/api/v1/namespaces/{namespace}"):
-            plane.namespace(namespace)
+        if namespace is not None and not admin.exists(f"/api/v1/namespaces/{namespace}/serviceaccounts/default"):
+            plane.namespace(namespace)  # with the service account pods need (no controller makes it)
         if meta.get("ownerReferences"):
             meta["ownerReferences"] = [_resolved(admin, ref, namespace, made) for ref in meta["ownerReferences"]]
         status = made.pop("status", None)
@@ -150,7 +150,7 @@ def add(plane: ControlPlane, *objs: Mapping[str, Any]) -> None:
         elif kind == "Pod":
             _priority(admin, made["spec"])
             made["spec"]["terminationGracePeriodSeconds"] = 0  # evicted, gone: no kubelet here to confirm it
-            created = admin.create(made)
+            created = _create_pod(admin, made)
             if status:
                 status.pop("qosClass", None)
                 admin.patch(object_path(created) + "/status", {"status": status})
@@ -187,6 +187,22 @@ def _resolved(admin: Admin, ref: Mapping[str, Any], namespace: str | None, child
                       "metadata": {"name": ref["name"], "namespace": namespace}, "spec": spec})  # fmt: skip
     owner = admin.get(path)
     return {**ref, "apiVersion": api_version, "uid": owner["metadata"]["uid"]}
+
+
+def _create_pod(admin: Admin, pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod created, once the priority admission has seen a PriorityClass made just before (it reads them
+    from its informer's cache, a moment behind)."""
+
+    def create() -> dict[str, Any] | None:
+        try:
+            made: dict[str, Any] = admin.create(pod)
+        except ApiError as error:
+            if error.status == 403 and "no PriorityClass" in str(error):
+                return None
+            raise
+        return made
+
+    return admin.wait_for("the pod admitted with its PriorityClass", create, timeout=10)
 
 
 def _priority(admin: Admin, spec: dict[str, Any]) -> None:

@@ -1,5 +1,6 @@
-"""Predictive mode end to end: the real kubernetes client against a real API server (the cluster made through it by api_made.py), a real Prometheus with
-9 days of cAdvisor-shaped history (promtool), the production predictor, planner and evictor.
+"""Predictive mode end to end: the real kubernetes client against a real API server (the cluster made through
+it by api_made.py), a real Prometheus with 9 days of cAdvisor-shaped history (promtool), the production
+predictor, planner and evictor; the evictions read from the server's audit log.
 
 peak-1 is calm at 08:00 (35%) but every afternoon report-0 burns 2.2 cores for three hours, taking the node to
 85%: a LowNodeUtilization that classifies by prediction moves report-0 before the peak; one that classifies
@@ -171,7 +172,8 @@ def test_predict_on_the_live_cluster_prints_each_node_and_the_predicted_hot_ones
         )
 
     args = [
-        "predict", "--policy", str(policy), "--kubeconfig", str(api_kubeconfig), "--output", "json", "--progress", "always",
+        "predict", "--policy", str(policy), "--kubeconfig", str(api_kubeconfig), "--output", "json",
+        "--progress", "always",
     ]  # fmt: skip
     code = predict_command(_parser().parse_args(args), live)  # type: ignore[arg-type]
 

@@ -1,6 +1,8 @@
-"""`explain-scale-down` against the test API server and a real Prometheus: the ReplicaSet controller's order
-now and after steering. The scale-down itself, by the real ReplicaSet controller after one `run --once`, is
-tested on the real control plane (tests/realcluster/test_deletion_cost.py)."""
+"""`explain-scale-down` against the Python test API server and a real Prometheus: the ReplicaSet controller's
+order now and after steering. It stays on the Python server because the order turns on creation times the
+test chooses (four pods created in one second two hours ago, the rest 13 days ago: a tie, then an older log2
+bucket), and a real API server stamps creationTimestamp itself. The scale-down itself, by the real ReplicaSet
+controller after one `run --once`, is tested on the real control plane (tests/realcluster/test_deletion_cost.py)."""
 
 from __future__ import annotations
 

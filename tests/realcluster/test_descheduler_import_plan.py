@@ -1,5 +1,6 @@
-"""An imported descheduler policy plans, on a cluster in the test API server with its usage in a real
-Prometheus, the evictions the descheduler's documented rules make.
+"""An imported descheduler policy plans, on a cluster made through a real API server by api_made.py (priorities
+through PriorityClasses, volumes, DaemonSet pods, excluded namespaces) with its usage in a real Prometheus, the
+evictions the descheduler's documented rules make.
 
 The expected pods are worked out by hand from the descheduler's README: utilization is the pods' requests
 over allocatable; LowNodeUtilization evicts from nodes above targetThresholds (any resource) to nodes below
@@ -22,8 +23,9 @@ from rebalancer.planning.plan import EvictionPlan, NodeClass
 from rebalancer.policy import load_policy
 from tests.adapters.cadvisor import CadvisorHistory, Container, NodeSpec, PodSpec, constant
 from tests.adapters.prom_fixture import StartPrometheus
-from tests.kubeapi import TestApiServer
+from tests.controlplane import ControlPlane
 from tests.kubeapi import builders as b
+from tests.realcluster import api_made
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "descheduler"
 END = 1_700_000_000.0
@@ -32,9 +34,10 @@ PVC = {"name": "data", "persistentVolumeClaim": {"claimName": "db-data"}}
 EMPTY_DIR = {"name": "scratch", "emptyDir": {}}
 
 
-def add_pod(server: TestApiServer, name: str, node: str, cpu: str, *, namespace: str = "shop", **extra: object) -> None:
+def add_pod(plane: ControlPlane, name: str, node: str, cpu: str, *, namespace: str = "shop", **extra: object) -> None:
     kind, owner_name = ("DaemonSet", "exporter") if name.startswith("exporter") else ("ReplicaSet", RS)
-    server.add(
+    api_made.add(
+        plane,
         b.pod(name, namespace=namespace, node=node, owners=[b.owner(kind, owner_name)],
               containers=[b.container(cpu=cpu, memory="128Mi")], **extra)
     )  # fmt: skip
@@ -51,11 +54,11 @@ def import_policy(fixture: str, history: CadvisorHistory, start: StartPrometheus
 
 
 def plan_imported(
-    fixture: str, server: TestApiServer, kubeconfig: Path, history: CadvisorHistory, start: StartPrometheus, tmp: Path
+    fixture: str, plane: ControlPlane, api_kubeconfig: Path, history: CadvisorHistory, start: StartPrometheus, tmp: Path
 ) -> EvictionPlan:
     policy = import_policy(fixture, history, start, tmp)
     outcome = app.plan_live(
-        app.connect_runtime(load_policy(policy), app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
+        app.connect_runtime(load_policy(policy), app.ClusterConnection(str(api_kubeconfig)), clock=lambda: END)
     )
     assert outcome.plan.blocked is None
     return outcome.plan
@@ -71,27 +74,28 @@ def history(nodes: tuple[str, ...], pods: dict[tuple[str, str], tuple[str, float
 
 
 def test_low_node_utilization_evicts_what_the_descheduler_would(
-    kube_server: TestApiServer, kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
+    api_cluster: ControlPlane, api_kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
 ) -> None:
     # thresholds cpu 20, targetThresholds cpu 50 (nodes of 4 cores: cold below 800m, hot above 2000m requested);
     # DefaultEvictor: ignorePvcPods, no local storage, priorityThreshold 10000; kube-system and monitoring excluded
     nodes = ("hot-a", "normal-b", "cold-c", "cold-d")
     for name in nodes:
-        kube_server.add(b.node(name, cpu="4", memory="16Gi"))
-    kube_server.add(b.deployment("shop", "shop", replicas=8), b.replica_set(RS, "shop", deployment="shop", replicas=8))
+        api_made.add(api_cluster, b.node(name, cpu="4", memory="16Gi"))
+    api_made.add(
+        api_cluster, b.deployment("shop", "shop", replicas=8), b.replica_set(RS, "shop", deployment="shop", replicas=8)
+    )
     # hot-a requests 3500m (87.5%): 1500m above target
-    add_pod(kube_server, "api-0", "hot-a", "1000m")
-    add_pod(kube_server, "api-1", "hot-a", "1000m")
-    add_pod(kube_server, "db-0", "hot-a", "800m", volumes=[PVC])  # ignorePvcPods
-    add_pod(kube_server, "cache-0", "hot-a", "300m", volumes=[EMPTY_DIR])  # evictLocalStoragePods false
-    add_pod(kube_server, "critical-0", "hot-a", "200m", priority=20000)  # at or above priorityThreshold
-    add_pod(kube_server, "coredns-0", "hot-a", "100m", namespace="kube-system")  # excluded namespace
-    add_pod(kube_server, "exporter-a", "hot-a", "100m", namespace="monitoring")  # DaemonSet, excluded namespace
+    add_pod(api_cluster, "api-0", "hot-a", "1000m")
+    add_pod(api_cluster, "api-1", "hot-a", "1000m")
+    add_pod(api_cluster, "db-0", "hot-a", "800m", volumes=[PVC])  # ignorePvcPods
+    add_pod(api_cluster, "cache-0", "hot-a", "300m", volumes=[EMPTY_DIR])  # evictLocalStoragePods false
+    add_pod(api_cluster, "critical-0", "hot-a", "200m", priority=20000)  # at or above priorityThreshold
+    add_pod(api_cluster, "coredns-0", "hot-a", "100m", namespace="kube-system")  # excluded namespace
+    add_pod(api_cluster, "exporter-a", "hot-a", "100m", namespace="monitoring")  # DaemonSet, excluded namespace
     # normal-b requests 1400m (35%) but really uses 3.8 cores; the cold nodes request 400m and 200m
-    add_pod(kube_server, "web-0", "normal-b", "1400m")
-    add_pod(kube_server, "web-1", "cold-c", "400m")
-    add_pod(kube_server, "web-2", "cold-d", "200m")
-    kube_server.disruption.sync_all()
+    add_pod(api_cluster, "web-0", "normal-b", "1400m")
+    add_pod(api_cluster, "web-1", "cold-c", "400m")
+    add_pod(api_cluster, "web-2", "cold-d", "200m")
     usage = {
         ("shop", "api-0"): ("hot-a", 0.1), ("shop", "api-1"): ("hot-a", 0.1), ("shop", "db-0"): ("hot-a", 0.1),
         ("shop", "cache-0"): ("hot-a", 0.05), ("shop", "critical-0"): ("hot-a", 0.05),
@@ -100,7 +104,12 @@ def test_low_node_utilization_evicts_what_the_descheduler_would(
     }  # fmt: skip
 
     plan = plan_imported(
-        "v1alpha2-low-node-utilization.yaml", kube_server, kubeconfig, history(nodes, usage), start_prometheus, tmp_path
+        "v1alpha2-low-node-utilization.yaml",
+        api_cluster,
+        api_kubeconfig,
+        history(nodes, usage),
+        start_prometheus,
+        tmp_path,
     )
 
     classes = {d.node: d.node_class for d in plan.results[0].node_decisions}
@@ -114,20 +123,21 @@ def test_low_node_utilization_evicts_what_the_descheduler_would(
 
 
 def test_high_node_utilization_evicts_what_the_descheduler_would(
-    kube_server: TestApiServer, kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
+    api_cluster: ControlPlane, api_kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
 ) -> None:
     # thresholds cpu 20 (nodes of 4 cores: underutilized below 800m requested), numberOfNodes 1;
     # DefaultEvictor: evictLocalStoragePods, labelSelector tier=batch; kube-system excluded
     nodes = ("full-1", "low-1", "low-2")
     for name in nodes:
-        kube_server.add(b.node(name, cpu="4", memory="16Gi"))
-    kube_server.add(b.deployment("shop", "shop", replicas=4), b.replica_set(RS, "shop", deployment="shop", replicas=4))
+        api_made.add(api_cluster, b.node(name, cpu="4", memory="16Gi"))
+    api_made.add(
+        api_cluster, b.deployment("shop", "shop", replicas=4), b.replica_set(RS, "shop", deployment="shop", replicas=4)
+    )
     batch = {"tier": "batch"}
-    add_pod(kube_server, "app-0", "full-1", "2400m", labels={"tier": "web"})  # 60%: a destination
-    add_pod(kube_server, "batch-0", "low-1", "200m", labels=batch, volumes=[EMPTY_DIR])  # local storage allowed
-    add_pod(kube_server, "exporter-1", "low-1", "100m", namespace="monitoring")  # DaemonSet: stays
-    add_pod(kube_server, "batch-1", "low-2", "400m", labels=batch)
-    kube_server.disruption.sync_all()
+    add_pod(api_cluster, "app-0", "full-1", "2400m", labels={"tier": "web"})  # 60%: a destination
+    add_pod(api_cluster, "batch-0", "low-1", "200m", labels=batch, volumes=[EMPTY_DIR])  # local storage allowed
+    add_pod(api_cluster, "exporter-1", "low-1", "100m", namespace="monitoring")  # DaemonSet: stays
+    add_pod(api_cluster, "batch-1", "low-2", "400m", labels=batch)
     # low-1 and low-2 really run hot and full-1 idles: requests decide
     usage = {
         ("shop", "app-0"): ("full-1", 0.1), ("shop", "batch-0"): ("low-1", 3.0),
@@ -136,8 +146,8 @@ def test_high_node_utilization_evicts_what_the_descheduler_would(
 
     plan = plan_imported(
         "v1alpha2-high-node-utilization.yaml",
-        kube_server,
-        kubeconfig,
+        api_cluster,
+        api_kubeconfig,
         history(nodes, usage),
         start_prometheus,
         tmp_path,
@@ -150,33 +160,36 @@ def test_high_node_utilization_evicts_what_the_descheduler_would(
 
 
 def test_v1alpha1_policy_evicts_lowest_priority_first_up_to_the_node_cap(
-    kube_server: TestApiServer, kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
+    api_cluster: ControlPlane, api_kubeconfig: Path, start_prometheus: StartPrometheus, tmp_path: Path
 ) -> None:
     # v1alpha1: thresholds cpu 25, targetThresholds cpu 60 (nodes of 4 cores: hot above 2400m requested),
     # numberOfNodes 1, thresholdPriority 100000, local storage and PVC pods evictable, kube-system and ingress
     # excluded, maxNoOfPodsToEvictPerNode 3 (every strategy together: the evictor's node cap)
     nodes = ("hot-a", "cold-1", "cold-2")
     for name in nodes:
-        kube_server.add(b.node(name, cpu="4", memory="16Gi"))
-    kube_server.add(b.deployment("shop", "shop", replicas=7), b.replica_set(RS, "shop", deployment="shop", replicas=7))
+        api_made.add(api_cluster, b.node(name, cpu="4", memory="16Gi"))
+    api_made.add(
+        api_cluster, b.deployment("shop", "shop", replicas=7), b.replica_set(RS, "shop", deployment="shop", replicas=7)
+    )
     # hot-a requests 3600m (90%): 1200m above target
-    add_pod(kube_server, "p-a", "hot-a", "300m", priority=10)
-    add_pod(kube_server, "p-b", "hot-a", "300m", priority=20, volumes=[PVC])
-    add_pod(kube_server, "p-c", "hot-a", "300m", priority=30, volumes=[EMPTY_DIR])
-    add_pod(kube_server, "p-d", "hot-a", "300m", priority=40)
-    add_pod(kube_server, "vip-0", "hot-a", "1200m", priority=200000)  # above thresholdPriority
-    add_pod(kube_server, "nginx-0", "hot-a", "600m", namespace="ingress")
-    add_pod(kube_server, "dns-0", "hot-a", "600m", namespace="kube-system")
-    add_pod(kube_server, "web-1", "cold-1", "200m")
-    add_pod(kube_server, "web-2", "cold-2", "200m")
-    kube_server.disruption.sync_all()
+    add_pod(api_cluster, "p-a", "hot-a", "300m", priority=10)
+    add_pod(api_cluster, "p-b", "hot-a", "300m", priority=20, volumes=[PVC])
+    add_pod(api_cluster, "p-c", "hot-a", "300m", priority=30, volumes=[EMPTY_DIR])
+    add_pod(api_cluster, "p-d", "hot-a", "300m", priority=40)
+    add_pod(api_cluster, "vip-0", "hot-a", "1200m", priority=200000)  # above thresholdPriority
+    add_pod(api_cluster, "nginx-0", "hot-a", "600m", namespace="ingress")
+    add_pod(api_cluster, "dns-0", "hot-a", "600m", namespace="kube-system")
+    add_pod(api_cluster, "web-1", "cold-1", "200m")
+    add_pod(api_cluster, "web-2", "cold-2", "200m")
     on_hot = [("shop", "p-a"), ("shop", "p-b"), ("shop", "p-c"), ("shop", "p-d"), ("shop", "vip-0"),
               ("ingress", "nginx-0"), ("kube-system", "dns-0")]  # fmt: skip
     usage = dict.fromkeys(on_hot, ("hot-a", 0.1))
     usage |= {("shop", "web-1"): ("cold-1", 0.1), ("shop", "web-2"): ("cold-2", 0.1)}
     policy = import_policy("v1alpha1.yaml", history(nodes, usage), start_prometheus, tmp_path)
 
-    result = app.run_once(load_policy(policy), app.ClusterConnection(str(kubeconfig)), DryRun.OFF, clock=lambda: END)
+    result = app.run_once(
+        load_policy(policy), app.ClusterConnection(str(api_kubeconfig)), DryRun.OFF, clock=lambda: END
+    )
 
     # the descheduler evicts by priority, lowest first, while the node stays above 2400m: p-a, p-b, p-c
     # (3600m -> 2700m), and would take p-d (2400m) but for maxNoOfPodsToEvictPerNode 3
@@ -187,5 +200,5 @@ def test_v1alpha1_policy_evicts_lowest_priority_first_up_to_the_node_cap(
         "p-c": (Outcome.EVICTED, None),
         "p-d": (Outcome.BLOCKED, "node.maxPerCycle"),
     }
-    left = {p["metadata"]["name"] for p in kube_server.store.objects("pods", "shop")}
+    left = {p["metadata"]["name"] for p in api_cluster.admin.items("v1", "Pod", "shop")}
     assert left == {"p-d", "vip-0", "web-1", "web-2"}

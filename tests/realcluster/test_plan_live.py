@@ -1,5 +1,6 @@
-"""`rebalancer plan` end to end: the real kubernetes client against the test API server, the real
-prometheus-api-client against a real Prometheus with cAdvisor-shaped history, the production planner."""
+"""`rebalancer plan` end to end: the real kubernetes client against a real API server (shop.py's cluster made
+through it), the real prometheus-api-client against a real Prometheus with cAdvisor-shaped history, the
+production planner; a pod list the real RBAC authorizer refuses, a token the server does not know."""
 
 from __future__ import annotations
 
@@ -13,12 +14,10 @@ from rebalancer.app.cli import main
 from rebalancer.planning.plan import NodeClass
 from rebalancer.policy import load_policy
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
-from tests.conftest import KUBE_TOKEN
-from tests.kubeapi import TestApiServer
-from tests.kubeapi import builders as b
-from tests.kubeapi.server import Fault
-from tests.kubeapi.status import forbidden
-from tests.service.scenario import END, HISTORY, build_cluster, write_policy
+from tests.controlplane import ControlPlane
+from tests.realcluster.access import Account, Denied
+from tests.realcluster.shop import build
+from tests.service.scenario import END, HISTORY, write_policy
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +26,12 @@ def prometheus(start_prometheus: StartPrometheus) -> PrometheusServer:
 
 
 def test_plan_from_the_cluster_and_prometheus(
-    kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
+    api_cluster: ControlPlane, api_kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:
-    build_cluster(kube_server)
+    build(api_cluster)
     policy = load_policy(write_policy(tmp_path / "policy.yaml", prometheus.url))
 
-    outcome = app.plan_live(app.connect_runtime(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END))
+    outcome = app.plan_live(app.connect_runtime(policy, app.ClusterConnection(str(api_kubeconfig)), clock=lambda: END))
 
     assert outcome.plan.blocked is None
     result = outcome.plan.results[0]
@@ -48,12 +47,12 @@ def test_plan_from_the_cluster_and_prometheus(
 
 
 def test_prometheus_down_blocks_the_plan_and_the_cli_says_why(
-    kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    api_cluster: ControlPlane, api_kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    build_cluster(kube_server)
+    build(api_cluster)
     policy = write_policy(tmp_path / "policy.yaml", "http://127.0.0.1:9")  # discard port: refused
 
-    code = main(["plan", "--policy", str(policy), "--kubeconfig", str(kubeconfig), "--output", "json"])
+    code = main(["plan", "--policy", str(policy), "--kubeconfig", str(api_kubeconfig), "--output", "json"])
 
     captured = capsys.readouterr()
     assert code == 3
@@ -65,14 +64,14 @@ def test_prometheus_down_blocks_the_plan_and_the_cli_says_why(
 
 
 def test_forbidden_pod_list_fails_with_the_missing_permission(
-    kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    api_cluster: ControlPlane, api_kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    build_cluster(kube_server)
-    denied = forbidden("system:serviceaccount:kube-system:rebalancer", "list", "pods", "")
-    kube_server.set_fault("/api/v1/pods", Fault(error=denied))
+    build(api_cluster)
+    account = Account(api_cluster, tmp_path)
+    account.deny(Denied("list", "pods"), Denied("watch", "pods"))
     policy = write_policy(tmp_path / "policy.yaml", "http://127.0.0.1:9")
 
-    code = main(["plan", "--policy", str(policy), "--kubeconfig", str(kubeconfig)])
+    code = main(["plan", "--policy", str(policy), "--kubeconfig", str(account.kubeconfig)])
 
     err = capsys.readouterr().err
     assert code == 3
@@ -80,8 +79,8 @@ def test_forbidden_pod_list_fails_with_the_missing_permission(
     assert 'cannot list resource "pods"' in err
 
 
-def test_wrong_token_is_reported_not_retried_forever(kube_server: TestApiServer, tmp_path: Path) -> None:
-    build_cluster(kube_server)
-    config = b.write_kubeconfig(tmp_path / "kubeconfig", kube_server.url, token="not-" + KUBE_TOKEN)
+def test_wrong_token_is_reported_not_retried_forever(api_cluster: ControlPlane, tmp_path: Path) -> None:
+    build(api_cluster)
+    config = api_cluster.kubeconfig(tmp_path / "kubeconfig", token="not-a-token-it-knows")
     policy = write_policy(tmp_path / "policy.yaml", "http://127.0.0.1:9")
     assert main(["plan", "--policy", str(policy), "--kubeconfig", str(config)]) == 3
