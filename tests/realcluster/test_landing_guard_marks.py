@@ -1,9 +1,9 @@
-"""The landing guard's marks end to end on a real API server (the ``api_server`` fixture: no controller,
-scheduler or kubelet; nodes, workloads and running pods made through the API by tests/realcluster/api_made.py),
-with a real Prometheus holding the efficiency story's history (efficiency_story.py): at T1 hot-1 and hot-3 are
-hot and relieved, hot-2 hot with nothing evictable; at END hot-1 has cooled and hot-3 is hot again. serve's cycle object driven at chosen
-times on a fake clock (the marks' holds run for 15 minutes); then serve itself, with its start-up sweep and its
-graceful shutdown. The node patches, the order of the calls and the Events are read from the API server and its
+"""The landing guard's marks end to end on a real API server (the ``api_server`` fixture: no controller, scheduler or
+kubelet; nodes, workloads and running pods made through the API by tests/realcluster/api_made.py), with a real
+Prometheus holding the efficiency story's history (efficiency_story.py): at T1 hot-1 and hot-3 are hot and relieved,
+hot-2 hot with nothing evictable; at END hot-1 has cooled and hot-3 is hot again. serve's cycle object driven at
+chosen times on a fake clock (the marks' holds run for 15 minutes); then serve itself, with its start-up sweep and
+its graceful shutdown. The node patches, the order of the calls and the Events are read from the API server and its
 audit log. That the real scheduler honours a mark is tests/realcluster/test_landing_guard.py."""
 
 from __future__ import annotations

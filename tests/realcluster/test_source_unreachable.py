@@ -1,6 +1,6 @@
-"""`report` and `predict` through the command line against a real API server (the nodes made through it by
-api_made.py), with nothing listening where the policy says Prometheus is: exit 3 and one line saying so,
-nothing printed as figures. With no efficiency records in the cluster, `report` says there are none yet instead of a table of zeros."""
+"""`report` and `predict` through the command line against a real API server (the nodes made through it by api_made.py),
+with nothing listening where the policy says Prometheus is: exit 3 and one line saying so, nothing printed as
+figures. With no efficiency records in the cluster, `report` says there are none yet instead of a table of zeros."""
 
 from __future__ import annotations
 

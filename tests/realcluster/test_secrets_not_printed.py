@@ -1,8 +1,8 @@
-"""No secret of the configuration is ever printed: a distinct one is planted in every place a policy can
-hold or name one (the user and password of prometheus.url, the Prometheus bearer token file, the webhook's
-token file), then `check-config`, `plan`, `run --dry-run`, `report`, `predict` (against the test API server,
-with nothing listening where Prometheus should be, so that the libraries' errors, which embed the URL, are
-printed) and `serve` (its log at DEBUG, the webhook's answers and /metrics) run, and none of them shows any."""
+"""No secret of the configuration is ever printed: a distinct one is planted in every place a policy can hold or name
+one (the user and password of prometheus.url, the Prometheus bearer token file, the webhook's token file), then
+`check-config`, `plan`, `run --dry-run`, `report`, `predict` (against a real API server holding shop.py's cluster,
+with nothing listening where Prometheus should be, so that the libraries' errors, which embed the URL, are printed)
+and `serve` (its log at DEBUG, the webhook's answers and /metrics) run, and none of them shows any."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import pytest
 
 from rebalancer.app.cli import main
 from tests.adapters.prom_fixture import free_port
-from tests.kubeapi import TestApiServer
-from tests.service.scenario import build_cluster
+from tests.controlplane import ControlPlane
+from tests.realcluster import shop
 from tests.shared_data import WEBHOOK_SAMPLE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,16 +50,16 @@ def assert_no_secret(where: str, text: str) -> None:
 
 
 def test_no_command_prints_a_secret(
-    kube_server: TestApiServer,
-    kubeconfig: Path,
+    api_cluster: ControlPlane,
+    api_kubeconfig: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    build_cluster(kube_server)
+    shop.build(api_cluster)
     policy = write_policy(tmp_path, free_port(), free_port())
     caplog.set_level(logging.DEBUG)
-    cluster = ("--policy", str(policy), "--kubeconfig", str(kubeconfig))
+    cluster = ("--policy", str(policy), "--kubeconfig", str(api_kubeconfig))
     runs = [
         (["check-config", str(policy)], 0),
         (["plan", *cluster], 3),
@@ -92,13 +92,13 @@ def post(url: str, token: str) -> int:
         return exc.code
 
 
-def test_serve_logs_and_exports_no_secret(kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path) -> None:
-    build_cluster(kube_server)
+def test_serve_logs_and_exports_no_secret(api_cluster: ControlPlane, api_kubeconfig: Path, tmp_path: Path) -> None:
+    shop.build(api_cluster)
     port, metrics_port = free_port(), free_port()
     policy = write_policy(tmp_path, port, metrics_port)
     log = tmp_path / "serve.log"
     command = [sys.executable, "-m", "rebalancer", "serve", "--log-level", "DEBUG", *("--policy", str(policy)),
-               "--kubeconfig", str(kubeconfig)]  # fmt: skip
+               "--kubeconfig", str(api_kubeconfig)]  # fmt: skip
     with log.open("w") as out:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:

@@ -32,8 +32,9 @@ from tests.adapters.monitoring_shapes import (
     plain_cadvisor,
 )
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
-from tests.kubeapi import TestApiServer
+from tests.controlplane import ControlPlane
 from tests.kubeapi import builders as b
+from tests.realcluster import api_made
 
 pytestmark = pytest.mark.prometheus
 
@@ -88,19 +89,21 @@ def plain(start_prometheus: StartPrometheus, exporter: LiveExporter) -> Promethe
     return scraped(start_prometheus, exporter, plain_cadvisor)
 
 
-def build_cluster(server: TestApiServer) -> None:
+def build_cluster(plane: ControlPlane) -> None:
     for node in CLUSTER.nodes:
-        server.add(b.node(node.name, cpu="4", memory="16Gi"))
-    server.add(b.deployment("shop", "shop", replicas=5), b.replica_set(RS, "shop", deployment="shop", replicas=5))
+        api_made.add(plane, b.node(node.name, cpu="4", memory="16Gi"))
+    api_made.add(
+        plane, b.deployment("shop", "shop", replicas=5), b.replica_set(RS, "shop", deployment="shop", replicas=5)
+    )
     for pod in CLUSTER.all_pods():
         daemon = pod.namespace == "monitoring"
         owners = [b.owner("DaemonSet", "node-exporter")] if daemon else [b.owner("ReplicaSet", RS)]
-        server.add(
+        api_made.add(
+            plane,
             b.pod(pod.name, namespace=pod.namespace, node=pod.node, owners=owners,
                   labels={"app": "node-exporter" if daemon else "shop"},
                   containers=[b.container(cpu="200m", memory="256Mi")])
         )  # fmt: skip
-    server.disruption.sync_all()
 
 
 def shipped_policy(path: Path, url: str) -> Path:
@@ -111,8 +114,8 @@ def shipped_policy(path: Path, url: str) -> Path:
     return path
 
 
-def plan_json(kubeconfig: Path, policy: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
-    code = main(["plan", "--policy", str(policy), "--kubeconfig", str(kubeconfig), "--output", "json"])
+def plan_json(api_kubeconfig: Path, policy: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    code = main(["plan", "--policy", str(policy), "--kubeconfig", str(api_kubeconfig), "--output", "json"])
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -144,12 +147,12 @@ def test_kube_prometheus_stack_drops_the_root_cgroup_the_kubelet_serves(
 
 
 def test_shipped_policy_knows_every_node_under_kube_prometheus_stack(
-    kube_server: TestApiServer, kubeconfig: Path, kps: PrometheusServer, tmp_path: Path,
+    api_cluster: ControlPlane, api_kubeconfig: Path, kps: PrometheusServer, tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    build_cluster(kube_server)
+    build_cluster(api_cluster)
 
-    code, record = plan_json(kubeconfig, shipped_policy(tmp_path / "policy.yaml", kps.url), capsys)
+    code, record = plan_json(api_kubeconfig, shipped_policy(tmp_path / "policy.yaml", kps.url), capsys)
 
     assert code == 0, record["blocked"]
     nodes = nodes_of(record)
@@ -166,12 +169,12 @@ def test_shipped_policy_knows_every_node_under_kube_prometheus_stack(
 
 
 def test_shipped_policy_reads_the_root_cgroup_where_it_is_kept(
-    kube_server: TestApiServer, kubeconfig: Path, plain: PrometheusServer, tmp_path: Path,
+    api_cluster: ControlPlane, api_kubeconfig: Path, plain: PrometheusServer, tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    build_cluster(kube_server)
+    build_cluster(api_cluster)
 
-    code, record = plan_json(kubeconfig, shipped_policy(tmp_path / "policy.yaml", plain.url), capsys)
+    code, record = plan_json(api_kubeconfig, shipped_policy(tmp_path / "policy.yaml", plain.url), capsys)
 
     assert code == 0, record["blocked"]
     nodes = nodes_of(record)
@@ -181,13 +184,13 @@ def test_shipped_policy_reads_the_root_cgroup_where_it_is_kept(
 
 
 def test_the_table_names_each_nodes_source(
-    kube_server: TestApiServer, kubeconfig: Path, kps: PrometheusServer, tmp_path: Path,
+    api_cluster: ControlPlane, api_kubeconfig: Path, kps: PrometheusServer, tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    build_cluster(kube_server)
+    build_cluster(api_cluster)
     policy = shipped_policy(tmp_path / "policy.yaml", kps.url)
 
-    assert main(["plan", "--policy", str(policy), "--kubeconfig", str(kubeconfig)]) == 0
+    assert main(["plan", "--policy", str(policy), "--kubeconfig", str(api_kubeconfig)]) == 0
 
     table = capsys.readouterr().out
     assert "SOURCE" in table

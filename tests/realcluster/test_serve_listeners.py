@@ -1,5 +1,5 @@
-"""`rebalancer serve`'s two listeners and its webhook authentication, as its own process against the test
-API server: without a token it refuses to start unless told it may run unauthenticated; then it warns
+"""`rebalancer serve`'s two listeners and its webhook authentication, as its own process against a real API server
+holding shop.py's cluster: without a token it refuses to start unless told it may run unauthenticated; then it warns
 and says so on /metrics, which is served, with the probes, on a port apart from the webhook's."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 from rebalancer.domain.errors import ConfigError
 from rebalancer.policy import parse_policy
 from tests.adapters.prom_fixture import free_port
-from tests.kubeapi import TestApiServer
-from tests.service.scenario import build_cluster
+from tests.controlplane import ControlPlane
+from tests.realcluster import shop
 from tests.shared_data import WEBHOOK_SAMPLE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,10 +34,10 @@ def write_policy(path: Path, service: str) -> Path:
     return path
 
 
-def start_serve(policy: Path, kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_serve(policy: Path, api_kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
     with log.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "rebalancer", "serve", "--policy", str(policy), "--kubeconfig", str(kubeconfig)],
+            [sys.executable, "-m", "rebalancer", "serve", "--policy", str(policy), "--kubeconfig", str(api_kubeconfig)],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -50,10 +50,12 @@ def get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def test_serve_refuses_to_start_without_a_token(kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path) -> None:
+def test_serve_refuses_to_start_without_a_token(
+    api_cluster: ControlPlane, api_kubeconfig: Path, tmp_path: Path
+) -> None:
     policy = write_policy(tmp_path / "policy.yaml", f"host: 127.0.0.1, port: {free_port()}, metricsPort: {free_port()}")
     log = tmp_path / "serve.log"
-    process = start_serve(policy, kubeconfig, log)
+    process = start_serve(policy, api_kubeconfig, log)
     assert process.wait(timeout=60) == 2, log.read_text()  # the exit code of an invalid configuration
     text = log.read_text()
     assert f"{policy}: service.webhook.tokenFile: not set: the webhook would take alerts from anyone" in text
@@ -62,9 +64,9 @@ def test_serve_refuses_to_start_without_a_token(kube_server: TestApiServer, kube
 
 
 def test_serve_runs_unauthenticated_only_when_told_and_says_so(
-    kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path
+    api_cluster: ControlPlane, api_kubeconfig: Path, tmp_path: Path
 ) -> None:
-    build_cluster(kube_server)
+    shop.build(api_cluster)
     port, metrics_port = free_port(), free_port()
     policy = write_policy(
         tmp_path / "policy.yaml",
@@ -72,7 +74,7 @@ def test_serve_runs_unauthenticated_only_when_told_and_says_so(
         "reloadInterval: 1s",
     )
     log = tmp_path / "serve.log"
-    process = start_serve(policy, kubeconfig, log)
+    process = start_serve(policy, api_kubeconfig, log)
     try:
         deadline = time.monotonic() + 60
         while True:

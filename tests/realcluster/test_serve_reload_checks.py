@@ -12,8 +12,8 @@ import urllib.request
 from pathlib import Path
 
 from tests.adapters.prom_fixture import free_port
-from tests.kubeapi import TestApiServer
-from tests.service.scenario import build_cluster
+from tests.controlplane import ControlPlane
+from tests.realcluster import shop
 
 ROOT = Path(__file__).resolve().parents[2]
 STRATEGY = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}}\n"
@@ -39,15 +39,24 @@ def metrics(port: int) -> str:
 
 
 def test_serve_says_at_start_and_refuses_on_reload(
-    kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path
+    api_cluster: ControlPlane, api_kubeconfig: Path, tmp_path: Path
 ) -> None:
-    build_cluster(kube_server)
+    shop.build(api_cluster)
     port, metrics_port, token = free_port(), free_port(), tmp_path / "missing-token"
     listen = f"host: 127.0.0.1, port: {port}, metricsPort: {metrics_port}"
     policy = tmp_path / "policy.yaml"
     policy.write_text(policy_text(f"{listen}, webhook: {{tokenFile: '{token}'}}"))
     log = tmp_path / "serve.log"
-    command = [sys.executable, "-m", "rebalancer", "serve", "--policy", str(policy), "--kubeconfig", str(kubeconfig)]
+    command = [
+        sys.executable,
+        "-m",
+        "rebalancer",
+        "serve",
+        "--policy",
+        str(policy),
+        "--kubeconfig",
+        str(api_kubeconfig),
+    ]
     with log.open("w") as out:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:

@@ -21,8 +21,9 @@ from rebalancer.planning.plan import NodeClass
 from rebalancer.policy import Policy, parse_policy
 from tests.adapters.node_exporter import node_exporter_series
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
-from tests.kubeapi import TestApiServer
-from tests.service.scenario import END, HISTORY, LOADS, build_cluster
+from tests.controlplane import ControlPlane
+from tests.realcluster import shop
+from tests.service.scenario import END, HISTORY, LOADS
 
 pytestmark = pytest.mark.prometheus
 
@@ -64,12 +65,12 @@ def test_every_shipped_policy_is_covered() -> None:
 
 @pytest.mark.parametrize("document", shipped_policies())
 def test_an_alerted_node_is_read_judged_hot_and_relieved(
-    document: dict[str, Any], kube_server: TestApiServer, kubeconfig: Path, prometheus: PrometheusServer
+    document: dict[str, Any], api_cluster: ControlPlane, api_kubeconfig: Path, prometheus: PrometheusServer
 ) -> None:
-    build_cluster(kube_server)
+    shop.build(api_cluster)
     policy = on(prometheus.url, document)
 
-    runtime = app.connect_runtime(policy, app.ClusterConnection(str(kubeconfig)), clock=lambda: END)
+    runtime = app.connect_runtime(policy, app.ClusterConnection(str(api_kubeconfig)), clock=lambda: END)
     outcome = app.plan_live(runtime, Focus(frozenset({HOT})))
 
     assert outcome.plan.blocked is None, outcome.plan.blocked
