@@ -2,10 +2,10 @@
 calls: a missing namespace or verb fails the run (dry or not, `run --once` and `serve`) with one line,
 before any eviction, dry-run eviction or mark. A client dry run calls no actuator: it needs none of theirs.
 
-On a real control plane: the namespace check is the real NamespaceLifecycle admission refusing a dry-run
+On a real API server: the namespace check is the real NamespaceLifecycle admission refusing a dry-run
 create, the verbs are the real RBAC authorizer's answers to SelfSubjectAccessReviews for a service account
 with every permission but those a test takes away, and "nothing happened" is read from the audit log. One
-cluster serves the module (scenario.py's three hollow nodes); the tests that evict come last."""
+cluster (shop.py's, made through the API server alone) serves the module; the test that evicts comes last."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,8 +29,9 @@ from rebalancer.domain.errors import KubeForbidden, KubeUnavailable
 from rebalancer.policy import load_policy, parse_policy
 from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
 from tests.controlplane import ControlPlane
+from tests.realcluster import shop
 from tests.realcluster.access import Account, Denied
-from tests.realcluster.scenario import NAMESPACE, REPLICAS, Placed, build, wait_running, write_policy
+from tests.service.scenario import END, HISTORY, LOADS, write_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 LNU = "strategies: [{kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}}]\n"
@@ -39,35 +39,33 @@ GUARD = "landingGuard: {pools: [{pool: default}]}\n"
 STEERING = "- {kind: DeletionCostSteering}\n"
 SERVICE = "service: {host: 127.0.0.1, port: 1, webhook: {allowUnauthenticated: true}}\n"
 GONE = "gone"  # a state namespace that does not exist
-PODS = sum(REPLICAS.values())
+NAMESPACE = "shop"
+PODS = sum(1 for namespace, _ in LOADS if namespace == NAMESPACE)
 
 
 @pytest.fixture(scope="module")
-def placed(control_plane: ControlPlane) -> Iterator[Placed]:
-    placed = build(control_plane)
-    control_plane.namespace("rebalancer")
-    control_plane.namespace("monitoring")
-    yield placed
-    control_plane.reset()
+def built(api_server: ControlPlane) -> Iterator[ControlPlane]:
+    shop.build(api_server)
+    yield api_server
+    shop.clear(api_server)
 
 
 @pytest.fixture(scope="module")
-def prometheus(placed: Placed, start_prometheus: StartPrometheus) -> PrometheusServer:
-    return start_prometheus(placed.history().series())
+def prometheus(start_prometheus: StartPrometheus) -> PrometheusServer:
+    return start_prometheus(HISTORY.series())
 
 
 @pytest.fixture(scope="module")
-def account(control_plane: ControlPlane, placed: Placed, tmp_path_factory: pytest.TempPathFactory) -> Account:
-    return Account(control_plane, tmp_path_factory.mktemp("account"))
+def account(built: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Account:
+    return Account(built, tmp_path_factory.mktemp("account"))
 
 
 @pytest.fixture
-def plane(control_plane: ControlPlane, account: Account) -> ControlPlane:
+def plane(built: ControlPlane, account: Account) -> ControlPlane:
     """The module's cluster with every permission granted to the account, the audit log read from here on."""
     account.deny()
-    wait_running(control_plane, PODS)
-    control_plane.audit_from = control_plane.audit_log.stat().st_size
-    return control_plane
+    built.audit_from = built.audit_log.stat().st_size
+    return built
 
 
 def policy(tmp_path: Path, prometheus: PrometheusServer, *, state: str = "rebalancer", extra: str = "") -> Path:
@@ -77,7 +75,7 @@ def policy(tmp_path: Path, prometheus: PrometheusServer, *, state: str = "rebala
 
 
 def run(account: Account, policy: Path, dry_run: DryRun) -> app.RunOutcome:
-    return app.run_once(load_policy(policy), app.ClusterConnection(str(account.kubeconfig)), dry_run, clock=time.time)
+    return app.run_once(load_policy(policy), app.ClusterConnection(str(account.kubeconfig)), dry_run, clock=lambda: END)
 
 
 def pods(plane: ControlPlane) -> set[str]:
@@ -91,7 +89,7 @@ def nothing_happened(plane: ControlPlane, account: Account) -> None:
     assert not listed, "the cluster was listed: it planned"
     assert not [e for e in made if e.verb == "patch"]
     assert not [c for c in plane.admin.items("v1", "ConfigMap") if c["metadata"]["name"].startswith("rebalancer-")]
-    assert len(pods(plane)) == PODS  # no pod evicted, none replaced
+    assert len(pods(plane)) == PODS  # no pod evicted
 
 
 def evicted(plane: ControlPlane, account: Account) -> list[str | None]:
@@ -311,7 +309,7 @@ def test_an_include_list_asks_for_the_verbs_in_those_namespaces_only(
         run(account, path, DryRun.SERVER)
 
 
-# the test that evicts, last: the ReplicaSet controller's replacements change the cluster
+# the test that evicts, last: the pods it evicts are gone
 
 
 def test_a_run_in_an_existing_namespace_checks_and_goes_on(
