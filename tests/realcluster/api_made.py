@@ -91,7 +91,7 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 def clear(admin: Admin, namespaces: Iterable[str] | None = None) -> None:
     """Removes what a test made in ``namespaces`` (default: all but the system ones): workloads, pods, Events,
-    rebalancer's ConfigMaps; every node, and the Events of ``default`` (nodes' Events). The namespaces stay (no
+    Leases, rebalancer's ConfigMaps; every node, and the Events of ``default`` (nodes' Events). The namespaces stay (no
     controller would empty them)."""
     if namespaces is None:
         names = [n["metadata"]["name"] for n in admin.items("v1", "Namespace")]
@@ -104,6 +104,8 @@ def clear(admin: Admin, namespaces: Iterable[str] | None = None) -> None:
                 )  # no collector to wait for
         for pod in admin.items("v1", "Pod", namespace):
             admin.delete(item_path("v1", "Pod", pod), gracePeriodSeconds=0)
+        for lease in admin.items("coordination.k8s.io/v1", "Lease", namespace):
+            admin.delete(item_path("coordination.k8s.io/v1", "Lease", lease))
         for config_map in admin.items("v1", "ConfigMap", namespace):
             if config_map["metadata"]["name"].startswith("rebalancer-"):
                 admin.delete(item_path("v1", "ConfigMap", config_map))
