@@ -216,13 +216,15 @@ class ControlPlane:
                 "--audit-log-format=json", "--audit-log-mode=blocking"]  # fmt: skip
 
     def _audit_policy(self) -> Path:
-        """Every request's metadata (who, verb, object, answer code), once it was answered; Leases and
-        evictions with the object sent (a Lease's holder; an eviction's annotations)."""
+        """Every request's metadata (who, verb, object, answer code), once it was answered; Leases, evictions
+        and access reviews with the object sent (a Lease's holder; an eviction's annotations; what was asked)."""
         path = self.workdir / "audit-policy.yaml"
         leases = {"level": "Request", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]}
         evictions = {"level": "Request", "resources": [{"group": "", "resources": ["pods/eviction"]}]}
+        reviews = {"level": "Request",
+                   "resources": [{"group": "authorization.k8s.io", "resources": ["selfsubjectaccessreviews"]}]}
         policy = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-                  "rules": [leases, evictions, {"level": "Metadata"}]}  # fmt: skip
+                  "rules": [leases, evictions, reviews, {"level": "Metadata"}]}  # fmt: skip
         path.write_text(yaml.safe_dump(policy))
         return path
 
