@@ -221,8 +221,10 @@ class ControlPlane:
         path = self.workdir / "audit-policy.yaml"
         leases = {"level": "Request", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]}
         evictions = {"level": "Request", "resources": [{"group": "", "resources": ["pods/eviction"]}]}
-        reviews = {"level": "Request",
-                   "resources": [{"group": "authorization.k8s.io", "resources": ["selfsubjectaccessreviews"]}]}
+        reviews = {
+            "level": "Request",
+            "resources": [{"group": "authorization.k8s.io", "resources": ["selfsubjectaccessreviews"]}],
+        }
         policy = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
                   "rules": [leases, evictions, reviews, {"level": "Metadata"}]}  # fmt: skip
         path.write_text(yaml.safe_dump(policy))
