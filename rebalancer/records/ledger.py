@@ -386,10 +386,13 @@ def _why_not_cooled(relief: Relief, snapshot: ClusterSnapshot, resource: str) ->
     stayed = relief.remaining or {}
     before = relief.remaining_memory if resource == "memory" else stayed
     workloads = {e.workload for e in relief.evicted if e.workload is not None}
+    evicted = {(e.namespace, e.name) for e in relief.evicted}
     landed: list[str] = []
     new_amount = grown = 0
     new_count = 0
     for pod in snapshot.pods_on(relief.node):
+        if (pod.namespace, pod.name) in evicted:  # still terminating: neither new nor its own replacement
+            continue
         amount = pod_amount(snapshot, pod, resource)
         uid = pod.uid[:UID_CHARS]
         if uid not in stayed:

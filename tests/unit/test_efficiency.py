@@ -163,6 +163,18 @@ def test_landed_back_when_the_evicted_workload_returns_to_the_node():
     assert relief.result == LANDED_BACK and "default/big-2" in relief.detail
 
 
+def test_an_evicted_pod_still_terminating_on_the_node_is_not_its_own_return():
+    nodes, pods, report = scene()
+    pods = [aged(p, T0 - 0.5) if p.name == "big" else p for p in pods]  # created just before the relief
+    snap, plan = plan_at(nodes, pods, report, T0)
+    state = observe_cycle(EfficiencyState(), snap, plan, evict_all(plan), "schedule", SETTINGS)
+    lingering = [msgspec.structs.replace(p, terminating=True) if p.name == "big" else p for p in pods]
+    relief = follow_up(
+        state, lingering, {"hot": 9000, "cold": 1000, "stuck": 9000}, {"a": 800, "b": 800, "big": 2500}, T0 + 900
+    )
+    assert relief.result == TOO_LITTLE_MOVED, relief.detail
+
+
 def test_new_pods_versus_others_grew():
     state, _, pods = observed()
     stranger = aged(pod("new", "hot", workload="batch"), T0 + 60)
