@@ -19,21 +19,23 @@ without the pod saves nothing.
 stated assumptions: a hot node is taken to stay hot for :data:`RELIEF_MINUTES` more minutes without the
 move, and the move saves that time in proportion to the part of the node's remaining excess over its
 target the pod takes away (``min(pod, excess) / excess``: a pod that covers the excess saves it all, one
-that covers a third saves a third; the chance of turning hot again is not known and taken as zero). The
+that covers a third saves a third; the chance of turning hot again is not known and taken as zero), and
+saves nothing when the node would stay over target anyway: its usage less that of every pod on it that
+could leave (known usage, not hot by itself) is still above target. The
 destination is taken to turn hot for those :data:`RELIEF_MINUTES` when its usage with the pod's
 predicted peak (its usage when none is predicted) exceeds its target; a destination found with room for
 the pod's usage adds nothing unless a predicted peak says more.
 
-**Never worth moving**, whatever the threshold:
+**Never worth moving**, whatever the threshold: a move whose gain is not positive, and
 
 - *hot by itself*: the pod's usage, or its predicted peak when the snapshot holds one, is above the
   target of every node of the pool that could receive it (the largest target there): wherever it goes,
   it makes that node hot alone; no placement fixes it.
-- *its burst follows it*: the pod's burst (its usage above its usual level: its profile's mean at this
-  time of day over the profile's days with profiles, else its CPU request; a pod without either has no
-  known usual level and is not judged) is at least the source's excess over target. Without the pod's own
-  burst the node would be at or under target: its hot time is the pod's, it goes where the pod goes and
-  ends when the burst ends, so moving the pod only spreads it.
+- *its burst follows it* (on the current reading; with profiles, the destination's added minutes count
+  the pod's bursts where they land): the pod's burst, its usage above its CPU request (a pod without a CPU
+  request is not judged), is at least the source's excess over target. Without the pod's own burst the
+  node would be at or under target: its hot time is the pod's, it goes where the pod goes and ends when
+  the burst ends, so moving the pod only spreads it.
 """
 
 from __future__ import annotations
@@ -85,12 +87,14 @@ class CurrentMove:
     destination_m: int | None  # the destination's usage with the moves planned so far (None: unknown)
     destination_target_m: int
     pod_peak_m: int | None = None  # the pod's predicted peak, when the snapshot holds a prediction
+    source_floor_m: int = 0  # the source's usage were every pod that could leave it gone
 
 
 def current_gain(move: CurrentMove) -> Gain:
     """The gain of ``move`` from the current reading alone (see the module's docstring)."""
     excess = move.source_m - move.source_target_m
-    saved = RELIEF_MINUTES * min(move.pod_m, excess) / excess if excess > 0 else 0.0
+    stays_hot = move.source_floor_m > move.source_target_m  # what cannot leave keeps it hot: nothing is saved
+    saved = RELIEF_MINUTES * min(move.pod_m, excess) / excess if excess > 0 and not stays_hot else 0.0
     peak = max(move.pod_m, move.pod_peak_m or 0)
     hot_there = move.destination_m is None or move.destination_m + peak > move.destination_target_m
     added = RELIEF_MINUTES if hot_there else 0.0
@@ -169,10 +173,12 @@ def burst_follows(pod_m: int, usual_m: float | None, excess_m: int) -> str | Non
 
 
 def below_threshold(gain: Gain, minimum: float) -> str | None:
-    """Why the move is not worth it (None: its gain clears ``minimum``)."""
-    if gain.net >= minimum:
+    """Why the move is not worth it (None: its gain is positive and clears ``minimum``): a move that saves
+    nothing is never worth an eviction."""
+    if gain.net > 0 and gain.net >= minimum:
         return None
-    return f"not worth moving: {gain.text()} < minExpectedGain {minimum:g} min"
+    bar = f"< minExpectedGain {minimum:g} min" if gain.net < minimum else "(it saves nothing)"
+    return f"not worth moving: {gain.text()} {bar}"
 
 
 @dataclass(slots=True)
@@ -187,6 +193,7 @@ class MoveJudge:
     target_of: Callable[[str], int]
     largest_target: Mapping[str, int]
     landed: dict[str, int] = field(default_factory=dict)
+    floors: dict[str, int] = field(default_factory=dict)
 
     def refusal(
         self, candidate: Candidate, source: str, destination: str, excess_m: int, peaks: PredictedLoad | None
@@ -222,8 +229,31 @@ class MoveJudge:
         usage = load.usage_m if load is not None else None
         there = None if usage is None else usage + self.landed.get(destination, 0)
         return CurrentMove(
-            candidate.usage_m, source_target + excess_m, source_target, there, self.target_of(destination), pod_peak
+            candidate.usage_m,
+            source_target + excess_m,
+            source_target,
+            there,
+            self.target_of(destination),
+            pod_peak,
+            self._floor(source),
         )
+
+    def _floor(self, source: str) -> int:
+        """The source's usage less that of every pod on it with a known usage that is not hot by itself (what
+        no move of this plan can take away; protected pods are counted as if they could leave, so the floor
+        errs low)."""
+        found = self.floors.get(source)
+        if found is None:
+            pool = self.snapshot.pool_of[source]
+            largest = self.largest_target.get(pool, self.largest_target.get(""))
+            load = self.snapshot.load[source].usage_m or 0
+            movable = 0
+            for pod in self.snapshot.pods_on(source):
+                usage = self.snapshot.pod_usage.get(pod.key)
+                if usage is not None and (largest is None or usage <= largest):
+                    movable += usage
+            found = self.floors[source] = load - movable
+        return found
 
     def _profile_gain(self, candidate: Candidate, source: str, destination: str, peaks: PredictedLoad) -> Gain | None:
         """The gain from the daily profiles; None when a profile is missing (the current reading judges)."""

@@ -47,7 +47,7 @@ from strategies.every_target import (
     placement_under_every_target,
     split_unknown_memory,
 )
-from strategies.expected_gain import MoveJudge
+from strategies.expected_gain import PROFILE_HORIZON, RELIEF_MINUTES, MoveJudge
 from strategies.landing import Landing, LandingPredictor, LandingVerdict
 from strategies.placement import RoomTracker
 from strategies.resources import (
@@ -158,8 +158,9 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         allow_inf_nan=False,
         description="Plan an eviction for CPU only when its expected gain, in hot-node-minutes, is at least this: "
         "the hot minutes it is expected to save on its node less those it may add on its destination (from the "
-        "pods' daily profiles over the next 6 hours with classifyBy predicted and predictor.nodePeak coincident; "
-        "otherwise from the current usage, a relief taken to last 30 minutes and credited by the share of the "
+        f"pods' daily profiles over the next {PROFILE_HORIZON} hours with classifyBy predicted and predictor.nodePeak "
+        f"coincident; otherwise from the current usage, a relief taken to last {RELIEF_MINUTES:g} minutes and "
+        "credited by the share of the "
         "node's excess the pod takes away). Whatever the value, a pod that alone is over the target of every node "
         "that could receive it, or whose burst above its CPU request is the node's whole excess, is not moved. "
         "The pods passed over say why in the plan. null: no such filter.",

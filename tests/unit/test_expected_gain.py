@@ -198,3 +198,17 @@ def test_on_daily_profiles_the_gain_counts_the_hours_ahead(at: float, moved: boo
             "not worth moving: expected gain 0.0 min (0.0 saved on the source, 0.0 added on the destination; "
             "daily profiles, the next 6 h)"
         )
+
+
+def test_a_node_its_staying_pods_keep_hot_gains_nothing_from_a_move() -> None:
+    # giant alone is over every receiver's target: moving small leaves the node hot anyway
+    nodes = [node("hot", 16_000), node("cold", 16_000)]
+    pods = [pod("giant", "hot", cpu_request_m=12_000), pod("small", "hot", cpu_request_m=1500)]
+    report = usage({"hot": 13_000, "cold": 1000}, {"giant": 11_500, "small": 1500})
+    assert [e.name for e in plan(nodes, pods, report).evictions] == ["small"]
+    refused = plan(nodes, pods, report, gain_of(0))
+    assert refused.evictions == ()
+    assert reasons(refused)["small"].startswith("not worth moving: expected gain 0.0 min (0.0 saved")
+    assert reasons(refused)["small"].endswith("(it saves nothing)")
+    assert reasons(refused)["giant"].startswith("no destination has 11.500 cores")  # the room search refuses it first
+    assert current_gain(CurrentMove(1500, 13_000, 11_200, 1000, 11_200, source_floor_m=11_500)).saved == 0.0
