@@ -9,6 +9,7 @@ from types import MappingProxyType
 import numpy as np
 import pytest
 
+from rebalancer.app.render import plan_table
 from rebalancer.domain.errors import ConfigError
 from rebalancer.domain.model import ClusterFacts, Node, Pod, UsageReport
 from rebalancer.planning.plan import EvictionPlan, Unrelieved
@@ -120,6 +121,8 @@ def test_a_pod_taking_a_small_share_of_the_excess_is_not_worth_moving() -> None:
         "current usage, relief assumed to last 30 min) < minExpectedGain 15 min"
     )
     assert refused.results[0].unrelieved == {"hot": Unrelieved.NOT_WORTH}
+    shown = plan_table(refused, "test")  # what `rebalancer plan` prints
+    assert "pods passed over" in shown and "not worth moving: expected gain 10.0 min" in shown
 
 
 def test_a_pod_whose_burst_is_the_node_excess_is_not_moved_whatever_the_threshold() -> None:
