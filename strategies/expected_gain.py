@@ -20,8 +20,9 @@ stated assumptions: a hot node is taken to stay hot for :data:`RELIEF_MINUTES` m
 move, and the move saves that time in proportion to the part of the node's remaining excess over its
 target the pod takes away (``min(pod, excess) / excess``: a pod that covers the excess saves it all, one
 that covers a third saves a third; the chance of turning hot again is not known and taken as zero), and
-saves nothing when the node would stay over target anyway: its usage less that of every pod on it that
-could leave (known usage, not hot by itself) is still above target. The
+saves nothing when the node would stay over target anyway: its pods that cannot leave (unknown usage, or
+more than any receiver has room for) keep it above target (their usage, or the node's less that of the
+others, whichever is higher). The
 destination is taken to turn hot for those :data:`RELIEF_MINUTES` when its usage with the pod's
 predicted peak (its usage when none is predicted) exceeds its target; a destination found with room for
 the pod's usage adds nothing unless a predicted peak says more.
@@ -87,7 +88,7 @@ class CurrentMove:
     destination_m: int | None  # the destination's usage with the moves planned so far (None: unknown)
     destination_target_m: int
     pod_peak_m: int | None = None  # the pod's predicted peak, when the snapshot holds a prediction
-    source_floor_m: int = 0  # the source's usage were every pod that could leave it gone
+    source_floor_m: int = 0  # what no move can take off the source (its pods that cannot leave)
 
 
 def current_gain(move: CurrentMove) -> Gain:
@@ -181,17 +182,45 @@ def below_threshold(gain: Gain, minimum: float) -> str | None:
     return f"not worth moving: {gain.text()} {bar}"
 
 
+@dataclass(frozen=True, slots=True)
+class Receivers:
+    """Per pool (``""``: every pool together, when destinations may be in any pool), the largest target and
+    the largest room under its target of the nodes that could receive a pod, at the start of the plan."""
+
+    largest_target: Mapping[str, int]
+    largest_room: Mapping[str, int]
+    same_pool: bool
+
+    @classmethod
+    def of(cls, snapshot: ClusterSnapshot, targets: Mapping[str, int], same_pool: bool) -> Receivers:
+        """``targets``: each receiving node's target in millicores."""
+        largest: dict[str, int] = {}
+        room: dict[str, int] = {}
+        for name, target in targets.items():
+            key = snapshot.pool_of[name] if same_pool else ""
+            largest[key] = max(target, largest.get(key, target))
+            usage = snapshot.load[name].usage_m
+            if usage is not None:  # unknown usage: never a destination
+                room[key] = max(target - usage, room.get(key, target - usage))
+        return cls(largest, room, same_pool)
+
+    def target(self, snapshot: ClusterSnapshot, source: str) -> int | None:
+        return self.largest_target.get(snapshot.pool_of[source] if self.same_pool else "")
+
+    def room(self, snapshot: ClusterSnapshot, source: str) -> int | None:
+        return self.largest_room.get(snapshot.pool_of[source] if self.same_pool else "")
+
+
 @dataclass(slots=True)
 class MoveJudge:
     """Judges LowNodeUtilization's candidate moves on a snapshot (``minExpectedGain`` set): the refusals
     above, then the gain against ``minimum``. ``target_of``: each node's target in millicores;
-    ``largest_target``: per pool (or ``""`` for every pool together), the largest target of a node that could
-    receive a pod; ``landed``: usage this plan moved onto each destination so far."""
+    ``landed``: usage this plan moved onto each destination so far."""
 
     snapshot: ClusterSnapshot
     minimum: float
     target_of: Callable[[str], int]
-    largest_target: Mapping[str, int]
+    receivers: Receivers
     landed: dict[str, int] = field(default_factory=dict)
     floors: dict[str, int] = field(default_factory=dict)
 
@@ -204,9 +233,7 @@ class MoveJudge:
         pod = candidate.pod
         predicted = self.snapshot.predicted
         pod_peak = predicted.pod_cpu_m.get(pod.key) if predicted is not None else None
-        pool = self.snapshot.pool_of[source]
-        largest = self.largest_target.get(pool, self.largest_target.get(""))
-        why = hot_by_itself(candidate.usage_m, pod_peak, largest)
+        why = hot_by_itself(candidate.usage_m, pod_peak, self.receivers.target(self.snapshot, source))
         if why is not None:
             return why
         gain = self._profile_gain(candidate, source, destination, peaks) if peaks is not None else None
@@ -239,20 +266,22 @@ class MoveJudge:
         )
 
     def _floor(self, source: str) -> int:
-        """The source's usage less that of every pod on it with a known usage that is not hot by itself (what
-        no move of this plan can take away; protected pods are counted as if they could leave, so the floor
-        errs low)."""
+        """What no move of this plan can take off the source: the usage of its pods that cannot leave (unknown
+        usage, or more than the largest room of a receiver) and, when higher, the node's usage less that of
+        the others. Protected pods are counted as if they could leave, and room as it was before any move, so
+        the floor errs low."""
         found = self.floors.get(source)
         if found is None:
-            pool = self.snapshot.pool_of[source]
-            largest = self.largest_target.get(pool, self.largest_target.get(""))
-            load = self.snapshot.load[source].usage_m or 0
-            movable = 0
+            room = self.receivers.room(self.snapshot, source)
+            movable = staying = 0
             for pod in self.snapshot.pods_on(source):
                 usage = self.snapshot.pod_usage.get(pod.key)
-                if usage is not None and (largest is None or usage <= largest):
+                if usage is not None and room is not None and usage <= room:
                     movable += usage
-            found = self.floors[source] = load - movable
+                elif usage is not None:
+                    staying += usage
+            load = self.snapshot.load[source].usage_m
+            found = self.floors[source] = staying if load is None else max(staying, load - movable)
         return found
 
     def _profile_gain(self, candidate: Candidate, source: str, destination: str, peaks: PredictedLoad) -> Gain | None:

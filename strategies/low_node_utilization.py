@@ -47,7 +47,7 @@ from strategies.every_target import (
     placement_under_every_target,
     split_unknown_memory,
 )
-from strategies.expected_gain import PROFILE_HORIZON, RELIEF_MINUTES, MoveJudge
+from strategies.expected_gain import PROFILE_HORIZON, RELIEF_MINUTES, MoveJudge, Receivers
 from strategies.landing import Landing, LandingPredictor, LandingVerdict
 from strategies.placement import RoomTracker
 from strategies.resources import (
@@ -395,17 +395,14 @@ class LowNodeUtilization:
         )
 
     def _judge(self, snapshot: ClusterSnapshot, classes: NodeClasses, caps: dict[str, int]) -> MoveJudge:
-        """The expected-gain judge: targets from the classes, the largest target of each pool's receivers (the
-        cold nodes, and the normal ones a replacement may land on) or of every pool's (``""``)."""
+        """The expected-gain judge, its receivers the cold nodes (``caps``) and the normal ones a replacement
+        may land on."""
         s = self.settings
         receivers = dict(caps)
         if s.predict_placement and s.land_on_normal_nodes:
             receivers.update({name: classes.cap_m(name) for name in classes.named(NodeClass.NORMAL)})
-        largest: dict[str, int] = {}
-        for name, cap in receivers.items():
-            key = snapshot.pool_of[name] if s.destinations_in_same_pool else ""
-            largest[key] = max(cap, largest.get(key, cap))
-        return MoveJudge(snapshot, s.min_expected_gain or 0.0, classes.cap_m, largest)
+        at_start = Receivers.of(snapshot, receivers, s.destinations_in_same_pool)
+        return MoveJudge(snapshot, s.min_expected_gain or 0.0, classes.cap_m, at_start)
 
     def _trackers(self, snapshot: ClusterSnapshot, caps: dict[str, int]) -> dict[str, RoomTracker]:
         if not self.settings.destinations_in_same_pool:

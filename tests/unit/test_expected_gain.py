@@ -215,3 +215,14 @@ def test_a_node_its_staying_pods_keep_hot_gains_nothing_from_a_move() -> None:
     assert reasons(refused)["small"].endswith("(it saves nothing)")
     assert reasons(refused)["giant"].startswith("no destination has 11.500 cores")  # the room search refuses it first
     assert current_gain(CurrentMove(1500, 13_000, 11_200, 1000, 11_200, source_floor_m=11_500)).saved == 0.0
+
+
+def test_a_pod_no_receiver_has_room_for_stays_and_can_keep_its_node_hot() -> None:
+    # giant (11000m) is under the 11200m target but no receiver has that room: moving small leaves the node hot
+    nodes = [node("hot", 16_000), node("cold", 16_000)]
+    pods = [pod("giant", "hot", cpu_request_m=11_000), pod("small", "hot", cpu_request_m=1500)]
+    report = usage({"hot": 13_000, "cold": 2000}, {"giant": 11_000, "small": 1500})
+    assert [e.name for e in plan(nodes, pods, report).evictions] == ["small"]
+    refused = plan(nodes, pods, report, gain_of(0))
+    assert refused.evictions == ()
+    assert reasons(refused)["small"].endswith("(it saves nothing)")
