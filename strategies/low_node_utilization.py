@@ -156,14 +156,14 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         default=None,
         ge=0.0,
         allow_inf_nan=False,
-        description="Plan an eviction for CPU only when its expected gain, in hot-node-minutes, is at least this: "
-        "the hot minutes it is expected to save on its node less those it may add on its destination (from the "
-        f"pods' daily profiles over the next {PROFILE_HORIZON} hours with classifyBy predicted and predictor.nodePeak "
-        f"coincident; otherwise from the current usage, a relief taken to last {RELIEF_MINUTES:g} minutes and "
-        "credited by the share of the "
-        "node's excess the pod takes away). Whatever the value, a pod that alone is over the target of every node "
-        "that could receive it, or whose burst above its CPU request is the node's whole excess, is not moved. "
-        "The pods passed over say why in the plan. null: no such filter.",
+        description="Plan an eviction for CPU only when its expected gain, in hot-node-minutes, is positive and at "
+        "least this: the hot minutes it is expected to save on its node less those it may add on its destination "
+        f"(from the pods' daily profiles over the next {PROFILE_HORIZON} hours with classifyBy predicted and "
+        f"predictor.nodePeak coincident; otherwise from the current usage, a relief taken to last "
+        f"{RELIEF_MINUTES:g} minutes and credited by the share of the node's excess the pod takes away, nothing "
+        "when the pods that cannot leave keep the node hot). Whatever the value, a pod that alone is over the "
+        "target of every node that could receive it, or whose burst above its CPU request is the node's whole "
+        "excess, is not moved. The pods passed over say why in the plan. null: no such filter.",
     )
 
     @model_validator(mode="after")
