@@ -47,6 +47,7 @@ from strategies.every_target import (
     placement_under_every_target,
     split_unknown_memory,
 )
+from strategies.expected_gain import PROFILE_HORIZON, RELIEF_MINUTES, MoveJudge, Receivers
 from strategies.landing import Landing, LandingPredictor, LandingVerdict
 from strategies.placement import RoomTracker
 from strategies.resources import (
@@ -150,6 +151,19 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         "relieve a node predicted over target only from this long before its predicted peak's hour begins "
         "until it ends (the pre-peak schedule); until then it is reported normal. null: whenever it is "
         "predicted over target.",
+    )
+    min_expected_gain: float | None = Field(
+        default=None,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="Plan an eviction for CPU only when its expected gain, in hot-node-minutes, is positive and at "
+        "least this: the hot minutes it is expected to save on its node less those it may add on its destination "
+        f"(from the pods' daily profiles over the next {PROFILE_HORIZON} hours with classifyBy predicted and "
+        f"predictor.nodePeak coincident; otherwise from the current usage, a relief taken to last "
+        f"{RELIEF_MINUTES:g} minutes and credited by the share of the node's excess the pod takes away, nothing "
+        "when the pods that cannot leave keep the node hot). Whatever the value, a pod that alone is over the "
+        "target of every node that could receive it, or whose burst above its CPU request is the node's whole "
+        "excess, is not moved. The pods passed over say why in the plan. null: no such filter.",
     )
 
     @model_validator(mode="after")
@@ -278,10 +292,11 @@ class LowNodeUtilization:
         pod_decisions: list[PodDecision] = []
         extra_room = classes.extra_room()
         caps_kept = peak_caps(classes) if coincident else {}
+        judge = self._judge(snapshot, classes, caps) if s.min_expected_gain is not None else None
         peaks = snapshot.predicted.with_caps(caps_kept) if snapshot.predicted is not None else None
         for decision in hot:
             tracker = trackers[decision.pool if s.destinations_in_same_pool else ""]
-            destinations = _Destinations(tracker, predictor, extra_room, peaks, coincident=coincident)
+            destinations = _Destinations(tracker, predictor, extra_room, peaks, coincident=coincident, judge=judge)
             chosen, records, why_none = self._relieve(decision, snapshot, protections, ledger, destinations)
             evictions.extend(chosen)
             pod_decisions.extend(records)
@@ -379,6 +394,16 @@ class LowNodeUtilization:
             percentage_of_nodes_to_score=s.percentage_of_nodes_to_score,
         )
 
+    def _judge(self, snapshot: ClusterSnapshot, classes: NodeClasses, caps: dict[str, int]) -> MoveJudge:
+        """The expected-gain judge, its receivers the cold nodes (``caps``) and the normal ones a replacement
+        may land on."""
+        s = self.settings
+        receivers = dict(caps)
+        if s.predict_placement and s.land_on_normal_nodes:
+            receivers.update({name: classes.cap_m(name) for name in classes.named(NodeClass.NORMAL)})
+        at_start = Receivers.of(snapshot, receivers, s.destinations_in_same_pool)
+        return MoveJudge(snapshot, s.min_expected_gain or 0.0, classes.cap_m, at_start)
+
     def _trackers(self, snapshot: ClusterSnapshot, caps: dict[str, int]) -> dict[str, RoomTracker]:
         if not self.settings.destinations_in_same_pool:
             return {"": RoomTracker(snapshot, caps)}
@@ -425,7 +450,7 @@ class LowNodeUtilization:
                 if blocked is not None:
                     records.append(_passed(candidate, node, blocked))
                     continue
-                room_on, why = destinations.find(candidate, node)
+                room_on, why = destinations.find_worth(candidate, node, excess if resource == "cpu" else None)
                 if room_on is None:
                     records.append(_passed(candidate, node, why, lands_back=destinations.lands_back))
                     continue
@@ -473,6 +498,8 @@ class _Destinations:
     no_room: bool = False  # some candidate found no cold node with room
     landed_wrong: bool = False  # some candidate's replacement risked landing back or off the cold nodes
     lands_back: bool = False  # the last candidate found was refused because its replacement would land back
+    judge: MoveJudge | None = None  # minExpectedGain: judges each move a destination was found for
+    not_worth_it: bool = False  # some candidate's move was refused as not worth it
 
     def find(self, candidate: Candidate, node: str) -> tuple[str | None, str]:
         self.lands_back = False
@@ -499,7 +526,21 @@ class _Destinations:
         self.no_room = True
         return None, refused
 
+    def find_worth(self, candidate: Candidate, node: str, excess_m: int | None) -> tuple[str | None, str]:
+        """:meth:`find`, then, with ``minExpectedGain`` and a CPU excess ``excess_m`` to cover, None and why when
+        the move found is not worth it (its expected gain, :mod:`strategies.expected_gain`)."""
+        room_on, why = self.find(candidate, node)
+        if room_on is None or excess_m is None or self.judge is None:
+            return room_on, why
+        refused = self.judge.refusal(candidate, node, room_on, excess_m, self.peaks if self.coincident else None)
+        if refused is None:
+            return room_on, why
+        self.not_worth_it = True
+        return None, refused
+
     def commit(self, candidate: Candidate, source: str, room_on: str) -> None:
+        if self.judge is not None:
+            self.judge.commit(room_on, candidate.usage_m)
         if room_on in self.tracker:  # a normal node a replacement lands on is the predictor's alone
             self.tracker.commit(room_on, candidate.pod, candidate.usage_m)
         if self.predictor is not None:
@@ -531,6 +572,8 @@ def _take(
 
 def _why_none(snapshot: ClusterSnapshot, node: str, had_candidates: bool, destinations: _Destinations) -> Unrelieved:
     if had_candidates:
+        if destinations.not_worth_it:
+            return Unrelieved.NOT_WORTH
         if destinations.landed_wrong:
             return Unrelieved.PREDICTED_LANDING
         return Unrelieved.NO_ROOM if destinations.no_room else Unrelieved.DISRUPTION_BUDGET

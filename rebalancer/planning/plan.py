@@ -32,6 +32,7 @@ class Unrelieved(StrEnum):
     PREDICTED_LANDING = (
         "predicted-landing"  # candidates, but their replacements would land back (or not on a cold node)
     )
+    NOT_WORTH = "not-worth-moving"  # candidates, but no move's expected gain clears minExpectedGain
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,12 +122,29 @@ class PredictedLoad:
         predicted (:meth:`successor_profile`; its own profile when there is no such prediction)."""
         if self.book is None:
             return None
-        book = self.book
+        found = self.book.peak_with(node, *self._changes(self.book, node, add, remove))
+        return None if found is None else round(found[0])
+
+    def profile_after(
+        self, node: str, add: tuple[PodKey, ...] = (), remove: tuple[PodKey, ...] = ()
+    ) -> npt.NDArray[np.float64] | None:
+        """The node's summed (days, buckets) profile, its system usage included, with the changes
+        :meth:`peak_after` takes (None: no profiles, or a pod on it is unknown)."""
+        if self.book is None:
+            return None
+        total = self.book.total_with(node, *self._changes(self.book, node, add, remove))
+        return None if total is None else total + self.book.system_cpu_m(node)
+
+    def _changes(
+        self, book: PeakBook, node: str, add: tuple[PodKey, ...], remove: tuple[PodKey, ...]
+    ) -> tuple[list[PodKey], list[PodKey], npt.NDArray[np.float64] | None]:
+        """What :meth:`PeakBook.peak_with` adds to and removes from ``node`` for this cycle's planned moves,
+        ``add`` and ``remove``: the pods counted with their own profile, those gone, the arriving replacements'
+        summed profile."""
         here = [k for k, to in self.moves.items() if to == node and book.node_of(k) != node]
         gone = [k for k, to in self.moves.items() if to != node and book.node_of(k) == node]
         own, plus = self._arriving([*here, *add])
-        found = book.peak_with(node, add=own, remove=[*gone, *remove], plus=plus)
-        return None if found is None else round(found[0])
+        return own, [*gone, *remove], plus
 
     def successor_profile(self, pod: PodKey) -> npt.NDArray[np.float64] | None:
         """The (days, buckets) profile the next prediction gives the pod's replacement: its own daily shape
@@ -154,14 +171,19 @@ class PredictedLoad:
                 plus = profile if plus is None else plus + profile
         return own, plus
 
+    def bucket_at(self, at: float) -> int | None:
+        """The profiles' time-of-day bucket ``at`` falls in, in the predictor's time zone (None: no profiles)."""
+        if self.book is None:
+            return None
+        return min(int(_into_day(self.book, at) // (DAY_SECONDS / self.book.buckets)), self.book.buckets - 1)
+
     def until_peak(self, node: str, at: float) -> float | None:
         """Seconds from ``at`` until the node's predicted peak's time-of-day bucket begins, in the predictor's
         time zone (0 within it); None without profiles or when a pod on it is unknown."""
         found = self.book.peak(node) if self.book is not None else None
         if self.book is None or found is None:
             return None
-        local = datetime.fromtimestamp(at, ZoneInfo(self.book.settings.history.time_zone))
-        into_day = local.hour * 3600 + local.minute * 60 + local.second
+        into_day = _into_day(self.book, at)
         width = DAY_SECONDS / self.book.buckets
         start = found[1] * width
         if start <= into_day < start + width:
@@ -196,3 +218,9 @@ class PredictedLoad:
         if destination is not None and destination in nodes:
             nodes[destination] += usage
         return replace(self, node_cpu_m=MappingProxyType(nodes))
+
+
+def _into_day(book: PeakBook, at: float) -> int:
+    """Seconds from local midnight to ``at``, in the predictor's time zone."""
+    local = datetime.fromtimestamp(at, ZoneInfo(book.settings.history.time_zone))
+    return local.hour * 3600 + local.minute * 60 + local.second

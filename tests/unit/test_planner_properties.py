@@ -97,6 +97,8 @@ def policies(draw: st.DrawFn) -> Policy:
             extra += "useDeviationThresholds: true\n"
         if draw(st.booleans()):
             extra += "predictPlacement: false\n"
+        if draw(st.integers(0, 2)) == 0:
+            extra += f"minExpectedGain: {draw(st.sampled_from([0, 10, 20]))}\n"
     elif draw(st.booleans()):
         extra += "predictPlacement: false\n"
     yaml = f"kind: {kind}\nthresholds: {{cpu: {low}}}\ntargetThresholds: {{cpu: {high}}}\n{extra}"

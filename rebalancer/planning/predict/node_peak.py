@@ -194,6 +194,14 @@ class PeakBook:
         """The node's peak were ``add`` (pods elsewhere) on it, ``remove`` (pods on it) gone from it and
         ``plus`` (a summed (days, buckets) profile of pods the book does not hold) added; None when a pod
         would be unknown."""
+        total = self.total_with(node, add, remove, plus)
+        return None if total is None else predicted_peak(total, self._system.get(node, 0.0), self.settings)
+
+    def total_with(
+        self, node: str, add: Iterable[PodKey] = (), remove: Iterable[PodKey] = (), plus: FloatArray | None = None
+    ) -> FloatArray | None:
+        """The summed (days, buckets) profile of the node's pods (its system usage not included) with the
+        changes :meth:`peak_with` takes; None when a pod would be unknown."""
         add, remove = list(add), set(remove)
         unknown = (self._unknown.get(node, set()) - remove) | {k for k in add if k not in self._profile}
         if unknown:
@@ -206,7 +214,7 @@ class PeakBook:
         for key in remove & self._pods.get(node, set()):
             if key in self._profile:
                 total -= self._profile[key]
-        return predicted_peak(total, self._system.get(node, 0.0), self.settings)
+        return total
 
     def node_peak(self, node: str, top: int = TOP_PODS) -> NodePeak | None:
         """The node's peak, when it comes and the pods that make it; None when a pod on it is unknown."""
