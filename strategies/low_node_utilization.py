@@ -188,26 +188,14 @@ class LowNodeUtilizationSettings(StrategySettings, ReceivingThresholds):
         return self
 
     def _receive_problems(self, default: bool) -> list[tuple[str, str]]:
-        """The receive thresholds in order, read where set, and landOnNormalNodes not set beside them
-        everywhere (it would say nothing)."""
+        """The receive thresholds in order, and read where set."""
         problems = self.receive_problems(default)
         for pool, settings in self.pools.items():
             problems += [(f"pools.{pool}.{path}", message) for path, message in settings.receive_problems(default)]
-        read = [self, *self.pools.values()]
         if self.predicted is not None:
             problems += [(f"predicted.{path}", message) for path, message in self.predicted.receive_problems(default)]
             if self.receive_thresholds is not None and self.classify_by in ("predicted", "max"):
                 problems.append((RECEIVE, f"not read with predicted: set predicted.{RECEIVE} instead"))
-            read = [self.predicted] if self.classify_by in ("predicted", "max") else read
-        everywhere = all(settings.receive_thresholds is not None for settings in read)
-        if everywhere and "land_on_normal_nodes" in self.model_fields_set:
-            problems.append(
-                (
-                    "landOnNormalNodes",
-                    f"not read: {RECEIVE} is set for every pool and decides which normal nodes receive; leave "
-                    "landOnNormalNodes out",
-                )
-            )
         return problems
 
     def _memory_by_prediction(self) -> list[tuple[str, str]]:

@@ -134,8 +134,6 @@ BAD = {
     "beside predicted, not read": (RECEIVE + "classifyBy: predicted\npredicted: {thresholds: {cpu: 60}, "
                                    "targetThresholds: {cpu: 70}}\n", "receiveThresholds",
                                    "not read with predicted"),
-    "with landOnNormalNodes": (RECEIVE + "landOnNormalNodes: true\n", "landOnNormalNodes",
-                               "receiveThresholds is set for every pool"),
 }  # fmt: skip
 
 
@@ -148,6 +146,14 @@ def test_problems_name_the_field(case: str) -> None:
     assert any(p == path and message in m for p, m in problems), info.value.problems
 
 
-def test_land_on_normal_nodes_still_applies_to_pools_without_a_receive_threshold() -> None:
-    pools = "pools:\n  web: {thresholds: {cpu: 20}, targetThresholds: {cpu: 70}}\n"
-    _policy(RECEIVE + pools + "landOnNormalNodes: false\n")  # web reads it: no problem
+def test_the_receive_threshold_replaces_land_on_normal_nodes() -> None:
+    # normal-1 (55 %) is the least requested node: the replacement lands there. landOnNormalNodes takes it
+    # (70 % after the move, at the target); the receive threshold of 50 % does not, though cold-1 has room
+    nodes = [node("hot-1"), node("cold-1"), node("normal-1")]
+    pods = [pod(f"hot-1-{i}", "hot-1") for i in range(5)] + [pod("cold-1-0", "cold-1", cpu_request_m=5000)]
+    report = usage({"hot-1": 8500, "cold-1": 1000, "normal-1": 5500}, {f"hot-1-{i}": 1500 for i in range(5)})
+    landed = run(nodes, pods, report, policy(SHIPPED))
+    assert [(e.name, e.landing) for e in landed.evictions] == [("hot-1-0", "normal-1")]
+    refused = run(nodes, pods, report, policy(RECEIVE))
+    assert refused.evictions == ()
+    assert dict(refused.results[0].unrelieved) == {"hot-1": Unrelieved.PREDICTED_LANDING}
