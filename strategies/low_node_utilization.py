@@ -83,7 +83,10 @@ class LowNodeUtilizationSettings(StrategySettings, ReceivingThresholds):
         description="Thresholds are deviations from the pool's mean usage instead of absolute percentages.",
     )
     number_of_nodes: int = Field(
-        default=0, ge=0, description="Act only when more than this many nodes of a pool are cold."
+        default=0,
+        ge=0,
+        description="Act only when more than this many nodes of a pool are cold (with receiveThresholds: under "
+        "it, cold ones included).",
     )
     pools: dict[str, ReceivingThresholds] = Field(
         default_factory=dict,
