@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 
 from rebalancer.domain.errors import ConfigError
-from rebalancer.domain.model import Node, Pod, UsageReport
+from rebalancer.domain.model import ClusterFacts, Node, Pod, UsageReport
 from rebalancer.planning.plan import EvictionPlan, Unrelieved
 from rebalancer.policy import Policy, parse_policy
+from rebalancer.policy.cycle import plan_cycle
 from tests.builders import node, pod, policy, usage
 from tests.unit.test_low_node_utilization import run
+from tests.unit.test_predictive_lnu import predicted
 
 SHIPPED = "kind: LowNodeUtilization\nthresholds: {cpu: 20}\ntargetThresholds: {cpu: 70}\n"
 RECEIVE = SHIPPED + "receiveThresholds: {cpu: 50}\n"
@@ -157,3 +159,17 @@ def test_the_receive_threshold_replaces_land_on_normal_nodes() -> None:
     refused = run(nodes, pods, report, policy(RECEIVE))
     assert refused.evictions == ()
     assert dict(refused.results[0].unrelieved) == {"hot-1": Unrelieved.PREDICTED_LANDING}
+
+
+@pytest.mark.parametrize(
+    ("peak_pct", "planned"),
+    [(30, [("hot-1", "warm-1")]), (40, [])],  # with the pod: 45 % under 50 %; 55 % over it
+)
+def test_with_classify_by_max_the_predicted_peak_must_stay_under_it(
+    peak_pct: int, planned: list[tuple[str, str]]
+) -> None:
+    nodes, pods, report = hot_and_warm({"hot-1": 85}, {"warm-1": 26})
+    peaks = predicted({"hot-1": 8500, "warm-1": peak_pct * 100}, {p.name: 1500 for p in pods if p.node_name == "hot-1"})
+    facts = ClusterFacts(tuple(nodes), tuple(pods), ())
+    plan = plan_cycle(facts, report, policy(RECEIVE + "classifyBy: max\n"), 1_700_000_000.0, None, peaks)[1]
+    assert moves(plan) == planned
