@@ -55,6 +55,7 @@ class Section:
     model: type[BaseModel]
     paths: list[str] = field(default_factory=list)
     kind: str | None = None  # the strategy kind, for the members of the strategies union
+    named: bool = False  # another model comes first at the same path: the heading names this one
 
 
 def github_anchor(heading: str) -> str:
@@ -65,7 +66,9 @@ def github_anchor(heading: str) -> str:
 def _heading(section: Section) -> str:
     if section.model is Policy:
         return "Top level"
-    return f"`{section.paths[0]}`: {section.kind}" if section.kind else f"`{section.paths[0]}`"
+    if section.kind:
+        return f"`{section.paths[0]}`: {section.kind}"
+    return f"`{section.paths[0]}` ({section.model.__name__})" if section.named else f"`{section.paths[0]}`"
 
 
 def _alias(name: str, info: FieldInfo) -> str:
@@ -141,6 +144,10 @@ def collect() -> list[Section]:
                 visit(nested, child + suffix, nested_kind)
 
     visit(Policy, "", None)
+    first_paths: set[tuple[str, str | None]] = set()
+    for section in sections.values():
+        section.named = (section.paths[0], section.kind) in first_paths
+        first_paths.add((section.paths[0], section.kind))
     return list(sections.values())
 
 

@@ -50,6 +50,7 @@ from strategies.every_target import (
 from strategies.expected_gain import PROFILE_HORIZON, RELIEF_MINUTES, MoveJudge, Receivers
 from strategies.landing import Landing, LandingPredictor, LandingVerdict
 from strategies.placement import RoomTracker
+from strategies.receive import RECEIVE, ReceivingThresholds, coolest, with_receive
 from strategies.resources import (
     Excess,
     ExtraRoom,
@@ -64,7 +65,6 @@ from strategies.resources import (
 from strategies.thresholds import (
     Band,
     NodeClasses,
-    PoolThresholds,
     names_memory,
     pool_bands,
     thresholds_problems,
@@ -74,8 +74,9 @@ KIND = "LowNodeUtilization"
 CAP_REACHED = "maxNoOfPodsToEvictPerNode"
 
 
-class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
-    """Nodes above targetThresholds are hot; nodes below thresholds are cold and receive the load."""
+class LowNodeUtilizationSettings(StrategySettings, ReceivingThresholds):
+    """Nodes above targetThresholds are hot; nodes below thresholds are cold and receive the load (with
+    receiveThresholds, so do the nodes that stay under it)."""
 
     kind: Literal["LowNodeUtilization"] = Field(description="Strategy name.")
     use_deviation_thresholds: bool | None = Field(
@@ -83,9 +84,12 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         description="Thresholds are deviations from the pool's mean usage instead of absolute percentages.",
     )
     number_of_nodes: int = Field(
-        default=0, ge=0, description="Act only when more than this many nodes of a pool are cold."
+        default=0,
+        ge=0,
+        description="Act only when more than this many nodes of a pool are cold (with receiveThresholds: under "
+        "it, cold ones included).",
     )
-    pools: dict[str, PoolThresholds] = Field(
+    pools: dict[str, ReceivingThresholds] = Field(
         default_factory=dict,
         description="Per-pool thresholds (pool name -> thresholds), overriding the above.",
     )
@@ -98,7 +102,9 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         "maxNoOfPodsToEvictPerNode).",
     )
     destinations_in_same_pool: bool = Field(
-        default=True, description="Only count room on cold nodes of the hot node's own pool."
+        default=True,
+        description="Only count room on cold nodes (with receiveThresholds: receiving nodes) of the hot node's "
+        "own pool.",
     )
     classify_by: UsageBasis = Field(
         default="current",
@@ -108,7 +114,7 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         "are then never moved). Run a predicted strategy on a cron schedule ahead of the daily peak to relieve "
         "nodes before it.",
     )
-    predicted: PoolThresholds | None = Field(
+    predicted: ReceivingThresholds | None = Field(
         default=None,
         description="With classifyBy predicted or max: the thresholds and targetThresholds the classes use instead "
         "of the ones above (a predicted daily peak sits higher than a 10-minute window), for every pool; validated "
@@ -142,7 +148,9 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         "targetThresholds) of the hot node's pool is a good landing when that node's real usage stays under "
         "targetThresholds with the pod's usage added: the hot node is relieved and nothing turns hot. false: only "
         "cold nodes with real-usage room are good landings (on clusters where most nodes are neither hot nor "
-        "cold, almost every pod is then passed over).",
+        "cold, almost every pod is then passed over). A pool still acts only when it has a cold node, and the "
+        "room search counts cold nodes only; receiveThresholds, where set, replaces this: its receiving nodes "
+        "make the pool act and count in the room search as in the prediction.",
     )
     percentage_of_nodes_to_score: int | None = percentage_of_nodes_to_score_field()
     before_peak: Duration | None = Field(
@@ -183,6 +191,7 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
                 (f"predicted.{path}", message)
                 for path, message in self.predicted.band_problems(default, targets_select_hot=True)
             ]
+        problems += self._receive_problems(default)
         problems += self._memory_by_prediction()
         if self.before_peak is not None:
             if self.classify_by != "predicted":
@@ -194,6 +203,17 @@ class LowNodeUtilizationSettings(StrategySettings, PoolThresholds):
         if problems:
             raise FieldProblems(problems)
         return self
+
+    def _receive_problems(self, default: bool) -> list[tuple[str, str]]:
+        """The receive thresholds in order, and read where set."""
+        problems = self.receive_problems(default)
+        for pool, settings in self.pools.items():
+            problems += [(f"pools.{pool}.{path}", message) for path, message in settings.receive_problems(default)]
+        if self.predicted is not None:
+            problems += [(f"predicted.{path}", message) for path, message in self.predicted.receive_problems(default)]
+            if self.receive_thresholds is not None and self.classify_by in ("predicted", "max"):
+                problems.append((RECEIVE, f"not read with predicted: set predicted.{RECEIVE} instead"))
+        return problems
 
     def _memory_by_prediction(self) -> list[tuple[str, str]]:
         """The predictor forecasts CPU alone: memory thresholds need classifyBy current or requests."""
@@ -272,9 +292,9 @@ class LowNodeUtilization:
         active_pools = self._active_pools(snapshot, classes, notes, inactive)
         pool_of = snapshot.pool_of
         caps = {
-            name: classes.cap_m(name)
-            for name in classes.named(NodeClass.COLD)
-            if pool_of[name] in active_pools or not s.destinations_in_same_pool
+            name: classes.receive_cap_m(name)
+            for name in classes.of
+            if classes.receives(name) and (pool_of[name] in active_pools or not s.destinations_in_same_pool)
         }
         trackers = self._trackers(snapshot, caps)
         hot_names = classes.named(NodeClass.HOT)
@@ -332,6 +352,7 @@ class LowNodeUtilization:
         by_prediction = s.predicted is not None and s.classify_by in ("predicted", "max")
         default, pools = (s.predicted, {}) if by_prediction and s.predicted is not None else (s, s.pools)
         bands = pool_bands(snapshot, default, pools, bool(s.use_deviation_thresholds))
+        bands = with_receive(snapshot, bands, default, pools, bool(s.use_deviation_thresholds))
         return NodeClasses(snapshot, KIND, bands, _class_of, _decider(s.classify_by), only=only)
 
     def _coincident(self, snapshot: ClusterSnapshot) -> bool:
@@ -342,30 +363,31 @@ class LowNodeUtilization:
     def _active_pools(
         self, snapshot: ClusterSnapshot, classes: NodeClasses, notes: list[str], inactive: dict[str, Unrelieved]
     ) -> set[str]:
-        counts = Counter((snapshot.pool_of[name], node_class) for name, node_class in classes.of.items())
+        """The pools with a hot node and more receiving nodes (cold, or under the receive threshold where
+        set) than numberOfNodes; without destinationsInSamePool, every pool's receiving nodes count."""
+        pool_of, same_pool = snapshot.pool_of, self.settings.destinations_in_same_pool
+        counts = Counter((pool_of[name], node_class) for name, node_class in classes.of.items())
+        receiving = Counter(pool_of[name] for name in classes.of if classes.receives(name))
         everywhere: Counter[NodeClass] = Counter(classes.of.values())
+        limit = self.settings.number_of_nodes
         active = set()
         for pool in snapshot.pools():
-            # without destinationsInSamePool, every pool's cold nodes can take the load
-            receivers = (
-                Counter({c: counts[(pool, c)] for c in NodeClass})
-                if self.settings.destinations_in_same_pool
-                else everywhere
-            )
-            cold = receivers[NodeClass.COLD]
+            receivers = receiving[pool] if same_pool else receiving.total()
+            mix = Counter({c: counts[(pool, c)] for c in NodeClass}) if same_pool else everywhere
             hot = counts[(pool, NodeClass.HOT)]
-            known = receivers.total() - receivers[NodeClass.UNKNOWN]
+            receive = classes.pool_band(pool).receive_pct
+            kind, under = ("cold node", "") if receive is None else ("node", f" under {RECEIVE}.cpu {receive:.1f}%")
             if hot == 0:
                 notes.append(f"pool {pool}: no hot node")
-            elif cold == 0 and self.settings.destinations_in_same_pool:
-                notes.append(f"pool {pool}: {hot} hot node(s) but no cold node to take their load")
-                inactive[pool] = Unrelieved.NO_COLD_NODE
-            elif cold <= self.settings.number_of_nodes:
-                notes.append(
-                    f"pool {pool}: {cold} cold node(s), not more than numberOfNodes {self.settings.number_of_nodes}"
-                )
-                inactive[pool] = Unrelieved.NO_COLD_NODE if cold == 0 else Unrelieved.NUMBER_OF_NODES
-            elif cold == known:
+            elif receivers == 0 and same_pool:
+                notes.append(f"pool {pool}: {hot} hot node(s) but no {kind}{under} to take their load"
+                             + coolest(snapshot, classes, pool))  # fmt: skip
+                inactive[pool] = Unrelieved.NO_COLD_NODE if receive is None else Unrelieved.NO_RECEIVER
+            elif receivers <= limit:
+                notes.append(f"pool {pool}: {receivers} {kind}(s){under}, not more than numberOfNodes {limit}")
+                none = Unrelieved.NO_COLD_NODE if receive is None else Unrelieved.NO_RECEIVER
+                inactive[pool] = none if receivers == 0 else Unrelieved.NUMBER_OF_NODES
+            elif mix[NodeClass.COLD] == mix.total() - mix[NodeClass.UNKNOWN]:
                 notes.append(f"pool {pool}: every node is cold")
             else:
                 active.add(pool)
@@ -377,6 +399,8 @@ class LowNodeUtilization:
         if s.land_on_normal_nodes:
             pools = {snapshot.pool_of[n] for n in caps}  # the active pools' destinations
             for name in classes.named(NodeClass.NORMAL):
+                if classes.band(name).receive_pct is not None:
+                    continue  # the receive threshold decides, as in the room search
                 if snapshot.pool_of[name] in pools or not s.destinations_in_same_pool:
                     caps[name] = classes.cap_m(name)
         room = {}

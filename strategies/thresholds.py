@@ -142,12 +142,15 @@ def thresholds_problems(
 @dataclass(frozen=True, slots=True)
 class Band:
     """Effective percentages for one pool in this snapshot (deviation already resolved); ``extra``: those
-    of memory and pods, when the thresholds name them."""
+    of memory and pods, when the thresholds name them; ``receive_pct``: the CPU a destination may reach
+    with a pod added (LowNodeUtilization's receiveThresholds; None: unset, cold nodes receive up to
+    ``high_pct``)."""
 
     low_pct: float
     high_pct: float
     explanation: str
     extra: tuple[ResourceBand, ...] = ()
+    receive_pct: float | None = None
 
 
 def pool_bands(
@@ -186,11 +189,10 @@ def _cpu_bands(
         if not deviation:
             bands[pool] = Band(low, high, f"pool {pool}: below {low:g}% cold, above {high:g}% hot")
             continue
-        usages = [pct for name, pct in _known_pcts(snapshot) if snapshot.pool_of[name] == pool]
-        if not usages:
+        mean = pool_mean(snapshot, pool)
+        if mean is None:
             bands[pool] = Band(0.0, 100.0, f"pool {pool}: no node with known usage, no mean")
             continue
-        mean = fmean(usages)
         lo, hi = max(0.0, mean - low), min(100.0, mean + high)
         bands[pool] = Band(
             lo,
@@ -198,6 +200,12 @@ def _cpu_bands(
             f"pool {pool}: mean {mean:.1f}% - {low:g} = {lo:.1f}% cold, mean + {high:g} = {hi:.1f}% hot",
         )
     return bands
+
+
+def pool_mean(snapshot: ClusterSnapshot, pool: str) -> float | None:
+    """The mean CPU usage in percent of the pool's nodes with known usage (None: no such node)."""
+    usages = [pct for name, pct in _known_pcts(snapshot) if snapshot.pool_of[name] == pool]
+    return fmean(usages) if usages else None
 
 
 def _known_pcts(snapshot: ClusterSnapshot) -> list[tuple[str, float]]:
@@ -259,9 +267,29 @@ class NodeClasses:
     def band(self, name: str) -> Band:
         return self._bands[self._snapshot.pool_of[name]]
 
+    def pool_band(self, pool: str) -> Band:
+        return self._bands[pool]
+
     def cap_m(self, name: str) -> int:
         """The usage the node may reach: its pool's upper percentage of its allocatable CPU."""
         return target_amount(self._snapshot.nodes[name].allocatable_cpu_m, self.band(name).high_pct)
+
+    def receive_cap_m(self, name: str) -> int:
+        """The usage the node may reach as a destination: its pool's receive percentage of its allocatable
+        CPU, the upper one when the pool has none."""
+        band = self.band(name)
+        pct = band.high_pct if band.receive_pct is None else band.receive_pct
+        return target_amount(self._snapshot.nodes[name].allocatable_cpu_m, pct)
+
+    def receives(self, name: str) -> bool:
+        """The node is a destination: cold, or, where its pool has a receive percentage, neither hot nor
+        unknown and under it (the room a given pod needs is the room search's and the predictor's)."""
+        node_class = self.of[name]
+        receive = self.band(name).receive_pct
+        if receive is None or node_class in (NodeClass.HOT, NodeClass.UNKNOWN):
+            return node_class is NodeClass.COLD
+        pct = self.pct[name]
+        return pct is not None and pct < receive
 
     def extra_room(self) -> ExtraRoom | None:
         """Room under the memory and pods targets of the destinations (None: no thresholds name them)."""

@@ -24,6 +24,7 @@ class Unrelieved(StrEnum):
     """Why a strategy planned no eviction on a node it classified hot (the efficiency metrics count these)."""
 
     NO_COLD_NODE = "no-cold-node"  # the pool has no cold node to take the load
+    NO_RECEIVER = "no-receiver"  # no node of the pool is under its receiveThresholds to take the load
     NUMBER_OF_NODES = "number-of-nodes"  # not more cold nodes than numberOfNodes
     NO_EVICTABLE_POD = "no-evictable-pod"  # every pod protected, of unknown usage, or without usage
     RECENTLY_MOVED = "recently-moved"  # the only candidates just moved here (bounce-back guard)

@@ -32,30 +32,34 @@ HOT = ("hot-1", "hot-2")
 COLD = ("cold-1", "cold-2", "cold-3")
 SPARE = "spare"
 NODES = (*HOT, *COLD, SPARE)
-REPLICAS = {"busy-1": 5, "busy-2": 5, "idle-1": 1, "idle-2": 1, "idle-3": 1, "batch": 3}
+# name, nodes, replicas, real CPU (millicores), CPU request
+Workload = tuple[str, tuple[str, ...], int, int, str]
+WORKLOADS: tuple[Workload, ...] = (
+    ("busy-1", HOT[:1], 5, 170, "150m"),
+    ("busy-2", HOT[1:], 5, 170, "150m"),
+    *((f"idle-{i}", (cold,), 1, 100, "100m") for i, cold in enumerate(COLD, 1)),
+    ("batch", (SPARE,), 3, 20, "250m"),
+)
+REPLICAS = {name: replicas for name, _, replicas, _, _ in WORKLOADS}
 SCRAPE = "5s"
 RECEIVED_WITHIN = 600.0  # a node that received load this recently must not give any back unless really hot
 
 
-def build(plane: ControlPlane) -> None:
+def build(plane: ControlPlane, all_nodes: tuple[str, ...] = NODES, workloads: tuple[Workload, ...] = WORKLOADS) -> None:
     """The nodes, the Deployments placed by the real scheduler (the other nodes cordoned meanwhile), and
     the budgets with the disruption controller's status."""
-    plane.hollow_nodes(NODES)
+    plane.hollow_nodes(all_nodes)
     plane.namespace(NAMESPACE)
-    # name, nodes, replicas, real CPU (millicores), CPU request
-    workloads = [("busy-1", HOT[:1], 170, "150m"), ("busy-2", HOT[1:], 170, "150m"),
-                 *((f"idle-{i}", (cold,), 100, "100m") for i, cold in enumerate(COLD, 1)), ("batch", (SPARE,), 20, "250m")]  # fmt: skip
-    for name, nodes, load, request in workloads:
-        for node in NODES:
+    for name, nodes, replicas, load, request in workloads:
+        for node in all_nodes:
             cordon(plane, node, node not in nodes)
-        replicas = REPLICAS[name]
         deployment = o.deployment(name, NAMESPACE, replicas=replicas, cpu=request, labels={LOAD_LABEL: str(load)})
         plane.admin.create(deployment)
         plane.admin.create(o.pdb(name, NAMESPACE, app=name, max_unavailable=1))
         plane.admin.wait_for(f"{name} running on {nodes}", partial(placed, plane, name, nodes, replicas), timeout=90)
-    for node in NODES:
+    for node in all_nodes:
         cordon(plane, node, False)
-    for name in REPLICAS:
+    for name, *_ in workloads:
         plane.admin.wait_for(f"the disruption controller's status of {name}", partial(budget_open, plane, name))
 
 

@@ -1,7 +1,8 @@
 """Safety invariants of the planners over random clusters and policies (hypothesis).
 
 Whatever the cluster looks like: no protected pod is planned, no budget is overdrawn, no destination is
-pushed over its target, nothing moves from or to a node whose usage is unknown, caps hold.
+pushed over its target (nor over LowNodeUtilization's receiveThresholds, nor a hot one chosen), nothing moves
+from or to a node whose usage is unknown, caps hold.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rebalancer.domain.model import ClusterFacts, DisruptionBudget, Node, Pod, Taint, Toleration, UsageReport
-from rebalancer.planning.plan import NodeClass
+from rebalancer.planning.plan import NodeClass, NodeDecision
 from rebalancer.planning.protections import Protections
 from rebalancer.policy import Policy
 from rebalancer.policy.cycle import plan_cycle
@@ -99,6 +100,8 @@ def policies(draw: st.DrawFn) -> Policy:
             extra += "predictPlacement: false\n"
         if draw(st.integers(0, 2)) == 0:
             extra += f"minExpectedGain: {draw(st.sampled_from([0, 10, 20]))}\n"
+        if draw(st.booleans()):
+            extra += f"receiveThresholds: {{cpu: {draw(st.integers(low, high))}}}\n"
     elif draw(st.booleans()):
         extra += "predictPlacement: false\n"
     yaml = f"kind: {kind}\nthresholds: {{cpu: {low}}}\ntargetThresholds: {{cpu: {high}}}\n{extra}"
@@ -106,6 +109,17 @@ def policies(draw: st.DrawFn) -> Policy:
     if draw(st.booleans()):
         protections = "protections:\n  evictLocalStoragePods: true\n  priorityThreshold: 100\n"
     return policy(yaml, protections)
+
+
+def assert_receivable(strategy: object, d: NodeDecision, n: Node, extra: int) -> None:
+    """LowNodeUtilization moves nothing onto a hot node, nor past its receiveThresholds (absolute ones)."""
+    if getattr(strategy, "kind", None) != "LowNodeUtilization":
+        return
+    assert d.node_class is not NodeClass.HOT, "a hot node received load"
+    receive = getattr(strategy, "receive_thresholds", None)
+    if receive is not None and not getattr(strategy, "use_deviation_thresholds", False):
+        assert d.usage_m is not None
+        assert d.usage_m + extra <= int(n.allocatable_cpu_m * receive.cpu / 100.0), "pushed over receiveThresholds"
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -153,6 +167,7 @@ def test_plans_are_safe(cluster: tuple[ClusterFacts, UsageReport], pol: Policy) 
         load = snapshot.load[dest]
         assert d.usage_m is not None and d.high_pct is not None
         assert d.usage_m + extra <= int(n.allocatable_cpu_m * d.high_pct / 100.0), "destination pushed over target"
+        assert_receivable(strategy, d, n, extra)
         assert load.requested_cpu_m + received_cpu[dest] <= n.allocatable_cpu_m, "requests exceed allocatable"
         assert load.pod_count + received_pods[dest] <= n.allocatable_pods, "pod capacity exceeded"
 
