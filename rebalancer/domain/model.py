@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from rebalancer.domain.labels import LabelSelector, NodeSelectorTerm, PreferredTerm
+from rebalancer.domain.labels import LabelSelector, NodeSelectorTerm, PodAffinity, PreferredTerm
 
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 
@@ -116,6 +116,7 @@ class Pod(msgspec.Struct, frozen=True, gc=False):
     terminating: bool = False
     mirror: bool = False
     preferred_affinity: tuple[PreferredTerm, ...] = ()  # preferred node affinity (the scheduler's score)
+    pod_affinity: PodAffinity | None = None  # inter-pod affinity and anti-affinity (None: no term)
 
     @property
     def key(self) -> PodKey:
