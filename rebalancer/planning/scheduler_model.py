@@ -16,13 +16,17 @@ Scores (each 0-100 like the scheduler's, times the default plugin weight):
   normalized in reverse (the node with most such taints scores 0, a node with none 100).
 - NodeAffinity, weight 2: the weights of the pod's preferred node affinity terms a node matches, summed
   and normalized (the feasible node with the most scores 100; none preferred: 0 everywhere).
+- InterPodAffinity, weight 2 (:mod:`rebalancer.planning.inter_pod`): the preferred inter-pod terms of the pod
+  and of the pods on the nodes, and existing pods' required affinity terms, min-max normalized; its filter
+  (required affinity and anti-affinity, the pod's own and existing pods' against it) runs with the others,
+  counting terminating pods as the scheduler does. A term with a non-empty ``namespaceSelector`` cannot be
+  evaluated (namespace labels are not read): the answer then carries a ``caveat`` and claims no certainty.
 - PodTopologySpread, weight 2, the default system constraints (hostname maxSkew 3 and
   ``topology.kubernetes.io/zone`` maxSkew 5, ScheduleAnyway) over the pod's workload: fewer pods of
   the same workload on the node (and in its zone) scores higher. Bare pods have no such constraint.
 
-Not modelled: ImageLocality (hollow and real nodes alike: the image is rarely the tie-breaker), inter-pod
-affinity, volume plugins, pods' own
-topologySpreadConstraints (``bench/landing_vs_scheduler.py`` measures what they cost against the real
+Not modelled: ImageLocality (hollow and real nodes alike: the image is rarely the tie-breaker), volume
+plugins, pods' own topologySpreadConstraints (``bench/landing_vs_scheduler.py`` measures what they cost against the real
 scheduler).
 
 **Vacating** (``vacate=True``, :meth:`SchedulerModel.terminate`): an evicted pod terminates during its grace
@@ -59,6 +63,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rebalancer.domain.model import Node, Pod, PodKey, WorkloadRef
+from rebalancer.planning.inter_pod import InterPodAffinity, normalized
 from rebalancer.planning.landing_groups import LandingGroups, RankedBuckets, best_first, merge_groups
 from rebalancer.planning.scheduler_sampling import (
     Floats,
@@ -71,7 +76,7 @@ from rebalancer.planning.scheduling import placement_blocker
 from rebalancer.planning.snapshot import ClusterSnapshot, node_pods
 
 MAX_NODE_SCORE = 100
-WEIGHT_FIT, WEIGHT_BALANCED, WEIGHT_TAINT, WEIGHT_SPREAD, WEIGHT_NODE_AFFINITY = 1, 1, 3, 2, 2
+WEIGHT_FIT, WEIGHT_BALANCED, WEIGHT_TAINT, WEIGHT_SPREAD, WEIGHT_NODE_AFFINITY, WEIGHT_INTER_POD = 1, 1, 3, 2, 2, 2
 DEFAULT_CPU_M, DEFAULT_MEMORY = 100, 200 * 2**20  # the scheduler's non-zero request defaults
 HOSTNAME_SKEW, ZONE_SKEW = 3, 5
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -107,6 +112,7 @@ class LandingDistribution:
     sampled: int  # how many feasible nodes the scheduler scores: min(feasible, numFeasibleNodesToFind)
     feasible: int  # how many nodes are feasible (``index`` may leave out those it never reaches, see EPSILON)
     reason: str
+    caveat: str = ""  # what the model could not evaluate for this pod ("": nothing): then nothing is certain
 
     def as_dict(self) -> dict[str, float]:
         """Node -> probability, nodes with a probability above 0 only."""
@@ -217,6 +223,7 @@ class SchedulerModel:
         self._serial = 0
         self._names_array = np.array(self.names, dtype=object)
         self._tables: dict[tuple[int, int], Floats] = {}
+        self._inter = InterPodAffinity(nodes, snapshot.pods_on)
         self._load(snapshot)
 
     def _load(self, snapshot: ClusterSnapshot) -> None:
@@ -257,6 +264,7 @@ class SchedulerModel:
         i = self._index[node]
         self._shift(pod, i, 1)
         self._where[pod.key] = i
+        self._inter.add(i, pod)
 
     def remove(self, pod: Pod) -> None:
         """``pod`` left its node (evicted, deleted or moved by a plan); unknown pods are ignored."""
@@ -264,6 +272,7 @@ class SchedulerModel:
         self._where[pod.key] = None
         if i is not None:
             self._shift(pod, i, -1)
+            self._inter.remove(i, pod)
 
     def terminate(self, pod: Pod) -> None:
         """``pod`` was evicted and terminates: it stops counting for spreading (the scheduler skips
@@ -306,6 +315,7 @@ class SchedulerModel:
         self._rankings.clear()
         self._changes.clear()
         self._zone_list = self._zone.tolist()
+        self._inter.replace_node(i, node)
 
     def bound(self, pod: Pod) -> int | None:
         """The index of the node ``pod`` is bound to in the model (None: not bound). A snapshot's pod is
@@ -354,7 +364,7 @@ class SchedulerModel:
         probabilities = np.array([g.probability for _, g in pairs], np.float64)
         scores = np.array([g.total for _, g in pairs], np.int64)
         return LandingDistribution(
-            self.names, index, probabilities, scores, found.sampled, found.feasible, found.reason
+            self.names, index, probabilities, scores, found.sampled, found.feasible, found.reason, found.caveat
         )
 
     def landing_groups(self, pod: Pod, *, vacate: bool = False) -> LandingGroups:
@@ -367,7 +377,9 @@ class SchedulerModel:
         nodes scored exactly, whose score differs for this pod (its own node when vacated, the nodes
         changed since the ranking was built, the nodes holding its workload's pods). Their probabilities
         are those of :meth:`full_distribution` (the property tests compare them)."""
-        if pod.preferred_affinity:  # its static scores depend on which feasible node matches most: scored in full
+        if pod.preferred_affinity or self._inter.verdict(pod) is not None:
+            # its static scores depend on which feasible node matches most, or InterPodAffinity filters or
+            # scores by the pods on the nodes (which moves change beyond the moved pod's node): scored in full
             return self._groups_of(self.full_distribution(pod, vacate=vacate))
         where = self.bound(pod) if vacate else None
         key = self._class_key(pod)
@@ -422,7 +434,7 @@ class SchedulerModel:
             self._reached(n, spread.sampled),
             self._unsampled(n, spread.sampled),
         )
-        return LandingGroups(groups, n, spread.sampled, spread.reason, -1, (), {})
+        return LandingGroups(groups, n, spread.sampled, spread.reason, -1, (), {}, spread.caveat)
 
     def _reached(self, n: int, k: int) -> int:
         found = self._reached_counts.get((n, k))
@@ -446,15 +458,17 @@ class SchedulerModel:
     ) -> LandingDistribution:
         """:meth:`landing_distribution` over every feasible node, every node scored (the reference)."""
         feasible, why, total = self._totals(pod, vacate, exclude)
+        verdict = self._inter.verdict(pod)
+        caveat = "" if verdict is None else verdict.caveat
         if total is None:
             none = np.zeros(0, np.int64)
-            return LandingDistribution(self.names, none, np.zeros(0), none, 0, 0, why)
+            return LandingDistribution(self.names, none, np.zeros(0), none, 0, 0, why, caveat)
         index = feasible.nonzero()[0]  # flatnonzero of a 1-D array, without its dispatch (~10 µs)
         scores = total[index]
         probabilities = winning_probabilities(scores, self.sample_size, self._tables)
         sampled = min(len(index), self.sample_size)
         reason = f"the best of {sampled} sampled of {len(index)} feasible node(s)"
-        return LandingDistribution(self.names, index, probabilities, scores, sampled, len(index), reason)
+        return LandingDistribution(self.names, index, probabilities, scores, sampled, len(index), reason, caveat)
 
     def _ranking(self, pod: Pod, key: tuple[object, ...]) -> _Ranking:
         """The pod class's ranking (requests and constraints: ``key``, nothing vacated), built again when
@@ -577,6 +591,7 @@ class SchedulerModel:
             static: Ints = self._fit_balanced(pod) + WEIGHT_TAINT * taint
             if pod.preferred_affinity:
                 static += self._node_affinity(pod, feasible)
+            static += self._inter_pod(pod, feasible)
             if len(self._statics) >= 256:
                 self._statics.clear()
             found = self._statics[key] = (feasible, why, static)
@@ -626,6 +641,11 @@ class SchedulerModel:
 
     def _feasible(self, pod: Pod, exclude: Collection[str]) -> tuple[Bools, str]:
         allowed, _, blocked_why = self._constraint_masks(pod)
+        verdict = self._inter.verdict(pod)
+        if verdict is not None and verdict.allowed is not None:
+            allowed = allowed & verdict.allowed
+            inter_why = ", ".join(f"{n} {why}" for why, n in verdict.blocked.items())
+            blocked_why = f"{blocked_why}, {inter_why}" if blocked_why else inter_why
         fits_cpu, fits_mem, fits_pods = self._fit_masks(pod)
         feasible = allowed & fits_cpu & fits_mem & fits_pods
         for name in exclude:
@@ -646,10 +666,11 @@ class SchedulerModel:
             reasons.append("the rest excluded")
         return feasible, f"0/{len(self.names)} nodes are available: " + ", ".join(reasons or ["no nodes"])
 
-    @classmethod
-    def _class_key(cls, pod: Pod) -> tuple[object, ...]:
-        """What the static scores depend on: the pod's requests and constraints."""
-        return (pod.cpu_request_m, pod.memory_request, pod.preferred_affinity, *cls._constraint_key(pod))
+    def _class_key(self, pod: Pod) -> tuple[object, ...]:
+        """What the static scores depend on: the pod's requests and constraints, and for a pod InterPodAffinity
+        filters or scores, its namespace, labels and inter-pod terms (pods alike but for them do not share)."""
+        return (pod.cpu_request_m, pod.memory_request, pod.preferred_affinity, *self._constraint_key(pod),
+                *self.inter_pod_key(pod))  # fmt: skip
 
     @staticmethod
     def _constraint_key(pod: Pod) -> tuple[object, ...]:
@@ -687,7 +708,28 @@ class SchedulerModel:
         total: Ints = self._fit_balanced(pod) + WEIGHT_TAINT * taint + WEIGHT_SPREAD * spread
         if pod.preferred_affinity:
             total += self._node_affinity(pod, feasible)
+        total += self._inter_pod(pod, feasible)
         return total
+
+    def _inter_pod(self, pod: Pod, feasible: Bools) -> Ints | int:
+        """InterPodAffinity's weighted score, normalized over the feasible nodes (0: none for this pod)."""
+        verdict = self._inter.verdict(pod)
+        if verdict is None or verdict.raw is None:
+            return 0
+        score: Ints = WEIGHT_INTER_POD * normalized(verdict.raw, feasible)
+        return score
+
+    def inter_pod_key(self, pod: Pod) -> tuple[object, ...]:
+        """What tells apart the answers for pods alike but for their namespace, labels and inter-pod terms:
+        () when InterPodAffinity has no effect on ``pod``."""
+        return self._inter.key(pod)
+
+    def max_score(self, pod: Pod) -> int:
+        """The highest total weighted score a node can have for ``pod`` now (InterPodAffinity's only when it
+        scores for this pod)."""
+        verdict = self._inter.verdict(pod)
+        inter_pod = verdict is not None and verdict.raw is not None
+        return max_score(pod) + (MAX_NODE_SCORE * WEIGHT_INTER_POD if inter_pod else 0)
 
     def _fit_balanced(self, pod: Pod, at: Ints | None = None) -> Ints:
         """NodeResourcesFit (LeastAllocated) and NodeResourcesBalancedAllocation, weighted, on every node

@@ -1,0 +1,286 @@
+"""The default scheduler's InterPodAffinity plugin over the pods on each node (pure), for the scheduler model.
+
+**Filter** (as ``interpodaffinity/filtering.go``), for an incoming pod P, counting every pod on a node,
+terminating ones included (the scheduler's cache holds an evicted pod until its object is deleted, and
+its replacement is scheduled meanwhile):
+
+- P's required anti-affinity: a node is out when, for some term, it has the term's topology label and a
+  pod the term matches runs on a node with the same value of that label (the terms' lists of nodes are
+  intersected: every term must hold).
+- Existing pods' required anti-affinity: a node is out when it shares the topology value of a pod whose
+  term matches P (what keeps the replacement of a one-per-node pod off the node its predecessor still
+  terminates on).
+- P's required affinity: a node must have every term's topology label, and for each term some pod that
+  matches *all* the terms must run in its topology domain; when no pod anywhere matches them all and P
+  matches its own terms (the first pod of a group with affinity to itself), every node with the labels is
+  allowed.
+
+**Score** (``scoring.go``, weight 2 in the default profile): per topology domain the summed weights of P's
+preferred terms that match pods there (anti-affinity subtracted), of existing pods' preferred terms that
+match P (anti subtracted) and 1 (``hardPodAffinityWeight``) per existing pod's required affinity term that
+matches P; a node scores the sum of its domains, min-max normalized to 0-100 over the feasible nodes.
+
+A term matches a pod in its namespaces (resolved when read) by its label selector (none: no pod). Not
+representable: a non-empty ``namespaceSelector`` (namespaces chosen by labels rebalancer does not read):
+when such a term could decide, the answer carries a caveat and is not to be taken as certain.
+
+Kept current with :meth:`InterPodAffinity.add` and :meth:`InterPodAffinity.remove` as the model's pods
+move; each distinct term (or conjunction of terms) has its per-node count of matching pods, built on first
+use and updated by every move.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from rebalancer.domain.labels import PodAffinityTerm
+from rebalancer.domain.model import Node, Pod, PodKey
+
+ANTI, AFFINITY, PREFERRED = "required anti-affinity", "required affinity", "preferred"
+AFFINITY_OUT = "node(s) didn't match pod affinity rules"
+ANTI_OUT = "node(s) didn't match pod anti-affinity rules"
+EXISTING_OUT = "node(s) didn't satisfy existing pods anti-affinity rules"
+HARD_POD_AFFINITY_WEIGHT = 1  # the scheduler's default InterPodAffinityArgs.hardPodAffinityWeight
+CAVEAT = "an inter-pod affinity term with a namespaceSelector (namespace labels are not read)"
+
+Bools = npt.NDArray[np.bool_]
+Ints = npt.NDArray[np.int64]
+Terms = tuple[PodAffinityTerm, ...]  # a conjunction: a pod matches when every term does
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """InterPodAffinity for one pod: the nodes its filter allows (None: all), why the others are out, its raw
+    per-node score (None: no term scores) and what the model cannot tell ("": nothing)."""
+
+    allowed: Bools | None
+    blocked: dict[str, int]
+    raw: Ints | None
+    caveat: str
+
+    @property
+    def matters(self) -> bool:
+        return self.allowed is not None or self.raw is not None or bool(self.caveat)
+
+
+def normalized(raw: Ints, feasible: Bools) -> Ints:
+    """The plugin's NormalizeScore: ``100 * (raw - min) / (max - min)`` over the feasible nodes, truncated
+    (float64 as the scheduler computes it); 0 everywhere when they all score the same."""
+    if not feasible.any():
+        return np.zeros(len(raw), np.int64)
+    low, high = int(raw[feasible].min()), int(raw[feasible].max())
+    if high == low:
+        return np.zeros(len(raw), np.int64)
+    score: Ints = (100.0 * ((raw - low) / float(high - low))).astype(np.int64)
+    return score
+
+
+class InterPodAffinity:
+    """The pods on the nodes (index order of ``nodes``) as InterPodAffinity sees them, and its verdict per pod."""
+
+    def __init__(self, nodes: Sequence[Node], pods_on: Callable[[str], tuple[Pod, ...]]) -> None:
+        self._nodes = list(nodes)
+        self._pods_on = pods_on
+        self._base: list[tuple[int, Pod]] | None = None  # the snapshot's pods, read when first needed
+        self._with_terms: dict[tuple[str, int, PodAffinityTerm], dict[int, int]] | None = None
+        self._added: list[tuple[int, Pod]] = []
+        self._gone: set[tuple[PodKey, int]] = set()
+        self._matching: dict[Terms, dict[int, int]] = {}  # conjunction -> node -> pods matching it
+        self._domains: dict[str, dict[str, list[int]]] = {}  # label key -> value -> nodes
+        self._verdicts: dict[tuple[object, ...], Verdict | None] = {}
+
+    # --- the pods, kept current -------------------------------------------------------------------
+
+    def add(self, i: int, pod: Pod) -> None:
+        """``pod`` runs (or terminates) on node ``i`` from now on."""
+        self._added.append((i, pod))
+        self._count(i, pod, 1)
+
+    def remove(self, i: int, pod: Pod) -> None:
+        """``pod`` left node ``i``."""
+        entry = next((e for e in self._added if e[0] == i and e[1].key == pod.key), None)
+        if entry is not None:
+            self._added.remove(entry)
+        else:
+            self._gone.add((pod.key, i))
+        self._count(i, pod, -1)
+
+    def replace_node(self, i: int, node: Node) -> None:
+        self._nodes[i] = node
+        self._domains.clear()
+        self._verdicts.clear()
+
+    def _pods(self) -> list[tuple[int, Pod]]:
+        if self._base is None:
+            self._base = [(i, p) for i, n in enumerate(self._nodes) for p in self._pods_on(n.name)]
+        return self._base
+
+    def _present(self) -> Iterable[tuple[int, Pod]]:
+        gone = self._gone
+        for i, pod in self._pods():
+            if not gone or (pod.key, i) not in gone:
+                yield i, pod
+        yield from self._added
+
+    def _terms(self) -> dict[tuple[str, int, PodAffinityTerm], dict[int, int]]:
+        """(role, weight, term) -> node -> the pods carrying it there, for every term of the pods present."""
+        if self._with_terms is None:
+            self._with_terms = {}
+            for i, pod in self._present():
+                if pod.pod_affinity is not None:
+                    self._tally_terms(i, pod, 1)
+        return self._with_terms
+
+    def _tally_terms(self, i: int, pod: Pod, sign: int) -> None:
+        rules = pod.pod_affinity
+        assert rules is not None and self._with_terms is not None
+        entries = [
+            *((ANTI, 0, t) for t in rules.required_anti),
+            *((AFFINITY, HARD_POD_AFFINITY_WEIGHT, t) for t in rules.required),
+            *((PREFERRED, w.weight, w.term) for w in rules.preferred),
+            *((PREFERRED, -w.weight, w.term) for w in rules.preferred_anti),
+        ]
+        for entry in entries:
+            counts = self._with_terms.setdefault(entry, {})
+            counts[i] = counts.get(i, 0) + sign
+            if not counts[i]:
+                del counts[i]
+
+    def _count(self, i: int, pod: Pod, sign: int) -> None:
+        self._verdicts.clear()
+        if self._with_terms is not None and pod.pod_affinity is not None:
+            self._tally_terms(i, pod, sign)
+        for terms, counts in self._matching.items():
+            if all(t.selects(pod.namespace, pod.labels) for t in terms):
+                counts[i] = counts.get(i, 0) + sign
+                if not counts[i]:
+                    del counts[i]
+
+    def _matches(self, terms: Terms) -> dict[int, int]:
+        """Node -> the pods present there that every one of ``terms`` matches."""
+        found = self._matching.get(terms)
+        if found is None:
+            found = self._matching[terms] = {}
+            for i, pod in self._present():
+                if all(t.selects(pod.namespace, pod.labels) for t in terms):
+                    found[i] = found.get(i, 0) + 1
+        return found
+
+    def _domain(self, key: str) -> dict[str, list[int]]:
+        """The nodes by their value of the label ``key`` (nodes without it left out)."""
+        found = self._domains.get(key)
+        if found is None:
+            found = self._domains[key] = {}
+            for i, node in enumerate(self._nodes):
+                value = node.labels.get(key)
+                if value is not None:
+                    found.setdefault(value, []).append(i)
+        return found
+
+    # --- the verdict ------------------------------------------------------------------------------
+
+    def verdict(self, pod: Pod) -> Verdict | None:
+        """The plugin's filter and raw score for ``pod`` (None: it has no effect on this pod), cached until a
+        pod moves or a node changes. The pod's own terms, namespace and labels decide it."""
+        rules = pod.pod_affinity
+        if rules is None and not self._terms():
+            return None
+        key = (pod.namespace, tuple(sorted(pod.labels.items())), rules)
+        if key in self._verdicts:
+            return self._verdicts[key]
+        decided = self._decide(pod)
+        if len(self._verdicts) >= 1024:
+            self._verdicts.clear()
+        found = self._verdicts[key] = decided if decided.matters else None
+        return found
+
+    def key(self, pod: Pod) -> tuple[object, ...]:
+        """What a cache of results for pods like ``pod`` must tell apart: () when the plugin has no effect."""
+        if self.verdict(pod) is None:
+            return ()
+        return (pod.namespace, tuple(sorted(pod.labels.items())), pod.pod_affinity)
+
+    def _decide(self, pod: Pod) -> Verdict:
+        size = len(self._nodes)
+        existing_out, anti_out = np.zeros(size, np.bool_), np.zeros(size, np.bool_)
+        affinity_out = np.zeros(size, np.bool_)
+        raw, scored, caveat = np.zeros(size, np.int64), False, ""
+        namespace, labels = pod.namespace, pod.labels
+        for (role, weight, term), counts in self._terms().items():  # existing pods' terms matching this pod
+            if not counts:
+                continue
+            if term.unsure(namespace, labels):
+                caveat = CAVEAT
+            if not term.selects(namespace, labels):
+                continue
+            if role == ANTI:
+                existing_out[self._near(term.topology_key, counts)] = True
+            else:
+                raw += self._weighted(term.topology_key, counts, weight)
+                scored = True
+        rules = pod.pod_affinity
+        if rules is not None:
+            preferred = ((1, w) for w in rules.preferred)
+            preferred_anti = ((-1, w) for w in rules.preferred_anti)
+            terms = (
+                *rules.required,
+                *rules.required_anti,
+                *(w.term for w in (*rules.preferred, *rules.preferred_anti)),
+            )
+            if any(t.namespace_selector is not None for t in terms):
+                caveat = CAVEAT
+            for term in rules.required_anti:
+                anti_out[self._near(term.topology_key, self._matches((term,)))] = True
+            if rules.required:
+                affinity_out = ~self._affinity_allowed(pod, rules.required)
+            for sign, w in (*preferred, *preferred_anti):
+                raw += self._weighted(w.term.topology_key, self._matches((w.term,)), sign * w.weight)
+                scored = True
+        blocked: dict[str, int] = {}
+        out = np.zeros(size, np.bool_)
+        for why, mask in ((AFFINITY_OUT, affinity_out), (ANTI_OUT, anti_out), (EXISTING_OUT, existing_out)):
+            first = mask & ~out  # each node counted once, by the first check it fails (as the filter runs them)
+            if first.any():
+                blocked[why] = int(first.sum())
+            out |= mask
+        return Verdict(~out if out.any() else None, blocked, raw if scored else None, caveat)
+
+    def _near(self, key: str, counts: Mapping[int, int]) -> list[int]:
+        """The nodes sharing the value of label ``key`` with a node of ``counts`` (nodes without it: none)."""
+        domain = self._domain(key)
+        values = {v for i in counts if (v := self._nodes[i].labels.get(key)) is not None}
+        return [i for v in values for i in domain[v]]
+
+    def _weighted(self, key: str, counts: Mapping[int, int], weight: int) -> Ints:
+        """``weight`` per pod counted, on every node sharing the topology value of the node it runs on."""
+        score = np.zeros(len(self._nodes), np.int64)
+        domain = self._domain(key)
+        for i, n in counts.items():
+            value = self._nodes[i].labels.get(key)
+            if value is not None:
+                score[domain[value]] += weight * n
+        return score
+
+    def _affinity_allowed(self, pod: Pod, terms: Terms) -> Bools:
+        """The nodes P's required affinity allows (see the module docstring)."""
+        size = len(self._nodes)
+        matched = self._matches(terms)
+        with_labels, near = np.ones(size, np.bool_), np.ones(size, np.bool_)
+        counted = False
+        for t in terms:
+            has = np.zeros(size, np.bool_)
+            has[[i for nodes in self._domain(t.topology_key).values() for i in nodes]] = True
+            with_labels &= has
+            close = np.zeros(size, np.bool_)
+            nodes = self._near(t.topology_key, matched)
+            close[nodes] = True
+            counted = counted or bool(nodes)
+            near &= close
+        if not counted and all(t.selects(pod.namespace, pod.labels) for t in terms):
+            return with_labels  # the first of a group with affinity to itself
+        allowed: Bools = near & with_labels
+        return allowed
