@@ -149,14 +149,16 @@ class DisruptionBudget(msgspec.Struct, frozen=True, gc=False):
 
 
 class NodePods(msgspec.Struct, frozen=True, gc=False):
-    """The non-terminal pods bound to one node (in the order of the facts' pods), their request sums and
-    how many of them request no CPU / no memory (the scheduler scores those with default requests)."""
+    """The non-terminal pods bound to one node (in the order of the facts' pods), their request sums,
+    how many of them request no CPU / no memory (the scheduler scores those with default requests) and how
+    many carry inter-pod terms."""
 
     pods: tuple[Pod, ...]
     cpu_request_m: int
     memory_request: int
     cpu_unrequested: int
     memory_unrequested: int
+    inter_pod: int = 0  # how many carry inter-pod terms (the scheduler model reads only their nodes)
 
 
 class ClusterFacts(msgspec.Struct, frozen=True, gc=False):

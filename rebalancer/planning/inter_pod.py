@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rebalancer.domain.labels import PodAffinityTerm
-from rebalancer.domain.model import Node, Pod, PodKey
+from rebalancer.domain.model import Node, NodePods, Pod, PodKey
 
 ANTI, AFFINITY, PREFERRED = "required anti-affinity", "required affinity", "preferred"
 AFFINITY_OUT = "node(s) didn't match pod affinity rules"
@@ -82,9 +82,17 @@ def normalized(raw: Ints, feasible: Bools) -> Ints:
 class InterPodAffinity:
     """The pods on the nodes (index order of ``nodes``) as InterPodAffinity sees them, and its verdict per pod."""
 
-    def __init__(self, nodes: Sequence[Node], pods_on: Callable[[str], tuple[Pod, ...]]) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        pods_on: Callable[[str], tuple[Pod, ...]],
+        groups: Mapping[str, NodePods] | None = None,
+    ) -> None:
+        """``groups``: the snapshot's pods by node with their counts, when it has them (the nodes none of
+        whose pods carries a term are then not read)."""
         self._nodes = list(nodes)
         self._pods_on = pods_on
+        self._groups = groups
         self._base: list[tuple[int, Pod]] | None = None  # the snapshot's pods, read when first needed
         self._with_terms: dict[tuple[str, int, PodAffinityTerm], dict[int, int]] | None = None
         self._added: list[tuple[int, Pod]] = []
@@ -130,7 +138,16 @@ class InterPodAffinity:
         """(role, weight, term) -> node -> the pods carrying it there, for every term of the pods present."""
         if self._with_terms is None:
             self._with_terms = {}
-            for i, pod in self._present():
+            gone = self._gone
+            groups = self._groups
+            for i, node in enumerate(self._nodes):  # one pass without building the list of every pod
+                group = None if groups is None else groups.get(node.name)
+                if group is not None and not group.inter_pod:
+                    continue
+                for pod in self._pods_on(node.name):
+                    if pod.pod_affinity is not None and (not gone or (pod.key, i) not in gone):
+                        self._tally_terms(i, pod, 1)
+            for i, pod in self._added:
                 if pod.pod_affinity is not None:
                     self._tally_terms(i, pod, 1)
         return self._with_terms

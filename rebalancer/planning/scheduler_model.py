@@ -223,7 +223,7 @@ class SchedulerModel:
         self._serial = 0
         self._names_array = np.array(self.names, dtype=object)
         self._tables: dict[tuple[int, int], Floats] = {}
-        self._inter = InterPodAffinity(nodes, snapshot.pods_on)
+        self._inter = InterPodAffinity(nodes, snapshot.pods_on, snapshot.groups)
         self._load(snapshot)
 
     def _load(self, snapshot: ClusterSnapshot) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -170,6 +170,9 @@ def test_inter_pod_affinity(case: Case) -> None:
     assert (max(distribution.as_dict(), key=distribution.as_dict().__getitem__, default=None)) == case.expected
     if case.feasible is not None:
         assert set(m.scores(case.new, vacate=case.vacate)) == case.feasible
+    ungrouped = snapshot(case.nodes, case.pods, usage({n.name: 0 for n in case.nodes}))
+    ungrouped = replace(ungrouped, groups=None, by_workload=None)  # every pod read, not only the counted groups'
+    assert SchedulerModel(ungrouped).place(case.new, vacate=case.vacate) == placed
 
 
 def test_the_preferred_score_is_min_max_normalized_and_weighted_two() -> None:
