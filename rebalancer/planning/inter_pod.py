@@ -100,6 +100,7 @@ class InterPodAffinity:
         self._matching: dict[Terms, dict[int, int]] = {}  # conjunction -> node -> pods matching it
         self._domains: dict[str, dict[str, list[int]]] = {}  # label key -> value -> nodes
         self._verdicts: dict[tuple[object, ...], Verdict | None] = {}
+        self._last: tuple[Pod, tuple[object, ...]] | None = None
 
     # --- the pods, kept current -------------------------------------------------------------------
 
@@ -206,7 +207,7 @@ class InterPodAffinity:
         rules = pod.pod_affinity
         if rules is None and not self._terms():
             return None
-        key = (pod.namespace, tuple(sorted(pod.labels.items())), rules)
+        key = self._key_of(pod)
         if key in self._verdicts:
             return self._verdicts[key]
         decided = self._decide(pod)
@@ -219,27 +220,38 @@ class InterPodAffinity:
         """What a cache of results for pods like ``pod`` must tell apart: () when the plugin has no effect."""
         if self.verdict(pod) is None:
             return ()
-        return (pod.namespace, tuple(sorted(pod.labels.items())), pod.pod_affinity)
+        return self._key_of(pod)
+
+    def _key_of(self, pod: Pod) -> tuple[object, ...]:
+        """The pod's namespace, labels and terms; kept for the last pod asked (a query asks several times)."""
+        last = self._last
+        if last is not None and last[0] is pod:
+            return last[1]
+        key = (pod.namespace, tuple(sorted(pod.labels.items())), pod.pod_affinity)
+        self._last = (pod, key)
+        return key
 
     def _decide(self, pod: Pod) -> Verdict:
+        namespace, labels, caveat = pod.namespace, pod.labels, ""
+        selecting = []  # existing pods' terms matching this pod
+        for (role, weight, term), counts in self._terms().items():
+            if counts and term.unsure(namespace, labels):
+                caveat = CAVEAT
+            if counts and term.selects(namespace, labels):
+                selecting.append((role, weight, term, counts))
+        rules = pod.pod_affinity
+        if not selecting and rules is None:
+            return Verdict(None, {}, None, caveat)  # the common case, without a node array
         size = len(self._nodes)
         existing_out, anti_out = np.zeros(size, np.bool_), np.zeros(size, np.bool_)
         affinity_out = np.zeros(size, np.bool_)
-        raw, scored, caveat = np.zeros(size, np.int64), False, ""
-        namespace, labels = pod.namespace, pod.labels
-        for (role, weight, term), counts in self._terms().items():  # existing pods' terms matching this pod
-            if not counts:
-                continue
-            if term.unsure(namespace, labels):
-                caveat = CAVEAT
-            if not term.selects(namespace, labels):
-                continue
+        raw, scored = np.zeros(size, np.int64), False
+        for role, weight, term, counts in selecting:
             if role == ANTI:
                 existing_out[self._near(term.topology_key, counts)] = True
             else:
                 raw += self._weighted(term.topology_key, counts, weight)
                 scored = True
-        rules = pod.pod_affinity
         if rules is not None:
             preferred = ((1, w) for w in rules.preferred)
             preferred_anti = ((-1, w) for w in rules.preferred_anti)
