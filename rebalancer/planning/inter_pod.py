@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from rebalancer.domain.labels import PodAffinityTerm
+from rebalancer.domain.labels import PodAffinity, PodAffinityTerm
 from rebalancer.domain.model import Node, NodePods, Pod, PodKey
 
 ANTI, AFFINITY, PREFERRED = "required anti-affinity", "required affinity", "preferred"
@@ -61,6 +61,7 @@ class Verdict:
     blocked: dict[str, int]
     raw: Ints | None
     caveat: str
+    touched: tuple[int, ...] = ()  # the nodes the filter keeps out or whose raw score is not 0, in index order
 
     @property
     def matters(self) -> bool:
@@ -100,6 +101,10 @@ class InterPodAffinity:
         self._matching: dict[Terms, dict[int, int]] = {}  # conjunction -> node -> pods matching it
         self._domains: dict[str, dict[str, list[int]]] = {}  # label key -> value -> nodes
         self._verdicts: dict[tuple[object, ...], Verdict | None] = {}
+        self._by_label: dict[str, dict[str, list[tuple[int, Pod]]]] = {}  # label key -> value -> snapshot pods
+        self._entries_of: dict[int, tuple[PodAffinity, tuple[tuple[str, int, PodAffinityTerm], ...]]] = {}
+        # label (key, value) a term requires (None: none) -> the entries of the terms filed under it
+        self._term_index: dict[tuple[str, str] | None, list[tuple[str, int, PodAffinityTerm]]] = {}
         self._last: tuple[Pod, tuple[object, ...]] | None = None
 
     # --- the pods, kept current -------------------------------------------------------------------
@@ -128,6 +133,27 @@ class InterPodAffinity:
             self._base = [(i, p) for i, n in enumerate(self._nodes) for p in self._pods_on(n.name)]
         return self._base
 
+    def _labelled(self, key: str, value: str) -> Iterable[tuple[int, Pod]]:
+        """The pods present with label ``key`` = ``value`` (the snapshot's indexed by that label key once)."""
+        index = self._by_label.get(key)
+        if index is None:
+            index = self._by_label[key] = {}
+            pods_on = self._pods_on
+            for i, node in enumerate(self._nodes):
+                for pod in pods_on(node.name):
+                    found = pod.labels.get(key)
+                    if found is not None:
+                        entries = index.get(found)
+                        if entries is None:
+                            index[found] = [(i, pod)]
+                        else:
+                            entries.append((i, pod))
+        gone = self._gone
+        for i, pod in index.get(value, ()):
+            if not gone or (pod.key, i) not in gone:
+                yield i, pod
+        yield from ((i, pod) for i, pod in self._added if pod.labels.get(key) == value)
+
     def _present(self) -> Iterable[tuple[int, Pod]]:
         gone = self._gone
         for i, pod in self._pods():
@@ -153,20 +179,41 @@ class InterPodAffinity:
                     self._tally_terms(i, pod, 1)
         return self._with_terms
 
+    def _entries(self, rules: PodAffinity) -> tuple[tuple[str, int, PodAffinityTerm], ...]:
+        """The (role, weight, term) entries of a pod's rules, made once per rules object (pods of one template
+        share theirs) and filed in :attr:`_term_index`."""
+        found = self._entries_of.get(id(rules))
+        if found is None or found[0] is not rules:
+            entries = (
+                *((ANTI, 0, t) for t in rules.required_anti),
+                *((AFFINITY, HARD_POD_AFFINITY_WEIGHT, t) for t in rules.required),
+                *((PREFERRED, w.weight, w.term) for w in rules.preferred),
+                *((PREFERRED, -w.weight, w.term) for w in rules.preferred_anti),
+            )
+            found = self._entries_of[id(rules)] = (rules, entries)
+        return found[1]
+
     def _tally_terms(self, i: int, pod: Pod, sign: int) -> None:
         rules = pod.pod_affinity
         assert rules is not None and self._with_terms is not None
-        entries = [
-            *((ANTI, 0, t) for t in rules.required_anti),
-            *((AFFINITY, HARD_POD_AFFINITY_WEIGHT, t) for t in rules.required),
-            *((PREFERRED, w.weight, w.term) for w in rules.preferred),
-            *((PREFERRED, -w.weight, w.term) for w in rules.preferred_anti),
-        ]
-        for entry in entries:
-            counts = self._with_terms.setdefault(entry, {})
+        with_terms = self._with_terms
+        for entry in self._entries(rules):
+            counts = with_terms.get(entry)
+            if counts is None:
+                counts = with_terms[entry] = {}
+                label = _indexed_label(entry[2])
+                self._term_index.setdefault(label, []).append(entry)
             counts[i] = counts.get(i, 0) + sign
             if not counts[i]:
                 del counts[i]
+
+    def _candidates(self, pod: Pod) -> Iterable[tuple[str, int, PodAffinityTerm]]:
+        """The entries of the present pods' terms that may match ``pod``: those filed under one of its labels
+        and those filed under none."""
+        index = self._term_index
+        yield from index.get(None, ())
+        for pair in pod.labels.items():
+            yield from index.get(pair, ())
 
     def _count(self, i: int, pod: Pod, sign: int) -> None:
         self._verdicts.clear()
@@ -183,7 +230,9 @@ class InterPodAffinity:
         found = self._matching.get(terms)
         if found is None:
             found = self._matching[terms] = {}
-            for i, pod in self._present():
+            label = _indexed_label(terms[0])
+            pods = self._present() if label is None else self._labelled(*label)
+            for i, pod in pods:
                 if all(t.selects(pod.namespace, pod.labels) for t in terms):
                     found[i] = found.get(i, 0) + 1
         return found
@@ -234,7 +283,10 @@ class InterPodAffinity:
     def _decide(self, pod: Pod) -> Verdict:
         namespace, labels, caveat = pod.namespace, pod.labels, ""
         selecting = []  # existing pods' terms matching this pod
-        for (role, weight, term), counts in self._terms().items():
+        present = self._terms()
+        for entry in self._candidates(pod):
+            role, weight, term = entry
+            counts = present[entry]
             if counts and term.unsure(namespace, labels):
                 caveat = CAVEAT
             if counts and term.selects(namespace, labels):
@@ -276,7 +328,8 @@ class InterPodAffinity:
             if first.any():
                 blocked[why] = int(first.sum())
             out |= mask
-        return Verdict(~out if out.any() else None, blocked, raw if scored else None, caveat)
+        touched = tuple((out | (raw != 0)).nonzero()[0].tolist()) if scored else tuple(out.nonzero()[0].tolist())
+        return Verdict(~out if out.any() else None, blocked, raw if scored else None, caveat, touched)
 
     def _near(self, key: str, counts: Mapping[int, int]) -> list[int]:
         """The nodes sharing the value of label ``key`` with a node of ``counts`` (nodes without it: none)."""
@@ -313,3 +366,10 @@ class InterPodAffinity:
             return with_labels  # the first of a group with affinity to itself
         allowed: Bools = near & with_labels
         return allowed
+
+
+def _indexed_label(term: PodAffinityTerm) -> tuple[str, str] | None:
+    """A label (key, value) every pod ``term`` matches carries (the first of its matchLabels), or None."""
+    if term.selector is None or not term.selector.match_labels:
+        return None
+    return term.selector.match_labels[0]

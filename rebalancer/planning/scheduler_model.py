@@ -63,7 +63,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rebalancer.domain.model import Node, Pod, PodKey, WorkloadRef
-from rebalancer.planning.inter_pod import InterPodAffinity, normalized
+from rebalancer.planning.inter_pod import InterPodAffinity, Verdict, normalized
 from rebalancer.planning.landing_groups import LandingGroups, RankedBuckets, best_first, merge_groups
 from rebalancer.planning.scheduler_sampling import (
     Floats,
@@ -82,6 +82,7 @@ HOSTNAME_SKEW, ZONE_SKEW = 3, 5
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
 DIRTY_LIMIT = 32  # nodes changed since a class's ranking was built, beyond which it is built again
+TOUCHED_LIMIT = 256  # nodes InterPodAffinity filters or scores for a pod, beyond which it is scored in full
 
 Ints = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
@@ -167,6 +168,8 @@ class _Changed:
     feasible_static: list[tuple[int, int]]  # (node, static score) of the feasible ones
     domains: _Domains  # feasible nodes per zone column, these counted as they are now
     excluded: dict[int, tuple[int, ...]]  # ranking bucket -> those of them it held
+    offset: int = 0  # InterPodAffinity's weighted score of every other node (``static`` holds theirs)
+    at_high: int = 0  # feasible nodes with the class's highest untolerated taint count, these counted as now
 
     @property
     def feasible_count(self) -> int:
@@ -217,7 +220,7 @@ class SchedulerModel:
         self._preferred: dict[tuple[object, ...], Ints] = {}
         self._statics: dict[tuple[object, ...], tuple[Bools, str, Ints]] = {}
         self._rankings: dict[tuple[object, ...], _Ranking] = {}
-        self._changes: dict[int, _Changed | None] = {}  # ranking serial -> its stale nodes now
+        self._changes: dict[tuple[object, ...], _Changed | None] = {}  # (ranking serial, inter-pod key) -> stale nodes
         self._unsampled_lists: dict[tuple[int, int], list[float]] = {}
         self._reached_counts: dict[tuple[int, int], int] = {}
         self._serial = 0
@@ -377,9 +380,7 @@ class SchedulerModel:
         nodes scored exactly, whose score differs for this pod (its own node when vacated, the nodes
         changed since the ranking was built, the nodes holding its workload's pods). Their probabilities
         are those of :meth:`full_distribution` (the property tests compare them)."""
-        if pod.preferred_affinity or self._inter.verdict(pod) is not None:
-            # its static scores depend on which feasible node matches most, or InterPodAffinity filters or
-            # scores by the pods on the nodes (which moves change beyond the moved pod's node): scored in full
+        if pod.preferred_affinity:  # its static scores depend on which feasible node matches most: scored in full
             return self._groups_of(self.full_distribution(pod, vacate=vacate))
         where = self.bound(pod) if vacate else None
         key = self._class_key(pod)
@@ -394,6 +395,7 @@ class SchedulerModel:
         ]
         empty, mine = self._spread_parts(pod, held, changed.domains, held_feasible, key[2:])
         spread_of = [WEIGHT_SPREAD * e for e in empty]
+        offset = changed.offset
         exact = [(s + spread_of[zone[i] + 1], i) for i, s in changed.feasible_static if i not in held]
         excluded = changed.excluded
         for i, spread, ok in zip(held, mine, held_feasible, strict=True):
@@ -405,13 +407,13 @@ class SchedulerModel:
                         excluded = dict(excluded)
                     excluded[b] = (*excluded.get(b, ()), i)
             if ok:
-                static = ranking.static_list[i] if j is None else changed.static[j]
+                static = ranking.static_list[i] + offset if j is None else changed.static[j]
                 exact.append((static + WEIGHT_SPREAD * spread, i))
         n = changed.feasible_count
         sampled = min(n, self.sample_size)
         groups = merge_groups(
             ranking.buckets,
-            spread_of,
+            [spread + offset for spread in spread_of] if offset else spread_of,
             best_first(exact),
             excluded,
             n,
@@ -419,7 +421,9 @@ class SchedulerModel:
             self._unsampled(n, sampled),
         )
         reason = f"the best of {sampled} sampled of {n} feasible node(s)"
-        return LandingGroups(groups, n, sampled, reason, ranking.serial, ranking.bucket_nodes, excluded)
+        verdict = self._inter.verdict(pod)
+        caveat = "" if verdict is None else verdict.caveat
+        return LandingGroups(groups, n, sampled, reason, ranking.serial, ranking.bucket_nodes, excluded, caveat)
 
     def _groups_of(self, spread: LandingDistribution) -> LandingGroups:
         """A distribution computed node by node, as groups of exact nodes (the rare fallback)."""
@@ -475,7 +479,7 @@ class SchedulerModel:
         more than :data:`DIRTY_LIMIT` nodes changed since."""
         found = self._rankings.get(key)
         if found is None or len(found.dirty) > DIRTY_LIMIT:
-            feasible, _, static = self._static(pod)
+            feasible, _, static = self._static(pod, inter_pod=False)
             raw = self._untolerated(pod)
             high = int(raw[feasible].max()) if feasible.any() else 0
             index = feasible.nonzero()[0]
@@ -510,10 +514,27 @@ class SchedulerModel:
 
     def _changed(self, pod: Pod, ranking: _Ranking) -> _Changed | None:
         """Feasibility and static score (every score but spreading) of the nodes whose ranking entry is
-        stale (changed since the ranking), or None when they would change the class's taint normalization
-        (its highest untolerated count). Kept for that ranking until the model changes: a node's pods are
-        asked in a row. A vacated pod's own node is stale only for spreading (its requests stay there)."""
-        key = ranking.serial  # what it holds is in that ranking's terms (its buckets, its dirty set)
+        stale (changed since the ranking, or filtered or scored by InterPodAffinity for this pod), or None
+        when they would change the class's taint normalization (its highest untolerated count) or
+        InterPodAffinity touches too many nodes. Kept for that ranking until the model changes: a node's pods
+        are asked in a row. A vacated pod's own node is stale only for spreading (its requests stay there)."""
+        base = self._changed_nodes(pod, ranking)
+        verdict = self._inter.verdict(pod)
+        if base is None or verdict is None or not verdict.touched:
+            return base  # no node filtered, every node the same InterPodAffinity score: nothing to add
+        key = (ranking.serial, *self._inter.key(pod))
+        if key in self._changes:
+            return self._changes[key]
+        found = None if len(verdict.touched) > TOUCHED_LIMIT else self._with_inter_pod(pod, ranking, base, verdict)
+        if len(self._changes) >= 256:
+            self._changes.clear()
+        self._changes[key] = found
+        return found
+
+    def _changed_nodes(self, pod: Pod, ranking: _Ranking) -> _Changed | None:
+        """:meth:`_changed` without InterPodAffinity: the nodes changed since the ranking (shared by the pods
+        of its class)."""
+        key = (ranking.serial,)  # what it holds is in that ranking's terms (its buckets, its dirty set)
         if key in self._changes:
             return self._changes[key]
         stale = ranking.dirty
@@ -533,13 +554,58 @@ class SchedulerModel:
             else:
                 taint = MAX_NODE_SCORE - (MAX_NODE_SCORE * raw) // high
             static = self._fit_balanced(pod, at) + WEIGHT_TAINT * taint
-            found = self._changes_of(ranking, at.tolist(), feasible.tolist(), static.tolist())
+            found = self._changes_of(ranking, at.tolist(), feasible.tolist(), static.tolist(), at_high=at_high)
         if len(self._changes) >= 256:
             self._changes.clear()
         self._changes[key] = found
         return found
 
-    def _changes_of(self, ranking: _Ranking, nodes: list[int], feasible: list[bool], static: list[int]) -> _Changed:
+    def _with_inter_pod(self, pod: Pod, ranking: _Ranking, base: _Changed, verdict: Verdict) -> _Changed | None:
+        """``base`` with the nodes InterPodAffinity filters or scores for ``pod`` (its ``touched``): stale too,
+        out where its filter keeps them out, and every node's static score with the plugin's weighted score
+        (the untouched ones all score the same: :attr:`_Changed.offset`). None when the nodes it keeps out
+        change the class's taint normalization."""
+        nodes = sorted(set(base.position).union(verdict.touched))
+        static, feasible = [], []
+        position, allowed = base.position, verdict.allowed
+        untolerated, high = self._untolerated(pod), ranking.taint_high
+        at_high, dropped = base.at_high, 0
+        for i in nodes:
+            j = position.get(i)
+            ok = ranking.feasible_list[i] if j is None else base.feasible[j]
+            static.append(ranking.static_list[i] if j is None else base.static[j])
+            if ok and allowed is not None and not allowed[i]:
+                ok = False
+                dropped += 1
+                at_high -= int(untolerated[i]) == high
+            feasible.append(ok)
+        if high > 0 and at_high <= 0:
+            return None
+        offset = 0
+        if verdict.raw is not None:
+            raw = verdict.raw[nodes]
+            ok_mask = np.array(feasible, np.bool_)
+            values = raw[ok_mask].tolist()
+            if base.domains.feasible - dropped > len(values):  # some feasible node untouched: raw 0
+                values.append(0)
+            low, high_raw = (min(values), max(values)) if values else (0, 0)
+            if high_raw > low:
+                span = float(high_raw - low)
+                scored = WEIGHT_INTER_POD * (100.0 * ((raw - low) / span)).astype(np.int64)
+                static = (np.array(static, np.int64) + scored).tolist()
+                offset = WEIGHT_INTER_POD * int(100.0 * ((0 - low) / span))
+        return self._changes_of(ranking, nodes, feasible, static, offset=offset, at_high=at_high)
+
+    def _changes_of(
+        self,
+        ranking: _Ranking,
+        nodes: list[int],
+        feasible: list[bool],
+        static: list[int],
+        *,
+        offset: int = 0,
+        at_high: int = 0,
+    ) -> _Changed:
         """The changed nodes with what a query needs of them: the feasible nodes per zone column and the
         ranking buckets that no longer hold them."""
         per_domain = list(ranking.per_domain)
@@ -556,6 +622,8 @@ class SchedulerModel:
             feasible_static=[(i, s) for i, s, ok in zip(nodes, static, feasible, strict=True) if ok],
             domains=_Domains.of(per_domain),
             excluded=excluded,
+            offset=offset,
+            at_high=at_high,
         )
 
     def _totals(self, pod: Pod, vacate: bool, exclude: Collection[str]) -> tuple[Bools, str, Ints | None]:
@@ -579,19 +647,22 @@ class SchedulerModel:
         total = self._scores(pod, where, feasible)
         return {self.names[i]: int(total[i]) for i in np.flatnonzero(feasible)}
 
-    def _static(self, pod: Pod) -> tuple[Bools, str, Ints]:
+    def _static(self, pod: Pod, *, inter_pod: bool = True) -> tuple[Bools, str, Ints]:
         """Feasibility and every score but spreading, which depend only on the pod's requests and
         constraints: shared by the pods with the same requests and constraints until the model changes (a
-        planner asks for many of them in a row)."""
-        key = self._class_key(pod)
+        planner asks for many of them in a row). ``inter_pod``: with InterPodAffinity's filter and score,
+        shared only by pods alike in namespace, labels and terms too (False: without them, as a class's
+        ranking holds it: they change with moves beyond the moved pod's node)."""
+        key = (*self._class_key(pod), *self._inter.key(pod)) if inter_pod else self._class_key(pod)
         found = self._statics.get(key)
         if found is None:
-            feasible, why = self._feasible(pod, ())
+            feasible, why = self._feasible(pod, (), inter_pod=inter_pod)
             taint = _reverse_normalized(self._untolerated(pod), feasible)
             static: Ints = self._fit_balanced(pod) + WEIGHT_TAINT * taint
             if pod.preferred_affinity:
                 static += self._node_affinity(pod, feasible)
-            static += self._inter_pod(pod, feasible)
+            if inter_pod:
+                static += self._inter_pod(pod, feasible)
             if len(self._statics) >= 256:
                 self._statics.clear()
             found = self._statics[key] = (feasible, why, static)
@@ -639,9 +710,9 @@ class SchedulerModel:
         allowed: Bools = self._constraint_masks(pod)[0][at] & fits_cpu & fits_mem & fits_pods
         return allowed
 
-    def _feasible(self, pod: Pod, exclude: Collection[str]) -> tuple[Bools, str]:
+    def _feasible(self, pod: Pod, exclude: Collection[str], *, inter_pod: bool = True) -> tuple[Bools, str]:
         allowed, _, blocked_why = self._constraint_masks(pod)
-        verdict = self._inter.verdict(pod)
+        verdict = self._inter.verdict(pod) if inter_pod else None
         if verdict is not None and verdict.allowed is not None:
             allowed = allowed & verdict.allowed
             inter_why = ", ".join(f"{n} {why}" for why, n in verdict.blocked.items())
@@ -666,11 +737,10 @@ class SchedulerModel:
             reasons.append("the rest excluded")
         return feasible, f"0/{len(self.names)} nodes are available: " + ", ".join(reasons or ["no nodes"])
 
-    def _class_key(self, pod: Pod) -> tuple[object, ...]:
-        """What the static scores depend on: the pod's requests and constraints, and for a pod InterPodAffinity
-        filters or scores, its namespace, labels and inter-pod terms (pods alike but for them do not share)."""
-        return (pod.cpu_request_m, pod.memory_request, pod.preferred_affinity, *self._constraint_key(pod),
-                *self.inter_pod_key(pod))  # fmt: skip
+    @classmethod
+    def _class_key(cls, pod: Pod) -> tuple[object, ...]:
+        """What the static scores but InterPodAffinity's depend on: the pod's requests and constraints."""
+        return (pod.cpu_request_m, pod.memory_request, pod.preferred_affinity, *cls._constraint_key(pod))
 
     @staticmethod
     def _constraint_key(pod: Pod) -> tuple[object, ...]:

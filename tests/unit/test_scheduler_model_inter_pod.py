@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, replace
 
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rebalancer.domain.labels import LabelSelector, PodAffinity, PodAffinityTerm, WeightedPodAffinityTerm
-from rebalancer.domain.model import Node, Pod
+from rebalancer.domain.model import Node, Pod, Taint
 from rebalancer.planning.plan import NodeClass
 from rebalancer.planning.scheduler_model import SchedulerModel
+from rebalancer.planning.scheduler_sampling import EPSILON
 from strategies.landing import LandingPredictor
 from tests.builders import node, pod, snapshot, usage
-from tests.unit.test_scheduler_model import filler, model
+from tests.unit.test_scheduler_model import filler, model, random_cluster
 
 HOST, ZONE = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
 
@@ -252,3 +257,78 @@ def test_the_predictor_does_not_share_an_answer_between_pods_of_one_workload_wit
 
     assert predictor.land(plain, "b", 100).node == "a"
     assert predictor.land(shy, "b", 100).node == "c"
+
+
+def random_terms(rnd: random.Random, zone: bool) -> PodAffinity | None:
+    """Required or preferred, affinity or anti-affinity, by host or zone, to one of four apps, or nothing."""
+    kind = rnd.randrange(6)
+    if kind >= 4:
+        return None
+    made = term(f"w{rnd.randrange(4)}", ZONE if zone and rnd.random() < 0.3 else HOST)
+    weighted = (WeightedPodAffinityTerm(rnd.choice((1, 50, 100)), made),)
+    return (
+        PodAffinity(required_anti=(made,)),
+        PodAffinity(required=(made,)),
+        PodAffinity(preferred=weighted),
+        PodAffinity(preferred_anti=weighted),
+    )[kind]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    node_count=st.integers(100, 160),
+    zone_count=st.integers(0, 3),
+    seed=st.integers(0, 2**32 - 1),
+    percentage=st.sampled_from([None, 30, 100]),
+    moves=st.integers(0, 30),
+)
+def test_the_ranked_distribution_with_inter_pod_terms_is_the_full_one(
+    node_count: int, zone_count: int, seed: int, percentage: int | None, moves: int
+) -> None:
+    """With pods carrying inter-pod terms (filters and scores that moves change beyond the moved pod's
+    node), the distribution built from the class's ranking, the nodes the terms touch scored exactly,
+    gives every node the probability the full computation gives it, and leaves out at most EPSILON."""
+    rnd = random.Random(seed)
+    zones = [f"z{z}" for z in range(zone_count)]
+    nodes, plain = random_cluster(
+        rnd, node_count, cpu_m=(8_000, 16_000), zones=zones, pools=(None,), tainted=0.1, workloads=25,
+        requests=(100, 500),
+    )  # fmt: skip
+    pods = [
+        msgspec.structs.replace(p, labels={"app": f"w{rnd.randrange(8)}"}, pod_affinity=random_terms(rnd, bool(zones)))
+        for p in plain
+    ]
+    m = SchedulerModel(
+        snapshot(nodes, pods, usage({n.name: 0 for n in nodes})), percentage_of_nodes_to_score=percentage
+    )
+    for step in range(moves + 1):
+        probe = rnd.choice(pods)
+        vacate = rnd.random() < 0.8
+        fast = m.landing_distribution(probe, vacate=vacate)
+        full = m.full_distribution(probe, vacate=vacate)
+        assert (fast.feasible, fast.sampled) == (full.feasible, full.sampled), step
+        by_node = dict(
+            zip(full.index.tolist(), zip(full.probabilities.tolist(), full.scores.tolist(), strict=True), strict=True)
+        )
+        named = fast.index.tolist()
+        for i, p, score in zip(named, fast.probabilities.tolist(), fast.scores.tolist(), strict=True):
+            assert by_node[i] == (pytest.approx(p, rel=1e-12, abs=1e-300), score), (step, i)
+        assert sum(p for i, (p, _) in by_node.items() if i not in set(named)) <= EPSILON
+        moved = rnd.choice(pods)
+        m.remove(moved)
+        m.add(moved, rnd.choice(nodes).name)
+
+
+def test_a_node_the_filter_keeps_out_no_longer_sets_the_taint_normalization() -> None:
+    """TaintToleration normalizes by the most untolerated taints on a feasible node: with the only node
+    carrying three kept out by anti-affinity, the one-taint node scores 0 for taints, not 67."""
+    taints = [Taint(f"t{k}", "x", "PreferNoSchedule") for k in range(3)]
+    nodes = [node("a", taints=taints), node("b", taints=taints[:1])]
+    m = model(nodes, [pod("db-1", "a", workload="db")])
+    new = pod("new", None, workload="new", pod_affinity=away(term("db")))
+
+    ranked, full = m.landing_distribution(new), m.full_distribution(new)
+
+    assert ranked.index.tolist() == full.index.tolist() == [1]
+    assert ranked.scores.tolist() == full.scores.tolist()
+    assert full.scores.tolist() == [m.scores(pod("new", None, workload="new"))["b"] - 3 * 67]
