@@ -32,7 +32,6 @@ use and updated by every move.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -52,20 +51,47 @@ Ints = npt.NDArray[np.int64]
 Terms = tuple[PodAffinityTerm, ...]  # a conjunction: a pod matches when every term does
 
 
-@dataclass(frozen=True, slots=True)
 class Verdict:
-    """InterPodAffinity for one pod: the nodes its filter allows (None: all), why the others are out, its raw
-    per-node score (None: no term scores) and what the model cannot tell ("": nothing)."""
+    """InterPodAffinity for one pod, sparse: the nodes its filter keeps out and why (the count of each
+    reason), its raw per-node score where not 0 (``scored``: some term scores), what the model cannot tell
+    ("": nothing); ``allowed`` and ``raw`` as node arrays, made when first read."""
 
-    allowed: Bools | None
-    blocked: dict[str, int]
-    raw: Ints | None
-    caveat: str
-    touched: tuple[int, ...] = ()  # the nodes the filter keeps out or whose raw score is not 0, in index order
+    __slots__ = ("_allowed", "_raw", "blocked", "caveat", "out", "raw_of", "scored", "size", "touched")
+
+    def __init__(
+        self, size: int, out: set[int], blocked: dict[str, int], raw_of: dict[int, int], scored: bool, caveat: str
+    ) -> None:
+        self.size, self.out, self.blocked, self.caveat = size, out, blocked, caveat
+        self.raw_of, self.scored = raw_of, scored
+        # the nodes the filter keeps out or whose raw score is not 0, in index order
+        self.touched: tuple[int, ...] = tuple(sorted(out.union(raw_of)))
+        self._allowed: Bools | None = None
+        self._raw: Ints | None = None
 
     @property
     def matters(self) -> bool:
-        return self.allowed is not None or self.raw is not None or bool(self.caveat)
+        return bool(self.out) or self.scored or bool(self.caveat)
+
+    @property
+    def allowed(self) -> Bools | None:
+        """The nodes the filter allows (None: every node)."""
+        if not self.out:
+            return None
+        if self._allowed is None:
+            self._allowed = np.ones(self.size, np.bool_)
+            self._allowed[sorted(self.out)] = False
+        return self._allowed
+
+    @property
+    def raw(self) -> Ints | None:
+        """The raw score of every node (None: no term scores)."""
+        if not self.scored:
+            return None
+        if self._raw is None:
+            self._raw = np.zeros(self.size, np.int64)
+            if self.raw_of:
+                self._raw[list(self.raw_of)] = list(self.raw_of.values())
+        return self._raw
 
 
 def normalized(raw: Ints, feasible: Bools) -> Ints:
@@ -99,6 +125,7 @@ class InterPodAffinity:
         self._added: list[tuple[int, Pod]] = []
         self._gone: set[tuple[PodKey, int]] = set()
         self._matching: dict[Terms, dict[int, int]] = {}  # conjunction -> node -> pods matching it
+        self._matching_index: dict[tuple[str, str] | None, list[Terms]] = {}  # by a label their first term requires
         self._domains: dict[str, dict[str, list[int]]] = {}  # label key -> value -> nodes
         self._verdicts: dict[tuple[object, ...], Verdict | None] = {}
         self._by_label: dict[str, dict[str, list[tuple[int, Pod]]]] = {}  # label key -> value -> snapshot pods
@@ -219,11 +246,14 @@ class InterPodAffinity:
         self._verdicts.clear()
         if self._with_terms is not None and pod.pod_affinity is not None:
             self._tally_terms(i, pod, sign)
-        for terms, counts in self._matching.items():
-            if all(t.selects(pod.namespace, pod.labels) for t in terms):
-                counts[i] = counts.get(i, 0) + sign
-                if not counts[i]:
-                    del counts[i]
+        index = self._matching_index
+        for label in (None, *pod.labels.items()):
+            for terms in index.get(label, ()):
+                if all(t.selects(pod.namespace, pod.labels) for t in terms):
+                    counts = self._matching[terms]
+                    counts[i] = counts.get(i, 0) + sign
+                    if not counts[i]:
+                        del counts[i]
 
     def _matches(self, terms: Terms) -> dict[int, int]:
         """Node -> the pods present there that every one of ``terms`` matches."""
@@ -231,7 +261,15 @@ class InterPodAffinity:
         if found is None:
             found = self._matching[terms] = {}
             label = _indexed_label(terms[0])
+            self._matching_index.setdefault(label, []).append(terms)
             pods = self._present() if label is None else self._labelled(*label)
+            selector = terms[0].selector if len(terms) == 1 else None
+            if selector is not None and len(selector.match_labels) == 1 and not selector.match_expressions:
+                namespaces = terms[0].namespaces  # the label is all it selects by: each such pod matches but for them
+                for i, pod in pods:
+                    if namespaces is None or pod.namespace in namespaces:
+                        found[i] = found.get(i, 0) + 1
+                return found
             for i, pod in pods:
                 if all(t.selects(pod.namespace, pod.labels) for t in terms):
                     found[i] = found.get(i, 0) + 1
@@ -292,17 +330,17 @@ class InterPodAffinity:
             if counts and term.selects(namespace, labels):
                 selecting.append((role, weight, term, counts))
         rules = pod.pod_affinity
-        if not selecting and rules is None:
-            return Verdict(None, {}, None, caveat)  # the common case, without a node array
         size = len(self._nodes)
-        existing_out, anti_out = np.zeros(size, np.bool_), np.zeros(size, np.bool_)
-        affinity_out = np.zeros(size, np.bool_)
-        raw, scored = np.zeros(size, np.int64), False
+        existing_out: set[int] = set()
+        anti_out: set[int] = set()
+        affinity_out: set[int] = set()
+        raw: dict[int, int] = {}
+        scored = False
         for role, weight, term, counts in selecting:
             if role == ANTI:
-                existing_out[self._near(term.topology_key, counts)] = True
+                existing_out.update(self._near(term.topology_key, counts))
             else:
-                raw += self._weighted(term.topology_key, counts, weight)
+                self._weighted(raw, term.topology_key, counts, weight)
                 scored = True
         if rules is not None:
             preferred = ((1, w) for w in rules.preferred)
@@ -315,21 +353,20 @@ class InterPodAffinity:
             if any(t.namespace_selector is not None for t in terms):
                 caveat = CAVEAT
             for term in rules.required_anti:
-                anti_out[self._near(term.topology_key, self._matches((term,)))] = True
+                anti_out.update(self._near(term.topology_key, self._matches((term,))))
             if rules.required:
-                affinity_out = ~self._affinity_allowed(pod, rules.required)
+                affinity_out = set((~self._affinity_allowed(pod, rules.required)).nonzero()[0].tolist())
             for sign, w in (*preferred, *preferred_anti):
-                raw += self._weighted(w.term.topology_key, self._matches((w.term,)), sign * w.weight)
+                self._weighted(raw, w.term.topology_key, self._matches((w.term,)), sign * w.weight)
                 scored = True
         blocked: dict[str, int] = {}
-        out = np.zeros(size, np.bool_)
-        for why, mask in ((AFFINITY_OUT, affinity_out), (ANTI_OUT, anti_out), (EXISTING_OUT, existing_out)):
-            first = mask & ~out  # each node counted once, by the first check it fails (as the filter runs them)
-            if first.any():
-                blocked[why] = int(first.sum())
-            out |= mask
-        touched = tuple((out | (raw != 0)).nonzero()[0].tolist()) if scored else tuple(out.nonzero()[0].tolist())
-        return Verdict(~out if out.any() else None, blocked, raw if scored else None, caveat, touched)
+        out: set[int] = set()
+        for why, nodes in ((AFFINITY_OUT, affinity_out), (ANTI_OUT, anti_out), (EXISTING_OUT, existing_out)):
+            first = len(nodes - out)  # each node counted once, by the first check it fails (as the filter runs them)
+            if first:
+                blocked[why] = first
+            out |= nodes
+        return Verdict(size, out, blocked, {i: v for i, v in raw.items() if v}, scored, caveat)
 
     def _near(self, key: str, counts: Mapping[int, int]) -> list[int]:
         """The nodes sharing the value of label ``key`` with a node of ``counts`` (nodes without it: none)."""
@@ -337,15 +374,14 @@ class InterPodAffinity:
         values = {v for i in counts if (v := self._nodes[i].labels.get(key)) is not None}
         return [i for v in values for i in domain[v]]
 
-    def _weighted(self, key: str, counts: Mapping[int, int], weight: int) -> Ints:
-        """``weight`` per pod counted, on every node sharing the topology value of the node it runs on."""
-        score = np.zeros(len(self._nodes), np.int64)
+    def _weighted(self, raw: dict[int, int], key: str, counts: Mapping[int, int], weight: int) -> None:
+        """Adds ``weight`` per pod counted to every node sharing the topology value of the node it runs on."""
         domain = self._domain(key)
         for i, n in counts.items():
             value = self._nodes[i].labels.get(key)
             if value is not None:
-                score[domain[value]] += weight * n
-        return score
+                for j in domain[value]:
+                    raw[j] = raw.get(j, 0) + weight * n
 
     def _affinity_allowed(self, pod: Pod, terms: Terms) -> Bools:
         """The nodes P's required affinity allows (see the module docstring)."""

@@ -567,14 +567,14 @@ class SchedulerModel:
         change the class's taint normalization."""
         nodes = sorted(set(base.position).union(verdict.touched))
         static, feasible = [], []
-        position, allowed = base.position, verdict.allowed
+        position, out = base.position, verdict.out
         untolerated, high = self._untolerated(pod), ranking.taint_high
         at_high, dropped = base.at_high, 0
         for i in nodes:
             j = position.get(i)
             ok = ranking.feasible_list[i] if j is None else base.feasible[j]
             static.append(ranking.static_list[i] if j is None else base.static[j])
-            if ok and allowed is not None and not allowed[i]:
+            if ok and i in out:
                 ok = False
                 dropped += 1
                 at_high -= int(untolerated[i]) == high
@@ -582,8 +582,9 @@ class SchedulerModel:
         if high > 0 and at_high <= 0:
             return None
         offset = 0
-        if verdict.raw is not None:
-            raw = verdict.raw[nodes]
+        if verdict.scored:
+            raw_of = verdict.raw_of
+            raw = np.array([raw_of.get(i, 0) for i in nodes], np.int64)
             ok_mask = np.array(feasible, np.bool_)
             values = raw[ok_mask].tolist()
             if base.domains.feasible - dropped > len(values):  # some feasible node untouched: raw 0
