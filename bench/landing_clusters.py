@@ -229,7 +229,6 @@ AFFINITY = ClusterKind(
             },
         ),
     ),
-    "inter-pod affinity and anti-affinity",
 )
 
 KINDS = {kind.name: kind for kind in (REQUESTS, TAINTS, ZONES, AFFINITY)}

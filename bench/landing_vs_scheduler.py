@@ -13,7 +13,7 @@ through the Eviction API; the ReplicaSet's replacement is waited for until bound
 
 Figures: per cluster kind and in all, the agreement of the most probable node with the scheduler's choice
 (and the agreement the model itself expects: the mean of its top probability), the agreement where the
-model claims certainty (target: at least 95 %), the calibration of every node's stated probability
+model claims certainty (a probability of 1 with nothing it could not evaluate; target: at least 95 %), the calibration of every node's stated probability
 (bucketed, against how often the replacement landed there) and of the stated landing risk (against how
 often it landed back); wall time and this process's peak RSS. ``--details FILE`` writes every eviction.
 """
@@ -70,6 +70,7 @@ class Eviction:
     bound_s: float
     old_present: bool  # the evicted pod still existed (terminating) when the binding was seen
     scores: dict[str, int]  # the model's total weighted score of each feasible node, for --details
+    caveat: str  # what the model could not evaluate for the pod ("": nothing; else it claims no certainty)
     requested: dict[str, tuple[int, int, int]]  # per node: CPU (m), memory and pods requested in the snapshot
 
     @property
@@ -78,7 +79,7 @@ class Eviction:
 
     @property
     def certain(self) -> bool:
-        return self.top >= CERTAIN
+        return self.top >= CERTAIN and not self.caveat
 
 
 def bucket_of(p: float) -> int:
@@ -186,7 +187,7 @@ def run_kind(
         replacement, actual = replaced or (None, None)
         done.append(Eviction(kind.name, pod.name, pod.node_name, chances, predicted,
                              chances.get(predicted, 0.0) if predicted else 0.0, landing.risk, landing.reason,
-                             actual, replacement, seconds, old_present, **seen))  # fmt: skip
+                             actual, replacement, seconds, old_present, caveat=landing.caveat, **seen))  # fmt: skip
         if not done[-1].agrees:
             e = done[-1]
             print(f"  miss: {kind.name} {e.pod} from {e.source}: predicted {e.predicted} ({pct(e.top, 1)}), "

@@ -305,6 +305,15 @@ def _volume(**values: Any) -> wire.Volume:
 _NO_VOLUME = wire.Volume()
 
 
+def _pod_rules_text(required: Any = (), preferred: Any = ()) -> msgspec.Raw:
+    """A podAffinity or podAntiAffinity as the JSON text the wire struct keeps (see ``wire.Affinity``)."""
+    rules = {
+        "requiredDuringSchedulingIgnoredDuringExecution": list(required),
+        "preferredDuringSchedulingIgnoredDuringExecution": list(preferred),
+    }
+    return msgspec.Raw(msgspec.json.encode(rules))
+
+
 def python_decoder(pod_wire: wire.PodWire) -> Message:
     """The pure-Python reader of a PodList's raw bytes, building ``pod_wire``'s narrow structs."""
     requirement = Message(
@@ -326,7 +335,44 @@ def python_decoder(pod_wire: wire.PodWire) -> Message:
             2: ("preferred_during_scheduling_ignored_during_execution", REPEATED, preferred),
         },
     )
-    affinity = Message(wire.Affinity, {1: ("node_affinity", MESSAGE, node_affinity)})
+    requirement_json = Message(
+        lambda key="", operator="", values=(): {"key": key, "operator": operator, "values": list(values)},
+        {1: ("key", STRING, None), 2: ("operator", STRING, None), 3: ("values", STRINGS, None)},
+    )
+    selector_json = Message(
+        lambda match_labels=None, match_expressions=(): {
+            "matchLabels": match_labels or {},
+            "matchExpressions": list(match_expressions),
+        },
+        {1: ("match_labels", MAP, None), 2: ("match_expressions", REPEATED, requirement_json)},
+    )
+    pod_term = Message(
+        lambda label_selector=None, namespaces=(), topology_key="": {
+            "labelSelector": label_selector,
+            "namespaces": list(namespaces),
+            "topologyKey": topology_key,
+        },
+        {
+            1: ("label_selector", MESSAGE, selector_json),
+            2: ("namespaces", STRINGS, None),
+            3: ("topology_key", STRING, None),
+        },
+    )
+    weighted_term = Message(
+        lambda weight=0, term=None: {"weight": weight, "podAffinityTerm": term},
+        {1: ("weight", INT, None), 2: ("term", MESSAGE, pod_term)},
+    )
+    pod_rules = Message(
+        _pod_rules_text, {1: ("required", REPEATED, pod_term), 2: ("preferred", REPEATED, weighted_term)}
+    )
+    affinity = Message(
+        wire.Affinity,
+        {
+            1: ("node_affinity", MESSAGE, node_affinity),
+            2: ("pod_affinity", MESSAGE, pod_rules),
+            3: ("pod_anti_affinity", MESSAGE, pod_rules),
+        },
+    )
     resources = Message(_resources, {1: ("limits", QUANTITIES, None), 2: ("requests", QUANTITIES, None)})
     container = Message(wire.Container, {8: ("resources", MESSAGE, resources), 24: ("restart_policy", STRING, None)})
     toleration = Message(
@@ -518,7 +564,22 @@ NARROW: dict[str, dict[str, tuple[int, str, str | None]]] = {
     },
     "Container": {"resources": (8, "message", "ResourceRequirements"), "restartPolicy": (24, "string", None)},
     "ResourceRequirements": {"limits": (1, "map:quantity", None), "requests": (2, "map:quantity", None)},
-    "Affinity": {"nodeAffinity": (1, "message", "NodeAffinity")},
+    "Affinity": {
+        "nodeAffinity": (1, "message", "NodeAffinity"),
+        "podAffinity": (2, "message", "PodAffinity"),
+        "podAntiAffinity": (3, "message", "PodAffinity"),
+    },
+    "PodAffinity": {
+        "required": (1, "repeated", "PodAffinityTerm"),
+        "preferred": (2, "repeated", "WeightedPodAffinityTerm"),
+    },
+    "WeightedPodAffinityTerm": {"weight": (1, "int32", None), "podAffinityTerm": (2, "message", "PodAffinityTerm")},
+    "PodAffinityTerm": {
+        "labelSelector": (1, "message", "LabelSelector"),
+        "namespaces": (2, "strings", None),
+        "topologyKey": (3, "string", None),
+    },
+    "LabelSelector": {"matchLabels": (1, "map:string", None), "matchExpressions": (2, "repeated", "Requirement")},
     "NodeAffinity": {
         "required": (1, "message", "NodeSelector"),
         "preferred": (2, "repeated", "PreferredSchedulingTerm"),
@@ -694,8 +755,13 @@ class UpbPods:
 
     @staticmethod
     def _affinity(a: Any) -> wire.Affinity:
+        rules = {
+            name: _upb_pod_rules(getattr(a, field))
+            for name, field in (("pod_affinity", "podAffinity"), ("pod_anti_affinity", "podAntiAffinity"))
+            if a.HasField(field)
+        }
         if not a.HasField("nodeAffinity"):
-            return wire.Affinity()
+            return wire.Affinity(**rules)
         node_affinity = a.nodeAffinity
 
         def requirement(r: Any) -> wire.SelectorRequirement:
@@ -719,8 +785,28 @@ class UpbPods:
             node_affinity=wire.NodeAffinity(
                 required_during_scheduling_ignored_during_execution=required,
                 preferred_during_scheduling_ignored_during_execution=preferred,
-            )
+            ),
+            **rules,
         )
+
+
+def _upb_pod_rules(rules: Any) -> msgspec.Raw:
+    def term(t: Any) -> dict[str, Any]:
+        selector = None
+        if t.HasField("labelSelector"):
+            expressions = [
+                {"key": r.key, "operator": r.operator, "values": list(r.values)}
+                for r in t.labelSelector.matchExpressions
+            ]
+            selector = {"matchLabels": dict(t.labelSelector.matchLabels), "matchExpressions": expressions}
+        return {"labelSelector": selector, "namespaces": list(t.namespaces), "topologyKey": t.topologyKey}
+
+    required = [term(t) for t in rules.required]
+    preferred = [
+        {"weight": w.weight, "podAffinityTerm": term(w.podAffinityTerm) if w.HasField("podAffinityTerm") else None}
+        for w in rules.preferred
+    ]
+    return _pod_rules_text(required, preferred)
 
 
 def _upb_quantities(entries: Any) -> wire.Quantities:

@@ -72,4 +72,4 @@ def landing_under_every_target(
     if risk > cap + TOLERANCE:
         text = f"predicted landing risk {percent(risk)} > maxLandingRisk {percent(cap)}: {over}"
         return Landing(None, text, LandingVerdict.NO_ROOM, risk)
-    return Landing(landing.node, f"{landing.reason}; {over}", risk=risk)
+    return Landing(landing.node, f"{landing.reason}; {over}", risk=risk, caveat=landing.caveat)

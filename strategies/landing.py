@@ -34,7 +34,7 @@ from rebalancer.domain.model import Node, Pod
 from rebalancer.domain.quantity import cores_text
 from rebalancer.planning.landing_groups import Group, LandingGroups
 from rebalancer.planning.plan import NodeClass
-from rebalancer.planning.scheduler_model import SchedulerModel, max_score
+from rebalancer.planning.scheduler_model import SchedulerModel
 from rebalancer.planning.snapshot import ClusterSnapshot
 from strategies.placement import signature
 
@@ -69,12 +69,14 @@ _OK, _BACK, _ELSEWHERE, _NO_ROOM = (int(k) for k in _Kind)
 
 class Landing(msgspec.Struct, frozen=True, gc=False):
     """The predicted landing node (None: refused), why (the landing risk included), the refusal kind
-    (None: accepted), and the landing risk (1 when the replacement would not be scheduled)."""
+    (None: accepted), the landing risk (1 when the replacement would not be scheduled), and what the
+    scheduler model could not evaluate for the pod ("": nothing; else its probabilities are approximate)."""
 
     node: str | None
     reason: str
     refused: LandingVerdict | None = None
     risk: float = 0.0
+    caveat: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +150,12 @@ class LandingPredictor:
         """Where ``pod``'s replacement most probably lands among the acceptable destinations if it is
         evicted from ``source`` now, or why the move is refused (landing risk above the cap)."""
         found = self._groups(pod, source)
+        caveat = found.caveat
+        approximate = f"; approximate: not evaluated: {caveat}" if caveat else ""
         if found.feasible == 0:
             why = found.reason
-            return Landing(None, f"its replacement would not be scheduled ({why})", LandingVerdict.UNSCHEDULABLE, 1.0)
+            return Landing(None, f"its replacement would not be scheduled ({why}){approximate}",
+                           LandingVerdict.UNSCHEDULABLE, 1.0, caveat)  # fmt: skip
         s = self._index[source]
         tally = self._tally(found, s, usage_m)
         risk = tally.risk
@@ -160,16 +165,16 @@ class LandingPredictor:
             bad = tally.masses[_BACK:]
             # the likeliest kind of bad landing; masses equal but for float sums go to the first (back first)
             worst = _KINDS[next(k for k, mass in enumerate(bad) if mass >= max(bad) - TOLERANCE) + _BACK]
-            likeliest = self._bad(found, tally, s, usage_m, risk, max_score(pod))
-            text = f"predicted landing risk {percent(risk)}{self._over_cap}{likeliest}{sampled}"
-            return Landing(None, text, _VERDICTS.get(worst, LandingVerdict.NO_ROOM), risk)
+            likeliest = self._bad(found, tally, s, usage_m, risk, self._model.max_score(pod))
+            text = f"predicted landing risk {percent(risk)}{self._over_cap}{likeliest}{sampled}{approximate}"
+            return Landing(None, text, _VERDICTS.get(worst, LandingVerdict.NO_ROOM), risk, caveat)
         i, group = self._likeliest_good(found, tally, s, usage_m)
         node = self._model.names[i]
-        scored = f"{percent(group.probability)}, scheduler score {group.total}/{max_score(pod)}{sampled}"
+        scored = f"{percent(group.probability)}, scheduler score {group.total}/{self._model.max_score(pod)}{sampled}"
         reason = f"predicted to land on {node} ({scored}), {cores_text(self._room[i])} of real-usage room"
         if risk > 0:
-            reason += f"; landing risk {percent(risk)}: {self._bad(found, tally, s, usage_m, risk, max_score(pod))}"
-        return Landing(node, reason, risk=risk)
+            reason += f"; landing risk {percent(risk)}: {self._bad(found, tally, s, usage_m, risk, self._model.max_score(pod))}"
+        return Landing(node, reason + approximate, risk=risk, caveat=caveat)
 
     def chances(self, pod: Pod, source: str) -> dict[str, float]:
         """Node -> the probability that ``pod``'s replacement lands there if it is evicted from ``source`` now:
@@ -239,7 +244,7 @@ class LandingPredictor:
         """The model's answer, cached until the model changes: pods of one workload on one node with the
         same requests and constraints get the same answer."""
         key = (pod.workload, source, signature(pod), pod.preferred_affinity, pod.cpu_request_m, pod.memory_request,
-               pod.terminating)  # fmt: skip
+               pod.terminating, *self._model.inter_pod_key(pod))  # fmt: skip
         found = self._cache.get(key) if pod.workload is not None else None
         if found is None:
             found = self._model.landing_groups(pod, vacate=True)

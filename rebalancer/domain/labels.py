@@ -80,3 +80,49 @@ class PreferredTerm(msgspec.Struct, frozen=True, gc=False):
 
     weight: int
     preference: NodeSelectorTerm
+
+
+class PodAffinityTerm(msgspec.Struct, frozen=True, gc=False):
+    """One ``podAffinityTerm`` (inter-pod affinity or anti-affinity): the pods its ``selector`` matches in
+    its namespaces, grouped by the node label ``topology_key`` of the nodes they run on.
+
+    ``selector`` None (absent) matches no pod. ``namespaces``: the namespaces it applies to, resolved when
+    read (no ``namespaces`` and no ``namespaceSelector``: the owning pod's namespace); None: every namespace
+    (an empty ``namespaceSelector``). ``namespace_selector``: a non-empty ``namespaceSelector``, whose
+    namespaces (chosen by their labels, which rebalancer does not read) add to ``namespaces``."""
+
+    topology_key: str
+    selector: LabelSelector | None
+    namespaces: frozenset[str] | None
+    namespace_selector: LabelSelector | None = None
+
+    def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        """The term surely matches a pod of ``namespace`` with ``labels``."""
+        if self.selector is None or (self.namespaces is not None and namespace not in self.namespaces):
+            return False
+        return self.selector.matches(labels)
+
+    def unsure(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        """Whether it matches such a pod depends on the namespace's labels (not read)."""
+        return (
+            self.namespace_selector is not None
+            and self.selector is not None
+            and not self.selects(namespace, labels)
+            and self.selector.matches(labels)
+        )
+
+
+class WeightedPodAffinityTerm(msgspec.Struct, frozen=True, gc=False):
+    """One preferred inter-pod term: nodes by its ``term`` score ``weight`` more (anti-affinity: less)."""
+
+    weight: int
+    term: PodAffinityTerm
+
+
+class PodAffinity(msgspec.Struct, frozen=True, gc=False):
+    """A pod's ``podAffinity`` and ``podAntiAffinity``: required terms (all must hold) and preferred ones."""
+
+    required: tuple[PodAffinityTerm, ...] = ()
+    required_anti: tuple[PodAffinityTerm, ...] = ()
+    preferred: tuple[WeightedPodAffinityTerm, ...] = ()
+    preferred_anti: tuple[WeightedPodAffinityTerm, ...] = ()

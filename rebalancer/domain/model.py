@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from rebalancer.domain.labels import LabelSelector, NodeSelectorTerm, PreferredTerm
+from rebalancer.domain.labels import LabelSelector, NodeSelectorTerm, PodAffinity, PreferredTerm
 
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 
@@ -116,6 +116,7 @@ class Pod(msgspec.Struct, frozen=True, gc=False):
     terminating: bool = False
     mirror: bool = False
     preferred_affinity: tuple[PreferredTerm, ...] = ()  # preferred node affinity (the scheduler's score)
+    pod_affinity: PodAffinity | None = None  # inter-pod affinity and anti-affinity (None: no term)
 
     @property
     def key(self) -> PodKey:
@@ -148,14 +149,16 @@ class DisruptionBudget(msgspec.Struct, frozen=True, gc=False):
 
 
 class NodePods(msgspec.Struct, frozen=True, gc=False):
-    """The non-terminal pods bound to one node (in the order of the facts' pods), their request sums and
-    how many of them request no CPU / no memory (the scheduler scores those with default requests)."""
+    """The non-terminal pods bound to one node (in the order of the facts' pods), their request sums,
+    how many of them request no CPU / no memory (the scheduler scores those with default requests) and how
+    many carry inter-pod terms."""
 
     pods: tuple[Pod, ...]
     cpu_request_m: int
     memory_request: int
     cpu_unrequested: int
     memory_unrequested: int
+    inter_pod: int = 0  # how many carry inter-pod terms (the scheduler model reads only their nodes)
 
 
 class ClusterFacts(msgspec.Struct, frozen=True, gc=False):

@@ -39,6 +39,7 @@ class LandingGroups(msgspec.Struct, frozen=True, gc=False):
     serial: int  # the ranking the bucket numbers refer to (its nodes: ``bucket_nodes``)
     bucket_nodes: Sequence[Sequence[int]]  # per bucket: its nodes in index order, as the ranking was built
     excluded: Mapping[int, tuple[int, ...]]  # bucket -> its nodes scored exactly in this query (not in it)
+    caveat: str = ""  # what the model could not evaluate for this pod ("": nothing): then nothing is certain
 
     def members(self, group: Group) -> Iterator[int]:
         """The nodes of ``group``: its buckets' (without the exact ones) and its exact nodes."""

@@ -16,13 +16,17 @@ Scores (each 0-100 like the scheduler's, times the default plugin weight):
   normalized in reverse (the node with most such taints scores 0, a node with none 100).
 - NodeAffinity, weight 2: the weights of the pod's preferred node affinity terms a node matches, summed
   and normalized (the feasible node with the most scores 100; none preferred: 0 everywhere).
+- InterPodAffinity, weight 2 (:mod:`rebalancer.planning.inter_pod`): the preferred inter-pod terms of the pod
+  and of the pods on the nodes, and existing pods' required affinity terms, min-max normalized; its filter
+  (required affinity and anti-affinity, the pod's own and existing pods' against it) runs with the others,
+  counting terminating pods as the scheduler does. A term with a non-empty ``namespaceSelector`` cannot be
+  evaluated (namespace labels are not read): the answer then carries a ``caveat`` and claims no certainty.
 - PodTopologySpread, weight 2, the default system constraints (hostname maxSkew 3 and
   ``topology.kubernetes.io/zone`` maxSkew 5, ScheduleAnyway) over the pod's workload: fewer pods of
   the same workload on the node (and in its zone) scores higher. Bare pods have no such constraint.
 
-Not modelled: ImageLocality (hollow and real nodes alike: the image is rarely the tie-breaker), inter-pod
-affinity, volume plugins, pods' own
-topologySpreadConstraints (``bench/landing_vs_scheduler.py`` measures what they cost against the real
+Not modelled: ImageLocality (hollow and real nodes alike: the image is rarely the tie-breaker), volume
+plugins, pods' own topologySpreadConstraints (``bench/landing_vs_scheduler.py`` measures what they cost against the real
 scheduler).
 
 **Vacating** (``vacate=True``, :meth:`SchedulerModel.terminate`): an evicted pod terminates during its grace
@@ -59,6 +63,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rebalancer.domain.model import Node, Pod, PodKey, WorkloadRef
+from rebalancer.planning.inter_pod import InterPodAffinity, Verdict, normalized
 from rebalancer.planning.landing_groups import LandingGroups, RankedBuckets, best_first, merge_groups
 from rebalancer.planning.scheduler_sampling import (
     Floats,
@@ -71,12 +76,13 @@ from rebalancer.planning.scheduling import placement_blocker
 from rebalancer.planning.snapshot import ClusterSnapshot, node_pods
 
 MAX_NODE_SCORE = 100
-WEIGHT_FIT, WEIGHT_BALANCED, WEIGHT_TAINT, WEIGHT_SPREAD, WEIGHT_NODE_AFFINITY = 1, 1, 3, 2, 2
+WEIGHT_FIT, WEIGHT_BALANCED, WEIGHT_TAINT, WEIGHT_SPREAD, WEIGHT_NODE_AFFINITY, WEIGHT_INTER_POD = 1, 1, 3, 2, 2, 2
 DEFAULT_CPU_M, DEFAULT_MEMORY = 100, 200 * 2**20  # the scheduler's non-zero request defaults
 HOSTNAME_SKEW, ZONE_SKEW = 3, 5
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
 DIRTY_LIMIT = 32  # nodes changed since a class's ranking was built, beyond which it is built again
+TOUCHED_LIMIT = 256  # nodes InterPodAffinity filters or scores for a pod, beyond which it is scored in full
 
 Ints = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
@@ -107,6 +113,7 @@ class LandingDistribution:
     sampled: int  # how many feasible nodes the scheduler scores: min(feasible, numFeasibleNodesToFind)
     feasible: int  # how many nodes are feasible (``index`` may leave out those it never reaches, see EPSILON)
     reason: str
+    caveat: str = ""  # what the model could not evaluate for this pod ("": nothing): then nothing is certain
 
     def as_dict(self) -> dict[str, float]:
         """Node -> probability, nodes with a probability above 0 only."""
@@ -161,6 +168,8 @@ class _Changed:
     feasible_static: list[tuple[int, int]]  # (node, static score) of the feasible ones
     domains: _Domains  # feasible nodes per zone column, these counted as they are now
     excluded: dict[int, tuple[int, ...]]  # ranking bucket -> those of them it held
+    offset: int = 0  # InterPodAffinity's weighted score of every other node (``static`` holds theirs)
+    at_high: int = 0  # feasible nodes with the class's highest untolerated taint count, these counted as now
 
     @property
     def feasible_count(self) -> int:
@@ -211,12 +220,13 @@ class SchedulerModel:
         self._preferred: dict[tuple[object, ...], Ints] = {}
         self._statics: dict[tuple[object, ...], tuple[Bools, str, Ints]] = {}
         self._rankings: dict[tuple[object, ...], _Ranking] = {}
-        self._changes: dict[int, _Changed | None] = {}  # ranking serial -> its stale nodes now
+        self._changes: dict[tuple[object, ...], _Changed | None] = {}  # (ranking serial, inter-pod key) -> stale nodes
         self._unsampled_lists: dict[tuple[int, int], list[float]] = {}
         self._reached_counts: dict[tuple[int, int], int] = {}
         self._serial = 0
         self._names_array = np.array(self.names, dtype=object)
         self._tables: dict[tuple[int, int], Floats] = {}
+        self._inter = InterPodAffinity(nodes, snapshot.pods_on, snapshot.groups)
         self._load(snapshot)
 
     def _load(self, snapshot: ClusterSnapshot) -> None:
@@ -257,6 +267,7 @@ class SchedulerModel:
         i = self._index[node]
         self._shift(pod, i, 1)
         self._where[pod.key] = i
+        self._inter.add(i, pod)
 
     def remove(self, pod: Pod) -> None:
         """``pod`` left its node (evicted, deleted or moved by a plan); unknown pods are ignored."""
@@ -264,6 +275,7 @@ class SchedulerModel:
         self._where[pod.key] = None
         if i is not None:
             self._shift(pod, i, -1)
+            self._inter.remove(i, pod)
 
     def terminate(self, pod: Pod) -> None:
         """``pod`` was evicted and terminates: it stops counting for spreading (the scheduler skips
@@ -306,6 +318,7 @@ class SchedulerModel:
         self._rankings.clear()
         self._changes.clear()
         self._zone_list = self._zone.tolist()
+        self._inter.replace_node(i, node)
 
     def bound(self, pod: Pod) -> int | None:
         """The index of the node ``pod`` is bound to in the model (None: not bound). A snapshot's pod is
@@ -354,7 +367,7 @@ class SchedulerModel:
         probabilities = np.array([g.probability for _, g in pairs], np.float64)
         scores = np.array([g.total for _, g in pairs], np.int64)
         return LandingDistribution(
-            self.names, index, probabilities, scores, found.sampled, found.feasible, found.reason
+            self.names, index, probabilities, scores, found.sampled, found.feasible, found.reason, found.caveat
         )
 
     def landing_groups(self, pod: Pod, *, vacate: bool = False) -> LandingGroups:
@@ -382,6 +395,7 @@ class SchedulerModel:
         ]
         empty, mine = self._spread_parts(pod, held, changed.domains, held_feasible, key[2:])
         spread_of = [WEIGHT_SPREAD * e for e in empty]
+        offset = changed.offset
         exact = [(s + spread_of[zone[i] + 1], i) for i, s in changed.feasible_static if i not in held]
         excluded = changed.excluded
         for i, spread, ok in zip(held, mine, held_feasible, strict=True):
@@ -393,13 +407,13 @@ class SchedulerModel:
                         excluded = dict(excluded)
                     excluded[b] = (*excluded.get(b, ()), i)
             if ok:
-                static = ranking.static_list[i] if j is None else changed.static[j]
+                static = ranking.static_list[i] + offset if j is None else changed.static[j]
                 exact.append((static + WEIGHT_SPREAD * spread, i))
         n = changed.feasible_count
         sampled = min(n, self.sample_size)
         groups = merge_groups(
             ranking.buckets,
-            spread_of,
+            [spread + offset for spread in spread_of] if offset else spread_of,
             best_first(exact),
             excluded,
             n,
@@ -407,7 +421,9 @@ class SchedulerModel:
             self._unsampled(n, sampled),
         )
         reason = f"the best of {sampled} sampled of {n} feasible node(s)"
-        return LandingGroups(groups, n, sampled, reason, ranking.serial, ranking.bucket_nodes, excluded)
+        verdict = self._inter.verdict(pod)
+        caveat = "" if verdict is None else verdict.caveat
+        return LandingGroups(groups, n, sampled, reason, ranking.serial, ranking.bucket_nodes, excluded, caveat)
 
     def _groups_of(self, spread: LandingDistribution) -> LandingGroups:
         """A distribution computed node by node, as groups of exact nodes (the rare fallback)."""
@@ -422,7 +438,7 @@ class SchedulerModel:
             self._reached(n, spread.sampled),
             self._unsampled(n, spread.sampled),
         )
-        return LandingGroups(groups, n, spread.sampled, spread.reason, -1, (), {})
+        return LandingGroups(groups, n, spread.sampled, spread.reason, -1, (), {}, spread.caveat)
 
     def _reached(self, n: int, k: int) -> int:
         found = self._reached_counts.get((n, k))
@@ -446,22 +462,24 @@ class SchedulerModel:
     ) -> LandingDistribution:
         """:meth:`landing_distribution` over every feasible node, every node scored (the reference)."""
         feasible, why, total = self._totals(pod, vacate, exclude)
+        verdict = self._inter.verdict(pod)
+        caveat = "" if verdict is None else verdict.caveat
         if total is None:
             none = np.zeros(0, np.int64)
-            return LandingDistribution(self.names, none, np.zeros(0), none, 0, 0, why)
+            return LandingDistribution(self.names, none, np.zeros(0), none, 0, 0, why, caveat)
         index = feasible.nonzero()[0]  # flatnonzero of a 1-D array, without its dispatch (~10 µs)
         scores = total[index]
         probabilities = winning_probabilities(scores, self.sample_size, self._tables)
         sampled = min(len(index), self.sample_size)
         reason = f"the best of {sampled} sampled of {len(index)} feasible node(s)"
-        return LandingDistribution(self.names, index, probabilities, scores, sampled, len(index), reason)
+        return LandingDistribution(self.names, index, probabilities, scores, sampled, len(index), reason, caveat)
 
     def _ranking(self, pod: Pod, key: tuple[object, ...]) -> _Ranking:
         """The pod class's ranking (requests and constraints: ``key``, nothing vacated), built again when
         more than :data:`DIRTY_LIMIT` nodes changed since."""
         found = self._rankings.get(key)
         if found is None or len(found.dirty) > DIRTY_LIMIT:
-            feasible, _, static = self._static(pod)
+            feasible, _, static = self._static(pod, inter_pod=False)
             raw = self._untolerated(pod)
             high = int(raw[feasible].max()) if feasible.any() else 0
             index = feasible.nonzero()[0]
@@ -496,10 +514,27 @@ class SchedulerModel:
 
     def _changed(self, pod: Pod, ranking: _Ranking) -> _Changed | None:
         """Feasibility and static score (every score but spreading) of the nodes whose ranking entry is
-        stale (changed since the ranking), or None when they would change the class's taint normalization
-        (its highest untolerated count). Kept for that ranking until the model changes: a node's pods are
-        asked in a row. A vacated pod's own node is stale only for spreading (its requests stay there)."""
-        key = ranking.serial  # what it holds is in that ranking's terms (its buckets, its dirty set)
+        stale (changed since the ranking, or filtered or scored by InterPodAffinity for this pod), or None
+        when they would change the class's taint normalization (its highest untolerated count) or
+        InterPodAffinity touches too many nodes. Kept for that ranking until the model changes: a node's pods
+        are asked in a row. A vacated pod's own node is stale only for spreading (its requests stay there)."""
+        base = self._changed_nodes(pod, ranking)
+        verdict = self._inter.verdict(pod)
+        if base is None or verdict is None or not verdict.touched:
+            return base  # no node filtered, every node the same InterPodAffinity score: nothing to add
+        key = (ranking.serial, *self._inter.key(pod))
+        if key in self._changes:
+            return self._changes[key]
+        found = None if len(verdict.touched) > TOUCHED_LIMIT else self._with_inter_pod(pod, ranking, base, verdict)
+        if len(self._changes) >= 256:
+            self._changes.clear()
+        self._changes[key] = found
+        return found
+
+    def _changed_nodes(self, pod: Pod, ranking: _Ranking) -> _Changed | None:
+        """:meth:`_changed` without InterPodAffinity: the nodes changed since the ranking (shared by the pods
+        of its class)."""
+        key = (ranking.serial,)  # what it holds is in that ranking's terms (its buckets, its dirty set)
         if key in self._changes:
             return self._changes[key]
         stale = ranking.dirty
@@ -519,13 +554,59 @@ class SchedulerModel:
             else:
                 taint = MAX_NODE_SCORE - (MAX_NODE_SCORE * raw) // high
             static = self._fit_balanced(pod, at) + WEIGHT_TAINT * taint
-            found = self._changes_of(ranking, at.tolist(), feasible.tolist(), static.tolist())
+            found = self._changes_of(ranking, at.tolist(), feasible.tolist(), static.tolist(), at_high=at_high)
         if len(self._changes) >= 256:
             self._changes.clear()
         self._changes[key] = found
         return found
 
-    def _changes_of(self, ranking: _Ranking, nodes: list[int], feasible: list[bool], static: list[int]) -> _Changed:
+    def _with_inter_pod(self, pod: Pod, ranking: _Ranking, base: _Changed, verdict: Verdict) -> _Changed | None:
+        """``base`` with the nodes InterPodAffinity filters or scores for ``pod`` (its ``touched``): stale too,
+        out where its filter keeps them out, and every node's static score with the plugin's weighted score
+        (the untouched ones all score the same: :attr:`_Changed.offset`). None when the nodes it keeps out
+        change the class's taint normalization."""
+        nodes = sorted(set(base.position).union(verdict.touched))
+        static, feasible = [], []
+        position, out = base.position, verdict.out
+        untolerated, high = self._untolerated(pod), ranking.taint_high
+        at_high, dropped = base.at_high, 0
+        for i in nodes:
+            j = position.get(i)
+            ok = ranking.feasible_list[i] if j is None else base.feasible[j]
+            static.append(ranking.static_list[i] if j is None else base.static[j])
+            if ok and i in out:
+                ok = False
+                dropped += 1
+                at_high -= int(untolerated[i]) == high
+            feasible.append(ok)
+        if high > 0 and at_high <= 0:
+            return None
+        offset = 0
+        if verdict.scored:
+            raw_of = verdict.raw_of
+            raw = np.array([raw_of.get(i, 0) for i in nodes], np.int64)
+            ok_mask = np.array(feasible, np.bool_)
+            values = raw[ok_mask].tolist()
+            if base.domains.feasible - dropped > len(values):  # some feasible node untouched: raw 0
+                values.append(0)
+            low, high_raw = (min(values), max(values)) if values else (0, 0)
+            if high_raw > low:
+                span = float(high_raw - low)
+                scored = WEIGHT_INTER_POD * (100.0 * ((raw - low) / span)).astype(np.int64)
+                static = (np.array(static, np.int64) + scored).tolist()
+                offset = WEIGHT_INTER_POD * int(100.0 * ((0 - low) / span))
+        return self._changes_of(ranking, nodes, feasible, static, offset=offset, at_high=at_high)
+
+    def _changes_of(
+        self,
+        ranking: _Ranking,
+        nodes: list[int],
+        feasible: list[bool],
+        static: list[int],
+        *,
+        offset: int = 0,
+        at_high: int = 0,
+    ) -> _Changed:
         """The changed nodes with what a query needs of them: the feasible nodes per zone column and the
         ranking buckets that no longer hold them."""
         per_domain = list(ranking.per_domain)
@@ -542,6 +623,8 @@ class SchedulerModel:
             feasible_static=[(i, s) for i, s, ok in zip(nodes, static, feasible, strict=True) if ok],
             domains=_Domains.of(per_domain),
             excluded=excluded,
+            offset=offset,
+            at_high=at_high,
         )
 
     def _totals(self, pod: Pod, vacate: bool, exclude: Collection[str]) -> tuple[Bools, str, Ints | None]:
@@ -565,18 +648,22 @@ class SchedulerModel:
         total = self._scores(pod, where, feasible)
         return {self.names[i]: int(total[i]) for i in np.flatnonzero(feasible)}
 
-    def _static(self, pod: Pod) -> tuple[Bools, str, Ints]:
+    def _static(self, pod: Pod, *, inter_pod: bool = True) -> tuple[Bools, str, Ints]:
         """Feasibility and every score but spreading, which depend only on the pod's requests and
         constraints: shared by the pods with the same requests and constraints until the model changes (a
-        planner asks for many of them in a row)."""
-        key = self._class_key(pod)
+        planner asks for many of them in a row). ``inter_pod``: with InterPodAffinity's filter and score,
+        shared only by pods alike in namespace, labels and terms too (False: without them, as a class's
+        ranking holds it: they change with moves beyond the moved pod's node)."""
+        key = (*self._class_key(pod), *self._inter.key(pod)) if inter_pod else self._class_key(pod)
         found = self._statics.get(key)
         if found is None:
-            feasible, why = self._feasible(pod, ())
+            feasible, why = self._feasible(pod, (), inter_pod=inter_pod)
             taint = _reverse_normalized(self._untolerated(pod), feasible)
             static: Ints = self._fit_balanced(pod) + WEIGHT_TAINT * taint
             if pod.preferred_affinity:
                 static += self._node_affinity(pod, feasible)
+            if inter_pod:
+                static += self._inter_pod(pod, feasible)
             if len(self._statics) >= 256:
                 self._statics.clear()
             found = self._statics[key] = (feasible, why, static)
@@ -624,8 +711,13 @@ class SchedulerModel:
         allowed: Bools = self._constraint_masks(pod)[0][at] & fits_cpu & fits_mem & fits_pods
         return allowed
 
-    def _feasible(self, pod: Pod, exclude: Collection[str]) -> tuple[Bools, str]:
+    def _feasible(self, pod: Pod, exclude: Collection[str], *, inter_pod: bool = True) -> tuple[Bools, str]:
         allowed, _, blocked_why = self._constraint_masks(pod)
+        verdict = self._inter.verdict(pod) if inter_pod else None
+        if verdict is not None and verdict.allowed is not None:
+            allowed = allowed & verdict.allowed
+            inter_why = ", ".join(f"{n} {why}" for why, n in verdict.blocked.items())
+            blocked_why = f"{blocked_why}, {inter_why}" if blocked_why else inter_why
         fits_cpu, fits_mem, fits_pods = self._fit_masks(pod)
         feasible = allowed & fits_cpu & fits_mem & fits_pods
         for name in exclude:
@@ -648,7 +740,7 @@ class SchedulerModel:
 
     @classmethod
     def _class_key(cls, pod: Pod) -> tuple[object, ...]:
-        """What the static scores depend on: the pod's requests and constraints."""
+        """What the static scores but InterPodAffinity's depend on: the pod's requests and constraints."""
         return (pod.cpu_request_m, pod.memory_request, pod.preferred_affinity, *cls._constraint_key(pod))
 
     @staticmethod
@@ -687,7 +779,28 @@ class SchedulerModel:
         total: Ints = self._fit_balanced(pod) + WEIGHT_TAINT * taint + WEIGHT_SPREAD * spread
         if pod.preferred_affinity:
             total += self._node_affinity(pod, feasible)
+        total += self._inter_pod(pod, feasible)
         return total
+
+    def _inter_pod(self, pod: Pod, feasible: Bools) -> Ints | int:
+        """InterPodAffinity's weighted score, normalized over the feasible nodes (0: none for this pod)."""
+        verdict = self._inter.verdict(pod)
+        if verdict is None or verdict.raw is None:
+            return 0
+        score: Ints = WEIGHT_INTER_POD * normalized(verdict.raw, feasible)
+        return score
+
+    def inter_pod_key(self, pod: Pod) -> tuple[object, ...]:
+        """What tells apart the answers for pods alike but for their namespace, labels and inter-pod terms:
+        () when InterPodAffinity has no effect on ``pod``."""
+        return self._inter.key(pod)
+
+    def max_score(self, pod: Pod) -> int:
+        """The highest total weighted score a node can have for ``pod`` now (InterPodAffinity's only when it
+        scores for this pod)."""
+        verdict = self._inter.verdict(pod)
+        inter_pod = verdict is not None and verdict.raw is not None
+        return max_score(pod) + (MAX_NODE_SCORE * WEIGHT_INTER_POD if inter_pod else 0)
 
     def _fit_balanced(self, pod: Pod, at: Ints | None = None) -> Ints:
         """NodeResourcesFit (LeastAllocated) and NodeResourcesBalancedAllocation, weighted, on every node

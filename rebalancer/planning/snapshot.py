@@ -206,7 +206,8 @@ def node_pods(pods: Iterable[Pod]) -> NodePods:
     members = tuple(pods)
     cpu = [pod.cpu_request_m for pod in members]
     memory = [pod.memory_request for pod in members]
-    return NodePods(members, sum(cpu), sum(memory), cpu.count(0), memory.count(0))
+    inter_pod = len(members) - [pod.pod_affinity for pod in members].count(None)
+    return NodePods(members, sum(cpu), sum(memory), cpu.count(0), memory.count(0), inter_pod)
 
 
 _NO_PODS = NodePods((), 0, 0, 0, 0)

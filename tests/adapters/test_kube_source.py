@@ -13,7 +13,15 @@ import urllib3
 from rebalancer.adapters.kube import KubeSource, connect
 from rebalancer.adapters.kube.lister import MAX_RELISTS
 from rebalancer.domain.errors import ConfigError, KubeForbidden, KubeUnavailable, RebalancerError
-from rebalancer.domain.labels import LabelSelector, NodeSelectorTerm, PreferredTerm, Requirement
+from rebalancer.domain.labels import (
+    LabelSelector,
+    NodeSelectorTerm,
+    PodAffinity,
+    PodAffinityTerm,
+    PreferredTerm,
+    Requirement,
+    WeightedPodAffinityTerm,
+)
 from rebalancer.domain.model import ClusterFacts, Pod, Taint, Toleration, WorkloadRef
 from rebalancer.domain.settings.shared import ProtectionSettings
 from rebalancer.planning.protections import Protections
@@ -313,6 +321,51 @@ def test_tolerations_node_selector_and_node_affinity(kube_server: TestApiServer,
     assert pods["b"].required_affinity is a.required_affinity
     assert pods["b"].preferred_affinity is a.preferred_affinity
     assert pods["b"].node_selector is a.node_selector
+
+
+def test_inter_pod_affinity_terms_with_their_namespaces_resolved(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    front = {"labelSelector": {"matchLabels": {"app": "front"}}, "topologyKey": "kubernetes.io/hostname"}
+    affinity = {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [front]},
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {**front, "namespaces": ["other"], "topologyKey": "zone"},
+                {"topologyKey": "zone", "namespaceSelector": {}},  # no labelSelector: matches no pod
+            ],
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 30, "podAffinityTerm": {**front, "namespaceSelector": {"matchLabels": {"team": "x"}}}},
+                {"weight": 0, "podAffinityTerm": front},  # no effect: left out
+            ],
+        },
+    }
+    kube_server.add(b.pod("a", namespace="shop", affinity=affinity), b.pod("b", namespace="shop", affinity=affinity))
+
+    pods = by_name(read(kubeconfig))
+
+    selector = LabelSelector(match_labels=(("app", "front"),))
+    assert pods["a"].pod_affinity == PodAffinity(
+        required=(
+            PodAffinityTerm("zone", selector, frozenset({"other"})),
+            PodAffinityTerm("zone", None, None),  # an empty namespaceSelector: every namespace
+        ),
+        required_anti=(PodAffinityTerm("kubernetes.io/hostname", selector, frozenset({"shop"})),),
+        preferred=(
+            WeightedPodAffinityTerm(
+                30,
+                PodAffinityTerm(
+                    "kubernetes.io/hostname", selector, frozenset(), LabelSelector(match_labels=(("team", "x"),))
+                ),
+            ),
+        ),
+    )
+    assert pods["b"].pod_affinity is pods["a"].pod_affinity  # decoded once per namespace and text
+
+
+def test_a_malformed_inter_pod_term_names_the_pod_and_the_field(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    kube_server.add(b.pod("a", affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": 5}}))
+
+    with pytest.raises(KubeUnavailable, match=r"pod default/a: spec\.affinity\.podAntiAffinity"):
+        read(kubeconfig)
 
 
 # --- nodes and budgets -----------------------------------------------------------------------

@@ -20,7 +20,15 @@ import msgspec
 from rebalancer.adapters.kube import wire
 from rebalancer.domain.errors import KubeUnavailable
 from rebalancer.domain.guard_marks import GUARD_KEY
-from rebalancer.domain.labels import LabelSelector, NodeSelectorTerm, PreferredTerm, Requirement
+from rebalancer.domain.labels import (
+    LabelSelector,
+    NodeSelectorTerm,
+    PodAffinity,
+    PodAffinityTerm,
+    PreferredTerm,
+    Requirement,
+    WeightedPodAffinityTerm,
+)
 from rebalancer.domain.model import DisruptionBudget, Node, Pod, Taint, Toleration, WorkloadRef
 from rebalancer.domain.quantity import QuantityError, cpu_millis, memory_bytes, parse_quantity
 from rebalancer.planning.protections import MIRROR_ANNOTATION
@@ -151,6 +159,7 @@ class PodDecoder:
         self._tolerations: dict[tuple[wire.WireToleration, ...], tuple[Toleration, ...]] = {(): ()}
         self._affinity: dict[tuple[wire.NodeSelectorTerm, ...], tuple[NodeSelectorTerm, ...]] = {(): ()}
         self._preferred: dict[tuple[wire.PreferredSchedulingTerm, ...], tuple[PreferredTerm, ...]] = {(): ()}
+        self._pod_affinities: dict[tuple[str, bytes, bytes], PodAffinity | None] = {}
         self._workloads: dict[tuple[str, str, str], WorkloadRef] = {}
         self._selectors: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
         self._volume_kinds: dict[tuple[wire.Volume, ...], frozenset[str]] = {(): frozenset()}
@@ -250,6 +259,7 @@ class PodDecoder:
             meta.deletion_timestamp is not None,  # terminating
             mirror,
             _NO_PREFERRED if spec.affinity is None else self._preferred_terms(spec.affinity),
+            None if spec.affinity is None else self._pod_affinity(namespace, spec.affinity, meta),
         )
 
     def _kept(self, annotations: wire.PodAnnotations) -> tuple[Mapping[str, str], bool]:
@@ -304,6 +314,38 @@ class PodDecoder:
             )
         return found
 
+    def _pod_affinity(self, namespace: str, affinity: wire.Affinity, meta: wire.ObjectMeta) -> PodAffinity | None:
+        """The pod's inter-pod affinity and anti-affinity (None: no term), decoded once per namespace and text."""
+        raw, raw_anti = affinity.pod_affinity, affinity.pod_anti_affinity
+        if not raw and not raw_anti:
+            return None
+        key = (namespace, bytes(raw), bytes(raw_anti))
+        if key in self._pod_affinities:
+            return self._pod_affinities[key]
+        rules = _pod_affinity_rules(key[1], _what(meta), "spec.affinity.podAffinity")
+        anti = _pod_affinity_rules(key[2], _what(meta), "spec.affinity.podAntiAffinity")
+
+        def terms(found: list[wire.PodAffinityTerm]) -> tuple[PodAffinityTerm, ...]:
+            return tuple(_pod_term(namespace, t) for t in found)
+
+        def weighted(found: list[wire.WeightedPodAffinityTerm]) -> tuple[WeightedPodAffinityTerm, ...]:
+            return tuple(
+                WeightedPodAffinityTerm(t.weight, _pod_term(namespace, t.pod_affinity_term))
+                for t in found
+                if t.weight and t.pod_affinity_term is not None  # weight 0: no effect
+            )
+
+        found: PodAffinity | None = PodAffinity(
+            required=terms(rules.required_during_scheduling_ignored_during_execution),
+            required_anti=terms(anti.required_during_scheduling_ignored_during_execution),
+            preferred=weighted(rules.preferred_during_scheduling_ignored_during_execution),
+            preferred_anti=weighted(anti.preferred_during_scheduling_ignored_during_execution),
+        )
+        if found == _NO_POD_AFFINITY:
+            found = None
+        self._pod_affinities[key] = found
+        return found
+
     def _node_selector(self, selector: dict[str, str]) -> Mapping[str, str]:
         key = tuple(sorted(selector.items()))
         found = self._selectors.get(key)
@@ -321,6 +363,32 @@ _Shape = tuple[
 ]
 _NO_TERMS: tuple[NodeSelectorTerm, ...] = ()
 _NO_PREFERRED: tuple[PreferredTerm, ...] = ()
+_NO_POD_AFFINITY = PodAffinity()
+_NO_RULES = wire.PodAffinityRules()
+_RULES = msgspec.json.Decoder(wire.PodAffinityRules | None)
+
+
+def _pod_affinity_rules(text: bytes, what: str, path: str) -> wire.PodAffinityRules:
+    if not text:
+        return _NO_RULES
+    try:
+        return _RULES.decode(text) or _NO_RULES
+    except msgspec.DecodeError as exc:
+        raise KubeUnavailable(f"{what}: {path}: {exc}", reason="Malformed") from exc
+
+
+def _pod_term(namespace: str, term: wire.PodAffinityTerm) -> PodAffinityTerm:
+    """A term with its namespaces resolved: none named and no namespaceSelector: the pod's own; an empty
+    namespaceSelector: every namespace (None)."""
+    ns_selector = label_selector(term.namespace_selector)
+    if ns_selector is not None and ns_selector.empty:
+        namespaces: frozenset[str] | None = None
+        ns_selector = None
+    elif ns_selector is None and not term.namespaces:
+        namespaces = frozenset((namespace,))
+    else:
+        namespaces = frozenset(term.namespaces)
+    return PodAffinityTerm(term.topology_key, label_selector(term.label_selector), namespaces, ns_selector)
 
 
 def _term(term: wire.NodeSelectorTerm) -> NodeSelectorTerm:
@@ -363,6 +431,7 @@ _POD_FIELDS = (
     "terminating",
     "mirror",
     "preferred_affinity",
+    "pod_affinity",
 )
 if Pod.__struct_fields__ != _POD_FIELDS:  # PodDecoder.pod builds a Pod by position
     raise ImportError(f"rebalancer.domain.model.Pod fields changed; update PodDecoder.pod: {Pod.__struct_fields__}")

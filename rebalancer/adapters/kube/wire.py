@@ -110,8 +110,30 @@ class NodeAffinity(_Wire):
     preferred_during_scheduling_ignored_during_execution: tuple[PreferredSchedulingTerm, ...] = ()
 
 
+class PodAffinityTerm(_Wire):
+    label_selector: LabelSelector | None = None
+    namespaces: list[str] = []
+    namespace_selector: LabelSelector | None = None
+    topology_key: str = ""
+
+
+class WeightedPodAffinityTerm(_Wire):
+    weight: int = 0
+    pod_affinity_term: PodAffinityTerm | None = None
+
+
+class PodAffinityRules(_Wire):
+    """A ``podAffinity`` or ``podAntiAffinity`` (the same fields)."""
+
+    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] = []
+    preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] = []
+
+
 class Affinity(_Wire):
     node_affinity: NodeAffinity | None = None
+    # kept as their JSON text (pods of one template share it): decoded once per text, into PodAffinityRules
+    pod_affinity: msgspec.Raw = msgspec.Raw()
+    pod_anti_affinity: msgspec.Raw = msgspec.Raw()
 
 
 # --- pods ------------------------------------------------------------------------------------
