@@ -25,7 +25,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException, OpenApiException
 from kubernetes.config import ConfigException
 
-from rebalancer.adapters.kube import wire
+from rebalancer.adapters.kube import protobuf_lists, wire
 from rebalancer.adapters.kube.bodies import decode_body
 from rebalancer.domain.errors import KubeForbidden, KubeUnavailable
 
@@ -55,6 +55,19 @@ class ListCall(Generic[_W]):
     decoder: msgspec.json.Decoder[Any]
     field_selector: str | None = None
     label_selector: str | None = None
+    protobuf: protobuf_lists.ProtobufList | None = None  # set: the pages are asked for in protobuf
+
+    def body(self, raw: bytes) -> ListBody[_W]:
+        """A page's body, read as what it is: protobuf, or JSON (what a server that cannot encode protobuf sends)."""
+        if self.protobuf is not None and protobuf_lists.is_protobuf(raw):
+            return self.protobuf(self.what, raw)
+        return decode_body(self, self.decoder, raw)
+
+    def head(self, raw: bytes) -> wire.ListMeta | None:
+        """The page's metadata read ahead of its items (see :func:`wire.list_head`), or None."""
+        if self.protobuf is not None and protobuf_lists.is_protobuf(raw):
+            return protobuf_lists.head(raw)
+        return wire.list_head(raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +77,7 @@ class Listed(Generic[_D]):
     pages: int
     relists: int
     mode: str = "paged"  # how it was read: "paged" (LIST pages) or "watchList" (one watch-list stream)
+    encoding: str = "json"  # how the server encoded it: "json" or "protobuf"
 
 
 class _Expired(Exception):
@@ -119,25 +133,27 @@ def _list_once(
 ) -> Listed[_D]:
     out: list[_D] = []
     resource_version = ""
+    encoding = "json"
     pages = 0
     pending: Future[bytes] = fetcher.submit(_fetch, call, paging, None)
     while True:
         raw = pending.result()
-        head = wire.list_head(raw)
+        head = call.head(raw)
         if head is not None and head.continue_:
             pending = fetcher.submit(_fetch, call, paging, head.continue_)
-        body: ListBody[_W] = decode_body(call, call.decoder, raw)
-        del raw
+        body = call.body(raw)
         pages += 1
         if pages == 1:
             resource_version = body.metadata.resource_version
+            encoding = "protobuf" if protobuf_lists.is_protobuf(raw) else "json"
         token = body.metadata.continue_ or None
         if token is not None and head is None:
             pending = fetcher.submit(_fetch, call, paging, token)
+        del raw
         out.extend(convert(body.items))
         del body
         if token is None:
-            return Listed(out, resource_version, pages, relists)
+            return Listed(out, resource_version, pages, relists, encoding=encoding)
 
 
 class _SwitchInterval:
@@ -201,6 +217,7 @@ def _fetch(call: ListCall[Any], paging: _Paging, token: str | None) -> bytes:
             **(_FROM_CACHE if paging.cached and token is None else {}),
             field_selector=call.field_selector,
             label_selector=call.label_selector,
+            _headers=None if call.protobuf is None else {"Accept": protobuf_lists.ACCEPT},
             _preload_content=False,
             _request_timeout=timeout,
         )
