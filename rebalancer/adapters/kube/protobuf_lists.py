@@ -223,7 +223,7 @@ def list_meta(m: Any) -> wire.ListMeta:
 _TIMES: dict[int, str] = {}
 
 
-def _time(seconds: int) -> str:
+def time_text(seconds: int) -> str:
     """A meta/v1 Time as the RFC 3339 text JSON carries (whole seconds, as JSON's Time)."""
     text = _TIMES.get(seconds)
     if text is None:
@@ -326,10 +326,10 @@ class PodLists:
                 name=meta.name,
                 namespace=meta.namespace,
                 uid=meta.uid,
-                creation_timestamp=_time(meta.creationTimestamp.seconds)
+                creation_timestamp=time_text(meta.creationTimestamp.seconds)
                 if meta.HasField("creationTimestamp")
                 else None,
-                deletion_timestamp=_time(meta.deletionTimestamp.seconds)
+                deletion_timestamp=time_text(meta.deletionTimestamp.seconds)
                 if meta.HasField("deletionTimestamp")
                 else None,
                 labels=dict(meta.labels),
