@@ -535,3 +535,10 @@ class KubernetesSettings(Model):
         "watchList: only by watch-list (a failure is an error); paged: only page by page (LIST with limit and "
         "continue).",
     )
+    encoding: Literal["protobuf", "json"] = Field(
+        default="protobuf",
+        description="How the API server encodes the pages of nodes, ReplicaSets and pods a full read lists: "
+        "protobuf (application/vnd.kubernetes.protobuf; JSON is accepted too, for a server that cannot "
+        "encode protobuf) costs the API server less CPU and rebalancer more; json costs rebalancer least. "
+        "Watch events and budgets are always JSON.",
+    )
