@@ -13,8 +13,8 @@ held in memory and decoded with no server in the way. Each path turns every page
 - ``upb``: the shipping protobuf path (:mod:`rebalancer.adapters.kube.protobuf_lists`): a narrow message set
   built at run time (only the fields the snapshot reads, with the API's field numbers; every other field is
   skipped in C by the ``protobuf`` package's upb backend), each pod's message copied into the same narrow
-  structs and converted by the same ``PodDecoder.pod`` as it is built; ``upb fields only``: the parse and every field the snapshot reads fetched into
-  Python values, nothing built from them (the floor of any converter); ``upb parse only``: the C parse;
+  structs and converted by the same ``PodDecoder.pod`` as it is built (the parts a template sets read once
+  per distinct encoding); ``upb parse only``: the C parse;
 - ``python``: a hand-written pure-Python wire decoder straight into the narrow structs (unread fields
   skipped by their length), then ``PodDecoder.pod``.
 
@@ -491,31 +491,6 @@ def _upb_parse_only(proto_pages: list[bytes]) -> list[Any]:
     return [len(protobuf_lists.parse("pods", "PodList", page).items) for page in proto_pages]
 
 
-def _upb_fields(m: Any) -> list[Any]:
-    """Every field the snapshot reads, read from one pod's upb message into Python values: the floor
-    of any converter from these messages (no narrow struct, no domain pod)."""
-    meta, spec, status = m.metadata, m.spec, m.status
-    out = [meta.name, meta.namespace, meta.uid, meta.creationTimestamp.seconds, meta.HasField("deletionTimestamp")]
-    annotations = meta.annotations  # the kept keys looked up in C: no string made for the others
-    out += [dict(meta.labels), [annotations.get(key) for key in (*ANNOTATIONS, MIRROR_ANNOTATION)]]
-    out += [(r.kind, r.name, r.controller) for r in meta.ownerReferences]
-    for container in (*spec.containers, *spec.initContainers):
-        resources = container.resources
-        requests = [(k, v.string) for k, v in resources.requests.items()]
-        out.append((container.restartPolicy, requests, [(k, v.string) for k, v in resources.limits.items()]))
-    out += [spec.nodeName, spec.priority, spec.priorityClassName, dict(spec.nodeSelector), dict(spec.overhead)]
-    out += [spec.HasField("resources"), spec.HasField("affinity")]
-    out += [(t.key, t.operator, t.value, t.effect) for t in spec.tolerations]
-    out += [[field.name for field, _ in v.volumeSource.ListFields()] for v in spec.volumes]
-    out += [status.phase, status.qosClass, [(c.type, c.status) for c in status.conditions]]
-    out += [s.restartCount for s in status.containerStatuses]
-    return out
-
-
-def _upb_fields_only(proto_pages: list[bytes]) -> list[Any]:
-    return [len(_upb_fields(m)) for page in proto_pages for m in protobuf_lists.parse("pods", "PodList", page).items]
-
-
 def _python(proto_pages: list[bytes]) -> list[Pod]:
     pod_decoder = decode.PodDecoder(ANNOTATIONS, {})
     pod = python_decoder(pod_decoder.wire)
@@ -529,7 +504,6 @@ PATHS: dict[str, tuple[str, Callable[[list[bytes]], list[Any]]]] = {
     "json": ("json", _json),
     "json decode only": ("json", _json_decode_only),
     "upb": ("protobuf", _upb),
-    "upb fields only": ("protobuf", _upb_fields_only),
     "upb parse only": ("protobuf", _upb_parse_only),
     "python": ("protobuf", _python),
 }

@@ -81,7 +81,7 @@ class WatchTiming:
     backoff_max: float = 30.0
     page_size: int = 500
     relist_seconds: float = 1800.0
-    list_mode: ListMode = "auto"
+    list_mode: ListMode = "cached"
     encoding: Encoding = "protobuf"
 
 

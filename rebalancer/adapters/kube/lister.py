@@ -97,10 +97,13 @@ def list_all(
 
     ``cached``: pages the API server answers from its watch cache, not from etcd: the first asks for a list
     not older than resourceVersion 1 (``resourceVersionMatch=NotOlderThan``): any version the cache holds,
-    usually milliseconds behind etcd, as client-go's reflector lists. A fresher bound would not do: over
-    etcd older than 3.5 the cache of a quiet collection cannot tell it is current, and the server answers 504
-    after waiting 3 s. A plan stays safe on such a list: every eviction re-reads its pod first. The pages
-    keep the client's memory flat (a ``resourceVersion=0`` list comes whole, whatever the page size).
+    as client-go's reflector lists. The cache follows etcd by a watch: it is behind by the watch's delay
+    (milliseconds, seconds on an overloaded server), and the list's resourceVersion says which state it is.
+    A fresher bound would not do: over etcd older than 3.5 the cache of a quiet collection cannot tell it is
+    current, and the server answers 504 after waiting 3 s. A plan stays safe on such a list: every eviction
+    re-reads its pod first, goes through the Eviction API (the server checks every budget against its own
+    state) with the pod's uid as a precondition (a pod replaced since is left alone). The pages keep the
+    client's memory flat (a ``resourceVersion=0`` list comes whole, whatever the page size).
     """
     with fast_switching(), ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"list-{call.what}") as fetcher:
         for relists in range(MAX_RELISTS + 1):

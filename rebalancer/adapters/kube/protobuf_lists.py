@@ -46,8 +46,8 @@ VOLUME_SOURCES: dict[str, int] = {
 }  # fmt: skip
 
 # Narrow messages: field name -> (number, type, message type name or None). Types: "string", "int32",
-# "int64", "bool", "bytes" (presence only: never parsed), "message", "repeated" (of a message),
-# "strings", "map:string", "map:quantity" (map<string, resource.Quantity>).
+# "int64", "bool", "bytes" (a message left unparsed), "blobs" (repeated messages left unparsed), "message",
+# "repeated" (of a message), "strings", "map:string", "map:quantity" (map<string, resource.Quantity>).
 NARROW: dict[str, dict[str, tuple[int, str, str | None]]] = {
     "Unknown": {"raw": (2, "bytes", None), "contentEncoding": (3, "string", None)},
     "ListMeta": {
@@ -61,11 +61,11 @@ NARROW: dict[str, dict[str, tuple[int, str, str | None]]] = {
         "name": (1, "string", None),
         "namespace": (3, "string", None),
         "uid": (5, "string", None),
-        "creationTimestamp": (8, "message", "Time"),
-        "deletionTimestamp": (9, "message", "Time"),
+        "creationTimestamp": (8, "bytes", None),  # a Time, read once per distinct value (see PodLists)
+        "deletionTimestamp": (9, "bytes", None),
         "labels": (11, "map:string", None),
         "annotations": (12, "map:string", None),
-        "ownerReferences": (13, "repeated", "OwnerReference"),
+        "ownerReferences": (13, "blobs", None),  # OwnerReference
     },
     "OwnerReference": {"kind": (1, "string", None), "name": (3, "string", None), "controller": (6, "bool", None)},
     # --- pods ---
@@ -75,18 +75,20 @@ NARROW: dict[str, dict[str, tuple[int, str, str | None]]] = {
         "spec": (2, "message", "PodSpec"),
         "status": (3, "message", "PodStatus"),
     },
+    # The parts of a pod's spec that its template sets are left as bytes ("blobs": repeated), each distinct
+    # value read once per list (see PodLists): the pods of one template share them.
     "PodSpec": {
-        "volumes": (1, "repeated", "Volume"),
-        "containers": (2, "repeated", "Container"),
+        "volumes": (1, "blobs", None),  # Volume
+        "containers": (2, "blobs", None),  # Container
         "nodeSelector": (7, "map:string", None),
         "nodeName": (10, "string", None),
-        "affinity": (18, "message", "Affinity"),
-        "initContainers": (20, "repeated", "Container"),
-        "tolerations": (22, "repeated", "Toleration"),
+        "affinity": (18, "bytes", None),  # Affinity
+        "initContainers": (20, "blobs", None),  # Container
+        "tolerations": (22, "blobs", None),  # Toleration
         "priorityClassName": (24, "string", None),
         "priority": (25, "int32", None),
         "overhead": (32, "map:quantity", None),
-        "resources": (40, "message", "ResourceRequirements"),
+        "resources": (40, "bytes", None),  # ResourceRequirements
     },
     "Volume": {"volumeSource": (2, "message", "VolumeSource")},
     "VolumeSource": {name: (number, "bytes", None) for name, number in VOLUME_SOURCES.items()},
@@ -157,6 +159,8 @@ def classes() -> dict[str, Any]:
                 field.type = scalars[kind]
             elif kind == "strings":
                 field.type, field.label = f.TYPE_STRING, f.LABEL_REPEATED
+            elif kind == "blobs":
+                field.type, field.label = f.TYPE_BYTES, f.LABEL_REPEATED
             elif kind in ("message", "repeated"):
                 field.type, field.type_name = f.TYPE_MESSAGE, f".narrow.{type_name}"
                 if kind == "repeated":
@@ -220,15 +224,22 @@ def list_meta(m: Any) -> wire.ListMeta:
     )
 
 
-_TIMES: dict[int, str] = {}
-
-
 def time_text(seconds: int) -> str:
     """A meta/v1 Time as the RFC 3339 text JSON carries (whole seconds, as JSON's Time)."""
-    text = _TIMES.get(seconds)
-    if text is None:
-        text = _TIMES[seconds] = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return text
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Parsed(dict[bytes, Any]):
+    """Values built from the distinct encodings of one message type: each encoding parsed once, on first use."""
+
+    def __init__(self, message: str, build: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self._parse = classes()[message].FromString
+        self._build = build
+
+    def __missing__(self, raw: bytes) -> Any:
+        value = self[raw] = self._build(self._parse(raw))
+        return value
 
 
 def _quantities(entries: Any) -> wire.Quantities:
@@ -295,9 +306,19 @@ def _volume(v: Any) -> wire.Volume:
 
 class PodLists:
     """Pod lists read from protobuf into the items of a JSON pod-list decoder (``pod_list``) of ``pod_wire``:
-    with :meth:`~rebalancer.adapters.kube.decode.PodDecoder.converting_list`'s, each pod is converted as built."""
+    with :meth:`~rebalancer.adapters.kube.decode.PodDecoder.converting_list`'s, each pod is converted as built.
+
+    The parts a pod's template sets (containers, volumes, tolerations, affinity, owners, the creation time)
+    are read once per distinct encoding, in tables that live as long as this object (one list)."""
 
     def __init__(self, pod_wire: wire.PodWire, pod_list: msgspec.json.Decoder[Any]) -> None:
+        self._containers = Parsed("Container", _container)
+        self._volumes = Parsed("Volume", _volume)
+        self._tolerations = Parsed("Toleration", _toleration)
+        self._affinities = Parsed("Affinity", _affinity)
+        self._resources = Parsed("ResourceRequirements", _resources)
+        self._owners = Parsed("OwnerReference", _owner)
+        self._times = Parsed("Time", lambda t: time_text(t.seconds))
         self._wire = pod_wire
         items = typing.get_type_hints(pod_list.type)["items"]
         self._pod_type: type[wire.Pod] = typing.get_args(items)[0]
@@ -321,36 +342,30 @@ class PodLists:
                 found[self._wire.mirror] = msgspec.Raw(b'""')
             if found:
                 annotations = self._annotations(**found)
+        containers, times = self._containers, self._times
         return self._pod_type(
             metadata=self._meta(
                 name=meta.name,
                 namespace=meta.namespace,
                 uid=meta.uid,
-                creation_timestamp=time_text(meta.creationTimestamp.seconds)
-                if meta.HasField("creationTimestamp")
-                else None,
-                deletion_timestamp=time_text(meta.deletionTimestamp.seconds)
-                if meta.HasField("deletionTimestamp")
-                else None,
+                creation_timestamp=times[meta.creationTimestamp] if meta.HasField("creationTimestamp") else None,
+                deletion_timestamp=times[meta.deletionTimestamp] if meta.HasField("deletionTimestamp") else None,
                 labels=dict(meta.labels),
-                owner_references=[_owner(r) for r in meta.ownerReferences],
+                owner_references=[self._owners[r] for r in meta.ownerReferences],
                 annotations=annotations,
             ),
             spec=wire.PodSpec(
                 node_name=spec.nodeName,
                 priority=spec.priority if spec.HasField("priority") else None,
                 priority_class_name=spec.priorityClassName,
-                containers=tuple(_container(c) for c in spec.containers),
-                init_containers=tuple(_container(c) for c in spec.initContainers),
+                containers=tuple([containers[c] for c in spec.containers]),
+                init_containers=tuple([containers[c] for c in spec.initContainers]),
                 overhead=_quantities(spec.overhead) if spec.overhead else None,
-                resources=_resources(spec.resources) if spec.HasField("resources") else None,
-                tolerations=tuple(
-                    wire.WireToleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
-                    for t in spec.tolerations
-                ),
+                resources=self._resources[spec.resources] if spec.HasField("resources") else None,
+                tolerations=tuple([self._tolerations[t] for t in spec.tolerations]),
                 node_selector=dict(spec.nodeSelector),
-                affinity=_affinity(spec.affinity) if spec.HasField("affinity") else None,
-                volumes=tuple(_volume(v) for v in spec.volumes),
+                affinity=self._affinities[spec.affinity] if spec.HasField("affinity") else None,
+                volumes=tuple([self._volumes[v] for v in spec.volumes]),
             ),
             status=wire.PodStatus(
                 phase=status.phase,
@@ -361,6 +376,10 @@ class PodLists:
                 ],
             ),
         )
+
+
+def _toleration(t: Any) -> wire.WireToleration:
+    return wire.WireToleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
 
 
 def _node(m: Any) -> wire.Node:
@@ -391,18 +410,19 @@ def node_list(what: str, raw: bytes) -> Body:
     return Body(list_meta(nodes.metadata), [_node(n) for n in nodes.items])
 
 
-def _replica_set(m: Any) -> wire.ReplicaSet:
+def _replica_set(m: Any, owners: Parsed) -> wire.ReplicaSet:
     meta = m.metadata
     return wire.ReplicaSet(
         metadata=wire.ObjectMeta(
-            name=meta.name, namespace=meta.namespace, owner_references=[_owner(r) for r in meta.ownerReferences]
+            name=meta.name, namespace=meta.namespace, owner_references=[owners[r] for r in meta.ownerReferences]
         )
     )
 
 
 def replica_set_list(what: str, raw: bytes) -> Body:
     sets = parse(what, "ReplicaSetList", raw)
-    return Body(list_meta(sets.metadata), [_replica_set(r) for r in sets.items])
+    owners = Parsed("OwnerReference", _owner)
+    return Body(list_meta(sets.metadata), [_replica_set(r, owners) for r in sets.items])
 
 
 ProtobufList = Callable[[str, bytes], Body]

@@ -40,9 +40,10 @@ class KubeSource:
 
     ``annotations``: the pod annotation keys to keep (``Protections.annotations_read()``).
     ``request_timeout``: seconds per HTTP request (one page), not per whole list.
-    ``list_mode``: how a whole collection is read (``kubernetes.listMode``): ``auto`` by watch-list, page
-    by page when the server refuses it; ``watchList`` or ``paged`` only that way. Reads of one node's
-    pods (field selected) are always paged.
+    ``list_mode``: how a whole collection is read (``kubernetes.listMode``): ``cached`` in pages from the API
+    server's watch cache (any version it holds); ``paged`` in consistent pages; ``watchList`` by one
+    watch-list; ``auto`` by watch-list, from the watch cache when the server refuses it. Reads of one
+    node's pods (field selected) are always consistent pages.
     The caller pauses the garbage collector around a read (:mod:`rebalancer.app.collector`): it creates
     millions of objects and no reference cycles.
     """
@@ -53,7 +54,7 @@ class KubeSource:
         annotations: frozenset[str],
         page_size: int = 500,
         request_timeout: float = 30.0,
-        list_mode: ListMode = "auto",
+        list_mode: ListMode = "cached",
         encoding: protobuf_lists.Encoding = "protobuf",
     ) -> None:
         if page_size < 1:
