@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rebalancer.adapters.kube import KubeSource, connect
+from rebalancer.adapters.kube import KubeSource, connect, protobuf_lists
 from rebalancer.adapters.kube.watch_cache import WatchCache
 from rebalancer.domain.errors import KubeUnavailable
 from rebalancer.domain.model import ClusterFacts
@@ -318,3 +318,17 @@ def test_a_cached_read_asks_the_watch_cache_for_any_version_in_pages(
     assert (first["resourceVersion"], first["resourceVersionMatch"], first["limit"]) == ("1", "NotOlderThan", "10")
     assert pages and all("resourceVersion" not in q and "continue" in q for q in pages)  # the token carries it
     assert watch_lists(kube_server) == []
+
+
+def test_a_protobuf_read_takes_a_json_answer_as_it_comes(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    """Protobuf is asked for with JSON accepted: a server that answers JSON (this one) is read all the same."""
+    populate(kube_server, pods=12)
+    reader = source(kubeconfig, "cached", page_size=5, encoding="protobuf")
+    assert len(reader.read_facts().pods) == 14
+    asked = {r.path: r.headers.get("accept") for r in kube_server.requests}
+    assert asked[PODS] == asked["/api/v1/nodes"] == asked["/apis/apps/v1/replicasets"] == protobuf_lists.ACCEPT
+    assert asked["/apis/policy/v1/poddisruptionbudgets"] == "application/json"
+    assert set(reader.last_stats.encodings.values()) == {"json"}
+    before = len(kube_server.requests)
+    source(kubeconfig, "cached", page_size=5, encoding="json").read_facts()
+    assert {r.headers.get("accept") for r in kube_server.requests[before:]} == {"application/json"}
