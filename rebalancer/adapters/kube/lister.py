@@ -12,6 +12,8 @@ show a pod twice or miss one. Every library exception becomes a :class:`KubeUnav
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -29,6 +31,7 @@ from rebalancer.adapters.kube import protobuf_lists, wire
 from rebalancer.adapters.kube.bodies import decode_body
 from rebalancer.domain.errors import KubeForbidden, KubeUnavailable
 
+log = logging.getLogger(__name__)
 MAX_RELISTS = 3
 LISTING_SWITCH_INTERVAL = 0.0002
 """Seconds: the interpreter's thread switch interval while a list is read (the default is 0.005)."""
@@ -104,13 +107,24 @@ def list_all(
     re-reads its pod first, goes through the Eviction API (the server checks every budget against its own
     state) with the pod's uid as a precondition (a pod replaced since is left alone). The pages keep the
     client's memory flat (a ``resourceVersion=0`` list comes whole, whatever the page size).
+    Over etcd older than 3.5 the cache of a quiet collection stays at the version of its last change, and
+    once etcd has compacted that version the server cannot continue the list (HTTP 410 on the second
+    page): the collection is then listed in consistent pages (``Listed.mode`` ``paged``), with a warning.
     """
     with fast_switching(), ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"list-{call.what}") as fetcher:
         for relists in range(MAX_RELISTS + 1):
             try:
-                return _list_once(call, convert, fetcher, _Paging(page_size, timeout, host, cached), relists)
-            except _Expired:
+                listed = _list_once(call, convert, fetcher, _Paging(page_size, timeout, host, cached), relists)
+            except _Expired as expired:
+                if cached:
+                    log.warning(
+                        "list %s: the watch cache could not continue its list (%s); listing consistent pages",
+                        call.what,
+                        expired,
+                    )
+                    cached = False
                 continue
+            return dataclasses.replace(listed, mode="cached") if cached else listed
     raise KubeUnavailable(
         f"list {call.what}: the continue token expired {MAX_RELISTS + 1} times in a row; "
         "the cluster changes faster than it can be listed",
@@ -230,7 +244,7 @@ def _fetch(call: ListCall[Any], paging: _Paging, token: str | None) -> bytes:
             response.release_conn()
     except ApiException as exc:
         if exc.status == 410 and token is not None:
-            raise _Expired from exc
+            raise _Expired(str(api_error(f"list {call.what}", exc))) from exc
         raise api_error(f"list {call.what}", exc) from exc
     except CLIENT_ERRORS as exc:
         raise client_error(f"list {call.what}", exc, paging.host, timeout) from exc

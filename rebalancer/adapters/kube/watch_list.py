@@ -26,7 +26,6 @@ cannot be reached at all is an error in every mode (a LIST would meet the same).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import threading
@@ -122,13 +121,14 @@ def read_all(
         return list_all(call, convert, page_size=page_size, timeout=timeout, host=host)
     listed = list_all(call, convert, page_size=page_size, timeout=timeout, host=host, cached=True)
     log.info(
-        "list %s: %d from the watch cache in %d pages at resourceVersion %s",
+        "list %s: %d from the %s in %d pages at resourceVersion %s",
         call.what,
         len(listed.items),
+        "watch cache" if listed.mode == "cached" else "consistent list",
         listed.pages,
         listed.resource_version,
     )
-    return dataclasses.replace(listed, mode="cached")
+    return listed
 
 
 def watch_list(
