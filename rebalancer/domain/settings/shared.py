@@ -533,7 +533,8 @@ class KubernetesSettings(Model):
         "watch cache (resourceVersion 1, resourceVersionMatch NotOlderThan: any version the cache holds, "
         "behind etcd by its watch's delay, as client-go's informers list), the read costing the API server "
         "least, over etcd 3.4 and 3.6 alike; a stale pod is never evicted wrongly (each eviction re-reads "
-        "its pod and names its uid). paged: in consistent pages (from etcd where the server cannot serve "
+        "its pod and names its uid); a collection whose cached list the server cannot continue (HTTP 410: a "
+        "quiet collection over etcd older than 3.5) is read in consistent pages, with a warning. paged: in consistent pages (from etcd where the server cannot serve "
         "them from its cache, etcd older than 3.5). watchList: one streaming watch-list (sendInitialEvents), "
         "a failure is an error. auto: a watch-list, and cached pages when it fails (a server older than "
         "v1.27, the WatchList feature gate off, etcd older than 3.5, an error midway).",
