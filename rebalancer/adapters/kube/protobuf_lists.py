@@ -230,14 +230,20 @@ def time_text(seconds: int) -> str:
 
 
 class Parsed(dict[bytes, Any]):
-    """Values built from the distinct encodings of one message type: each encoding parsed once, on first use."""
+    """Values built from the distinct encodings of one message type: each encoding parsed once, on first use.
 
-    def __init__(self, message: str, build: Callable[[Any], Any]) -> None:
+    At most ``limit`` are kept: past it the table starts afresh, so that objects sharing nothing (pods
+    without a common template) cost no more memory than the pages they come in."""
+
+    def __init__(self, message: str, build: Callable[[Any], Any], limit: int = 4096) -> None:
         super().__init__()
         self._parse = classes()[message].FromString
         self._build = build
+        self._limit = limit
 
     def __missing__(self, raw: bytes) -> Any:
+        if len(self) >= self._limit:
+            self.clear()
         value = self[raw] = self._build(self._parse(raw))
         return value
 
