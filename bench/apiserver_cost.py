@@ -3,7 +3,7 @@ real kube-apiserver over etcd 3.4 (Debian's) and over etcd 3.6, bulk-loaded thro
 
 For each etcd version a control plane (etcd and kube-apiserver only: no controller or scheduler adds load) is
 loaded with ``--nodes`` nodes and ``--pods`` pods (``bench.bulk_load``), then ``--rounds`` rounds alternate, in
-one process each: rebalancer's full read in each list mode (``KubeSource.read_facts``, the read of ``plan`` and
+one process each: rebalancer's full read in each list mode and encoding (``KubeSource.read_facts``, the read of ``plan`` and
 ``run --once``; the watch-list only where the server serves it) and the descheduler's one-shot run
 (``descheduler --dry-run`` with a LowNodeUtilization policy on requests). Each run reports its wall time, the API
 server's and etcd's CPU seconds over the run (Linux /proc), the bytes the API server wrote (its responses), the
@@ -64,20 +64,24 @@ def _high_water_kb(pid: int) -> int:
     return int(found[0]) if found else 0
 
 
-def child_read(mode: str, kubeconfig: str) -> None:
-    """One full read as ``plan`` makes it, in this fresh process; prints its figures as JSON."""
+def child_read(variant: str, kubeconfig: str) -> None:
+    """One full read as ``plan`` makes it, in this fresh process; prints its figures as JSON.
+
+    ``variant``: ``<list mode>/<encoding>``, e.g. ``cached/protobuf``."""
     from rebalancer.adapters.kube import KubeSource, connect
     from rebalancer.app.collector import paused
     from rebalancer.domain.settings.shared import ProtectionSettings
     from rebalancer.planning.protections import Protections
 
     annotations = Protections.from_settings(ProtectionSettings()).annotations_read()
-    source = KubeSource(connect(kubeconfig=kubeconfig), annotations, list_mode=mode)  # type: ignore[arg-type]
+    mode, encoding = variant.split("/")
+    source = KubeSource(connect(kubeconfig=kubeconfig), annotations, list_mode=mode, encoding=encoding)  # type: ignore[arg-type]
     started = time.monotonic()
     with paused():
         facts = source.read_facts()
     read_s = time.monotonic() - started
-    modes = sorted(set(source.last_stats.modes.values()))
+    stats = source.last_stats
+    modes = sorted({f"{stats.modes[what]}/{stats.encodings[what]}" for what in ("nodes", "pods")})
     print(
         json.dumps({"pods": len(facts.pods), "nodes": len(facts.nodes), "read_as": "+".join(modes), "read_s": read_s})
     )
@@ -129,6 +133,8 @@ def descheduler(kubeconfig: Path, policy: Path, plane: ControlPlane) -> dict[str
     return figures
 
 
+VARIANTS = ["cached/protobuf", "cached/json", "paged/protobuf", "paged/json"]
+"""The reads measured on every server: list mode / encoding (the first: the defaults)."""
 FIELDS = ("wall_s", "apiserver_cpu_s", "etcd_cpu_s", "apiserver_wrote_mb", "client_cpu_s", "client_peak_rss_mb")
 
 
@@ -159,7 +165,7 @@ def bench_etcd(version: str, args: argparse.Namespace, workdir: Path) -> None:
         kubeconfig = plane.kubeconfig(workdir / f"kubeconfig-{version}", plane.pki.admin_token)
         policy = workdir / "descheduler.yaml"
         policy.write_text(DESCHEDULER_POLICY)
-        modes = ["auto", "paged", "cached"] + (["watchList"] if version == "3.6" else [])
+        modes = args.variants or [*VARIANTS, *(["watchList/json"] if version == "3.6" else [])]
         runs: dict[str, list[dict[str, Any]]] = {m: [] for m in [*modes, "descheduler"]}
         for round_ in range(args.rounds):
             for mode in modes:
@@ -191,6 +197,9 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=30000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--etcd", action="append", choices=["3.4", "3.6"], help="default: both")
+    parser.add_argument("--variant", dest="variants", action="append",
+                        help=f"list mode/encoding of our read (repeat; default: {', '.join(VARIANTS)} and, over "
+                        "etcd 3.6, watchList/json)")  # fmt: skip
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-MAGIC = b"k8s\x00"
+from rebalancer.adapters.kube.protobuf_lists import MAGIC, VOLUME_SOURCES
 
 # A field: (number, kind). A kind is a scalar ("string", "int", "bool", "bytes"), a wrapped scalar
 # ("time": meta/v1 Time {seconds=1, nanos=2}; "quantity": resource.Quantity {string=1}; "intorstr":
@@ -106,36 +106,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
     "Volume": {"name": (1, "string"), "*": (2, "VolumeSource")},
     "VolumeSource": {
-        "hostPath": (1, "Opaque"),
-        "emptyDir": (2, "Opaque"),
-        "gcePersistentDisk": (3, "Opaque"),
-        "awsElasticBlockStore": (4, "Opaque"),
-        "gitRepo": (5, "Opaque"),
-        "secret": (6, "Opaque"),
-        "nfs": (7, "Opaque"),
-        "iscsi": (8, "Opaque"),
-        "glusterfs": (9, "Opaque"),
-        "persistentVolumeClaim": (10, "Opaque"),
-        "rbd": (11, "Opaque"),
-        "flexVolume": (12, "Opaque"),
-        "cinder": (13, "Opaque"),
-        "cephfs": (14, "Opaque"),
-        "flocker": (15, "Opaque"),
-        "downwardAPI": (16, "Opaque"),
-        "fc": (17, "Opaque"),
-        "azureFile": (18, "Opaque"),
-        "configMap": (19, "ConfigMapVolumeSource"),
-        "vsphereVolume": (20, "Opaque"),
-        "quobyte": (21, "Opaque"),
-        "azureDisk": (22, "Opaque"),
-        "photonPersistentDisk": (23, "Opaque"),
-        "portworxVolume": (24, "Opaque"),
-        "scaleIO": (25, "Opaque"),
-        "projected": (26, "ProjectedVolumeSource"),
-        "storageos": (27, "Opaque"),
-        "csi": (28, "Opaque"),
-        "ephemeral": (29, "Opaque"),
-        "image": (30, "Opaque"),
+        **{name: (number, "Opaque") for name, number in VOLUME_SOURCES.items()},
+        "configMap": (VOLUME_SOURCES["configMap"], "ConfigMapVolumeSource"),
+        "projected": (VOLUME_SOURCES["projected"], "ProjectedVolumeSource"),
     },
     # A volume source the benchmarks write empty ({}): any key fails the encode.
     "Opaque": {},

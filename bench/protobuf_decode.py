@@ -10,19 +10,18 @@ held in memory and decoded with no server in the way. Each path turns every page
 - ``json``: the shipping path, msgspec's narrow structs, each pod converted as soon as it is decoded
   (``PodDecoder.converting_list``); ``json decode only``: the same structs, not converted, each page's
   dropped once decoded;
-- ``upb``: a narrow message set built at run time (``descriptor_pb2``, only the fields the snapshot reads,
-  with the API's field numbers; every other field is skipped in C by the ``protobuf`` package's upb
-  backend), each pod's message copied into the same narrow structs and converted by the same
-  ``PodDecoder.pod``; ``upb fields only``: the parse and every field the snapshot reads fetched into
-  Python values, nothing built from them (the floor of any converter); ``upb parse only``: the C parse;
+- ``upb``: the shipping protobuf path (:mod:`rebalancer.adapters.kube.protobuf_lists`): a narrow message set
+  built at run time (only the fields the snapshot reads, with the API's field numbers; every other field is
+  skipped in C by the ``protobuf`` package's upb backend), each pod's message copied into the same narrow
+  structs and converted by the same ``PodDecoder.pod`` as it is built (the parts a template sets read once
+  per distinct encoding); ``upb parse only``: the C parse;
 - ``python``: a hand-written pure-Python wire decoder straight into the narrow structs (unread fields
   skipped by their length), then ``PodDecoder.pod``.
 
 Prints, per size, the median CPU seconds of ``runs`` rounds (paths alternating in each round), the ratio of
 each to ``json``, and the bytes of the two encodings; then the client CPU to receive pages of the same
 sizes over loopback through urllib3 (as the official client receives a page; a server process sends
-them), and each protobuf path's decoding plus its transfer against JSON's. The ``protobuf`` package is not a dependency of
-rebalancer: install it to run this.
+them), and each protobuf path's decoding plus its transfer against JSON's.
 """
 
 from __future__ import annotations
@@ -32,13 +31,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
 from bench import cluster_gen, k8s_protobuf
-from rebalancer.adapters.kube import decode, wire
+from rebalancer.adapters.kube import decode, protobuf_lists, wire
 from rebalancer.app.collector import paused as collector_paused
 from rebalancer.domain.model import Pod
 from rebalancer.planning.protections import MIRROR_ANNOTATION
@@ -262,15 +260,9 @@ def _entry(buf: bytes, pos: int, end: int, quantity: bool) -> tuple[str, str]:
     return key, value
 
 
-_TIMES: dict[int, str] = {}
-
-
 def _time(seconds: int = 0, nanos: int = 0) -> str:
     """A meta/v1 Time as the RFC 3339 text JSON carries (whole seconds: JSON's Time drops the nanos)."""
-    text = _TIMES.get(seconds)
-    if text is None:
-        text = _TIMES[seconds] = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return text
+    return protobuf_lists.time_text(seconds)
 
 
 def _tuples(struct: type[Any], names: tuple[str, ...]) -> Callable[..., Any]:
@@ -514,306 +506,6 @@ _LIST_META = Message(
 )
 
 
-# --- the upb decoder: a narrow message set built at run time ------------------------------------
-
-# Narrow messages: field name -> (number, type, message type name or None). Types: "string", "int32",
-# "int64", "bool", "bytes" (presence only: never parsed), "message", "repeated" (of a message),
-# "strings", "map:string", "map:quantity" (map<string, resource.Quantity>).
-NARROW: dict[str, dict[str, tuple[int, str, str | None]]] = {
-    "Unknown": {"raw": (2, "bytes", None)},
-    "ListMeta": {
-        "resourceVersion": (2, "string", None),
-        "continue": (3, "string", None),
-        "remainingItemCount": (4, "int64", None),
-    },
-    "PodList": {"metadata": (1, "message", "ListMeta"), "items": (2, "repeated", "Pod")},
-    "Pod": {
-        "metadata": (1, "message", "ObjectMeta"),
-        "spec": (2, "message", "PodSpec"),
-        "status": (3, "message", "PodStatus"),
-    },
-    "Time": {"seconds": (1, "int64", None), "nanos": (2, "int32", None)},
-    "Quantity": {"string": (1, "string", None)},
-    "ObjectMeta": {
-        "name": (1, "string", None),
-        "namespace": (3, "string", None),
-        "uid": (5, "string", None),
-        "creationTimestamp": (8, "message", "Time"),
-        "deletionTimestamp": (9, "message", "Time"),
-        "labels": (11, "map:string", None),
-        "annotations": (12, "map:string", None),
-        "ownerReferences": (13, "repeated", "OwnerReference"),
-    },
-    "OwnerReference": {"kind": (1, "string", None), "name": (3, "string", None), "controller": (6, "bool", None)},
-    "PodSpec": {
-        "volumes": (1, "repeated", "Volume"),
-        "containers": (2, "repeated", "Container"),
-        "nodeSelector": (7, "map:string", None),
-        "nodeName": (10, "string", None),
-        "affinity": (18, "message", "Affinity"),
-        "initContainers": (20, "repeated", "Container"),
-        "tolerations": (22, "repeated", "Toleration"),
-        "priorityClassName": (24, "string", None),
-        "priority": (25, "int32", None),
-        "overhead": (32, "map:quantity", None),
-        "resources": (40, "message", "ResourceRequirements"),
-    },
-    "Volume": {"volumeSource": (2, "message", "VolumeSource")},
-    "VolumeSource": {
-        name: (number, "bytes", None) for name, (number, _) in k8s_protobuf.SCHEMA["VolumeSource"].items()
-    },
-    "Container": {"resources": (8, "message", "ResourceRequirements"), "restartPolicy": (24, "string", None)},
-    "ResourceRequirements": {"limits": (1, "map:quantity", None), "requests": (2, "map:quantity", None)},
-    "Affinity": {
-        "nodeAffinity": (1, "message", "NodeAffinity"),
-        "podAffinity": (2, "message", "PodAffinity"),
-        "podAntiAffinity": (3, "message", "PodAffinity"),
-    },
-    "PodAffinity": {
-        "required": (1, "repeated", "PodAffinityTerm"),
-        "preferred": (2, "repeated", "WeightedPodAffinityTerm"),
-    },
-    "WeightedPodAffinityTerm": {"weight": (1, "int32", None), "podAffinityTerm": (2, "message", "PodAffinityTerm")},
-    "PodAffinityTerm": {
-        "labelSelector": (1, "message", "LabelSelector"),
-        "namespaces": (2, "strings", None),
-        "topologyKey": (3, "string", None),
-    },
-    "LabelSelector": {"matchLabels": (1, "map:string", None), "matchExpressions": (2, "repeated", "Requirement")},
-    "NodeAffinity": {
-        "required": (1, "message", "NodeSelector"),
-        "preferred": (2, "repeated", "PreferredSchedulingTerm"),
-    },
-    "PreferredSchedulingTerm": {"weight": (1, "int32", None), "preference": (2, "message", "NodeSelectorTerm")},
-    "NodeSelector": {"nodeSelectorTerms": (1, "repeated", "NodeSelectorTerm")},
-    "NodeSelectorTerm": {
-        "matchExpressions": (1, "repeated", "Requirement"),
-        "matchFields": (2, "repeated", "Requirement"),
-    },
-    "Requirement": {"key": (1, "string", None), "operator": (2, "string", None), "values": (3, "strings", None)},
-    "Toleration": {
-        "key": (1, "string", None),
-        "operator": (2, "string", None),
-        "value": (3, "string", None),
-        "effect": (4, "string", None),
-    },
-    "PodStatus": {
-        "phase": (1, "string", None),
-        "conditions": (2, "repeated", "Condition"),
-        "containerStatuses": (8, "repeated", "ContainerStatus"),
-        "qosClass": (9, "string", None),
-    },
-    "Condition": {"type": (1, "string", None), "status": (2, "string", None)},
-    "ContainerStatus": {"restartCount": (5, "int32", None)},
-}
-
-
-def upb_classes() -> dict[str, Any]:
-    """The message classes of :data:`NARROW` (proto2, so that presence is kept), built at run time."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
-
-    f = descriptor_pb2.FieldDescriptorProto
-    scalars = {
-        "string": f.TYPE_STRING,
-        "int32": f.TYPE_INT32,
-        "int64": f.TYPE_INT64,
-        "bool": f.TYPE_BOOL,
-        "bytes": f.TYPE_BYTES,
-    }
-    file = descriptor_pb2.FileDescriptorProto(name="rebalancer_narrow.proto", package="narrow", syntax="proto2")
-    for name, fields in NARROW.items():
-        message = file.message_type.add(name=name)
-        for field_name, (number, kind, type_name) in fields.items():
-            field = message.field.add(name=field_name, number=number, label=f.LABEL_OPTIONAL)
-            if kind in scalars:
-                field.type = scalars[kind]
-            elif kind == "strings":
-                field.type, field.label = f.TYPE_STRING, f.LABEL_REPEATED
-            elif kind in ("message", "repeated"):
-                field.type, field.type_name = f.TYPE_MESSAGE, f".narrow.{type_name}"
-                if kind == "repeated":
-                    field.label = f.LABEL_REPEATED
-            else:  # a map: a repeated nested entry message
-                entry_name = field_name[0].upper() + field_name[1:] + "Entry"
-                entry = message.nested_type.add(name=entry_name)
-                entry.options.map_entry = True
-                entry.field.add(name="key", number=1, label=f.LABEL_OPTIONAL, type=f.TYPE_STRING)
-                value = entry.field.add(name="value", number=2, label=f.LABEL_OPTIONAL)
-                if kind == "map:string":
-                    value.type = f.TYPE_STRING
-                else:
-                    value.type, value.type_name = f.TYPE_MESSAGE, ".narrow.Quantity"
-                field.type, field.label, field.type_name = (
-                    f.TYPE_MESSAGE,
-                    f.LABEL_REPEATED,
-                    f".narrow.{name}.{entry_name}",
-                )
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(file)
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"narrow.{name}")) for name in NARROW}
-
-
-class UpbPods:
-    """Pods of a protobuf PodList through upb, copied into ``pod_wire``'s narrow structs."""
-
-    def __init__(self, pod_wire: wire.PodWire) -> None:
-        classes = upb_classes()
-        self._unknown, self._pod_list = classes["Unknown"], classes["PodList"]
-        self._wire = pod_wire
-        self._annotations = type(pod_wire.no_annotations)
-        self._meta = type(pod_wire.pod_type().metadata)
-        self._kept = {key: attribute for attribute, key in pod_wire.keys}
-        self._volume_kinds = {
-            json_name: attribute
-            for attribute, json_name in zip(
-                wire.Volume.__struct_fields__, wire.Volume.__struct_encode_fields__, strict=True
-            )
-        }
-
-    def parse(self, body: bytes) -> Any:
-        if body[:4] != k8s_protobuf.MAGIC:
-            raise ProtobufError("", "not a Kubernetes protobuf body (no k8s magic)")
-        return self._pod_list.FromString(self._unknown.FromString(body[4:]).raw)
-
-    def pods(self, body: bytes, convert: Callable[[Any], Pod], out: list[Pod]) -> str:
-        pod_list = self.parse(body)
-        to_wire = self.to_wire
-        for item in pod_list.items:
-            out.append(convert(to_wire(item)))
-        return str(getattr(pod_list.metadata, "continue"))  # a Python keyword
-
-    def to_wire(self, m: Any) -> wire.Pod:
-        meta, spec, status = m.metadata, m.spec, m.status
-        annotations = self._wire.no_annotations
-        if meta.annotations:  # the kept keys looked up in C: no string made for the others
-            found = {
-                attribute: meta.annotations[key] for key, attribute in self._kept.items() if key in meta.annotations
-            }
-            if MIRROR_ANNOTATION in meta.annotations and self._wire.mirror not in found:
-                found[self._wire.mirror] = msgspec.Raw(b'""')
-            if found:
-                annotations = self._annotations(**found)
-        return self._wire.pod_type(
-            metadata=self._meta(
-                name=meta.name,
-                namespace=meta.namespace,
-                uid=meta.uid,
-                creation_timestamp=_time(meta.creationTimestamp.seconds)
-                if meta.HasField("creationTimestamp")
-                else None,
-                deletion_timestamp=_time(meta.deletionTimestamp.seconds)
-                if meta.HasField("deletionTimestamp")
-                else None,
-                labels=dict(meta.labels),
-                owner_references=[
-                    wire.OwnerReference(kind=r.kind, name=r.name, controller=r.controller) for r in meta.ownerReferences
-                ],
-                annotations=annotations,
-            ),
-            spec=wire.PodSpec(
-                node_name=spec.nodeName,
-                priority=spec.priority if spec.HasField("priority") else None,
-                priority_class_name=spec.priorityClassName,
-                containers=tuple(self._container(c) for c in spec.containers),
-                init_containers=tuple(self._container(c) for c in spec.initContainers),
-                overhead=_upb_quantities(spec.overhead) if spec.overhead else None,
-                resources=self._resources(spec.resources) if spec.HasField("resources") else None,
-                tolerations=tuple(
-                    wire.WireToleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
-                    for t in spec.tolerations
-                ),
-                node_selector=dict(spec.nodeSelector),
-                affinity=self._affinity(spec.affinity) if spec.HasField("affinity") else None,
-                volumes=tuple(self._volume(v) for v in spec.volumes),
-            ),
-            status=wire.PodStatus(
-                phase=status.phase,
-                qos_class=status.qosClass,
-                conditions=[wire.Condition(type=c.type, status=c.status) for c in status.conditions],
-                container_statuses=[
-                    wire.ContainerStatus(restart_count=s.restartCount) for s in status.containerStatuses
-                ],
-            ),
-        )
-
-    def _container(self, c: Any) -> wire.Container:
-        return wire.Container(
-            resources=self._resources(c.resources) if c.HasField("resources") else None,
-            restart_policy=c.restartPolicy if c.HasField("restartPolicy") else None,
-        )
-
-    @staticmethod
-    def _resources(r: Any) -> wire.ResourceRequirements:
-        return wire.ResourceRequirements(
-            requests=_upb_quantities(r.requests) if r.requests else None,
-            limits=_upb_quantities(r.limits) if r.limits else None,
-        )
-
-    def _volume(self, v: Any) -> wire.Volume:
-        kinds = self._volume_kinds
-        return wire.Volume(**{kinds[field.name]: _PRESENT for field, _ in v.volumeSource.ListFields()})
-
-    @staticmethod
-    def _affinity(a: Any) -> wire.Affinity:
-        rules = {
-            name: _upb_pod_rules(getattr(a, field))
-            for name, field in (("pod_affinity", "podAffinity"), ("pod_anti_affinity", "podAntiAffinity"))
-            if a.HasField(field)
-        }
-        if not a.HasField("nodeAffinity"):
-            return wire.Affinity(**rules)
-        node_affinity = a.nodeAffinity
-
-        def requirement(r: Any) -> wire.SelectorRequirement:
-            return wire.SelectorRequirement(key=r.key, operator=r.operator, values=tuple(r.values))
-
-        def term(t: Any) -> wire.NodeSelectorTerm:
-            return wire.NodeSelectorTerm(
-                match_expressions=tuple(requirement(r) for r in t.matchExpressions),
-                match_fields=tuple(requirement(r) for r in t.matchFields),
-            )
-
-        required = None
-        if node_affinity.HasField("required"):
-            terms = tuple(term(t) for t in node_affinity.required.nodeSelectorTerms)
-            required = wire.NodeSelector(node_selector_terms=terms)
-        preferred = tuple(
-            wire.PreferredSchedulingTerm(weight=p.weight, preference=term(p.preference))
-            for p in node_affinity.preferred
-        )
-        return wire.Affinity(
-            node_affinity=wire.NodeAffinity(
-                required_during_scheduling_ignored_during_execution=required,
-                preferred_during_scheduling_ignored_during_execution=preferred,
-            ),
-            **rules,
-        )
-
-
-def _upb_pod_rules(rules: Any) -> msgspec.Raw:
-    def term(t: Any) -> dict[str, Any]:
-        selector = None
-        if t.HasField("labelSelector"):
-            expressions = [
-                {"key": r.key, "operator": r.operator, "values": list(r.values)}
-                for r in t.labelSelector.matchExpressions
-            ]
-            selector = {"matchLabels": dict(t.labelSelector.matchLabels), "matchExpressions": expressions}
-        return {"labelSelector": selector, "namespaces": list(t.namespaces), "topologyKey": t.topologyKey}
-
-    required = [term(t) for t in rules.required]
-    preferred = [
-        {"weight": w.weight, "podAffinityTerm": term(w.podAffinityTerm) if w.HasField("podAffinityTerm") else None}
-        for w in rules.preferred
-    ]
-    return _pod_rules_text(required, preferred)
-
-
-def _upb_quantities(entries: Any) -> wire.Quantities:
-    cpu, memory = entries.get("cpu"), entries.get("memory")
-    return wire.Quantities(cpu=None if cpu is None else cpu.string, memory=None if memory is None else memory.string)
-
-
 # --- the measurement -----------------------------------------------------------------------------
 
 
@@ -831,43 +523,18 @@ def _json_decode_only(json_pages: list[bytes]) -> list[Any]:
 
 
 def _upb(proto_pages: list[bytes]) -> list[Pod]:
+    """The shipping protobuf path (:class:`protobuf_lists.PodLists`), each pod converted as it is built."""
     pod_decoder = decode.PodDecoder(ANNOTATIONS, {})
-    reader = UpbPods(pod_decoder.wire)
     out: list[Pod] = []
-    for page in proto_pages:
-        reader.pods(page, pod_decoder.pod, out)
+    with pod_decoder.converting_list() as pod_list:
+        reader = protobuf_lists.PodLists(pod_decoder.wire, pod_list)
+        for page in proto_pages:
+            out.extend(decode.converted(reader("pods", page).items))
     return out
 
 
 def _upb_parse_only(proto_pages: list[bytes]) -> list[Any]:
-    reader = UpbPods(decode.pod_wire(ANNOTATIONS))
-    return [len(reader.parse(page).items) for page in proto_pages]
-
-
-def _upb_fields(m: Any) -> list[Any]:
-    """Every field the snapshot reads, read from one pod's upb message into Python values: the floor
-    of any converter from these messages (no narrow struct, no domain pod)."""
-    meta, spec, status = m.metadata, m.spec, m.status
-    out = [meta.name, meta.namespace, meta.uid, meta.creationTimestamp.seconds, meta.HasField("deletionTimestamp")]
-    annotations = meta.annotations  # the kept keys looked up in C: no string made for the others
-    out += [dict(meta.labels), [annotations.get(key) for key in (*ANNOTATIONS, MIRROR_ANNOTATION)]]
-    out += [(r.kind, r.name, r.controller) for r in meta.ownerReferences]
-    for container in (*spec.containers, *spec.initContainers):
-        resources = container.resources
-        requests = [(k, v.string) for k, v in resources.requests.items()]
-        out.append((container.restartPolicy, requests, [(k, v.string) for k, v in resources.limits.items()]))
-    out += [spec.nodeName, spec.priority, spec.priorityClassName, dict(spec.nodeSelector), dict(spec.overhead)]
-    out += [spec.HasField("resources"), spec.HasField("affinity")]
-    out += [(t.key, t.operator, t.value, t.effect) for t in spec.tolerations]
-    out += [[field.name for field, _ in v.volumeSource.ListFields()] for v in spec.volumes]
-    out += [status.phase, status.qosClass, [(c.type, c.status) for c in status.conditions]]
-    out += [s.restartCount for s in status.containerStatuses]
-    return out
-
-
-def _upb_fields_only(proto_pages: list[bytes]) -> list[Any]:
-    reader = UpbPods(decode.pod_wire(ANNOTATIONS))
-    return [len(_upb_fields(m)) for page in proto_pages for m in reader.parse(page).items]
+    return [len(protobuf_lists.parse("pods", "PodList", page).items) for page in proto_pages]
 
 
 def _python(proto_pages: list[bytes]) -> list[Pod]:
@@ -883,15 +550,9 @@ PATHS: dict[str, tuple[str, Callable[[list[bytes]], list[Any]]]] = {
     "json": ("json", _json),
     "json decode only": ("json", _json_decode_only),
     "upb": ("protobuf", _upb),
-    "upb fields only": ("protobuf", _upb_fields_only),
     "upb parse only": ("protobuf", _upb_parse_only),
     "python": ("protobuf", _python),
 }
-try:
-    import google.protobuf  # type: ignore[import-untyped]  # noqa: F401  (not a dependency of rebalancer)
-except ImportError:
-    print("the protobuf package is not installed: the upb paths are left out", file=sys.stderr)
-    PATHS = {name: path for name, path in PATHS.items() if not name.startswith("upb")}
 
 
 def _timed(run: Callable[[list[bytes]], list[Any]], data: list[bytes]) -> tuple[float, float]:

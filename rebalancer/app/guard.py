@@ -83,7 +83,12 @@ def sweep(runtime: Runtime, nodes: Sequence[Node]) -> GuardReport:
 def release_marks(runtime: Runtime) -> GuardReport:
     """Graceful shutdown: every mark the runtime's requester wrote is removed (marks another instance renewed
     since stay), whether it still leads or not."""
-    nodes = KubeSource(runtime.api, frozenset(), list_mode=runtime.policy.kubernetes.list_mode).read_nodes()
+    nodes = KubeSource(
+        runtime.api,
+        frozenset(),
+        list_mode=runtime.policy.kubernetes.list_mode,
+        encoding=runtime.policy.kubernetes.encoding,
+    ).read_nodes()
     decision = release(unknown_nodes(runtime.policy.pools, nodes), runtime.requester)
     return _apply(replace(runtime, may_act=always), decision)
 

@@ -116,7 +116,9 @@ def predict_live(
     api = connect(kubeconfig, context)
     with collector.paused():
         annotations = Protections.from_settings(policy.protections).annotations_read()
-        facts = KubeSource(api, annotations, list_mode=policy.kubernetes.list_mode).read_facts()
+        facts = KubeSource(
+            api, annotations, list_mode=policy.kubernetes.list_mode, encoding=policy.kubernetes.encoding
+        ).read_facts()
     listed = time.perf_counter()
     # the answers' millions of points and the profiles make no reference cycles: the collector only costs
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="current-usage") as pool, collector.paused():

@@ -49,7 +49,9 @@ def efficiency_report(
     resolver = PoolResolver(policy.pools)
     pool_of = {
         node.name: resolver.pool_of(node)
-        for node in KubeSource(api, frozenset(), list_mode=policy.kubernetes.list_mode).read_nodes()
+        for node in KubeSource(
+            api, frozenset(), list_mode=policy.kubernetes.list_mode, encoding=policy.kubernetes.encoding
+        ).read_nodes()
     }
     bounds = bucket_bounds(now - settings.period.total_seconds(), now, bucket.total_seconds())
     no_records = _no_records(state, settings.enabled, f"ConfigMap {namespace}/{policy.state.efficiency_config_map}")

@@ -106,6 +106,7 @@ def plan_live(
                         runtime.api,
                         Protections.from_settings(policy.protections).annotations_read(),
                         list_mode=policy.kubernetes.list_mode,
+                        encoding=policy.kubernetes.encoding,
                     )
                     with collector.paused():
                         facts = read_facts(kube, focus)

@@ -77,6 +77,7 @@ class _ClusterCache:
             settings.watch_timeout,
             settings.relist_interval,
             list_mode,
+            policy.kubernetes.encoding,
         )
         with self._lock:
             old = self._cache
@@ -87,6 +88,7 @@ class _ClusterCache:
                     watch_seconds=int(settings.watch_timeout.total_seconds()),
                     relist_seconds=settings.relist_interval.total_seconds(),
                     list_mode=list_mode,
+                    encoding=policy.kubernetes.encoding,
                 )
                 self._cache = WatchCache(
                     self._api,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,26 @@ def test_a_list_that_keeps_expiring_fails_after_bounded_relists(kube_server: Tes
     assert caught.value.status == 410
     assert caught.value.reason == "Expired"
     assert len(kube_server.requests_to(PODS)) == 2 * (MAX_RELISTS + 1)
+
+
+def test_a_cached_list_the_cache_cannot_continue_is_listed_in_consistent_pages(
+    kube_server: TestApiServer, kubeconfig: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Over etcd 3.4 a quiet collection's cache stays at its last change; compacted, its pages cannot go on."""
+    add_many_pods(kube_server, 30, nodes=2)
+    kube_server.expire_continue_on(PODS, times=1)
+
+    with caplog.at_level(logging.WARNING, logger="rebalancer.adapters.kube.lister"):
+        source = KubeSource(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, page_size=10, list_mode="cached")
+        facts = source.read_facts()
+
+    assert len({p.key for p in facts.pods}) == 30
+    assert source.last_stats.modes == {"nodes": "cached", "replicasets": "cached", "pods": "paged",
+                                       "poddisruptionbudgets": "cached"}  # fmt: skip
+    queries = [r.query for r in kube_server.requests_to(PODS)]
+    assert [q.get("resourceVersionMatch") for q in queries] == ["NotOlderThan", None, None, None, None]
+    assert "list pods: the watch cache could not continue its list (list pods: HTTP 410 Expired" in caplog.text
+    assert "listing consistent pages" in caplog.text
 
 
 def test_node_name_reads_one_node_and_its_pods_by_field_selector(kube_server: TestApiServer, kubeconfig: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rebalancer.adapters.kube import KubeSource, connect
+from rebalancer.adapters.kube import KubeSource, connect, protobuf_lists
 from rebalancer.adapters.kube.watch_cache import WatchCache
 from rebalancer.domain.errors import KubeUnavailable
 from rebalancer.domain.model import ClusterFacts
@@ -96,9 +96,10 @@ def test_a_server_without_the_feature_is_listed_page_by_page(
         facts = reader.read_facts()
 
     assert len(facts.pods) == 32
-    assert set(reader.last_stats.modes.values()) == {"paged"}
+    assert set(reader.last_stats.modes.values()) == {"cached"}  # as client-go's reflector lists
     assert reader.last_stats.pages["pods"] == 4
     assert "list pods: the watch-list failed (list pods: HTTP 422 Invalid: " in caplog.text
+    assert "listing page by page from the watch cache" in caplog.text
     assert "WatchList feature gate" in caplog.text
 
 
@@ -139,7 +140,7 @@ def test_a_stream_without_watch_list_semantics_falls_back(
     reader = source(kubeconfig)
 
     assert [n.name for n in reader.read_nodes()] == ["node-1", "node-2"]
-    assert reader.last_stats.modes["nodes"] == "paged"
+    assert reader.last_stats.modes["nodes"] == "cached"
     assert len([r for r in kube_server.requests_to("/api/v1/nodes") if "watch" not in r.query]) == 1
 
 
@@ -164,7 +165,7 @@ def test_an_interrupted_watch_list_is_listed_again_page_by_page(
         facts = reader.read_facts()
 
     assert len(facts.pods) == 22  # every pod, none twice: the 7 read before the cut were dropped
-    assert reader.last_stats.modes["pods"] == "paged"
+    assert reader.last_stats.modes["pods"] == "cached"
     [warning] = [r.getMessage() for r in caplog.records if "listing page by page" in r.getMessage()]
     assert re.search(expected, warning)
 
@@ -194,7 +195,7 @@ def test_an_error_event_midway_falls_back(kube_server: TestApiServer, kubeconfig
         source(kubeconfig, "watchList").read_nodes()
     reader = source(kubeconfig)
     assert [n.name for n in reader.read_nodes()] == ["node-1", "node-2"]  # n1 of the failed stream dropped
-    assert reader.last_stats.modes["nodes"] == "paged"
+    assert reader.last_stats.modes["nodes"] == "cached"
 
 
 def test_an_unreachable_server_is_an_error_in_auto_mode(tmp_path: Path) -> None:
@@ -262,7 +263,11 @@ def _comparable(facts: ClusterFacts) -> tuple[Any, ...]:
 
 def test_list_mode_is_validated() -> None:
     policy = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 50}}\n"
-    assert parse_policy(policy).kubernetes.list_mode == "auto"
+    assert parse_policy(policy).kubernetes.list_mode == "cached"
+    assert parse_policy(policy).kubernetes.encoding == "protobuf"
+    assert parse_policy(policy + "kubernetes: {encoding: json}\n").kubernetes.encoding == "json"
+    with pytest.raises(Exception, match=r"kubernetes\.encoding"):
+        parse_policy(policy + "kubernetes: {encoding: yaml}\n")
     assert parse_policy(policy + "kubernetes: {listMode: paged}\n").kubernetes.list_mode == "paged"
     with pytest.raises(Exception, match=r"kubernetes\.listMode") as caught:
         parse_policy(policy + "kubernetes: {listMode: pages}\n")
@@ -271,7 +276,7 @@ def test_list_mode_is_validated() -> None:
 
 def test_the_watch_cache_syncs_and_relists_by_watch_list(kube_server: TestApiServer, kubeconfig: Path) -> None:
     populate(kube_server, pods=12)
-    timing = dataclasses.replace(FAST, relist_seconds=1.5)
+    timing = dataclasses.replace(FAST, relist_seconds=1.5, list_mode="auto")
     cache = WatchCache(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, timing=timing, max_stale=3.0)
     cache.start()
     try:
@@ -289,14 +294,16 @@ def test_the_watch_cache_syncs_and_relists_by_watch_list(kube_server: TestApiSer
 def test_the_watch_cache_falls_back_to_pages(kube_server: TestApiServer, kubeconfig: Path) -> None:
     populate(kube_server, pods=12)
     kube_server.watch_list = False
-    cache = WatchCache(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, timing=FAST, max_stale=3.0)
+    timing = dataclasses.replace(FAST, list_mode="auto")
+    cache = WatchCache(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, timing=timing, max_stale=3.0)
     cache.start()
     try:
         assert cache.wait_synced(5)
         assert len(cache.facts().pods) == 14
     finally:
         cache.stop()
-    assert [r for r in kube_server.requests_to(PODS) if "limit" in r.query]  # listed page by page
+    listed = [r.query for r in kube_server.requests_to(PODS) if "limit" in r.query]  # listed page by page
+    assert listed and listed[0]["resourceVersionMatch"] == "NotOlderThan"  # from the watch cache
 
 
 def test_a_cached_read_asks_the_watch_cache_for_any_version_in_pages(
@@ -311,3 +318,17 @@ def test_a_cached_read_asks_the_watch_cache_for_any_version_in_pages(
     assert (first["resourceVersion"], first["resourceVersionMatch"], first["limit"]) == ("1", "NotOlderThan", "10")
     assert pages and all("resourceVersion" not in q and "continue" in q for q in pages)  # the token carries it
     assert watch_lists(kube_server) == []
+
+
+def test_a_protobuf_read_takes_a_json_answer_as_it_comes(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    """Protobuf is asked for with JSON accepted: a server that answers JSON (this one) is read all the same."""
+    populate(kube_server, pods=12)
+    reader = source(kubeconfig, "cached", page_size=5, encoding="protobuf")
+    assert len(reader.read_facts().pods) == 14
+    asked = {r.path: r.headers.get("accept") for r in kube_server.requests}
+    assert asked[PODS] == asked["/api/v1/nodes"] == asked["/apis/apps/v1/replicasets"] == protobuf_lists.ACCEPT
+    assert asked["/apis/policy/v1/poddisruptionbudgets"] == "application/json"
+    assert set(reader.last_stats.encodings.values()) == {"json"}
+    before = len(kube_server.requests)
+    source(kubeconfig, "cached", page_size=5, encoding="json").read_facts()
+    assert {r.headers.get("accept") for r in kube_server.requests[before:]} == {"application/json"}

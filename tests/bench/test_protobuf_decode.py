@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench import cluster_gen, k8s_protobuf
-from bench.protobuf_decode import PATHS, ProtobufError, UpbPods, pages, pod_protobuf, python_decoder, python_pods
-from rebalancer.adapters.kube import decode
+from bench.protobuf_decode import ProtobufError, pages, pod_protobuf, python_decoder, python_pods
+from rebalancer.adapters.kube import decode, protobuf_lists
 from rebalancer.domain.model import Pod
 from rebalancer.planning.protections import MIRROR_ANNOTATION
 from tests.kubeapi import builders as b
@@ -29,14 +29,11 @@ def json_pods(page: bytes) -> list[Pod]:
         return decode.converted(pod_list.decode(page).items)
 
 
-def upb_pods(page: bytes) -> list[Pod] | None:
-    """The pods read through upb, or None where the protobuf package is not installed."""
-    if "upb" not in PATHS:
-        return None
+def upb_pods(page: bytes) -> list[Pod]:
+    """The pods read as the shipping protobuf path reads them (upb, converted as built)."""
     pod_decoder = decode.PodDecoder(ANNOTATIONS, {})
-    out: list[Pod] = []
-    UpbPods(pod_decoder.wire).pods(page, pod_decoder.pod, out)
-    return out
+    with pod_decoder.converting_list() as pod_list:
+        return decode.converted(protobuf_lists.PodLists(pod_decoder.wire, pod_list)("pods", page).items)
 
 
 def protobuf_pods(page: bytes) -> tuple[list[Pod], str]:
@@ -108,14 +105,12 @@ def test_the_benchmark_prints_each_path_against_json() -> None:
     assert sizes is not None, done.stdout
     assert 0 < float(sizes.group(3)) < 1
     paths = dict(re.findall(r"^ +(\S.*?) +\d+\.\d+ s \(.*\) +\d+\.\d+ us/pod +(\d+\.\d+)x$", done.stdout, re.M))
-    expected = {"json", "json decode only", "python"}
-    if "the protobuf package is not installed" not in done.stderr:
-        expected |= {"upb", "upb fields only", "upb parse only"}
+    expected = {"json", "json decode only", "python", "upb", "upb parse only"}
     assert set(paths) == expected and paths["json"] == "1.00"
     received = re.search(r"receive the pages .*: JSON (\d+\.\d+) s, protobuf (\d+\.\d+) s \((\d+\.\d+)x\)", done.stdout)
     assert received is not None, done.stdout
     both = re.findall(r"received and decoded: json \d+\.\d+ s, (\w+) \d+\.\d+ s \(\d+\.\d+x\)", done.stdout)
-    assert set(both) == expected - {"json", "json decode only", "upb fields only", "upb parse only"}
+    assert set(both) == expected - {"json", "json decode only", "upb parse only"}
 
 
 _QUANTITY = st.sampled_from(["100m", "1", "250m", "1.5", "64Mi", "1Gi", "500M"])
@@ -195,4 +190,4 @@ def test_both_encodings_give_the_same_pods_whatever_the_fields(items: list[dict[
 
     expected = json_pods(json_page)
     assert protobuf_pods(proto_page)[0] == expected
-    assert upb_pods(proto_page) in (None, expected)
+    assert upb_pods(proto_page) == expected

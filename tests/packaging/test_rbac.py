@@ -175,12 +175,14 @@ def test_cronjob_grants_exactly_what_run_once_uses(
     assert refused(granted, made) == []
     assert unused(granted, made) == set()
     assert not any(g.resource == "leases" for g in granted)
-    assert {g.resource for g in granted if g.verb == "watch"} == WATCHED  # the watch-lists
+    assert not any(g.verb == "watch" for g in granted)  # pages from the watch cache: no watch-list
 
 
-def test_cronjob_listing_page_by_page_grants_no_watch() -> None:
-    granted = grants(render({"kind": "CronJob", "policy": {"strategies": [LNU], "kubernetes": {"listMode": "paged"}}}))
-    assert not any(g.verb == "watch" for g in granted)
+@pytest.mark.parametrize(("mode", "watched"), [("paged", set()), ("cached", set()), ("auto", WATCHED),
+                                               ("watchList", WATCHED)])  # fmt: skip
+def test_cronjob_watches_only_to_read_by_watch_list(mode: str, watched: set[str]) -> None:
+    granted = grants(render({"kind": "CronJob", "policy": {"strategies": [LNU], "kubernetes": {"listMode": mode}}}))
+    assert {g.resource for g in granted if g.verb == "watch"} == watched
 
 
 @pytest.fixture
@@ -253,7 +255,7 @@ def test_deployment_grants_exactly_what_serve_and_its_cycles_use(
     made = requests_made(kube_server)
     assert refused(granted, made) == []
     assert unused(granted, made) == set()
-    assert {a.resource for a in made if a.verb == "watch"} == WATCHED  # the watch cache, the cycles' watch-lists
+    assert {a.resource for a in made if a.verb == "watch"} == (WATCHED if watch_cache else set())  # the watch cache
     assert any(a.resource == "leases" for a in made) == leader_election
 
 

@@ -1,9 +1,11 @@
-"""Full reads against a real kube-apiserver: the streaming watch-list over etcd 3.6, and over Debian's etcd
-3.4, which refuses it with HTTP 500, the fall back to a paged LIST that says so."""
+"""Full reads against a real kube-apiserver: the default read in protobuf pages from the watch cache over etcd 3.4
+and 3.6; the streaming watch-list over etcd 3.6, and over Debian's etcd 3.4, which refuses it with HTTP 500,
+the fall back to the cached pages that says so."""
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from rebalancer.adapters.kube import KubeSource, connect
 from rebalancer.adapters.kube.informer import WatchTiming
 from rebalancer.adapters.kube.watch_cache import WatchCache
 from rebalancer.domain.errors import KubeUnavailable
-from rebalancer.domain.settings.shared import ProtectionSettings
+from rebalancer.domain.settings.shared import KubernetesSettings, ProtectionSettings
 from rebalancer.planning.protections import Protections
 from tests.controlplane import ControlPlane
 from tests.realcluster import objects as o
@@ -36,10 +38,13 @@ def populate(plane: ControlPlane) -> set[str]:
     return names
 
 
-def source(plane: ControlPlane, tmp_path: Path, mode: Any, page_size: int = 50) -> KubeSource:
+def source(plane: ControlPlane, tmp_path: Path, mode: Any = None, page_size: int = 50) -> KubeSource:
+    """A reader in ``mode``; None: the defaults, as the policy's."""
     assert plane.pki is not None
     kubeconfig = plane.kubeconfig(tmp_path / "kubeconfig", plane.pki.admin_token)
-    return KubeSource(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, list_mode=mode, page_size=page_size)
+    settings = KubernetesSettings()
+    return KubeSource(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, list_mode=mode or settings.list_mode,
+                      encoding=settings.encoding, page_size=page_size)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +61,23 @@ def etcd34(control_plane_etcd34: ControlPlane) -> ControlPlane:
 
 def read_names(reader: KubeSource) -> set[str]:
     return {p.name for p in reader.read_facts().pods if p.namespace == "shop"}
+
+
+@pytest.mark.parametrize("etcd", ["3.4", "3.6"])
+def test_the_default_read_is_protobuf_pages_from_the_watch_cache_and_says_so(
+    etcd: str, etcd34: ControlPlane, etcd36: ControlPlane, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The read costing the API server least on both (docs/performance.md); the log names its resourceVersion."""
+    reader = source(etcd34 if etcd == "3.4" else etcd36, tmp_path)
+    with caplog.at_level(logging.INFO, logger="rebalancer.adapters.kube.watch_list"):
+        names = read_names(reader)
+    assert len(names) == PODS
+    assert set(reader.last_stats.modes.values()) == {"cached"}
+    assert reader.last_stats.encodings == {"nodes": "protobuf", "replicasets": "protobuf", "pods": "protobuf",
+                                           "poddisruptionbudgets": "json"}  # fmt: skip
+    assert reader.last_stats.pages["pods"] > 1
+    assert re.search(r"list pods: \d+ from the watch cache in \d+ pages at resourceVersion \d+", caplog.text)
+    assert "watch-list" not in caplog.text
 
 
 def test_etcd36_serves_the_watch_list(etcd36: ControlPlane, tmp_path: Path) -> None:
@@ -79,8 +101,8 @@ def test_etcd34_refuses_the_watch_list_and_auto_falls_back_saying_so(
     with caplog.at_level(logging.INFO, logger="rebalancer.adapters.kube.watch_list"):
         names = read_names(reader)
     assert len(names) == PODS
-    assert set(reader.last_stats.modes.values()) == {"paged"}
-    refusals = [r for r in caplog.records if "listing page by page" in r.getMessage()]
+    assert set(reader.last_stats.modes.values()) == {"cached"}  # as client-go's reflector lists
+    refusals = [r for r in caplog.records if "listing page by page from the watch cache" in r.getMessage()]
     assert refusals and all(r.levelno == logging.WARNING for r in refusals)
     assert "RequestWatchProgress" in refusals[0].getMessage()
 

@@ -73,7 +73,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{- define "rebalancer.watchList" -}}
-{{- if ne (dig "kubernetes" "listMode" "auto" .Values.policy) "paged" }}true{{ end }}
+{{- if has (dig "kubernetes" "listMode" "cached" .Values.policy) (list "auto" "watchList") }}true{{ end }}
 {{- end }}
 
 {{- define "rebalancer.serve" -}}

@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from rebalancer.adapters.kube import wire
 from rebalancer.adapters.kube.lister import CLIENT_ERRORS, ListCall, api_error, client_error, transport_error
+from rebalancer.adapters.kube.protobuf_lists import Encoding
 from rebalancer.adapters.kube.watch_list import WATCH_EVENT, ListMode, read_all
 from rebalancer.domain.errors import KubeUnavailable, RebalancerError
 
@@ -72,14 +73,16 @@ class WatchTiming:
     ``request_timeout``: seconds per LIST page, and the connect timeout of a watch; ``backoff_max``:
     the longest wait between attempts after failures; ``relist_seconds``: how often the collection is
     listed again although no 410 asked for it; ``list_mode``: how a listing reads the collection (watch-list
-    or pages, see :func:`rebalancer.adapters.kube.watch_list.read_all`)."""
+    or pages, see :func:`rebalancer.adapters.kube.watch_list.read_all`); ``encoding``: in which encoding the
+    pages of the collections that have a protobuf reader are asked for (watch events are JSON)."""
 
     watch_seconds: int = 300
     request_timeout: float = 30.0
     backoff_max: float = 30.0
     page_size: int = 500
     relist_seconds: float = 1800.0
-    list_mode: ListMode = "auto"
+    list_mode: ListMode = "cached"
+    encoding: Encoding = "protobuf"
 
 
 class Informer(Generic[_W, _D]):

@@ -12,6 +12,8 @@ show a pod twice or miss one. Every library exception becomes a :class:`KubeUnav
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -25,10 +27,11 @@ import urllib3
 from kubernetes.client.exceptions import ApiException, OpenApiException
 from kubernetes.config import ConfigException
 
-from rebalancer.adapters.kube import wire
+from rebalancer.adapters.kube import protobuf_lists, wire
 from rebalancer.adapters.kube.bodies import decode_body
 from rebalancer.domain.errors import KubeForbidden, KubeUnavailable
 
+log = logging.getLogger(__name__)
 MAX_RELISTS = 3
 LISTING_SWITCH_INTERVAL = 0.0002
 """Seconds: the interpreter's thread switch interval while a list is read (the default is 0.005)."""
@@ -55,6 +58,19 @@ class ListCall(Generic[_W]):
     decoder: msgspec.json.Decoder[Any]
     field_selector: str | None = None
     label_selector: str | None = None
+    protobuf: protobuf_lists.ProtobufList | None = None  # set: the pages are asked for in protobuf
+
+    def body(self, raw: bytes) -> ListBody[_W]:
+        """A page's body, read as what it is: protobuf, or JSON (what a server that cannot encode protobuf sends)."""
+        if self.protobuf is not None and protobuf_lists.is_protobuf(raw):
+            return self.protobuf(self.what, raw)
+        return decode_body(self, self.decoder, raw)
+
+    def head(self, raw: bytes) -> wire.ListMeta | None:
+        """The page's metadata read ahead of its items (see :func:`wire.list_head`), or None."""
+        if self.protobuf is not None and protobuf_lists.is_protobuf(raw):
+            return protobuf_lists.head(raw)
+        return wire.list_head(raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +80,7 @@ class Listed(Generic[_D]):
     pages: int
     relists: int
     mode: str = "paged"  # how it was read: "paged" (LIST pages) or "watchList" (one watch-list stream)
+    encoding: str = "json"  # how the server encoded it: "json" or "protobuf"
 
 
 class _Expired(Exception):
@@ -83,17 +100,31 @@ def list_all(
 
     ``cached``: pages the API server answers from its watch cache, not from etcd: the first asks for a list
     not older than resourceVersion 1 (``resourceVersionMatch=NotOlderThan``): any version the cache holds,
-    usually milliseconds behind etcd, as client-go's reflector lists. A fresher bound would not do: over
-    etcd older than 3.5 the cache of a quiet collection cannot tell it is current, and the server answers 504
-    after waiting 3 s. A plan stays safe on such a list: every eviction re-reads its pod first. The pages
-    keep the client's memory flat (a ``resourceVersion=0`` list comes whole, whatever the page size).
+    as client-go's reflector lists. The cache follows etcd by a watch: it is behind by the watch's delay
+    (milliseconds, seconds on an overloaded server), and the list's resourceVersion says which state it is.
+    A fresher bound would not do: over etcd older than 3.5 the cache of a quiet collection cannot tell it is
+    current, and the server answers 504 after waiting 3 s. A plan stays safe on such a list: every eviction
+    re-reads its pod first, goes through the Eviction API (the server checks every budget against its own
+    state) with the pod's uid as a precondition (a pod replaced since is left alone). The pages keep the
+    client's memory flat (a ``resourceVersion=0`` list comes whole, whatever the page size).
+    Over etcd older than 3.5 the cache of a quiet collection stays at the version of its last change, and
+    once etcd has compacted that version the server cannot continue the list (HTTP 410 on the second
+    page): the collection is then listed in consistent pages (``Listed.mode`` ``paged``), with a warning.
     """
     with fast_switching(), ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"list-{call.what}") as fetcher:
         for relists in range(MAX_RELISTS + 1):
             try:
-                return _list_once(call, convert, fetcher, _Paging(page_size, timeout, host, cached), relists)
-            except _Expired:
+                listed = _list_once(call, convert, fetcher, _Paging(page_size, timeout, host, cached), relists)
+            except _Expired as expired:
+                if cached:
+                    log.warning(
+                        "list %s: the watch cache could not continue its list (%s); listing consistent pages",
+                        call.what,
+                        expired,
+                    )
+                    cached = False
                 continue
+            return dataclasses.replace(listed, mode="cached") if cached else listed
     raise KubeUnavailable(
         f"list {call.what}: the continue token expired {MAX_RELISTS + 1} times in a row; "
         "the cluster changes faster than it can be listed",
@@ -119,25 +150,27 @@ def _list_once(
 ) -> Listed[_D]:
     out: list[_D] = []
     resource_version = ""
+    encoding = "json"
     pages = 0
     pending: Future[bytes] = fetcher.submit(_fetch, call, paging, None)
     while True:
         raw = pending.result()
-        head = wire.list_head(raw)
+        head = call.head(raw)
         if head is not None and head.continue_:
             pending = fetcher.submit(_fetch, call, paging, head.continue_)
-        body: ListBody[_W] = decode_body(call, call.decoder, raw)
-        del raw
+        body = call.body(raw)
         pages += 1
         if pages == 1:
             resource_version = body.metadata.resource_version
+            encoding = "protobuf" if protobuf_lists.is_protobuf(raw) else "json"
         token = body.metadata.continue_ or None
         if token is not None and head is None:
             pending = fetcher.submit(_fetch, call, paging, token)
+        del raw
         out.extend(convert(body.items))
         del body
         if token is None:
-            return Listed(out, resource_version, pages, relists)
+            return Listed(out, resource_version, pages, relists, encoding=encoding)
 
 
 class _SwitchInterval:
@@ -201,6 +234,7 @@ def _fetch(call: ListCall[Any], paging: _Paging, token: str | None) -> bytes:
             **(_FROM_CACHE if paging.cached and token is None else {}),
             field_selector=call.field_selector,
             label_selector=call.label_selector,
+            _headers=None if call.protobuf is None else {"Accept": protobuf_lists.ACCEPT},
             _preload_content=False,
             _request_timeout=timeout,
         )
@@ -210,7 +244,7 @@ def _fetch(call: ListCall[Any], paging: _Paging, token: str | None) -> bytes:
             response.release_conn()
     except ApiException as exc:
         if exc.status == 410 and token is not None:
-            raise _Expired from exc
+            raise _Expired(str(api_error(f"list {call.what}", exc))) from exc
         raise api_error(f"list {call.what}", exc) from exc
     except CLIENT_ERRORS as exc:
         raise client_error(f"list {call.what}", exc, paging.host, timeout) from exc

@@ -9,7 +9,7 @@ from typing import TypeVar
 import kubernetes.client
 import msgspec
 
-from rebalancer.adapters.kube import decode, wire
+from rebalancer.adapters.kube import decode, protobuf_lists, wire
 from rebalancer.adapters.kube.lister import ListCall, Listed
 from rebalancer.adapters.kube.watch_list import ListMode, read_all
 from rebalancer.domain.model import ClusterFacts, DisruptionBudget, Node
@@ -21,11 +21,13 @@ _D = TypeVar("_D")
 @dataclass(frozen=True, slots=True)
 class ReadStats:
     """How the last read went, per collection: pages fetched, restarts after a 410, and how it was read
-    (``watchList``: one watch-list stream; ``paged``: LIST pages)."""
+    (``watchList``: one watch-list stream; ``paged``: LIST pages), and how the server encoded it
+    (``protobuf`` or ``json``)."""
 
     pages: dict[str, int] = field(default_factory=dict)
     relists: dict[str, int] = field(default_factory=dict)
     modes: dict[str, str] = field(default_factory=dict)
+    encodings: dict[str, str] = field(default_factory=dict)
 
 
 def escape_field_value(value: str) -> str:
@@ -38,9 +40,10 @@ class KubeSource:
 
     ``annotations``: the pod annotation keys to keep (``Protections.annotations_read()``).
     ``request_timeout``: seconds per HTTP request (one page), not per whole list.
-    ``list_mode``: how a whole collection is read (``kubernetes.listMode``): ``auto`` by watch-list, page
-    by page when the server refuses it; ``watchList`` or ``paged`` only that way. Reads of one node's
-    pods (field selected) are always paged.
+    ``list_mode``: how a whole collection is read (``kubernetes.listMode``): ``cached`` in pages from the API
+    server's watch cache (any version it holds); ``paged`` in consistent pages; ``watchList`` by one
+    watch-list; ``auto`` by watch-list, from the watch cache when the server refuses it. Reads of one
+    node's pods (field selected) are always consistent pages.
     The caller pauses the garbage collector around a read (:mod:`rebalancer.app.collector`): it creates
     millions of objects and no reference cycles.
     """
@@ -51,7 +54,8 @@ class KubeSource:
         annotations: frozenset[str],
         page_size: int = 500,
         request_timeout: float = 30.0,
-        list_mode: ListMode = "auto",
+        list_mode: ListMode = "cached",
+        encoding: protobuf_lists.Encoding = "protobuf",
     ) -> None:
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
@@ -63,6 +67,7 @@ class KubeSource:
         self._page_size = page_size
         self._timeout = request_timeout
         self._mode: ListMode = list_mode
+        self._protobuf = encoding == "protobuf"
         self.last_stats = ReadStats()
 
     def read_facts(self, node_name: str | None = None) -> ClusterFacts:
@@ -80,7 +85,11 @@ class KubeSource:
             nodes = [n for name in node_names for n in self._list(self._node_call(name), _nodes).items]
         owners = self._list(
             ListCall(
-                "replicasets", "replicaset", self._apps.list_replica_set_for_all_namespaces, wire.REPLICA_SET_LIST
+                "replicasets",
+                "replicaset",
+                self._apps.list_replica_set_for_all_namespaces,
+                wire.REPLICA_SET_LIST,
+                protobuf=protobuf_lists.replica_set_list if self._protobuf else None,
             ),
             _owners,
         )
@@ -88,7 +97,7 @@ class KubeSource:
         del owners
         with pod_decoder.converting_list() as pod_list:
             pod_lists = [
-                self._list(self._pod_call(name, pod_list), decode.converted)
+                self._list(self._pod_call(name, pod_list, pod_decoder.wire), decode.converted)
                 for name in (node_names if node_names is not None else (None,))
             ]
         # Its tables (a ReplicaSet map of ~40,000 tuples here) go before a paused collector is back.
@@ -115,11 +124,15 @@ class KubeSource:
 
     def _node_call(self, name: str | None) -> ListCall[wire.Node]:
         selector = None if name is None else f"metadata.name={escape_field_value(name)}"
-        return ListCall("nodes", "node", self._core.list_node, wire.NODE_LIST, selector)
+        protobuf = protobuf_lists.node_list if self._protobuf else None
+        return ListCall("nodes", "node", self._core.list_node, wire.NODE_LIST, selector, protobuf=protobuf)
 
-    def _pod_call(self, node: str | None, decoder: msgspec.json.Decoder[wire.PodList]) -> ListCall[wire.Pod]:
+    def _pod_call(
+        self, node: str | None, decoder: msgspec.json.Decoder[wire.PodList], pod_wire: wire.PodWire
+    ) -> ListCall[wire.Pod]:
         selector = None if node is None else f"spec.nodeName={escape_field_value(node)}"
-        return ListCall("pods", "pod", self._core.list_pod_for_all_namespaces, decoder, selector)
+        protobuf = protobuf_lists.PodLists(pod_wire, decoder) if self._protobuf else None
+        return ListCall("pods", "pod", self._core.list_pod_for_all_namespaces, decoder, selector, protobuf=protobuf)
 
     def _list(
         self,
@@ -131,6 +144,7 @@ class KubeSource:
         self.last_stats.pages[call.what] = listed.pages
         self.last_stats.relists[call.what] = listed.relists
         self.last_stats.modes[call.what] = listed.mode
+        self.last_stats.encodings[call.what] = listed.encoding
         return listed
 
 

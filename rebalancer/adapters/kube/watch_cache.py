@@ -22,7 +22,7 @@ from typing import TypeVar
 import kubernetes.client
 import msgspec
 
-from rebalancer.adapters.kube import decode, wire
+from rebalancer.adapters.kube import decode, protobuf_lists, wire
 from rebalancer.adapters.kube.informer import Clock, Index, Informer, WatchTiming
 from rebalancer.adapters.kube.lister import ListCall
 from rebalancer.adapters.kube.pod_index import PodGroups
@@ -98,6 +98,7 @@ class WatchCache:
         host = str(api_client.configuration.host)
         self.annotations = annotations
         self._max_stale = max_stale
+        protobuf = timing.encoding == "protobuf"
 
         def informer(
             call: ListCall[_W],
@@ -111,20 +112,34 @@ class WatchCache:
             )
 
         self._replica_sets: Informer[wire.ReplicaSet, tuple[str, str]] = informer(
-            ListCall("replicasets", "replicaset", apps.list_replica_set_for_all_namespaces, wire.REPLICA_SET_LIST),
+            ListCall(
+                "replicasets",
+                "replicaset",
+                apps.list_replica_set_for_all_namespaces,
+                wire.REPLICA_SET_LIST,
+                protobuf=protobuf_lists.replica_set_list if protobuf else None,
+            ),
             wire.REPLICA_SET,
             _owner,
         )
         self._pod_converter = _PodConverter(annotations, _Owners(self._replica_sets))
         self._nodes: Informer[wire.Node, Node] = informer(
-            ListCall("nodes", "node", core.list_node, wire.NODE_LIST),
+            ListCall(
+                "nodes", "node", core.list_node, wire.NODE_LIST, protobuf=protobuf_lists.node_list if protobuf else None
+            ),
             _NODE,
             lambda w: (w.metadata.name, decode.node(w)),
         )
         pod_wire = decode.pod_wire(annotations)  # the pod types the converter's decoder reads
         self._groups = PodGroups()
         self._pods: Informer[wire.Pod, Pod] = informer(
-            ListCall("pods", "pod", core.list_pod_for_all_namespaces, pod_wire.pod_list),
+            ListCall(
+                "pods",
+                "pod",
+                core.list_pod_for_all_namespaces,
+                pod_wire.pod_list,
+                protobuf=protobuf_lists.PodLists(pod_wire, pod_wire.pod_list) if protobuf else None,
+            ),
             pod_wire.pod,
             self._pod_converter,
             self._groups,

@@ -1,4 +1,5 @@
-"""A full read as a streaming watch-list, with the paged LIST as the fallback when the server refuses it.
+"""A full read in the list mode asked for: pages from the watch cache, consistent pages, or a streaming watch-list
+(with the cached pages as the fallback when the server refuses it).
 
 The watch-list (``watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true``,
 resourceVersion unset: a consistent read) is answered from the API server's watch cache: one stream of
@@ -17,14 +18,14 @@ feature RequestWatchProgress is disabled"); or it ignores ``sendInitialEvents`` 
 annotated bookmark (a change, or a plain bookmark, arrives first, or the stream ends cleanly without it).
 With ``listMode: auto`` any failure of the watch-list after the server was reached (an HTTP error answer,
 an ``ERROR`` event, a stream cut or ended before the bookmark, a malformed event) is logged as a warning
-and the collection is listed page by page instead, as client-go's reflector does: the events read so far
-are dropped, never returned as a partial list. With ``listMode: watchList`` the read fails. A server that
+and the collection is listed page by page from the watch cache instead, as client-go's reflector lists
+(``listMode: cached``, the default: see :func:`~rebalancer.adapters.kube.lister.list_all`): the events read
+so far are dropped, never returned as a partial list. With ``listMode: watchList`` the read fails. A server that
 cannot be reached at all is an error in every mode (a LIST would meet the same).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import threading
@@ -95,9 +96,11 @@ def read_all(
     timeout: float,
     host: str,
 ) -> Listed[_D]:
-    """Every object of ``call``'s collection: by watch-list unless ``mode`` is ``paged``; with ``auto``, page
-    by page when the watch-list fails. ``Listed.mode`` says which path gave the result."""
-    if mode not in ("paged", "cached"):
+    """Every object of ``call``'s collection, as ``mode`` says: ``cached``: pages from the API server's watch
+    cache (see :func:`list_all`); ``paged``: consistent pages; ``watchList``: one watch-list stream;
+    ``auto``: a watch-list, and cached pages when it fails (as client-go's reflector lists). ``Listed.mode``
+    says which path gave the result."""
+    if mode in ("auto", "watchList"):
         try:
             listed = watch_list(call, convert, timeout=timeout, host=host)
         except WatchListRefused as refused:
@@ -106,16 +109,26 @@ def read_all(
                     f"list {call.what}: the server refused the watch-list (kubernetes.listMode is watchList): {refused}",
                     reason="WatchListRefused",
                 ) from refused
-            log.warning("list %s: the watch-list failed (%s); listing page by page", call.what, refused)
+            log.warning(
+                "list %s: the watch-list failed (%s); listing page by page from the watch cache", call.what, refused
+            )
         else:
             log.info(
                 "list %s: %d by watch-list at resourceVersion %s", call.what, len(listed.items), listed.resource_version
             )
             return listed
-    if mode == "cached":
-        listed = list_all(call, convert, page_size=page_size, timeout=timeout, host=host, cached=True)
-        return dataclasses.replace(listed, mode="cached")
-    return list_all(call, convert, page_size=page_size, timeout=timeout, host=host)
+    if mode == "paged":
+        return list_all(call, convert, page_size=page_size, timeout=timeout, host=host)
+    listed = list_all(call, convert, page_size=page_size, timeout=timeout, host=host, cached=True)
+    log.info(
+        "list %s: %d from the %s in %d pages at resourceVersion %s",
+        call.what,
+        len(listed.items),
+        "watch cache" if listed.mode == "cached" else "consistent list",
+        listed.pages,
+        listed.resource_version,
+    )
+    return listed
 
 
 def watch_list(
