@@ -5,6 +5,7 @@ placement fixes are counted; the price of the evictions is reported, in `simulat
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,8 @@ def _cluster(demands: tuple[float, ...], on: tuple[str, ...], nodes: int = 2) ->
 
 
 def test_a_node_asked_beyond_its_cores_is_read_at_its_cores_and_the_rest_is_unmet() -> None:
-    world = World(_cluster((3000, 3000, 500), ("n0", "n0", "n1")))
+    cluster = _cluster((3000, 3000, 500), ("n0", "n0", "n1"))
+    world = World(replace(cluster, served=cluster.usage))  # unthrottled until a step is served
     served = world.serve(0)
     assert served.unmet == pytest.approx([2000, 0])
     assert node_usage(world, 0) == pytest.approx([4000 + SYSTEM, 500 + SYSTEM])
@@ -62,6 +64,7 @@ def test_a_node_asked_beyond_its_cores_is_read_at_its_cores_and_the_rest_is_unme
     report = usage_report("window", world, 0, samples, 0.95)
     assert sorted(report.pod_cpu_m.values()) == [500, 2000, 2000]  # cAdvisor reads the throttled usage
     assert report.node_cpu_m == {"n0": 4000 + SYSTEM, "n1": 500 + SYSTEM}
+    assert node_usage(World(cluster), 5) == pytest.approx([4000 + SYSTEM, 500 + SYSTEM])  # the start's too
 
 
 def test_unmet_demand_and_the_unavoidable_hot_minutes_are_counted_per_variant() -> None:
