@@ -126,8 +126,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     if unavoidable := unavoidable_warning([r for _, r in runs]):
         warnings.append(unavoidable)
         print(f"rebalancer simulate: warning: {unavoidable}", file=sys.stderr)
-    header += "".join(f"\nwarning: {w}" for w in warnings)
-    text = comparison_table(results, f"{header}; seed {config.seed}")
+    text = comparison_table(results, f"{header}; seed {config.seed}" + "".join(f"\nwarning: {w}" for w in warnings))
     if len(runs) > 1:
         text += "\n" + summary_table([r for _, r in runs], seeds, "All seeds:")
     if table := before_after_table([r for _, r in runs]):
