@@ -19,7 +19,14 @@ from rebalancer.offline.simulate.cluster import NAMESPACE, Cluster, Workload, bu
 from rebalancer.offline.simulate.config import GI, SimConfig
 from rebalancer.offline.simulate.cpu_share import share_cpu
 from rebalancer.offline.simulate.engine import hot_again, simulate
-from rebalancer.offline.simulate.readings import NodeSamples, node_usage, usage_report
+from rebalancer.offline.simulate.readings import (
+    NodeSamples,
+    daily_table,
+    node_usage,
+    profile_table,
+    refresh_day,
+    usage_report,
+)
 from rebalancer.offline.simulate.shapes import SYNTHETIC_START, Shapes, bitbrains_shapes
 from rebalancer.offline.simulate.variants import variant_named
 from rebalancer.offline.simulate.world import Move, World
@@ -81,6 +88,16 @@ def test_unmet_demand_and_the_unavoidable_hot_minutes_are_counted_per_variant() 
     (pool,) = simulate(_cluster((2000, 2000, 2000, 2000), ("n0", "n0", "n1", "n1")), policy(), 70.0,
                        [variant_named("none")])  # fmt: skip
     assert pool.hot_node_minutes == 2 * 24 * 60 and pool.unavoidable_share == 1.0
+
+
+def test_the_predictors_tables_take_each_measured_day_as_the_run_served_it() -> None:
+    cluster = _cluster((3000, 3000, 500), ("n0", "n0", "n1"))
+    world = World(cluster)
+    table, profiles = daily_table(cluster, 0.95), profile_table(cluster, 24)
+    assert table[:, 0] == pytest.approx([2000, 2000, 500])  # throttled under the initial placement
+    world.served[:, : cluster.config.steps_per_day] = 1234.0  # what this run's pods got that day
+    refresh_day(table, profiles, world, 0, 0.95)
+    assert table[:, 0] == pytest.approx([1234.0] * 3) and profiles[:, 0] == pytest.approx(np.full((3, 24), 1234.0))
 
 
 def test_evictions_whose_node_is_hot_again_within_the_hour() -> None:

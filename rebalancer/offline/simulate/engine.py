@@ -1,4 +1,5 @@
-"""The closed loop (pure): every step the pods' usage moves on; every cycle interval (the variant's, else the
+"""The closed loop (pure): every step the pods' usage moves on, shared out on their nodes (throttled where a
+node's pods ask more than its allocatable: :mod:`rebalancer.offline.simulate.cpu_share`); every cycle interval (the variant's, else the
 command's) a rebalancer cycle runs the production code path on the simulated cluster: ``plan_cycle`` ->
 ``Evictor.apply`` (production limiters, limiter state kept in an in-memory ConfigMap) -> efficiency records
 (``judge_followups``, ``observe_landings``, ``observe_cycle``); with a landing guard, its production rules
