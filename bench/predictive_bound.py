@@ -52,8 +52,8 @@ class Foresight:
     def __init__(self, cluster: Cluster, buckets: int, settings: PredictorSettings) -> None:
         self.per_day = cluster.config.steps_per_day
         self.days = settings.days
-        self.peaks = daily_table(cluster, settings.quantile)  # (slots, days)
-        self.profiles = profile_table(cluster, buckets)  # (slots, days, buckets)
+        self.peaks = daily_table(cluster, settings.quantile, cluster.usage)  # (slots, days): the demand
+        self.profiles = profile_table(cluster, buckets, cluster.usage)  # (slots, days, buckets)
 
     def __call__(self, world: World, step: int) -> tuple[DailyPeaks[PodKey], DailyProfiles[PodKey]]:
         today = step // self.per_day

@@ -10,6 +10,15 @@
 * **overshoot** = reliefs beyond need / reliefs: those that cooled their node below its cold threshold,
   and those of a node whose earlier relief was still pending.
 
+And the price of what they did:
+
+* **evictions per 100 hot-node-minutes saved**: the minutes saved are estimated from the reliefs alone,
+  each cooled relief counting its follow-up window (the node would have stayed hot that long had it not
+  been relieved). A node also cools by itself, so this over-counts the saving: the price is a lower bound.
+  The simulation (``rebalancer simulate``) measures it against a run without rebalancing instead;
+* **hot again within the hour**: evictions of reliefs whose node a later cycle found hot within the hour
+  (its hot episode went on, or a new one began).
+
 A rate with an empty denominator is None ("nothing to measure"), never 0 or 1.
 """
 
@@ -55,6 +64,8 @@ class PoolRates:
     overshoot_below_cold: int = 0  # ... that cooled the node below its cold threshold
     overshoot_repeat: int = 0  # ... of a node whose earlier relief was still pending
     overshoot_evictions: int = 0  # pods evicted in the reliefs beyond need
+    saved_minutes: float = 0.0  # hot-node-minutes saved, estimated: each cooled relief's follow-up window
+    hot_again: int = 0  # evictions of reliefs whose node a later cycle found hot within the hour
 
     @property
     def discovery(self) -> float | None:
@@ -79,6 +90,15 @@ class PoolRates:
     def landed_back_rate(self) -> float | None:
         """Of the replacements seen, those scheduled back onto the node they were evicted from."""
         return self.landed_back / self.landed if self.landed else None
+
+    @property
+    def evictions_per_100_saved(self) -> float | None:
+        """Evictions per 100 hot-node-minutes saved (estimated: ``saved_minutes``)."""
+        return 100 * self.evictions / self.saved_minutes if self.evictions and self.saved_minutes else None
+
+    @property
+    def hot_again_share(self) -> float | None:
+        return self.hot_again / self.evictions if self.evictions else None
 
     @property
     def landing_hit_rate(self) -> float | None:
@@ -139,6 +159,10 @@ def compute_rates(
             lands_back.update(c.lands_back)
             recently_moved.update(c.recently_moved)
 
+    found_again: dict[str, list[tuple[float, float]]] = {}
+    for s in state.sightings:
+        found_again.setdefault(s.node, []).append((s.first, s.last))
+
     def rates(pool: str | None) -> PoolRates:
         def mine(p: str) -> bool:
             return pool is None or p == pool
@@ -173,9 +197,20 @@ def compute_rates(
             passed_lands_back=sum(n for p, n in lands_back.items() if mine(p)),
             passed_recently_moved=sum(n for p, n in recently_moved.items() if mine(p)),
             **_overshoot(mine_reliefs),
+            saved_minutes=sum((r.deadline - r.at) / 60 for r in judged if r.result == COOLED),
+            hot_again=sum(len(r.evicted) for r in mine_reliefs if _hot_again(r, found_again)),
         )
 
     return EfficiencyReport(start, end, (rates(None), *(rates(p) for p in pools)), reference_problem)
+
+
+HOT_AGAIN_SECONDS = 3600
+
+
+def _hot_again(relief: Relief, sightings: Mapping[str, list[tuple[float, float]]]) -> bool:
+    """A cycle after the relief, within the hour, found its node hot."""
+    end = relief.at + HOT_AGAIN_SECONDS
+    return any(last > relief.at and first <= end for first, last in sightings.get(relief.node, ()))
 
 
 def _top(counts: Counter[str]) -> str:

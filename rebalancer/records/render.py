@@ -104,6 +104,13 @@ def report_table(report: EfficiencyReport, timeline: Iterable[Bucket] = ()) -> s
         if nodes:
             lines.append(f"{title}:")
             lines.extend(f"  {node}{': ' + why if why else ''}" for node, why in nodes.items())
+    if c.evictions:
+        per = c.evictions_per_100_saved
+        lines.append(
+            f"Price: {'-' if per is None else f'{per:.1f}'} evictions per 100 hot-node-minutes saved (saved: each "
+            f"cooled relief's follow-up window, an upper bound); {c.hot_again} of {c.evictions} evictions "
+            f"({percent(c.hot_again_share)}) from a node found hot again within the hour"
+        )
     for title, counts in (
         ("Reliefs that did not cool", c.uncooled),
         ("Reliefs not judged", c.unjudged),
@@ -134,6 +141,7 @@ def _pool_record(p: PoolRates) -> dict[str, Any]:
     data.update(discovery=p.discovery, eviction=p.eviction, effective=p.effective)
     data.update(landedBackRate=p.landed_back_rate, landingHitRate=p.landing_hit_rate)
     data.update(overshootRate=p.overshoot_rate)
+    data.update(evictionsPer100HotMinutesSaved=p.evictions_per_100_saved, hotAgainShare=p.hot_again_share)
     return data
 
 

@@ -196,6 +196,10 @@ def test_report_reads_the_records_back_with_reasons_and_plots(
     assert "hot-2: no-evictable-pod" in table
     assert "cold-2" in table
     assert "landed-back 1" in table
+    # the price: 2 evictions over the one cooled relief's 15-minute follow-up window; hot-3's replacement
+    # landed back and the second cycle, half an hour later, found hot-3 hot again
+    assert "Price: 13.3 evictions per 100 hot-node-minutes saved" in table
+    assert "1 of 2 evictions (50%) from a node found hot again within the hour" in table
     general = next(line for line in table.splitlines() if line.startswith("general "))
     assert general.split()[-3:] == ["1", "100%", "-"]  # landed, back, hit (no prediction was made)
     html = plot.read_text()

@@ -209,7 +209,7 @@ def test_a_variant_list_can_grow() -> None:
 def test_cli_compares_the_policies_on_the_bitbrains_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     traces = tmp_path / "traces"
     traces.mkdir()
-    for number in range(1, 31):
+    for number in range(31, 61):
         shutil.copy(TRACE_DIR / f"{number}.csv.gz", traces)
     plot = tmp_path / "sim.html"
     argv = ["simulate", "--traces", str(traces), "--nodes", "6", "--pods-per-node", "10", "--days", "1",
@@ -219,6 +219,11 @@ def test_cli_compares_the_policies_on_the_bitbrains_sample(tmp_path: Path, capsy
     rows = {p["name"]: p for p in data["policies"]}
     assert list(rows) == [v.name for v in VARIANTS]
     assert rows["none"]["evictions"] == 0 and rows["none"]["rates"] is None
+    for row in rows.values():  # the price: evictions per 100 hot-node-minutes fewer than none
+        saved = rows["none"]["hotNodeMinutes"] - row["hotNodeMinutes"]
+        expected = 100 * row["evictions"] / saved if row["evictions"] and saved > 0 else None
+        assert row["evictionsPer100HotMinutesSaved"] == (pytest.approx(expected) if expected else None)
+        assert row["hotAgainWithinHour"] <= row["evictions"] and row["unmetCoreMinutes"] >= 0
     cycles = 24 * 3600 // data["simulation"]["intervalSeconds"]
     for row in rows.values():
         assert row["pods"] == 60

@@ -3,8 +3,10 @@ daily P95 predicted from the 8 days before it, against what the node then did (p
 
 The cluster is the simulation's (:func:`~rebalancer.offline.simulate.cluster.build_cluster`: Deployments of the VMs'
 shapes, their pods placed by the scheduler model, on a 5-minute grid like the Bitbrains samples), the pods stay
-where they were placed, and every day after the first ``predictor.days`` is a target day. A node's actual
-peak is the P95 over the day of its pods' summed usage plus the system usage. Two predictions per
+where they were placed, and every day after the first ``predictor.days`` is a target day. A pod's usage is
+what it got on its node (throttled where the node's pods asked more than its allocatable, as Prometheus
+would read it); a node's actual peak is the P95 over the day of its pods' summed usage plus the system
+usage. Two predictions per
 per-entity aggregation:
 
 - ``sum``: the pods' predicted daily peaks summed (what the predictor did before node profiles);
@@ -86,9 +88,9 @@ def node_backtest(
     slots = cluster.usage.shape[0]
     if total_days <= settings.days:
         raise ValueError(f"{total_days} days of usage; a node back-test needs more than predictor.days {settings.days}")
-    node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
-    node_of = np.array([node_index[p.node_name or ""] for p in cluster.initial], dtype=np.int64)
-    usage = cluster.usage[:, : total_days * per_day].astype(np.float64).reshape(slots, total_days, per_day)
+    node_of = cluster.initial_nodes()
+    served = cluster.served_at_start()
+    usage = served[:, : total_days * per_day].astype(np.float64).reshape(slots, total_days, per_day)
     q = settings.quantile
     nodes = len(cluster.nodes)
     pod_daily = np.quantile(usage, q, axis=2)  # (slots, days)

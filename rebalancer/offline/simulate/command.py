@@ -18,10 +18,10 @@ from rebalancer.offline.simulate.config import SimConfig
 from rebalancer.offline.simulate.engine import simulate
 from rebalancer.offline.simulate.options import DEFAULT_POLICY
 from rebalancer.offline.simulate.plot import write_plot
-from rebalancer.offline.simulate.render import KIND, comparison_record, comparison_table
+from rebalancer.offline.simulate.render import KIND, comparison_record, comparison_table, priced_records
 from rebalancer.offline.simulate.result import VariantResult
-from rebalancer.offline.simulate.shapes import Shapes, bitbrains_shapes, synthetic_shapes
-from rebalancer.offline.simulate.summary import figures, summary_table
+from rebalancer.offline.simulate.shapes import Shapes, bitbrains_shapes, no_gain_shapes, synthetic_shapes
+from rebalancer.offline.simulate.summary import figures, summary_table, unavoidable_warning
 from rebalancer.offline.simulate.variants import GROUPS, variant_named
 from rebalancer.offline.traces import TraceError
 from rebalancer.policy import Policy, load_policy
@@ -75,7 +75,8 @@ def hot_threshold(args: argparse.Namespace, policy: Policy) -> float:
 def load_shapes(args: argparse.Namespace, config: SimConfig) -> Shapes:
     if not args.traces:
         days = config.history_days + config.days + SPARE_SYNTHETIC_DAYS
-        return synthetic_shapes(150, days, config.step_seconds, config.seed)
+        make = no_gain_shapes if getattr(args, "shapes", "diurnal") == "no-gain" else synthetic_shapes
+        return make(150, days, config.step_seconds, config.seed)
     try:
         return bitbrains_shapes(args.traces, config.step_seconds)
     except TraceError as exc:
@@ -88,17 +89,23 @@ def simulate_command(args: argparse.Namespace) -> int:
     config = config_from(args, policy)
     if args.repeat < 1:
         raise ConfigError("command line", [("--repeat", "must be at least 1")])
+    if args.traces and args.shapes != "diurnal":
+        raise ConfigError("command line", [("--shapes", "is for synthetic shapes: not with --traces")])
     threshold = hot_threshold(args, policy)
     variants = [variant_named(n) for n in args.variant] if args.variant else list(GROUPS[args.group])
     seeds = [config.seed + i for i in range(args.repeat)]
     traces = load_shapes(args, config) if args.traces else None  # the same files for every seed
     runs: list[tuple[Cluster | None, tuple[VariantResult, ...]]] = []  # only the first cluster is kept
+    warnings: list[str] = []
     for seed in seeds:
         seeded = replace(config, seed=seed)
         try:
             cluster = build_cluster(seeded, traces or load_shapes(args, seeded))
         except ValueError as exc:
             raise ConfigError("command line", [("--days", str(exc))]) from exc
+        for warning in cluster.warnings:
+            warnings.append(f"seed {seed}: {warning}")
+            print(f"rebalancer simulate: warning: seed {seed}: {warning}", file=sys.stderr)
 
         def progress(name: str, seed: int = seed) -> None:
             print(
@@ -116,7 +123,10 @@ def simulate_command(args: argparse.Namespace) -> int:
         f"a cycle every {config.interval_seconds} s unless the variant sets its own; hot = real CPU above {threshold:g}% of allocatable; "
         f"policy {args.policy or 'simulate/policy.yaml'}"
     )
-    text = comparison_table(results, f"{header}; seed {config.seed}")
+    if unavoidable := unavoidable_warning([r for _, r in runs]):
+        warnings.append(unavoidable)
+        print(f"rebalancer simulate: warning: {unavoidable}", file=sys.stderr)
+    text = comparison_table(results, f"{header}; seed {config.seed}" + "".join(f"\nwarning: {w}" for w in warnings))
     if len(runs) > 1:
         text += "\n" + summary_table([r for _, r in runs], seeds, "All seeds:")
     if table := before_after_table([r for _, r in runs]):
@@ -125,8 +135,8 @@ def simulate_command(args: argparse.Namespace) -> int:
     def record() -> dict[str, Any]:
         meta = {"cluster": cluster.description, "days": config.days, "historyDays": config.history_days,
                 "stepSeconds": config.step_seconds, "intervalSeconds": config.interval_seconds,
-                "hotThresholdPct": threshold, "seed": config.seed, "start": start}  # fmt: skip
-        extra: dict[str, Any] = {"seeds": [{"seed": seed, "policies": [r.record() for r in run]} for seed, (_, run) in zip(seeds, runs, strict=True)],
+                "hotThresholdPct": threshold, "seed": config.seed, "start": start, "warnings": warnings}  # fmt: skip
+        extra: dict[str, Any] = {"seeds": [{"seed": seed, "policies": priced_records(run)} for seed, (_, run) in zip(seeds, runs, strict=True)],
                  "summary": figures([r for _, r in runs])}  # fmt: skip
         extra = extra if len(runs) > 1 else {}
         extra["beforeAfter"] = before_after([r for _, r in runs])

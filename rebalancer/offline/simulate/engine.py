@@ -1,4 +1,5 @@
-"""The closed loop (pure): every step the pods' usage moves on; every cycle interval (the variant's, else the
+"""The closed loop (pure): every step the pods' usage moves on, shared out on their nodes (throttled where a
+node's pods ask more than its allocatable: :mod:`rebalancer.offline.simulate.cpu_share`); every cycle interval (the variant's, else the
 command's) a rebalancer cycle runs the production code path on the simulated cluster: ``plan_cycle`` ->
 ``Evictor.apply`` (production limiters, limiter state kept in an in-memory ConfigMap) -> efficiency records
 (``judge_followups``, ``observe_landings``, ``observe_cycle``); with a landing guard, its production rules
@@ -36,6 +37,7 @@ from rebalancer.offline.simulate.readings import (
     pod_history,
     pod_profiles,
     profile_table,
+    refresh_day,
     usage_report,
 )
 from rebalancer.offline.simulate.result import GuardFigures, VariantResult
@@ -47,7 +49,7 @@ from rebalancer.offline.simulate.variants import (
     variant_base,
     variant_policy,
 )
-from rebalancer.offline.simulate.world import MemoryStore, SimActions, World
+from rebalancer.offline.simulate.world import MemoryStore, Move, SimActions, World
 from rebalancer.planning.inflight import EarlierReliefs
 from rebalancer.planning.predict.history import DailyPeaks
 from rebalancer.planning.predict.predictor import predict_with_book
@@ -101,6 +103,22 @@ def simulate(
     return tuple(results)
 
 
+HOT_AGAIN_SECONDS = 3600
+
+
+def hot_again(
+    moves: Sequence[Move], node_index: Mapping[str, int], hot: np.ndarray, start: float, step_seconds: int
+) -> int:
+    """Evictions whose source node was hot again within the hour after (``hot``: nodes x measured steps from
+    ``start``; the eviction's own step read the node before it)."""
+    after = HOT_AGAIN_SECONDS // step_seconds
+    count = 0
+    for move in moves:
+        i = round((move.at - start) / step_seconds)
+        count += bool(hot[node_index[move.source], i + 1 : i + 1 + after].any())
+    return count
+
+
 def reading_policy(policy: Policy, usage: UsageMode, step_seconds: int) -> Policy:
     """``policy`` with the Prometheus settings that describe the simulated reading: a sample every step of
     that step's usage (a rate over one step), the policy's quantile over its window of them; an instant or
@@ -122,10 +140,13 @@ class _Run:
         profiles: np.ndarray | None = None,
         reader: HistoryReader | None = None,
     ) -> None:
-        self.cluster, self.policy, self.variant, self.hot_pct, self.table = cluster, policy, variant, hot_pct, table
-        self.profile_table, self.reader = profiles, reader
+        self.cluster, self.policy, self.variant, self.hot_pct = cluster, policy, variant, hot_pct
+        self.table = None if table is None else table.copy()  # its measured days follow this run's placement
+        self.profile_table = None if profiles is None else profiles.copy()
+        self.reader = reader
         config = cluster.config
         self.world = World(cluster)
+        self.fresh_days = cluster.measured_from // config.steps_per_day  # days the tables hold as this run had them
         window = max(1, int(policy.prometheus.window.total_seconds()) // config.step_seconds)
         self.samples = NodeSamples(len(cluster.nodes), window)
         self.now = cluster.time_of(cluster.measured_from)
@@ -159,7 +180,7 @@ class _Run:
         return AlertPath(rule, target, self.cluster.config.step_seconds, cooldown)
 
     def _allocatable(self) -> np.ndarray:
-        return np.array([n.allocatable_cpu_m for n in self.cluster.nodes], dtype=np.float64)
+        return self.cluster.allocatable
 
     def run(self) -> VariantResult:
         cluster, config = self.cluster, self.cluster.config
@@ -175,14 +196,19 @@ class _Run:
         run = np.zeros(len(cluster.nodes), dtype=np.int64)  # steps each node has been hot in a row
         lag_steps = (self.samples.window * config.step_seconds + self.interval) // config.step_seconds
         early = 0  # hot steps within the detection lag of their episode's start
+        unmet = unavoidable = 0.0
+        pool_index, pool_hot_m = self._pools(capacity)
         for i in range(steps):
             step = first + i
             self.now = cluster.time_of(step)
+            served = self.world.serve(step)
             usage = node_usage(self.world, step)
             self.samples.add(usage)
             real[:, i] = usage
             hot = usage > capacity
             hot_series[i] = int(hot.sum())
+            unmet += float(served.unmet.sum())
+            unavoidable += self._unavoidable(hot, capacity, step, served.node_demand, pool_index, pool_hot_m)
             reference += hot * (config.step_seconds / 60)
             run = np.where(hot, run + 1, 0)
             early += int((hot & (run <= lag_steps)).sum())
@@ -204,7 +230,12 @@ class _Run:
         rates = compute_rates(self.records, minutes, pool_of, cluster.time_of(first), end).cluster
         result = VariantResult.of(self.variant, self.world, hot_series, config.step_seconds, rates, self.per_cycle,
                                   self.blocked, self.records if self.variant.usage else None)  # fmt: skip
-        result = replace(result, early_minutes=early * config.step_seconds / 60,
+        minutes_per_step = config.step_seconds / 60
+        result = replace(result, unmet_core_minutes=unmet * minutes_per_step / 1000,
+                         unavoidable_minutes=unavoidable * minutes_per_step,
+                         hot_again=hot_again(self.world.moves, self.world.node_index, real > capacity[:, None],
+                                             cluster.time_of(first), config.step_seconds),
+                         early_minutes=early * config.step_seconds / 60,
                          lag_minutes=lag_steps * config.step_seconds / 60, interval_seconds=self.interval,
                          overshoot=self._overshoot(real, first),
                          focused_cycles=self.focused,
@@ -213,11 +244,39 @@ class _Run:
             return result
         return replace(result, guard=GuardFigures.of(self.guard, self.now))  # the last step: its sweep ran
 
+    def _pools(self, capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each node's pool index, and each pool's hot threshold summed over its nodes (millicores)."""
+        resolver = PoolResolver(self.policy.pools)
+        names = [resolver.pool_of(n) for n in self.cluster.nodes]
+        index = {name: i for i, name in enumerate(sorted(set(names)))}
+        pool_of = np.array([index[n] for n in names], dtype=np.int64)
+        return pool_of, np.bincount(pool_of, weights=capacity)
+
+    def _unavoidable(
+        self,
+        hot: np.ndarray,
+        capacity: np.ndarray,
+        step: int,
+        demand: np.ndarray,
+        pool_of: np.ndarray,
+        pool_hot_m: np.ndarray,
+    ) -> int:
+        """Hot nodes at ``step`` that no placement could keep under the threshold (``capacity``, per node):
+        one holds a pod whose demand alone (with the system's) is above it, or its pool's whole demand (pods
+        and system) is above its pool's threshold."""  # fmt: skip
+        system = self.cluster.config.system_cpu_m
+        node_of = self.world.node_of_slot
+        bound = node_of >= 0
+        alone = bound & (self.cluster.usage[:, step] + system > capacity[np.maximum(node_of, 0)])
+        holds = np.bincount(node_of[alone], minlength=len(hot)) > 0
+        pool_hot = np.bincount(pool_of, weights=demand) + system * np.bincount(pool_of) > pool_hot_m
+        return int((hot & (holds | pool_hot[pool_of])).sum())
+
     def _overshoot(self, nodes: np.ndarray, first: int) -> Overshoot | None:
         if self.variant.usage is None or self.thresholds is None:
             return None
         cluster, policy = self.cluster, self.policy
-        slots = cluster.usage[:, first : first + nodes.shape[1]]
+        slots = self.world.served[:, first : first + nodes.shape[1]]
         truth = Truth(nodes, slots, cluster.time_of(first), cluster.config.step_seconds)
         cold, target = self.thresholds
         bounds = Bounds(self._allocatable() * cold / 100, self._allocatable() * target / 100)
@@ -273,6 +332,9 @@ class _Run:
         assert self.table is not None
         settings = self.policy.predictor
         today = step // self.cluster.config.steps_per_day
+        for day in range(self.fresh_days, today):  # the days this run's pods have had since the start
+            refresh_day(self.table, self.profile_table, self.world, day, settings.quantile)
+        self.fresh_days = max(self.fresh_days, today)
         if self.history is None or self.history[0] != today:  # read once a day, as serve mode does
             peaks = pod_history(self.world, self.table, today, settings.days, settings.quantile)
             profiles = None

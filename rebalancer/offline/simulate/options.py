@@ -15,6 +15,10 @@ DEFAULT_POLICY = Path(__file__).with_name("policy.yaml")
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("simulate", help="closed-loop simulation: rebalancing policies compared side by side")
     p.add_argument("--traces", metavar="DIR", help="Bitbrains trace directory (default: synthetic diurnal shapes)")
+    p.add_argument("--shapes", choices=["diurnal", "no-gain"], default="diurnal",
+                   help="synthetic shapes without --traces: diurnal (peaks spread over the day, bursts) or no-gain "
+                        "(the whole pool peaks at once and some pods are a node's size: hot minutes no placement "
+                        "fixes)")  # fmt: skip
     p.add_argument("--policy", metavar="FILE", help=f"base policy (default: {DEFAULT_POLICY.name} in the package)")
     p.add_argument("--group", choices=list(GROUPS), default="base",
                    help="base: the policies on the simulation's policy; shipped: the shipped default policy at "

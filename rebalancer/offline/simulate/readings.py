@@ -1,9 +1,10 @@
 """What the simulated Prometheus answers (pure): the usage report each variant is fed, and the pods'
 daily peaks the predictor reads.
 
-The node samples are the sum of the usage of the pods bound to the node at each step plus the system
-usage; a pod's samples are its slot's trace (a replacement continues its evicted pod's trace, so a pod
-bound within the window is read over the whole window: a small approximation).
+The node samples are the sum of the usage the pods bound to the node got at each step (their demand,
+throttled where the node's pods ask more than its allocatable: :mod:`cpu_share`) plus the system usage; a
+pod's samples are its slot's served usage (a replacement continues its evicted pod's trace, so a pod bound
+within the window is read over the whole window: a small approximation).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ class NodeSamples:
 
 
 def node_usage(world: World, step: int) -> npt.NDArray[np.float64]:
-    """Real CPU of every node at ``step``: its bound pods' usage plus the system's."""
-    usage = world.cluster.usage[:, step].astype(np.float64)
+    """Real CPU of every node at ``step``: what its bound pods got plus the system's."""
+    usage = world.served[:, step].astype(np.float64)
     bound = world.node_of_slot >= 0
     sums = np.bincount(world.node_of_slot[bound], weights=usage[bound], minlength=len(world.node_names))
     out: npt.NDArray[np.float64] = sums.astype(np.float64) + world.cluster.config.system_cpu_m
@@ -82,7 +83,7 @@ def usage_report(mode: UsageMode, world: World, step: int, samples: NodeSamples,
         )
     window = samples.window
     start = max(0, step - window + 1)
-    per_slot = np.quantile(world.cluster.usage[:, start : step + 1], quantile, axis=1)
+    per_slot = np.quantile(world.served[:, start : step + 1], quantile, axis=1)
     per_node = samples.quantile(quantile)
     return UsageReport(
         node_cpu_m={n: int(per_node[i]) for i, n in enumerate(names)},
@@ -91,13 +92,30 @@ def usage_report(mode: UsageMode, world: World, step: int, samples: NodeSamples,
     )
 
 
-def daily_table(cluster: Cluster, quantile: float) -> npt.NDArray[np.float64]:
-    """(slots, days): each slot's quantile over each whole day of the span."""
+def daily_table(
+    cluster: Cluster, quantile: float, usage: npt.NDArray[np.float32] | None = None
+) -> npt.NDArray[np.float64]:
+    """(slots, days): each slot's quantile over each whole day of the span, of ``usage`` (default: as
+    served under the initial placement)."""
+    usage = cluster.served_at_start() if usage is None else usage
     per_day = cluster.config.steps_per_day
-    days = cluster.usage.shape[1] // per_day
-    shaped = cluster.usage[:, : days * per_day].reshape(len(cluster.usage), days, per_day)
+    days = usage.shape[1] // per_day
+    shaped = usage[:, : days * per_day].reshape(len(usage), days, per_day)
     table: npt.NDArray[np.float64] = np.quantile(shaped, quantile, axis=2)
     return table
+
+
+def refresh_day(
+    table: npt.NDArray[np.float64], profiles: npt.NDArray[np.float32] | None, world: World, day: int, quantile: float
+) -> None:
+    """Day ``day`` of the tables (:func:`daily_table`, :func:`profile_table`) from what ``world``'s pods got
+    that day."""  # fmt: skip
+    per_day = world.cluster.config.steps_per_day
+    usage = world.served[:, day * per_day : (day + 1) * per_day]
+    table[:, day] = np.quantile(usage, quantile, axis=1)
+    if profiles is not None:
+        buckets = profiles.shape[2]
+        profiles[:, day] = usage.reshape(len(usage), buckets, per_day // buckets).mean(axis=2, dtype=np.float64)
 
 
 def pod_history(
@@ -117,17 +135,21 @@ def pod_history(
             if created_step <= begin:
                 values[slot, d - first] = table[slot, d]
             elif created_step < end:
-                values[slot, d - first] = float(np.quantile(cluster.usage[slot, created_step:end], quantile))
+                values[slot, d - first] = float(np.quantile(world.served[slot, created_step:end], quantile))
     return DailyPeaks(keys, values)
 
 
-def profile_table(cluster: Cluster, buckets: int) -> npt.NDArray[np.float32]:
-    """(slots, days, buckets): each slot's mean over each time-of-day bucket of each whole day of the span."""
+def profile_table(
+    cluster: Cluster, buckets: int, usage: npt.NDArray[np.float32] | None = None
+) -> npt.NDArray[np.float32]:
+    """(slots, days, buckets): each slot's mean over each time-of-day bucket of each whole day of the span, of
+    ``usage`` (default: as served under the initial placement)."""
+    usage = cluster.served_at_start() if usage is None else usage
     per_day = cluster.config.steps_per_day
     if per_day % buckets:
         raise ValueError(f"{buckets} buckets do not divide a day of {per_day} steps")
-    days = cluster.usage.shape[1] // per_day
-    shaped = cluster.usage[:, : days * per_day].reshape(len(cluster.usage), days, buckets, per_day // buckets)
+    days = usage.shape[1] // per_day
+    shaped = usage[:, : days * per_day].reshape(len(usage), days, buckets, per_day // buckets)
     table: npt.NDArray[np.float32] = shaped.mean(axis=3, dtype=np.float64).astype(np.float32)
     return table
 
@@ -154,5 +176,5 @@ def pod_profiles(world: World, table: npt.NDArray[np.float32], today: int, days:
                 if created_step <= start:
                     values[slot, d - first, b] = table[slot, d, b]
                 elif created_step < end:
-                    values[slot, d - first, b] = float(cluster.usage[slot, created_step:end].mean())
+                    values[slot, d - first, b] = float(world.served[slot, created_step:end].mean())
     return DailyProfiles(keys, values)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rebalancer.offline.simulate.result import VariantResult
-from rebalancer.offline.simulate.summary import OVERSHOOT, aligned
+from rebalancer.offline.simulate.summary import OVERSHOOT, PRICE, aligned
 from rebalancer.records.render import percent
 
 HEADERS = (
@@ -23,6 +23,10 @@ HEADERS = (
     "eviction",
     "effective",
     "bounces",
+    "ev/100 saved",
+    "hot again",
+    "unavoidable",
+    "unmet core-min",
 )
 KIND = "SimulationComparison"  # of its machine-readable document
 GOAL_BASELINE, GOAL_HOT_CUT, GOAL_EFFECTIVE, GOAL_LANDED_BACK = "requests-lnu", 0.5, 0.85, 0.05
@@ -48,7 +52,20 @@ def _row(result: VariantResult, none: VariantResult | None) -> list[str]:
         "-" if r is None else percent(r.eviction),
         "-" if r is None else percent(r.effective),
         "-" if r is None else str(r.bounce_backs),
+        price(result, none),
+        percent(result.hot_again_share),
+        percent(result.unavoidable_share),
+        f"{result.unmet_core_minutes:.0f}",
     ]
+
+
+def price(result: VariantResult, none: VariantResult | None) -> str:
+    """Evictions per 100 hot-node-minutes saved against ``none``: "-" without evictions, "no cut" when they
+    saved none."""
+    if not result.evictions or none is None:
+        return "-"
+    per = result.evictions_per_100_saved(none)
+    return "no cut" if per is None else f"{per:.1f}"
 
 
 def comparison_table(results: Sequence[VariantResult], header: str) -> str:
@@ -60,7 +77,7 @@ def comparison_table(results: Sequence[VariantResult], header: str) -> str:
         first = f"first {lags.pop():g} minutes" if len(lags) == 1 else "usage window plus the variant's cycle interval"
         lines.append(f"early: hot-node-minutes within the {first} of their node's hot episode "
                      "(the usage window plus one cycle: before a reactive cycle can see them)")  # fmt: skip
-        lines.extend([OVERSHOOT, ""])
+        lines.extend([OVERSHOOT, PRICE, ""])
         focused = [f"{r.name} {r.focused_cycles} of {r.cycles} ({r.notifications} notifications)"
                    for r in results if r.notifications]  # fmt: skip
         if focused:
@@ -113,6 +130,12 @@ def goal_lines(results: Sequence[VariantResult]) -> list[str]:
     return out
 
 
+def priced_records(results: Sequence[VariantResult]) -> list[dict[str, Any]]:
+    """Each policy's record with its price against the seed's ``none`` (None where it has no price)."""
+    none = next((r for r in results if r.name == "none"), None)
+    return [{**r.record(), "evictionsPer100HotMinutesSaved": r.evictions_per_100_saved(none)} for r in results]
+
+
 def comparison_record(results: Sequence[VariantResult], meta: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """The first seed's policies, and with several seeds each seed's and the summary (``extra``)."""
-    return {"simulation": meta, "policies": [r.record() for r in results], **extra}
+    return {"simulation": meta, "policies": priced_records(results), **extra}

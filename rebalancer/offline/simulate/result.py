@@ -62,6 +62,9 @@ class VariantResult:
     overshoot: Overshoot | None = None  # evictions beyond need (None: never ran, or no cpu thresholds to judge by)
     focused_cycles: int = 0  # alert-driven cycles (also counted in cycles)
     notifications: int = 0  # alert notifications the webhook received
+    unmet_core_minutes: float = 0.0  # the pods' demand beyond their nodes' CPU (throttled away), core-minutes
+    unavoidable_minutes: float = 0.0  # hot-node-minutes no placement fixes: a pod alone or the pool is hot
+    hot_again: int = 0  # evictions whose source node was hot again within the hour after
 
     @classmethod
     def of(
@@ -120,6 +123,23 @@ class VariantResult:
     def landed_back_share(self) -> float | None:
         return self.landed_back / self.evictions if self.evictions else None
 
+    @property
+    def unavoidable_share(self) -> float | None:
+        """Of the hot-node-minutes, those no placement fixes."""
+        return self.unavoidable_minutes / self.hot_node_minutes if self.hot_node_minutes else None
+
+    @property
+    def hot_again_share(self) -> float | None:
+        return self.hot_again / self.evictions if self.evictions else None
+
+    def evictions_per_100_saved(self, baseline: VariantResult | None) -> float | None:
+        """The price: evictions per 100 hot-node-minutes fewer than ``baseline`` (no rebalancing); None
+        without evictions, a baseline, or a cut (every eviction then bought nothing)."""
+        if baseline is None or not self.evictions:
+            return None
+        saved = baseline.hot_node_minutes - self.hot_node_minutes
+        return 100 * self.evictions / saved if saved > 0 else None
+
     def record(self) -> dict[str, Any]:
         r = self.rates
         return {
@@ -130,6 +150,11 @@ class VariantResult:
             "detectionLagMinutes": self.lag_minutes,
             "evictions": self.evictions,
             "evictionsPerPodPerDay": self.evictions_per_pod_day,
+            "hotAgainWithinHour": self.hot_again,
+            "hotAgainShare": self.hot_again_share,
+            "unmetCoreMinutes": self.unmet_core_minutes,
+            "unavoidableHotNodeMinutes": self.unavoidable_minutes,
+            "unavoidableShare": self.unavoidable_share,
             "intervalSeconds": self.interval_seconds,
             "overshoot": None
             if self.overshoot is None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +27,7 @@ from rebalancer.domain.labels import LabelSelector
 from rebalancer.domain.model import ClusterFacts, DisruptionBudget, Node, Pod, PodKey, UsageReport
 from rebalancer.domain.settings.shared import PoolSettings
 from rebalancer.offline.simulate.cluster import Cluster, make_pod
+from rebalancer.offline.simulate.cpu_share import Served, serve_step
 from rebalancer.planning.scheduler_model import SchedulerModel
 from rebalancer.planning.snapshot import build_snapshot
 
@@ -60,6 +62,7 @@ class World:
         self.cluster = cluster
         self.node_names = tuple(n.name for n in cluster.nodes)
         self._node_index = {name: i for i, name in enumerate(self.node_names)}
+        self.node_index: Mapping[str, int] = MappingProxyType(self._node_index)
         self.nodes = list(cluster.nodes)
         self.pods: list[Pod] = list(cluster.initial)
         self._slot_of: dict[PodKey, int] = {p.key: i for i, p in enumerate(self.pods)}
@@ -72,6 +75,17 @@ class World:
         self._ties = random.Random(cluster.config.seed)  # the scheduler picks at random among equal scores
         self._generation = [0] * len(self.pods)
         self.moves: list[Move] = []
+        self.requests = cluster.requests
+        self.allocatable = cluster.allocatable
+        self.served = cluster.served_at_start().copy()  # (slots, steps): what the pods got, as read
+
+    def serve(self, step: int) -> Served:
+        """The pods' demand at ``step`` shared out on their current nodes; the step's readings are then what
+        they got (a slot not bound keeps its demand: a pod bound within a window is read over all of it)."""
+        served = serve_step(self.cluster.usage[:, step].astype(np.float64), self.node_of_slot, self.requests,
+                            self.allocatable)  # fmt: skip
+        self.served[:, step] = served.slots
+        return served
 
     def slot_of(self, pod: Pod) -> int:
         return self._slot_of[pod.key]
