@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
+import msgspec
 import numpy as np
 import pytest
 import yaml
@@ -138,7 +139,8 @@ def test_replacement_goes_where_the_scheduler_model_says() -> None:
     world.evict(victim, cluster.start + 60)
     pending = world.pods[5]
     assert pending.node_name is None and pending.workload == victim.workload and pending.name != victim.name
-    others = [p for p in world.pods if p.node_name]
+    terminating = msgspec.structs.replace(victim, terminating=True)  # still on its node, its requests counted
+    others = [p for p in world.pods if p.node_name] + [terminating]
     fresh = SchedulerModel(build_snapshot(ClusterFacts(cluster.nodes, tuple(others)), UsageReport(), PoolSettings(), 0))
     expected = fresh.place(pending).node
     world.bind_due(cluster.start + 60)
@@ -146,22 +148,40 @@ def test_replacement_goes_where_the_scheduler_model_says() -> None:
     assert world.moves[-1].destination == expected and world.moves[-1].source == victim.node_name
 
 
-def _equal_cluster() -> Cluster:
-    """Two nodes, four identical one-pod Deployments, two a node: requests equal everywhere."""
-    config = SimConfig(nodes=2, pods_per_node=2, days=1, history_days=0, budgets=False)
+def _equal_cluster(requests: tuple[int, ...] = (1000, 1000, 1000, 1000), delay: int = 0) -> Cluster:
+    """Two nodes, four one-pod Deployments (CPU ``requests``), w0 and w2 on n0: requests equal everywhere
+    by default."""
+    config = SimConfig(nodes=2, pods_per_node=2, days=1, history_days=0, budgets=False,
+                       replacement_delay_seconds=delay)  # fmt: skip
     nodes = tuple(Node(f"n{i}", {"kubernetes.io/hostname": f"n{i}"}, 4000, 16 * GI, 110) for i in range(2))
-    workloads = tuple(Workload(WorkloadRef("Deployment", NAMESPACE, f"w{i}"), 1, 1000, GI, (i,)) for i in range(4))
+    workloads = tuple(
+        Workload(WorkloadRef("Deployment", NAMESPACE, f"w{i}"), 1, cpu, GI, (i,)) for i, cpu in enumerate(requests)
+    )
     initial = tuple(make_pod(w, f"{w.ref.name}-0", f"n{i % 2}", 0.0) for i, w in enumerate(workloads))
     usage = np.full((4, config.steps_per_day), 500, dtype=np.float32)
     return Cluster(config, 0.0, nodes, workloads, (0, 1, 2, 3), usage, initial, "equal")
 
 
 def test_landed_back_is_detected() -> None:
-    world = World(_equal_cluster())
-    world.evict(world.pods[0], 10.0)  # n0 now has the fewest requests: the replacement comes back
-    world.bind_due(10.0)
+    world = World(_equal_cluster(delay=60))
+    world.evict(world.pods[0], 10.0)  # gone by the binding: n0 has the fewest requests, the replacement comes back
+    world.bind_due(70.0)
     move = world.moves[-1]
     assert move.source == "n0" and move.destination == "n0" and move.landed_back
+
+
+@pytest.mark.parametrize(("delay", "lands_on"), [(0, "n1"), (20, "n1"), (30, "n0"), (120, "n0")])
+def test_an_evicted_pod_still_terminating_keeps_its_requests_when_its_replacement_is_placed(
+    delay: int, lands_on: str
+) -> None:
+    world = World(_equal_cluster((1000, 1000, 1000, 500), delay))  # n0 2000m, n1 1500m requested
+    world.evict(world.pods[0], 10.0)  # n0 1000m once w0 is gone, 2000m while it terminates (30 s)
+    world.bind_due(10.0 + delay)
+    assert world.moves[-1].destination == lands_on
+    bound = tuple(p for p in world.pods if p.node_name)  # w0 gone at the binding: the model holds just these
+    fresh = SchedulerModel(build_snapshot(ClusterFacts(world.cluster.nodes, bound), UsageReport(), PoolSettings(), 0))
+    probe = world.pods[3]
+    assert world.model.scores(probe) == fresh.scores(probe)
 
 
 def test_replacement_waits_for_its_delay() -> None:

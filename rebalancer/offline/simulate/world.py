@@ -31,6 +31,8 @@ from rebalancer.offline.simulate.cpu_share import Served, serve_step
 from rebalancer.planning.scheduler_model import SchedulerModel
 from rebalancer.planning.snapshot import build_snapshot
 
+TERMINATION_GRACE_SECONDS = 30  # a pod's default terminationGracePeriodSeconds
+
 
 @dataclass(frozen=True, slots=True)
 class Move:
@@ -55,6 +57,7 @@ class _Pending:
     due: float
     move: int  # index in World.moves
     planned: str | None = None  # the node the plan counted the room on (bound there when placement is ideal)
+    terminating: Pod | None = None  # the evicted pod, still on its node (its requests counted) until this binds
 
 
 class World:
@@ -131,9 +134,16 @@ class World:
         return tuple(out)
 
     def evict(self, pod: Pod, now: float) -> None:
-        """The pod is gone from its node; its replacement is created now and bound when due."""
+        """The pod leaves its node; its replacement is created now and bound when due. As on a real node the
+        evicted pod terminates during its grace period, its requests still counted by the scheduler: when the
+        replacement is due within it, it is placed with the evicted pod still there, which leaves at that
+        binding (its usage goes with the slot at once)."""
         slot = self._slot_of.pop(pod.key)
-        self.model.remove(pod)
+        lingering = self.cluster.config.replacement_delay_seconds < TERMINATION_GRACE_SECONDS
+        if lingering:
+            self.model.terminate(pod)  # off the workload's spreading, its requests kept
+        else:
+            self.model.remove(pod)
         source = pod.node_name or ""
         self._generation[slot] += 1
         workload = self.cluster.workloads[self.cluster.slot_workload[slot]]
@@ -143,7 +153,8 @@ class World:
         self._slot_of[replacement.key] = slot
         self.node_of_slot[slot] = -1
         self.moves.append(Move(now, slot, str(pod), source))
-        self._pending.append(_Pending(slot, now + self.cluster.config.replacement_delay_seconds, len(self.moves) - 1))
+        due = now + self.cluster.config.replacement_delay_seconds
+        self._pending.append(_Pending(slot, due, len(self.moves) - 1, terminating=pod if lingering else None))
 
     def plan_destination(self, pod: str, node: str) -> None:
         """The node the plan chose for the replacement of ``pod`` ("namespace/name", evicted and pending)."""
@@ -163,6 +174,11 @@ class World:
             pod = self.pods[pending.slot]
             node = self._ideal(pod, pending.planned) if ideal else None
             node = node or self.model.place(pod, rng=self._ties).node
+            gone = pending.terminating
+            if gone is not None and gone.node_name is not None:  # terminated by the next step (at least a minute)
+                self.model.restore(gone, gone.node_name)
+                self.model.remove(gone)
+                pending.terminating = None
             if node is None:
                 waiting.append(pending)  # stays Pending; tried again next step
                 continue
