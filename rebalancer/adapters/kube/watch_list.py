@@ -167,7 +167,8 @@ def _read_initial_events(
 
 def item_type(list_decoder: msgspec.json.Decoder[Any]) -> Any:
     """The type of a list's items (the element of its ``items`` field), as its decoder declares it."""
-    for field in msgspec.structs.fields(list_decoder.type):
+    list_type = typing.cast("type[msgspec.Struct]", list_decoder.type)  # msgspec 0.23 types it as any type form
+    for field in msgspec.structs.fields(list_type):
         if field.name == "items":
             return typing.get_args(field.type)[0]
     raise TypeError(f"{list_decoder.type!r} has no items field")
