@@ -228,16 +228,13 @@ def _fetch(call: ListCall[Any], paging: _Paging, token: str | None) -> bytes:
     """One page's raw body (runs on the fetcher thread); library errors become ours."""
     timeout = paging.timeout
     try:
-        response = call.method(
-            limit=paging.page_size,
-            _continue=token,
-            **(_FROM_CACHE if paging.cached and token is None else {}),
-            field_selector=call.field_selector,
-            label_selector=call.label_selector,
-            _headers=None if call.protobuf is None else {"Accept": protobuf_lists.ACCEPT},
-            _preload_content=False,
-            _request_timeout=timeout,
-        )
+        try:
+            response = _page(call, paging, token, None if call.protobuf is None else protobuf_lists.ACCEPT)
+        except ApiException as exc:
+            if exc.body is not None or call.protobuf is None:
+                raise
+            # a protobuf error answer is not UTF-8, which the client drops: the same request in JSON tells why
+            response = _page(call, paging, token, "application/json")
         try:
             raw: bytes = response.data
         finally:
@@ -249,6 +246,19 @@ def _fetch(call: ListCall[Any], paging: _Paging, token: str | None) -> bytes:
     except CLIENT_ERRORS as exc:
         raise client_error(f"list {call.what}", exc, paging.host, timeout) from exc
     return raw
+
+
+def _page(call: ListCall[Any], paging: _Paging, token: str | None, accept: str | None) -> Any:
+    return call.method(
+        limit=paging.page_size,
+        _continue=token,
+        **(_FROM_CACHE if paging.cached and token is None else {}),
+        field_selector=call.field_selector,
+        label_selector=call.label_selector,
+        _headers=None if accept is None else {"Accept": accept},
+        _preload_content=False,
+        _request_timeout=paging.timeout,
+    )
 
 
 def api_error(action: str, exc: ApiException) -> KubeUnavailable:
