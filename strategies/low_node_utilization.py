@@ -393,7 +393,9 @@ class LowNodeUtilization:
                 active.add(pool)
         return active
 
-    def _predictor(self, snapshot: ClusterSnapshot, classes: NodeClasses, caps: dict[str, int]) -> LandingPredictor:
+    def _landing_caps(self, snapshot: ClusterSnapshot, classes: NodeClasses, caps: dict[str, int]) -> dict[str, int]:
+        """The nodes a replacement may land on with their caps: the receiving ones (``caps``) and, with
+        landOnNormalNodes where no receive threshold is set, the normal nodes of the active pools under target."""
         s = self.settings
         caps = dict(caps)
         if s.land_on_normal_nodes:
@@ -403,6 +405,11 @@ class LowNodeUtilization:
                     continue  # the receive threshold decides, as in the room search
                 if snapshot.pool_of[name] in pools or not s.destinations_in_same_pool:
                     caps[name] = classes.cap_m(name)
+        return caps
+
+    def _predictor(self, snapshot: ClusterSnapshot, classes: NodeClasses, caps: dict[str, int]) -> LandingPredictor:
+        s = self.settings
+        caps = self._landing_caps(snapshot, classes, caps)
         room = {}
         for name, cap in caps.items():
             usage_m = snapshot.load[name].usage_m
@@ -419,12 +426,10 @@ class LowNodeUtilization:
         )
 
     def _judge(self, snapshot: ClusterSnapshot, classes: NodeClasses, caps: dict[str, int]) -> MoveJudge:
-        """The expected-gain judge, its receivers the cold nodes (``caps``) and the normal ones a replacement
-        may land on."""
+        """The expected-gain judge, its receivers the nodes a replacement may land on (:meth:`_landing_caps`;
+        without placement prediction, the receiving nodes ``caps``)."""
         s = self.settings
-        receivers = dict(caps)
-        if s.predict_placement and s.land_on_normal_nodes:
-            receivers.update({name: classes.cap_m(name) for name in classes.named(NodeClass.NORMAL)})
+        receivers = self._landing_caps(snapshot, classes, caps) if s.predict_placement else caps
         at_start = Receivers.of(snapshot, receivers, s.destinations_in_same_pool)
         return MoveJudge(snapshot, s.min_expected_gain or 0.0, classes.cap_m, at_start)
 
