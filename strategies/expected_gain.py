@@ -17,8 +17,9 @@ without the pod saves nothing.
 
 **From the current reading alone** (no profiles: the shipped default policy has no predictor), with
 stated assumptions: a hot node is taken to stay hot for :data:`RELIEF_MINUTES` more minutes without the
-move, and the move saves that time in proportion to the part of the node's remaining excess over its
-target the pod takes away (``min(pod, excess) / excess``: a pod that covers the excess saves it all, one
+move, and the move saves that time in proportion to the part of the node's remaining excess the pod
+takes away, over the level the relief takes the node down to (its receive threshold where set, else its
+target) (``min(pod, excess) / excess``: a pod that covers the excess saves it all, one
 that covers a third saves a third; the chance of turning hot again is not known and taken as zero), and
 saves nothing when the node would stay over target anyway: its pods that cannot leave (unknown usage, or
 more than any receiver has room for) keep it above target (their usage, or the node's less that of the
@@ -89,11 +90,12 @@ class CurrentMove:
     destination_target_m: int
     pod_peak_m: int | None = None  # the pod's predicted peak, when the snapshot holds a prediction
     source_floor_m: int = 0  # what no move can take off the source (its pods that cannot leave)
+    source_relief_m: int | None = None  # the usage a relief takes the source down to (None: its target)
 
 
 def current_gain(move: CurrentMove) -> Gain:
     """The gain of ``move`` from the current reading alone (see the module's docstring)."""
-    excess = move.source_m - move.source_target_m
+    excess = move.source_m - (move.source_target_m if move.source_relief_m is None else move.source_relief_m)
     stays_hot = move.source_floor_m > move.source_target_m  # what cannot leave keeps it hot: nothing is saved
     saved = RELIEF_MINUTES * min(move.pod_m, excess) / excess if excess > 0 and not stays_hot else 0.0
     peak = max(move.pod_m, move.pod_peak_m or 0)
@@ -225,11 +227,17 @@ class MoveJudge:
     floors: dict[str, int] = field(default_factory=dict)
 
     def refusal(
-        self, candidate: Candidate, source: str, destination: str, excess_m: int, peaks: PredictedLoad | None
+        self,
+        candidate: Candidate,
+        source: str,
+        destination: str,
+        excess_m: int,
+        peaks: PredictedLoad | None,
+        level_m: int | None = None,
     ) -> str | None:
         """Why moving ``candidate`` off ``source`` onto ``destination`` is not worth it (None: it is).
-        ``excess_m``: the source's remaining excess over its target; ``peaks``: the predicted load with the
-        moves planned so far, when the strategy plans on the nodes' coincident peaks."""
+        ``excess_m``: the source's remaining excess over ``level_m`` (None: its target); ``peaks``: the
+        predicted load with the moves planned so far, when the strategy plans on the nodes' coincident peaks."""
         pod = candidate.pod
         predicted = self.snapshot.predicted
         pod_peak = predicted.pod_cpu_m.get(pod.key) if predicted is not None else None
@@ -242,27 +250,30 @@ class MoveJudge:
             why = burst_follows(candidate.usage_m, usual, excess_m)
             if why is not None:
                 return why
-            gain = current_gain(self._current_move(candidate, source, destination, excess_m, pod_peak))
+            level = self.target_of(source) if level_m is None else level_m
+            gain = current_gain(self._current_move(candidate, source, destination, (level, excess_m), pod_peak))
         return below_threshold(gain, self.minimum)
 
     def commit(self, destination: str, usage_m: int) -> None:
         self.landed[destination] = self.landed.get(destination, 0) + usage_m
 
     def _current_move(
-        self, candidate: Candidate, source: str, destination: str, excess_m: int, pod_peak: int | None
+        self, candidate: Candidate, source: str, destination: str, excess: tuple[int, int], pod_peak: int | None
     ) -> CurrentMove:
-        source_target = self.target_of(source)
+        """``excess``: the source's level its relief is taken down to, and its usage over it."""
+        level, over = excess
         load = self.snapshot.load.get(destination)
         usage = load.usage_m if load is not None else None
         there = None if usage is None else usage + self.landed.get(destination, 0)
         return CurrentMove(
             candidate.usage_m,
-            source_target + excess_m,
-            source_target,
+            level + over,
+            self.target_of(source),
             there,
             self.target_of(destination),
             pod_peak,
             self._floor(source),
+            level,
         )
 
     def _floor(self, source: str) -> int:

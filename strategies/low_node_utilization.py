@@ -11,6 +11,11 @@ strategy of the cycle sees the load where it will most probably be. Without pred
 is any cold node with room (a :class:`~strategies.placement.RoomTracker` search) and ``landing`` is None:
 the room is bookkept, but nothing says the scheduler will use it.
 
+How deep. With ``receiveThresholds`` a hot node is relieved down to its receive threshold, not only to
+its target (:mod:`strategies.receive`), in two passes: every hot node, hottest first, is brought under
+its target, then those relieved go on down with the room left. Pods are chosen, and their gain judged,
+on the excess over the receive threshold in both (one pod covering it all is preferred).
+
 Before the peak. With ``classifyBy: predicted`` and the pods' daily profiles (``predictor.nodePeak:
 coincident``) the strategy relieves nodes before their coincident peak (:mod:`strategies.before_peak`):
 the pods that make the peak leave, a destination is accepted only when its predicted peak with the pod's
@@ -22,8 +27,8 @@ included, never moves a pod onto such a node past its target.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
@@ -308,21 +313,25 @@ class LowNodeUtilization:
         hot = relief_order(d for d in hot_everywhere if d.pool in active_pools)
         ledger = BudgetLedger(snapshot.budgets)
         predictor = self._predictor(snapshot, classes, caps) if hot and s.predict_placement else None
-        evictions: list[PlannedEviction] = []
-        pod_decisions: list[PodDecision] = []
         extra_room = classes.extra_room()
         caps_kept = peak_caps(classes) if coincident else {}
         judge = self._judge(snapshot, classes, caps) if s.min_expected_gain is not None else None
         peaks = snapshot.predicted.with_caps(caps_kept) if snapshot.predicted is not None else None
-        for decision in hot:
-            tracker = trackers[decision.pool if s.destinations_in_same_pool else ""]
-            destinations = _Destinations(tracker, predictor, extra_room, peaks, coincident=coincident, judge=judge)
-            chosen, records, why_none = self._relieve(decision, snapshot, protections, ledger, destinations)
-            evictions.extend(chosen)
-            pod_decisions.extend(records)
-            if why_none is not None:
-                unrelieved[decision.node] = why_none
-            peaks = destinations.peaks
+        reliefs = _Reliefs()
+        for deeper in (False, True):  # every hot node under its target first, then on down to its receive threshold
+            for decision in hot:
+                tracker = trackers[decision.pool if s.destinations_in_same_pool else ""]
+                destinations = _Destinations(tracker, predictor, extra_room, peaks, coincident=coincident, judge=judge)
+                levels = _Levels.of(decision, classes, coincident)
+                first = reliefs.first.get(decision.node, [])
+                if deeper and (not first or levels.relief_m >= levels.target_m):
+                    continue
+                found = self._relieve(decision, levels, snapshot, protections, ledger, destinations, first)
+                reliefs.add(decision.node, found[0], found[1], deeper)
+                if found[2] is not None and not deeper:
+                    unrelieved[decision.node] = found[2]
+                peaks = destinations.peaks
+        evictions, pod_decisions = reliefs.in_order(d.node for d in hot)
         if peaks is not None:  # later strategies keep under target the nodes the plan leaves under it
             caps_kept = {n: cap for n, cap in caps_kept.items() if peaks.node_cpu_m.get(n, cap + 1) <= cap}
         capped = {d.node for d in pod_decisions if d.reason.startswith(CAP_REACHED)}
@@ -444,20 +453,27 @@ class LowNodeUtilization:
     def _relieve(
         self,
         decision: NodeDecision,
+        levels: _Levels,
         snapshot: ClusterSnapshot,
         protections: Protections,
         ledger: BudgetLedger,
         destinations: _Destinations,
+        before: Sequence[PlannedEviction] = (),
     ) -> tuple[list[PlannedEviction], list[PodDecision], Unrelieved | None]:
-        """The evictions chosen on one hot node, the decision record, and why none when none."""
+        """The evictions chosen on one hot node, the decision record, and why none when none. Pods are
+        chosen, and their gain judged, on the node's CPU above its relief level; the first pass stops once
+        the node is under its target, the second (``before``: the first's evictions, their usage taken off)
+        goes on down to the relief level and records only the pods left (the others' record stands)."""
         node = decision.node
-        target_m = target_amount(decision.allocatable_m, decision.high_pct or 0.0)
-        bands = destinations.extra.bands_of(node) if destinations.extra is not None else ()
-        over = Excess.of(snapshot, node, (decision.usage_m or 0) - target_m, bands)
-        pool, records = screen(KIND, node, snapshot, protections, ledger)[:2]
-        if destinations.extra is not None and "memory" in destinations.extra.resources:
-            pool = _known_memory(pool, snapshot, node, records)
+        target_m = levels.relief_m
+        level = "target" if levels.relief_m >= levels.target_m else "the receive threshold"
+        bands = destinations.extra.bands_of(node) if destinations.extra is not None and not before else ()
+        over = Excess.of(snapshot, node, (decision.usage_m or 0) - target_m - sum(e.usage_m for e in before), bands)
+        if not before:
+            over.slack["cpu"] = levels.target_m - levels.relief_m
+        pool, records = _candidates(node, snapshot, protections, ledger, destinations.extra, before)
         limit = self.settings.max_no_of_pods_to_evict_per_node
+        limit = None if limit is None else limit - len(before)
         chosen: list[PlannedEviction] = []
         had_candidates = bool(pool)
         relief = PeakRelief(destinations.peaks, node) if destinations.coincident else None
@@ -479,7 +495,7 @@ class LowNodeUtilization:
                 if blocked is not None:
                     records.append(_passed(candidate, node, blocked))
                     continue
-                room_on, why = destinations.find_worth(candidate, node, excess if resource == "cpu" else None)
+                room_on, why = destinations.find_worth(candidate, node, excess if resource == "cpu" else None, target_m)
                 if room_on is None:
                     records.append(_passed(candidate, node, why, lands_back=destinations.lands_back))
                     continue
@@ -487,7 +503,7 @@ class LowNodeUtilization:
                 destinations.commit(candidate, node, room_on)
                 ledger.take(candidate.pod)
                 peak_word = "relief of the node's predicted peak" if sizes is not None else None
-                reason = _why_chosen(resource, amount(candidate), excess, why, peak_word)
+                reason = _why_chosen(resource, amount(candidate), excess, why, peak_word, level)
                 landing = room_on if destinations.predictor is not None else None
                 usage_word = _USAGE_WORDS[self.settings.classify_by]
                 chosen.append(_eviction(candidate, decision, reason, room_on, landing, usage_word))
@@ -506,9 +522,64 @@ class LowNodeUtilization:
                 break
             if picked is None:
                 break
-        stop = _stop_reason(over.over() is not None, limit, len(chosen))
+        stop = _stop_reason(over.over() is not None, limit, len(chosen), level if before else "target", len(before))
         records.extend(_passed(c, node, stop) for c in pool)
         return chosen, records, None if chosen else _why_none(snapshot, node, had_candidates, destinations)
+
+
+def _candidates(
+    node: str,
+    snapshot: ClusterSnapshot,
+    protections: Protections,
+    ledger: BudgetLedger,
+    extra: ExtraRoom | None,
+    before: Sequence[PlannedEviction],
+) -> tuple[list[Candidate], list[PodDecision]]:
+    """The node's movable pods but those evicted ``before``, and the record of the others (none when a
+    pass before has recorded them)."""
+    pool, screened = screen(KIND, node, snapshot, protections, ledger)[:2]
+    records = [] if before else screened
+    if extra is not None and "memory" in extra.resources:
+        pool = _known_memory(pool, snapshot, node, records)
+    gone = {e.key for e in before}
+    return [c for c in pool if c.pod.key not in gone], records
+
+
+@dataclass(frozen=True, slots=True)
+class _Levels:
+    """A hot node's CPU target and the level its relief goes down to (its receive threshold where set and
+    lower, never with coincident peaks: a predicted daily peak is already the worst of the day), millicores."""
+
+    target_m: int
+    relief_m: int
+
+    @classmethod
+    def of(cls, decision: NodeDecision, classes: NodeClasses, coincident: bool) -> _Levels:
+        target = target_amount(decision.allocatable_m, decision.high_pct or 0.0)
+        return cls(target, target if coincident else min(target, classes.receive_cap_m(decision.node)))
+
+
+@dataclass(slots=True)
+class _Reliefs:
+    """Each hot node's planned evictions, by pass, and its decision record (a later pass's record of a pod
+    replaces the earlier one)."""
+
+    first: dict[str, list[PlannedEviction]] = field(default_factory=dict)
+    deeper: dict[str, list[PlannedEviction]] = field(default_factory=dict)
+    records: dict[str, list[PodDecision]] = field(default_factory=dict)
+
+    def add(self, node: str, evictions: list[PlannedEviction], records: list[PodDecision], deeper: bool) -> None:
+        (self.deeper if deeper else self.first)[node] = evictions
+        again = {(d.namespace, d.name) for d in records}
+        kept = [d for d in self.records.get(node, []) if (d.namespace, d.name) not in again]
+        self.records[node] = kept + records
+
+    def in_order(self, nodes: Iterable[str]) -> tuple[list[PlannedEviction], list[PodDecision]]:
+        """Every node's evictions of the first pass, then the deeper ones (the evictor's caps cut those
+        first), and the decision records node by node."""
+        order = list(nodes)
+        evictions = [e for passed in (self.first, self.deeper) for n in order for e in passed.get(n, ())]
+        return evictions, [d for n in order for d in self.records.get(n, ())]
 
 
 @dataclass(slots=True)
@@ -555,13 +626,14 @@ class _Destinations:
         self.no_room = True
         return None, refused
 
-    def find_worth(self, candidate: Candidate, node: str, excess_m: int | None) -> tuple[str | None, str]:
-        """:meth:`find`, then, with ``minExpectedGain`` and a CPU excess ``excess_m`` to cover, None and why when
-        the move found is not worth it (its expected gain, :mod:`strategies.expected_gain`)."""
+    def find_worth(self, candidate: Candidate, node: str, excess_m: int | None, level_m: int) -> tuple[str | None, str]:
+        """:meth:`find`, then, with ``minExpectedGain`` and a CPU excess ``excess_m`` over ``level_m`` to cover,
+        None and why when the move found is not worth it (its expected gain, :mod:`strategies.expected_gain`)."""
         room_on, why = self.find(candidate, node)
         if room_on is None or excess_m is None or self.judge is None:
             return room_on, why
-        refused = self.judge.refusal(candidate, node, room_on, excess_m, self.peaks if self.coincident else None)
+        peaks = self.peaks if self.coincident else None
+        refused = self.judge.refusal(candidate, node, room_on, excess_m, peaks, level_m)
         if refused is None:
             return room_on, why
         self.not_worth_it = True
@@ -640,17 +712,20 @@ def _sized(sizes: dict[PodKey, int]) -> Callable[[Candidate], int]:
     return lambda c: sizes[c.pod.key]
 
 
-def _why_chosen(resource: str, amount: int, excess: int, room: str, what: str | None = None) -> str:
+def _why_chosen(
+    resource: str, amount: int, excess: int, room: str, what: str | None = None, level: str = "target"
+) -> str:
     covers = "covers" if amount >= excess else "reduces"
     what = what or ("usage" if resource == "cpu" else resource)
-    return f"{what} {amount_text(resource, amount)} {covers} the remaining {amount_text(resource, excess)} above target; {room}"
+    above = level if resource == "cpu" else "target"
+    return f"{what} {amount_text(resource, amount)} {covers} the remaining {amount_text(resource, excess)} above {above}; {room}"
 
 
-def _stop_reason(over: bool, limit: int | None, chosen: int) -> str:
+def _stop_reason(over: bool, limit: int | None, chosen: int, level: str = "target", before: int = 0) -> str:
     if not over:
-        return "not needed: the node is under target after the chosen evictions"
+        return f"not needed: the node is under {level} after the chosen evictions"
     if limit is not None and chosen >= limit:
-        return f"{CAP_REACHED} {limit} reached (this strategy's cap, applied while planning)"
+        return f"{CAP_REACHED} {limit + before} reached (this strategy's cap, applied while planning)"
     return "not chosen"
 
 

@@ -6,6 +6,13 @@ hot. With ``receiveThresholds`` a node of the pool that is neither hot nor of un
 destination when its usage with the pod's added stays under the receive threshold, and the pool acts as
 soon as one node is under it; cold nodes then receive up to the receive threshold too. The room search
 and the landing prediction read the same caps (:meth:`strategies.thresholds.NodeClasses.receive_cap_m`).
+
+A hot node is relieved down to the receive threshold too (not only to its target): the same gap that
+keeps a receiver from turning hot keeps the relieved node cool through the next rise of the pods that
+stay. Hottest first: where room is scarce, the hottest node takes what it needs before the next one
+gets any. On the simulator, relief to the target left about one relief in six still hot after the
+follow-up window, mostly because the pods that stayed grew; relief to the receive threshold halved that
+with fewer evictions (``bench/HISTORY.md``).
 """
 
 from __future__ import annotations
@@ -33,8 +40,10 @@ class ReceivingThresholds(PoolThresholds):
         "useDeviationThresholds), and a pool with a hot node acts as soon as one node (of any pool without "
         "destinationsInSamePool) is under it. Cold nodes receive up to it too. Between thresholds and "
         "targetThresholds; the gap up to targetThresholds keeps a receiver from turning hot with the next "
-        "rise of its usage. Replaces landOnNormalNodes where set. null: the descheduler's rule, only cold "
-        "nodes receive (up to targetThresholds) and only a cold node makes a pool act.",
+        "rise of its usage. A hot node is relieved down to it too, for the same reason: every hot node under "
+        "targetThresholds first, then deeper with the room left. "
+        "Replaces landOnNormalNodes where set. null: the descheduler's rule, only cold nodes receive (up to "
+        "targetThresholds), only a cold node makes a pool act, and a hot node is relieved to targetThresholds.",
     )
 
     def receive_problems(self, strategy_default: bool) -> list[tuple[str, str]]:

@@ -185,10 +185,13 @@ def target_amount(allocatable: int, pct: float) -> int:
 @dataclass(slots=True)
 class Excess:
     """What a hot node has above target, per resource ("cpu" in millicores, memory in bytes, pods); the
-    resource to relieve next is the one most over, relative to the node's allocatable amount."""
+    resource to relieve next is the one most over, relative to the node's allocatable amount. ``slack``:
+    how much of a resource's amount may stay (CPU's, when it is counted down to a level under the target
+    but the relief stops at the target)."""
 
     amounts: dict[str, int]
     allocatable: dict[str, int]
+    slack: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, snapshot: ClusterSnapshot, name: str, cpu_excess: int, bands: Iterable[ResourceBand]) -> Excess:
@@ -203,7 +206,9 @@ class Excess:
 
     def over(self) -> str | None:
         """The resource most over its target (None: every one is at or under it)."""
-        over = [(amount / self.allocatable[r], r) for r, amount in self.amounts.items() if amount > 0]
+        over = [
+            (amount / self.allocatable[r], r) for r, amount in self.amounts.items() if amount > self.slack.get(r, 0)
+        ]
         return max(over)[1] if over else None
 
     def take(self, amounts: Mapping[str, int | None]) -> None:

@@ -137,9 +137,9 @@ def test_patch_pods_is_granted_only_with_an_enabled_steering_strategy() -> None:
 
 
 def test_get_and_patch_nodes_are_granted_only_with_a_landing_guard() -> None:
-    no_pools = {"policy": {"strategies": [LNU], "landingGuard": {"pools": []}}}
-    for values, expected in (({}, False), (STEERING, False), (no_pools, False), (GUARD, True),
-                             ({**GUARD, "kind": "CronJob"}, True)):  # fmt: skip
+    no_pools = {"policy": {"strategies": [LNU], "landingGuard": {"pools": []}}}  # the default values guard a pool
+    for values, expected in (({}, True), (STEERING, True), (no_pools, False), ({**no_pools, "kind": "CronJob"}, False),
+                             (GUARD, True), ({**GUARD, "kind": "CronJob"}, True)):  # fmt: skip
         node_grants = {g.permission for g in grants(render(values)) if g.resource == "nodes"}
         assert (node_grants >= NODE_WRITES) == expected and (node_grants & NODE_WRITES in (set(), NODE_WRITES)), values
 

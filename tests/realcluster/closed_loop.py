@@ -113,22 +113,26 @@ class Move:
 
 @dataclass(frozen=True)
 class Judge:
-    """What the evictions did, judged on the exporter's truth; thresholds in percent of allocatable."""
+    """What the evictions did, judged on the exporter's truth; thresholds in percent of allocatable.
+    ``relief``: the level a hot node is relieved down to (the receive threshold where the policy sets one;
+    None: the target)."""
 
     usage: LiveUsage
     cold: float
     target: float
+    relief: float | None = None
 
     @property
     def hot(self) -> set[str]:
         return {n for n in self.usage.nodes if self.usage.percent(n, self.usage.began) > self.target}
 
     def needed(self, node: str) -> int:
-        """The fewest evictions that bring ``node`` under the target from the start, largest pods first."""
+        """The fewest evictions that bring ``node`` under its relief level from the start, largest pods first."""
         began = self.usage.began
         pods = sorted((x for x in self.usage.lives() if x.node == node and x.alive(began)), key=lambda x: -x.cores)
         percent, count = self.usage.percent(node, began), 0
-        while percent > self.target:
+        level = self.target if self.relief is None else self.relief
+        while percent > level:
             percent -= 100 * (pods[count].cores + PAUSE_CORES) / self.usage.allocatable[node]
             count += 1
         return count
@@ -161,7 +165,7 @@ class Judge:
         for node in self.usage.nodes:
             count = sum(1 for m in moves if m.node == node)
             if node in hot and count > self.needed(node) + 1:
-                out.append(f"{node}: {count} evictions, {self.needed(node)} bring it under target (at most "
+                out.append(f"{node}: {count} evictions, {self.needed(node)} bring it under its relief level (at most "
                            f"{self.needed(node) + 1} allowed)")  # fmt: skip
         for m in moves:
             if m.percent <= self.target and m.received:

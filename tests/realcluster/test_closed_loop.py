@@ -15,7 +15,7 @@ before the start is backfilled at the initial placement, so the 10-minute usage 
 first cycle.
 
 Judged on the truth (what runs where, at the workloads' loads): at most the fewest evictions that bring a
-hot node under target plus one; no eviction from a node at or under target that received load in the last
+hot node under the level it is relieved to (the receive threshold) plus one; no eviction from a node at or under target that received load in the last
 10 minutes or was never hot; no replacement back on the node its pod left; every budget held
 (the API server granted or refused with 429, never more than one pod of a Deployment down at once); and
 the hot nodes end under target, the cold nodes having room under the cold threshold.
@@ -126,7 +126,8 @@ def test_the_shipped_default_relieves_hot_nodes_without_overshoot_or_bounce(
             strategy = policy.strategies[0]
             assert isinstance(strategy, LowNodeUtilizationSettings)
             assert strategy.thresholds.cpu is not None and strategy.target_thresholds.cpu is not None
-            judge = Judge(usage, strategy.thresholds.cpu, strategy.target_thresholds.cpu)
+            receive = strategy.receive_thresholds.cpu if strategy.receive_thresholds is not None else None
+            judge = Judge(usage, strategy.thresholds.cpu, strategy.target_thresholds.cpu, receive)
             assert judge.hot == set(HOT) and {judge.needed(n) for n in HOT} == {2}
             assert all(usage.percent(n, began) < judge.cold for n in set(NODES) - set(HOT))
 

@@ -192,9 +192,10 @@ def test_the_table_names_each_nodes_source(
 
     assert main(["plan", "--policy", str(policy), "--kubeconfig", str(api_kubeconfig)]) == 0
 
-    table = capsys.readouterr().out
-    assert "SOURCE" in table
-    rows = {line.split()[0]: line.split() for line in table.splitlines() if line.startswith(("hot-1", "cold-"))}
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if "SOURCE" in line.split())
+    end = next((i for i in range(header, len(lines)) if not lines[i].strip()), len(lines))  # the nodes' table
+    rows = {line.split()[0]: line.split() for line in lines[header:end] if line.startswith(("hot-1", "cold-"))}
     assert "nodeExporter" in rows["hot-1"] and "podSum" in rows["cold-2"]
 
 

@@ -9,9 +9,12 @@ windows, which the real loop would spend on the wall clock too (another 15 minut
 well under 25). That the real scheduler honours the guard's mark is tests/realcluster/test_landing_guard.py.
 
 Twelve nodes of 8 cores in one pool, requests flat (every pod 500m / 2Gi): three nodes run at 85 % real
-CPU (seven pods of 0.8-1.0 cores), two at 43 %, seven at 10 % with one pod each (so the scheduler sends
-replacements there). Each hot node needs two evictions to go under 70 %. Usage is the P95 of the last
-10 minutes, so a relieved node keeps reading hot for minutes after its load has left.
+CPU (seven pods of 0.4-1.3 cores), two at 43 %, seven at 10 % with one pod each (so the scheduler sends
+replacements there). One eviction (1.3 cores) brings a hot node under 70 %, a second under the 60 % receive
+threshold the shipped policy relieves it down to; the first covers 65 % of the excess over 60 %, clearing
+its `minExpectedGain` (a node of pods under 1 core each, at most half that excess, would not be moved).
+Usage is the P95 of the last 10 minutes, so a relieved node keeps reading hot for minutes after its load
+has left.
 
 The harness (:mod:`tests.service.closed_loop`): the test API server, a ReplicaSet controller that replaces
 each evicted pod and binds it as the default scheduler would, cAdvisor-shaped usage following each pod
@@ -55,7 +58,7 @@ from tests.service.closed_loop import ClosedLoop, NodeLoad
 ROOT = Path(__file__).resolve().parents[2]
 T1 = 1_700_000_000.0  # the first cycle
 HISTORY = 30 * 60  # samples before it: the usage window and the rate window are full
-HOT = (1.0, 1.0, 1.0, 0.9, 0.9, 0.9, 0.8)
+HOT = (1.3, 1.2, 1.0, 1.0, 1.0, 0.6, 0.4)
 LAYOUT = (
     *(NodeLoad(f"node-0{i}", 8, 0.3, HOT) for i in (1, 2, 3)),
     *(NodeLoad(f"node-0{i}", 8, 0.3, (0.45,) * 7) for i in (4, 5)),

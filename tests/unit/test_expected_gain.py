@@ -41,6 +41,15 @@ def test_a_pod_covering_part_of_the_excess_saves_its_share() -> None:
     assert gain.saved == pytest.approx(RELIEF_MINUTES / 3)
 
 
+def test_the_share_is_of_the_excess_down_to_the_relief_level() -> None:
+    # 8500m on a 7000m target relieved down to 6000m: the 1000m pod covers 1000 of the 2500m excess
+    assert current_gain(CurrentMove(1000, 8500, 7000, 1000, 7000, source_relief_m=6000)).saved == pytest.approx(12.0)
+    assert current_gain(CurrentMove(1000, 8500, 7000, 1000, 7000)).saved == pytest.approx(20.0)  # to target
+    # what cannot leave keeps it over the target, not over the relief level: 6500m saves its share still
+    floor = CurrentMove(1000, 8500, 7000, 1000, 7000, source_floor_m=6500, source_relief_m=6000)
+    assert current_gain(floor).saved == pytest.approx(12.0)
+
+
 def test_a_destination_its_predicted_peak_takes_over_target_costs_the_relief() -> None:
     # 1000m now fits the destination (6500m of a 7000m target), its 2000m predicted peak does not
     assert current_gain(CurrentMove(1000, 8000, 7000, 5500, 7000)).added == 0.0

@@ -173,3 +173,39 @@ def test_with_classify_by_max_the_predicted_peak_must_stay_under_it(
     facts = ClusterFacts(tuple(nodes), tuple(pods), ())
     plan = plan_cycle(facts, report, policy(RECEIVE + "classifyBy: max\n"), 1_700_000_000.0, None, peaks)[1]
     assert moves(plan) == planned
+
+
+DEEPER = {
+    # 85 % less 3 pods of 1.5 cores: 40 %, under the receive threshold of 50 % (one pod would do for 70 %)
+    "a hot node is relieved down to the receive threshold": (
+        {"hot-1": 85}, {"cold-1": 2}, [("hot-1", "cold-1")] * 3, {},
+    ),
+    # room for two pods under 50 % on cold-1: each hot node gets under target first, neither goes deeper
+    "room cools every hot node before any goes deeper": (
+        {"hot-1": 85, "hot-2": 84}, {"cold-1": 19}, [("hot-1", "cold-1"), ("hot-2", "cold-1")], {},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("search", [PREDICTED, ROOM_SEARCH], ids=["predicted", "room search"])
+@pytest.mark.parametrize("case", DEEPER)
+def test_relief_goes_down_to_the_receive_threshold(case: str, search: str) -> None:
+    hot, others, planned, unrelieved = DEEPER[case]
+    nodes, pods, report = hot_and_warm(hot, others)
+    plan = run(nodes, pods, report, policy(RECEIVE + search))
+    assert moves(plan) == planned, plan.results[0].pod_decisions
+    assert dict(plan.results[0].unrelieved) == unrelieved
+    chosen = [d.reason for d in plan.results[0].pod_decisions if d.node == "hot-1" and d.chosen]
+    assert chosen[0].startswith("usage 1.500 cores reduces the remaining 3.500 cores above the receive threshold"), (
+        chosen
+    )
+    if len(planned) == 3:
+        left = [d.reason for d in plan.results[0].pod_decisions if d.node == "hot-1" and not d.chosen]
+        assert left == ["not needed: the node is under the receive threshold after the chosen evictions"] * 2
+
+
+def test_without_a_receive_threshold_a_node_is_relieved_to_its_target() -> None:
+    nodes, pods, report = hot_and_warm({"hot-1": 85}, {"cold-1": 2})
+    plan = run(nodes, pods, report, policy(SHIPPED))
+    assert moves(plan) == [("hot-1", "cold-1")]
+    assert "above target" in next(d.reason for d in plan.results[0].pod_decisions if d.chosen)

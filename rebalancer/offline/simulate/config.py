@@ -22,7 +22,8 @@ class SimConfig:
     history_days: int = 8
     step_seconds: int = 60
     interval_seconds: int = 600  # one rebalancer cycle every this long
-    utilization: float = 0.5  # mean real CPU usage / allocatable over the history days
+    utilization: float = 0.35  # mean real CPU usage / allocatable over the history days (0.5: pods of the shared
+    # sample sized by their VMs then ask more than their nodes have on a third of the node-days)
     request_factor: float = 1.0  # a pod's CPU request = its workload's mean usage over the history x this
     system_cpu_m: int = 300  # kubelet, runtime, daemons on every node
     replacement_delay_seconds: int = 0  # from an eviction to its replacement's binding

@@ -31,7 +31,8 @@ planner expects a replacement to land) and in the landing guard (taints that ste
   (when its filters allow): not something the default scheduler does, the upper bound of landing control.
 
 The ``shipped`` group runs the shipped default policy as it is (``config/low-node-utilization.yaml``,
-packaged as ``shipped-policy.yaml``: no limits, so no node cooldown), each variant at its own cycle interval:
+packaged as ``shipped-policy.yaml``: its landing guard on the default pool, no limits, so no node
+cooldown), each variant at its own cycle interval:
 
 * ``shipped-10m``, ``shipped-5m``, ``shipped-1m``: a cycle every 10 minutes (the chart's CronJob schedule),
   5 minutes (serve's default schedule) and every minute.
@@ -73,6 +74,7 @@ class Variant:
     ideal_placement: bool = False  # replacements bound on the node the plan chose (an upper bound, not real)
     predict_placement: bool | None = None  # every LowNodeUtilization's predictPlacement (None: as the policy says)
     guard: bool = False  # the landing guard: the base policy's landingGuard, or its defaults on every pool
+    # (a shipped variant keeps the shipped policy's own, whatever this says)
     overrides: Mapping[str, Any] = field(default_factory=dict)  # merged into the policy (YAML spelling)
     shipped: bool = False  # derives from the shipped default policy instead of the simulation's base policy
     interval_seconds: int | None = None  # a scheduled cycle every this long (None: the command's --interval)
@@ -158,13 +160,14 @@ def variant_base(base: Policy, variant: Variant) -> Policy:
 
 def variant_policy(base: Policy, variant: Variant, pools: Sequence[str] = ()) -> Policy:
     """The base policy with the variant's overrides, every LowNodeUtilization set to its ``classifyBy`` (and
-    ``predictPlacement`` when the variant sets it). The landing guard: off unless the variant has one; then
+    ``predictPlacement`` when the variant sets it). The landing guard: a shipped variant's is the shipped
+    policy's own; otherwise off unless the variant has one; then
     the base policy's ``landingGuard`` when it guards some pool, else the defaults on each of ``pools`` (the
     pools the simulated nodes belong to)."""
     data = base.model_dump(by_alias=True, exclude_unset=False)
-    if not variant.guard:
+    if not variant.guard and not variant.shipped:  # a shipped variant keeps the shipped policy's guard
         data["landingGuard"] = {"pools": []}
-    elif not base.landing_guard.enabled:
+    elif variant.guard and not base.landing_guard.enabled:
         data["landingGuard"] = {"pools": [{"pool": pool} for pool in sorted(set(pools))]}
     _merge(data, dict(variant.overrides))
     for strategy in data["strategies"]:
