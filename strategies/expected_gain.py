@@ -233,10 +233,10 @@ class MoveJudge:
         destination: str,
         excess_m: int,
         peaks: PredictedLoad | None,
-        level_m: int | None = None,
+        level_m: int,
     ) -> str | None:
         """Why moving ``candidate`` off ``source`` onto ``destination`` is not worth it (None: it is).
-        ``excess_m``: the source's remaining excess over ``level_m`` (None: its target); ``peaks``: the
+        ``excess_m``: the source's remaining excess over ``level_m``, the usage its relief goes down to; ``peaks``: the
         predicted load with the moves planned so far, when the strategy plans on the nodes' coincident peaks."""
         pod = candidate.pod
         predicted = self.snapshot.predicted
@@ -250,8 +250,7 @@ class MoveJudge:
             why = burst_follows(candidate.usage_m, usual, excess_m)
             if why is not None:
                 return why
-            level = self.target_of(source) if level_m is None else level_m
-            gain = current_gain(self._current_move(candidate, source, destination, (level, excess_m), pod_peak))
+            gain = current_gain(self._current_move(candidate, source, destination, (level_m, excess_m), pod_peak))
         return below_threshold(gain, self.minimum)
 
     def commit(self, destination: str, usage_m: int) -> None:

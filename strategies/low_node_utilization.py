@@ -320,12 +320,12 @@ class LowNodeUtilization:
         reliefs = _Reliefs()
         for deeper in (False, True):  # every hot node under its target first, then on down to its receive threshold
             for decision in hot:
-                tracker = trackers[decision.pool if s.destinations_in_same_pool else ""]
-                destinations = _Destinations(tracker, predictor, extra_room, peaks, coincident=coincident, judge=judge)
                 levels = _Levels.of(decision, classes, coincident)
                 first = reliefs.first.get(decision.node, [])
                 if deeper and (not first or levels.relief_m >= levels.target_m):
                     continue
+                tracker = trackers[decision.pool if s.destinations_in_same_pool else ""]
+                destinations = _Destinations(tracker, predictor, extra_room, peaks, coincident=coincident, judge=judge)
                 found = self._relieve(decision, levels, snapshot, protections, ledger, destinations, first)
                 reliefs.add(decision.node, found[0], found[1], deeper)
                 if found[2] is not None and not deeper:
@@ -464,11 +464,10 @@ class LowNodeUtilization:
         chosen, and their gain judged, on the node's CPU above its relief level; the first pass stops once
         the node is under its target, the second (``before``: the first's evictions, their usage taken off)
         goes on down to the relief level and records only the pods left (the others' record stands)."""
-        node = decision.node
-        target_m = levels.relief_m
-        level = "target" if levels.relief_m >= levels.target_m else "the receive threshold"
+        node, relief_m = decision.node, levels.relief_m
+        level = "target" if relief_m >= levels.target_m else "the receive threshold"
         bands = destinations.extra.bands_of(node) if destinations.extra is not None and not before else ()
-        over = Excess.of(snapshot, node, (decision.usage_m or 0) - target_m - sum(e.usage_m for e in before), bands)
+        over = Excess.of(snapshot, node, (decision.usage_m or 0) - relief_m - sum(e.usage_m for e in before), bands)
         if not before:
             over.slack["cpu"] = levels.target_m - levels.relief_m
         pool, records = _candidates(node, snapshot, protections, ledger, destinations.extra, before)
@@ -478,7 +477,7 @@ class LowNodeUtilization:
         had_candidates = bool(pool)
         relief = PeakRelief(destinations.peaks, node) if destinations.coincident else None
         if relief is not None:  # CPU's excess is the node's predicted peak above target
-            over.amounts["cpu"] = relief.excess(target_m, over.amounts["cpu"])
+            over.amounts["cpu"] = relief.excess(relief_m, over.amounts["cpu"])
             pool, passed = relief.coinciding(pool)
             records.extend(_passed(c, node, why) for c, why in passed)
         while (resource := over.over()) is not None and pool:
@@ -495,7 +494,7 @@ class LowNodeUtilization:
                 if blocked is not None:
                     records.append(_passed(candidate, node, blocked))
                     continue
-                room_on, why = destinations.find_worth(candidate, node, excess if resource == "cpu" else None, target_m)
+                room_on, why = destinations.find_worth(candidate, node, excess if resource == "cpu" else None, relief_m)
                 if room_on is None:
                     records.append(_passed(candidate, node, why, lands_back=destinations.lands_back))
                     continue
@@ -518,7 +517,7 @@ class LowNodeUtilization:
                         candidate.usage_m,
                     )
                 )
-                _take(over, snapshot, candidate, bands, (relief, destinations.peaks, target_m, amount(candidate)))
+                _take(over, snapshot, candidate, bands, (relief, destinations.peaks, relief_m, amount(candidate)))
                 break
             if picked is None:
                 break
