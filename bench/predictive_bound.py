@@ -1,4 +1,4 @@
-"""The upper bound of relieving nodes before their predicted peak: ``predictive-guard`` with perfect foresight.
+"""Relief before the predicted peak with a perfect forecast: ``predictive-guard`` with perfect foresight.
 
 A foresight variant is ``predictive-guard`` (same policy: limits, landing guard, placement prediction, the
 reactive strategy after the predictive one) whose predictor, instead of the pods' past days, reads the
@@ -6,7 +6,7 @@ reactive strategy after the predictive one) whose predictor, instead of the pods
 its profile that day's mean per time-of-day bucket, repeated over the ``predictor.days`` days it
 aggregates (identical days aggregate to themselves), so every node's coincident peak, and when it comes, is
 that day's exactly, at the bucket width. A replacement knows its slot's day from its first cycle (no
-workload fallback). Not something a user can run: what no hourly-profile predictor can beat.
+workload fallback). Not something a user can run: what a perfect forecast gives the same policy.
 
     python -m bench.predictive_bound --traces data/bitbrains-rnd-2013-07 --repeat 5 [--buckets 24 --buckets 96]
 
