@@ -24,8 +24,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from bench.harness import process_cpu_s
 from bench.harness import rss_mb as own_rss_mb
@@ -49,7 +49,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def measured(pid: int, read: Any) -> dict[str, float]:
+def measured(pid: int, read: Callable[[], None]) -> dict[str, float]:
     """One call of ``read``: its wall time, our CPU and Prometheus' CPU seconds over it."""
     prom, ours, started = process_cpu_s(pid), time.process_time(), time.perf_counter()
     read()
