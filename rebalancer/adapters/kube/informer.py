@@ -262,16 +262,18 @@ class Informer(Generic[_W, _D]):
         """One watch request, open for ``seconds`` at most; a clean end (the server's timeout) returns."""
         response = self._open(seconds)
         self._response = response
+        read_to_end = False
         try:
             if self._stopped.is_set():  # stop() came while the watch was opening: it could not cut it
                 return
             self._down_since, self._failure = None, None  # open: fresh, whether or not anything comes
             for line in _lines(response, self._call.what, self._host, seconds):
                 self._apply(line)
+            read_to_end = True
         finally:
             self._down_since = self._clock()  # ended or failed: the next open (or list) makes it fresh again
             self._response = None
-            response.release_conn()
+            release_watch(response, read_to_end)
 
     def _open(self, seconds: int) -> urllib3.BaseHTTPResponse:
         call = self._call
@@ -335,6 +337,16 @@ def _differing(before: Mapping[Hashable, object], after: Mapping[Hashable, objec
     return len(before.keys() ^ after.keys()) + sum(
         1 for key, value in after.items() if key in before and before[key] != value
     )
+
+
+def release_watch(response: urllib3.BaseHTTPResponse, read_to_end: bool) -> None:
+    """Hand a watch response's connection back to the pool the client shares. Only a stream read to its end
+    may serve another request: the connection of one left open (stopped while it opened, or failed midway)
+    would hand the next request the rest of the watch (a chunk size read as a status line), or wait for an
+    answer the server never sends while it streams; it is closed first."""
+    if not read_to_end:
+        response.close()
+    response.release_conn()
 
 
 def _lines(response: urllib3.BaseHTTPResponse, what: str, host: str, timeout: float) -> Iterator[bytes]:

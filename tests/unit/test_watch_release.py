@@ -1,0 +1,96 @@
+"""A watch stream left open must not go back to the shared connection pool alive: the next request on that
+connection would read the rest of the watch (a chunk size as its status line) or wait for an answer the
+server never sends while it streams. Against a real HTTP server on 127.0.0.1 that streams a chunked watch,
+one event now and one a moment later, as an API server does."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import urllib3
+
+from rebalancer.adapters.kube.informer import release_watch
+
+EVENT = b'{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"1"}}}\n'
+LATER = 0.5  # seconds before the stream's second event: after the next request has been sent
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _connection(conn: socket.socket) -> None:
+    """HTTP/1.1 with keep-alive: /watch streams two events then ends; any other path answers 200 "ok". A
+    request sent on the connection while it streams is read only after the stream."""
+    with conn:
+        reader = conn.makefile("rb")
+        while True:
+            request = reader.readline()
+            if not request:
+                break
+            while reader.readline() not in (b"\r\n", b""):
+                pass
+            if request.startswith(b"GET /watch"):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + _chunk(EVENT))
+                time.sleep(LATER)
+                conn.sendall(_chunk(EVENT) + b"0\r\n\r\n")
+            else:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+
+def _serve(server: socket.socket, stop: threading.Event) -> None:
+    """Each connection on a thread of its own, as an API server serves them."""
+    server.settimeout(0.2)
+    while not stop.is_set():
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            continue
+        threading.Thread(target=_connection, args=(conn,), daemon=True).start()
+
+
+@pytest.fixture
+def pool() -> Iterator[urllib3.HTTPConnectionPool]:
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    thread = threading.Thread(target=_serve, args=(server, stop), daemon=True)
+    thread.start()
+    with urllib3.HTTPConnectionPool("127.0.0.1", server.getsockname()[1], maxsize=1, block=True) as shared:
+        yield shared
+    stop.set()
+    thread.join(timeout=5)
+    server.close()
+
+
+def _first_event(pool: urllib3.HTTPConnectionPool) -> tuple[urllib3.BaseHTTPResponse, Iterator[bytes]]:
+    response = pool.request("GET", "/watch", preload_content=False, retries=False)
+    events = response.stream(1024)
+    assert next(events) == EVENT
+    return response, events
+
+
+def test_a_watch_left_open_is_closed_and_the_next_request_gets_its_own_answer(
+    pool: urllib3.HTTPConnectionPool,
+) -> None:
+    response, events = _first_event(pool)  # the stream stays open: its reader is still alive, as a watcher's is
+    release_watch(response, read_to_end=False)
+    started = time.monotonic()
+    answer = pool.request("GET", "/version", retries=False, timeout=urllib3.Timeout(connect=2, read=LATER * 4))
+    assert (answer.status, answer.data) == (200, b"ok")
+    assert time.monotonic() - started < LATER  # a fresh connection: it did not wait out the stream
+    events.close()
+
+
+def test_a_watch_read_to_its_end_keeps_its_connection_for_the_next_request(
+    pool: urllib3.HTTPConnectionPool,
+) -> None:
+    response, events = _first_event(pool)
+    assert b"".join(events) == EVENT  # the rest, up to the end of the stream
+    release_watch(response, read_to_end=True)
+    answer = pool.request("GET", "/version", retries=False)
+    assert (answer.status, answer.data) == (200, b"ok")
+    assert pool.num_connections == 1  # the same connection served both
