@@ -31,7 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from rebalancer.adapters.kube import wire
 from rebalancer.adapters.kube.lister import CLIENT_ERRORS, ListCall, api_error, client_error, transport_error
 from rebalancer.adapters.kube.protobuf_lists import Encoding
-from rebalancer.adapters.kube.watch_list import WATCH_EVENT, ListMode, read_all
+from rebalancer.adapters.kube.watch_list import WATCH_EVENT, ListMode, read_all, wake_reader
 from rebalancer.domain.errors import KubeUnavailable, RebalancerError
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class Informer(Generic[_W, _D]):
         self._stopped.set()
         response = self._response
         if response is not None:
-            response.shutdown()  # unblocks the watcher's read at once
+            wake_reader(response)  # unblocks the watcher's read at once
         self._thread.join(timeout=5)
 
     def wait_synced(self, timeout: float) -> bool:

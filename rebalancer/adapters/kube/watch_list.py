@@ -26,6 +26,7 @@ cannot be reached at all is an error in every mode (a LIST would meet the same).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -277,6 +278,17 @@ def _stream_error(call: ListCall[Any], status: wire.Status, seen: int) -> Except
     )
 
 
+def wake_reader(response: urllib3.BaseHTTPResponse) -> None:
+    """Cut a streaming response's connection, so that a thread blocked reading it wakes up at once.
+
+    The stream may have ended by itself meanwhile: urllib3 hands the connection back to the pool as it
+    reads the last chunk (or closes it on a failure), before the reading thread gets control back. There
+    is no read to wake then, and the connection is no longer the response's to cut: urllib3 refuses
+    (RuntimeError once released, ValueError once closed, OSError for a socket closed meanwhile)."""
+    with contextlib.suppress(RuntimeError, ValueError, OSError):
+        response.shutdown()
+
+
 class _Reader:
     """Reads a response's chunks on a helper thread into a short queue; shuts the response down on exit."""
 
@@ -293,7 +305,7 @@ class _Reader:
     def __exit__(self, *exc: object) -> None:
         self._stopped.set()
         if self._thread.is_alive():
-            self._response.shutdown()  # wakes a read blocked on the socket
+            wake_reader(self._response)
         self._thread.join()
 
     def _pump(self) -> None:
