@@ -1,25 +1,34 @@
-"""Cutting a watch whose stream has just ended by itself. urllib3 hands a stream's connection back to the
-client's shared pool as it reads the last chunk, before the reading thread gets control back; a stop that
-comes then must neither fail nor cut the pooled connection. Against a real HTTP server on 127.0.0.1 that
-answers the official client's requests with scripted chunked watches, ended at once."""
+"""Stopping an informer at awkward moments: as its watch ends by itself, and while it lists.
+
+urllib3 hands a stream's connection back to the client's shared pool as it reads the last chunk, before
+the reading thread gets control back; a stop that comes then must neither fail nor cut the pooled
+connection. A stop that comes while the collection is listed (a watch cache replaced by a policy change in
+the middle of a relisting of every pod) must end the listing, not leave it running beside the new cache's.
+Against real HTTP servers on 127.0.0.1: one answering the official client's requests with scripted chunked
+answers, and the test API server."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 
 import kubernetes.client
 import msgspec
 import pytest
 
-from rebalancer.adapters.kube import wire
+from rebalancer.adapters.kube import connect, wire
 from rebalancer.adapters.kube.informer import Informer, WatchTiming
 from rebalancer.adapters.kube.lister import ListCall
 from rebalancer.adapters.kube.watch_list import QUEUED, watch_list
+from tests.adapters.test_watch_cache import eventually
+from tests.kubeapi import Fault, TestApiServer
+from tests.kubeapi import builders as b
 
-Answer = Callable[[bytes], list[bytes]]  # request line -> the chunks of a chunked answer, then its end
+Answer = Callable[[bytes], Iterable[bytes]]  # request line -> the chunks of a chunked answer, sent as they come
 
 
 def _node(name: str, version: int) -> bytes:
@@ -44,14 +53,17 @@ def _chunk(data: bytes) -> bytes:
 
 
 def _connection(conn: socket.socket, answer: Answer) -> None:
-    """HTTP/1.1 with keep-alive: every answer is sent whole, chunked, and ended."""
-    with conn:
+    """HTTP/1.1 with keep-alive: every answer chunked, each chunk sent as it comes, then ended; until the
+    client closes the connection."""
+    with conn, contextlib.suppress(OSError):
         reader = conn.makefile("rb")
         while request := reader.readline():
             while reader.readline() not in (b"\r\n", b""):
                 pass
-            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-            conn.sendall(head + b"".join(map(_chunk, answer(request))) + b"0\r\n\r\n")
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for data in answer(request):
+                conn.sendall(_chunk(data))
+            conn.sendall(b"0\r\n\r\n")
 
 
 @pytest.fixture
@@ -145,3 +157,56 @@ def test_a_watch_list_whose_stream_ended_while_it_was_decoded_returns_its_listin
 
     listed = watch_list(_nodes(api), convert, timeout=5.0, host="test")  # failed: the connection was released
     assert (listed.items, listed.resource_version) == (["node-a"], "6")
+
+
+def _names(node: wire.Node) -> tuple[str, str]:
+    return node.metadata.name, node.metadata.name
+
+
+def test_an_informer_stopped_while_it_lists_in_pages_asks_for_no_further_page(
+    kube_server: TestApiServer, kubeconfig: Path
+) -> None:
+    kube_server.add(*(b.node(f"node-{i:02d}") for i in range(40)))
+    kube_server.set_fault("/api/v1/nodes", Fault(delay=0.1, watch=False))  # a page every 0.1 s at best: 4 s
+    timing = WatchTiming(page_size=1, list_mode="paged", encoding="json")
+    call = _nodes(connect(kubeconfig=str(kubeconfig)))
+    informer = Informer(call, msgspec.json.Decoder(wire.Node), _names, host="test", timing=timing)
+
+    def pages() -> int:
+        return len(kube_server.requests_to("/api/v1/nodes"))
+
+    informer.start()
+    eventually(lambda: pages() >= 2)
+    started = time.monotonic()
+    informer.stop()  # waited for the whole listing (4 s), which then replaced the map
+
+    assert time.monotonic() - started < 2
+    asked = pages()
+    time.sleep(0.3)
+    assert pages() == asked < 10  # the page in flight and the one fetched ahead at most
+    assert informer.problem(max_stale=60) == "nodes: not listed yet"  # dropped, and no crash of its watcher
+
+
+def test_an_informer_stopped_while_it_reads_a_watch_list_stops_reading(
+    serve: Callable[[Answer], kubernetes.client.ApiClient],
+) -> None:
+    def answer(request: bytes) -> Iterator[bytes]:
+        for i in range(200):  # initial events for 10 s, and never the bookmark marking their end
+            yield _event("ADDED", _node(f"node-{i:03d}", 5)) + b"\n"
+            time.sleep(0.05)
+
+    listing = threading.Event()
+
+    def convert(node: wire.Node) -> tuple[str, str]:
+        listing.set()
+        return _names(node)
+
+    timing = WatchTiming(list_mode="watchList", encoding="json")
+    informer = Informer(_nodes(serve(answer)), msgspec.json.Decoder(wire.Node), convert, host="test", timing=timing)
+    informer.start()
+    assert listing.wait(5)
+    started = time.monotonic()
+    informer.stop()  # waited 5 s for the watcher, then left it reading
+
+    assert time.monotonic() - started < 2
+    assert informer.problem(max_stale=60) == "nodes: not listed yet"
