@@ -149,13 +149,17 @@ def test_a_watch_list_whose_stream_ended_while_it_was_decoded_returns_its_listin
     later = [_bookmark(7 + i) for i in range(QUEUED)]  # enough to fill the queue the reader fills
     api = serve(lambda request: [_event("ADDED", _node("node-a", 5)) + b"\n" + _bookmark(6, end=True), *later])
 
+    pooled: list[bool] = []
+
     def convert(items: Sequence[wire.Node]) -> list[str]:
         deadline = time.monotonic() + 5
         while not _all_pooled(api) and time.monotonic() < deadline:  # the reader read up to the end
             time.sleep(0.01)
+        pooled.append(_all_pooled(api))
         return [node.metadata.name for node in items]
 
     listed = watch_list(_nodes(api), convert, timeout=5.0, host="test")  # failed: the connection was released
+    assert pooled == [True]  # the stream had ended, its connection back in the pool, before the listing was done
     assert (listed.items, listed.resource_version) == (["node-a"], "6")
 
 
