@@ -139,10 +139,16 @@ class _KnownNodes:
             self._nodes, self._at = tuple(nodes), self._clock()
 
     def nodes(self) -> tuple[Node, ...]:
+        return self._current(wait=True)
+
+    def _current(self, *, wait: bool) -> tuple[Node, ...]:
+        """The nodes, listed now when due; without ``wait``, what is known already while another thread lists."""
         cache = self._cache.current()
         if cache is not None:
             return cache.nodes()
-        with self._lock:
+        if not self._lock.acquire(blocking=wait):
+            return self._nodes
+        try:
             if self._clock() - self._at < self._ttl:
                 return self._nodes
             try:
@@ -151,6 +157,8 @@ class _KnownNodes:
             except RebalancerError as exc:  # keep what we knew; an unknown node is never acted on
                 log.warning("listing nodes for the webhook failed: %s", exc)
             return self._nodes
+        finally:
+            self._lock.release()
 
     def names(self) -> frozenset[str]:
         return frozenset(n.name for n in self.nodes())
@@ -170,12 +178,13 @@ class _KnownNodes:
     def source_ok(self) -> bool:
         """The Kubernetes source answers (readyz): the watch cache is current, or nodes were listed within
         ``STALE_LISTINGS`` ttl, listing them now when due. (A follower without the cache runs no cycle
-        that would list: it must still turn ready, or a rolling update waits for it forever.)"""
+        that would list: it must still turn ready, or a rolling update waits for it forever.) A probe never
+        waits for a listing another thread has under way: against an API server that does not answer, each
+        would hold one of the status port's two workers for the listing's timeouts, and /metrics behind them."""
         if self._cache.current() is not None:
             return True
-        self.nodes()
-        with self._lock:
-            return self._clock() - self._at < STALE_LISTINGS * self._ttl
+        self._current(wait=False)
+        return self._clock() - self._at < STALE_LISTINGS * self._ttl
 
 
 class _UsageSource:

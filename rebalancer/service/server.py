@@ -175,8 +175,9 @@ def _waiting(connection: _Connection, body: StreamReader) -> Iterator[None]:
 
 async def read_body(request: web.BaseRequest, length: int) -> bytes:
     """The ``length`` bytes of ``request``'s body, within the listener's body timeout. While they arrive the
-    connection may be closed to make room (it is not being processed yet). Raises TimeoutError, and
-    :class:`asyncio.IncompleteReadError` when the client ended its side before the last byte."""
+    connection may be closed to make room (it is not being processed yet). Raises TimeoutError,
+    :class:`asyncio.IncompleteReadError` when the client ended its side before the last byte, and
+    ConnectionError when the connection was lost (reset, or closed to make room)."""
     if length == 0:
         return b""
     connection = request.protocol

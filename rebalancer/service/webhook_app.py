@@ -4,9 +4,10 @@ metrics, the runner's :class:`~rebalancer.service.webhook.AlertSink`, leadership
 It answers, in this order: 401 (bearer token configured and missing or wrong; 500 while the token file is
 unreadable or empty: never open), 415 (no Content-Type, or not ``application/json`` in UTF-8), 411 (no
 Content-Length, or a transfer encoding), 413 (over the body limit; nothing of it is read), 408/400 (a body
-that stalls past the body timeout or ends before the announced length), 503 with Retry-After (every worker
-busy), 400 (not UTF-8, not JSON), 422 (not a version-4 payload; field paths listed), 503 with Retry-After
-(this instance is not the leader), 202 (handed to the runner; the summary says per alert what it did).
+that stalls past the body timeout, or ends or loses its connection before the announced length), 503 with
+Retry-After (every worker busy), 400 (not UTF-8, not JSON), 422 (not a version-4 payload; field paths
+listed), 503 with Retry-After (this instance is not the leader), 202 (handed to the runner; the summary
+says per alert what it did).
 Input is checked before leadership, so a sender learns about a bad body whichever replica it reaches. Each
 refusal is counted by reason; the log has at most one line a minute per client address
 (:mod:`rebalancer.service.refusal_log`).
@@ -133,6 +134,8 @@ class RebalancerApp(Routes):
         except asyncio.IncompleteReadError as exc:
             got = len(exc.partial)
             return error(400, f"the body ended after {got} of the {length} bytes announced", "truncated")
+        except ConnectionError:  # reset by the client, or closed to make room: nobody reads the answer
+            return error(400, "the connection was lost before the body arrived", "truncated")
         if self._in_flight >= self._max_in_flight:
             message = f"busy: {self._max_in_flight} webhook requests in flight; retry later"
             return error(503, message, "busy", (("Retry-After", str(BUSY_RETRY_AFTER_SECONDS)),))

@@ -572,6 +572,23 @@ def test_unfinished_requests_take_no_worker_and_the_cap_counts_requests_being_pr
         assert metric(svc, "rebalancer_webhook_refused_total", reason="busy") == 1
 
 
+def test_a_body_cut_off_to_make_room_is_a_truncated_request_not_an_internal_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    with running_service(tmp_path, ServerLimits(max_connections=1)) as svc:
+        unfinished = start_slow_post(svc)
+        time.sleep(0.2)  # its body is being read
+        with socket.create_connection(("127.0.0.1", svc.server.port), timeout=5):  # one too many: makes room
+            assert unfinished.recv(1) == b""  # the waiting one was closed
+        unfinished.close()
+        deadline = time.monotonic() + 5
+        while metric(svc, "rebalancer_webhook_refused_total", reason="truncated") != 1:
+            assert time.monotonic() < deadline, "the cut-off request was not counted as truncated"
+            time.sleep(0.02)
+        assert metric(svc, "rebalancer_webhook_requests_total", code="500") is None
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
 def test_a_silent_client_is_closed_at_the_header_timeout_and_blocks_nobody(tmp_path: Path):
     with running_service(tmp_path, ServerLimits(header_timeout=1.0)) as svc:
         with socket.create_connection(("127.0.0.1", svc.server.port), timeout=10) as silent:

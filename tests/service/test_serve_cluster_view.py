@@ -7,6 +7,8 @@ tests/realcluster/test_serve_cluster_view.py."""
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +27,7 @@ from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
 from tests.fake_clock import FakeClock
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
+from tests.kubeapi.builders import write_kubeconfig
 from tests.kubeapi.server import Fault
 from tests.service.scenario import END, HISTORY, build_cluster, write_policy
 
@@ -63,6 +66,28 @@ def test_without_the_cache_readiness_lists_the_nodes_itself_and_fails_once_listi
     assert not [
         r for r in kube_server.requests if "watch" in r.query and "sendInitialEvents" not in r.query
     ]  # no watch kept open
+
+
+def test_a_readiness_probe_does_not_wait_for_a_node_listing_under_way(tmp_path: Path) -> None:
+    """An API server that takes connections and never answers: the probe that lists waits out the listing's
+    timeouts; another probe meanwhile answers at once from the last listing (none: not ready). Had it
+    waited, probes arriving every few seconds would hold both of the status port's workers, /metrics behind."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        api = connect(kubeconfig=str(write_kubeconfig(tmp_path / "kubeconfig", url)))
+        cache = _ClusterCache(api)
+        assert cache.ensure(policy("service: {watchCache: {enabled: false}}\n")) is None
+        known = _KnownNodes(KubeSource(api, frozenset(), request_timeout=1.0), cache, time.monotonic)
+        listing = threading.Thread(target=known.source_ok)
+        listing.start()
+        silent.settimeout(5)
+        request, _ = silent.accept()  # the first probe's listing is under way
+        started = time.monotonic()
+        assert not known.source_ok()
+        assert time.monotonic() - started < 0.5  # waited for the listing's timeout (1 s) and its retry
+        listing.join(timeout=10)
+        request.close()
+        assert not listing.is_alive()
 
 
 def test_one_prometheus_source_is_kept_between_cycles_until_its_settings_change() -> None:

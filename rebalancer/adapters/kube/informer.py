@@ -29,9 +29,16 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from rebalancer.adapters.kube import wire
-from rebalancer.adapters.kube.lister import CLIENT_ERRORS, ListCall, api_error, client_error, transport_error
+from rebalancer.adapters.kube.lister import (
+    CLIENT_ERRORS,
+    ListCall,
+    ListStopped,
+    api_error,
+    client_error,
+    transport_error,
+)
 from rebalancer.adapters.kube.protobuf_lists import Encoding
-from rebalancer.adapters.kube.watch_list import WATCH_EVENT, ListMode, read_all
+from rebalancer.adapters.kube.watch_list import WATCH_EVENT, ListMode, read_all, wake_reader
 from rebalancer.domain.errors import KubeUnavailable, RebalancerError
 
 log = logging.getLogger(__name__)
@@ -134,7 +141,7 @@ class Informer(Generic[_W, _D]):
         self._stopped.set()
         response = self._response
         if response is not None:
-            response.shutdown()  # unblocks the watcher's read at once
+            wake_reader(response)  # unblocks the watcher's read at once
         self._thread.join(timeout=5)
 
     def wait_synced(self, timeout: float) -> bool:
@@ -219,6 +226,8 @@ class Informer(Generic[_W, _D]):
             except _Expired:
                 log.info("watch %s: resourceVersion %s expired, listing again", self.what, self._version)
                 must_list = True
+            except ListStopped:  # stop() came while listing: the listing was dropped
+                return
             except RebalancerError as exc:
                 if self._stopped.is_set():
                     return
@@ -240,6 +249,7 @@ class Informer(Generic[_W, _D]):
             page_size=self._timing.page_size,
             timeout=self._timing.request_timeout,
             host=self._host,
+            stop=self._stopped,
         )
         fresh = {key: value for key, value in listed.items if value is not None}
         with self._lock:

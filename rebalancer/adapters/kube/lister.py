@@ -87,6 +87,10 @@ class _Expired(Exception):
     """The continue token expired: restart the list."""
 
 
+class ListStopped(Exception):
+    """The reader was told to stop (its ``stop`` event was set) before the collection was read whole."""
+
+
 def list_all(
     call: ListCall[_W],
     convert: Callable[[Sequence[_W]], Iterable[_D]],
@@ -95,8 +99,10 @@ def list_all(
     timeout: float,
     host: str,
     cached: bool = False,
+    stop: threading.Event | None = None,
 ) -> Listed[_D]:
-    """Every object of ``call``'s collection, converted page by page with ``convert``.
+    """Every object of ``call``'s collection, converted page by page with ``convert``; :class:`ListStopped`
+    once ``stop`` is set (no page is asked for after it, the one in flight is waited for).
 
     ``cached``: pages the API server answers from its watch cache, not from etcd: the first asks for a list
     not older than resourceVersion 1 (``resourceVersionMatch=NotOlderThan``): any version the cache holds,
@@ -114,7 +120,7 @@ def list_all(
     with fast_switching(), ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"list-{call.what}") as fetcher:
         for relists in range(MAX_RELISTS + 1):
             try:
-                listed = _list_once(call, convert, fetcher, _Paging(page_size, timeout, host, cached), relists)
+                listed = _list_once(call, convert, fetcher, _Paging(page_size, timeout, host, cached, stop), relists)
             except _Expired as expired:
                 if cached:
                     log.warning(
@@ -139,6 +145,7 @@ class _Paging:
     timeout: float
     host: str
     cached: bool = False  # the pages come from the watch cache (see list_all)
+    stop: threading.Event | None = None  # set: stop listing
 
 
 def _list_once(
@@ -154,6 +161,7 @@ def _list_once(
     pages = 0
     pending: Future[bytes] = fetcher.submit(_fetch, call, paging, None)
     while True:
+        raise_if_stopped(call, paging.stop)
         raw = pending.result()
         head = call.head(raw)
         if head is not None and head.continue_:
@@ -171,6 +179,12 @@ def _list_once(
         del body
         if token is None:
             return Listed(out, resource_version, pages, relists, encoding=encoding)
+
+
+def raise_if_stopped(call: ListCall[Any], stop: threading.Event | None) -> None:
+    """:class:`ListStopped` if ``stop`` is set."""
+    if stop is not None and stop.is_set():
+        raise ListStopped(f"list {call.what}: stopped")
 
 
 class _SwitchInterval:

@@ -26,6 +26,7 @@ cannot be reached at all is an error in every mode (a LIST would meet the same).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -47,6 +48,7 @@ from rebalancer.adapters.kube.lister import (
     client_error,
     fast_switching,
     list_all,
+    raise_if_stopped,
     transport_error,
 )
 from rebalancer.domain.errors import KubeUnavailable
@@ -95,14 +97,15 @@ def read_all(
     page_size: int,
     timeout: float,
     host: str,
+    stop: threading.Event | None = None,
 ) -> Listed[_D]:
     """Every object of ``call``'s collection, as ``mode`` says: ``cached``: pages from the API server's watch
     cache (see :func:`list_all`); ``paged``: consistent pages; ``watchList``: one watch-list stream;
     ``auto``: a watch-list, and cached pages when it fails (as client-go's reflector lists). ``Listed.mode``
-    says which path gave the result."""
+    says which path gave the result. Once ``stop`` is set the read ends soon with :class:`ListStopped`."""
     if mode in ("auto", "watchList"):
         try:
-            listed = watch_list(call, convert, timeout=timeout, host=host)
+            listed = watch_list(call, convert, timeout=timeout, host=host, stop=stop)
         except WatchListRefused as refused:
             if mode == "watchList":
                 raise KubeUnavailable(
@@ -118,8 +121,8 @@ def read_all(
             )
             return listed
     if mode == "paged":
-        return list_all(call, convert, page_size=page_size, timeout=timeout, host=host)
-    listed = list_all(call, convert, page_size=page_size, timeout=timeout, host=host, cached=True)
+        return list_all(call, convert, page_size=page_size, timeout=timeout, host=host, stop=stop)
+    listed = list_all(call, convert, page_size=page_size, timeout=timeout, host=host, cached=True, stop=stop)
     log.info(
         "list %s: %d from the %s in %d pages at resourceVersion %s",
         call.what,
@@ -132,16 +135,22 @@ def read_all(
 
 
 def watch_list(
-    call: ListCall[_W], convert: Callable[[Sequence[_W]], Iterable[_D]], *, timeout: float, host: str
+    call: ListCall[_W],
+    convert: Callable[[Sequence[_W]], Iterable[_D]],
+    *,
+    timeout: float,
+    host: str,
+    stop: threading.Event | None = None,
 ) -> Listed[_D]:
-    """The collection from one watch-list stream; :class:`WatchListRefused` when the server does not serve one.
+    """The collection from one watch-list stream; :class:`WatchListRefused` when the server does not serve one,
+    :class:`ListStopped` once ``stop`` is set (looked at as each chunk arrives).
 
     A helper thread reads the stream while this one decodes (the socket wait releases the GIL), as the
     paged path fetches the next page; at most :data:`QUEUED` chunks wait between them."""
     initial = _InitialEvents(call, convert)
     response = _open(call, timeout, host)
     try:
-        return _read_initial_events(initial, response, call.what, timeout, host)
+        return _read_initial_events(initial, response, call, timeout, host, stop)
     except KubeUnavailable as failed:  # the server was reached: a LIST may still be served
         raise WatchListRefused(str(failed)) from failed
     finally:
@@ -150,11 +159,17 @@ def watch_list(
 
 
 def _read_initial_events(
-    initial: _InitialEvents[_W, _D], response: urllib3.BaseHTTPResponse, what: str, timeout: float, host: str
+    initial: _InitialEvents[_W, _D],
+    response: urllib3.BaseHTTPResponse,
+    call: ListCall[_W],
+    timeout: float,
+    host: str,
+    stop: threading.Event | None,
 ) -> Listed[_D]:
     with fast_switching(), _Reader(response) as reader:
         pending = b""
-        for chunk in reader.chunks(what, host, timeout):
+        for chunk in reader.chunks(call.what, host, timeout):
+            raise_if_stopped(call, stop)
             buffer = pending + chunk if pending else chunk
             end = buffer.rfind(b"\n") + 1
             pending = buffer[end:]
@@ -277,6 +292,17 @@ def _stream_error(call: ListCall[Any], status: wire.Status, seen: int) -> Except
     )
 
 
+def wake_reader(response: urllib3.BaseHTTPResponse) -> None:
+    """Cut a streaming response's connection, so that a thread blocked reading it wakes up at once.
+
+    The stream may have ended by itself meanwhile: urllib3 hands the connection back to the pool as it
+    reads the last chunk (or closes it on a failure), before the reading thread gets control back. There
+    is no read to wake then, and the connection is no longer the response's to cut: urllib3 refuses
+    (RuntimeError once released, ValueError once closed, OSError for a socket closed meanwhile)."""
+    with contextlib.suppress(RuntimeError, ValueError, OSError):
+        response.shutdown()
+
+
 class _Reader:
     """Reads a response's chunks on a helper thread into a short queue; shuts the response down on exit."""
 
@@ -293,7 +319,7 @@ class _Reader:
     def __exit__(self, *exc: object) -> None:
         self._stopped.set()
         if self._thread.is_alive():
-            self._response.shutdown()  # wakes a read blocked on the socket
+            wake_reader(self._response)
         self._thread.join()
 
     def _pump(self) -> None:
