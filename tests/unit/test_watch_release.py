@@ -14,13 +14,10 @@ import pytest
 import urllib3
 
 from rebalancer.adapters.kube.informer import release_watch
+from tests.raw_http import accept_each, chunk
 
 EVENT = b'{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"1"}}}\n'
 LATER = 0.5  # seconds before the stream's second event: after the next request has been sent
-
-
-def _chunk(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 def _connection(conn: socket.socket) -> None:
@@ -35,29 +32,18 @@ def _connection(conn: socket.socket) -> None:
             while reader.readline() not in (b"\r\n", b""):
                 pass
             if request.startswith(b"GET /watch"):
-                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + _chunk(EVENT))
+                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(EVENT))
                 time.sleep(LATER)
-                conn.sendall(_chunk(EVENT) + b"0\r\n\r\n")
+                conn.sendall(chunk(EVENT) + b"0\r\n\r\n")
             else:
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-
-
-def _serve(server: socket.socket, stop: threading.Event) -> None:
-    """Each connection on a thread of its own, as an API server serves them."""
-    server.settimeout(0.2)
-    while not stop.is_set():
-        try:
-            conn, _ = server.accept()
-        except TimeoutError:
-            continue
-        threading.Thread(target=_connection, args=(conn,), daemon=True).start()
 
 
 @pytest.fixture
 def pool() -> Iterator[urllib3.HTTPConnectionPool]:
     server = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
-    thread = threading.Thread(target=_serve, args=(server, stop), daemon=True)
+    thread = threading.Thread(target=accept_each, args=(server, stop, _connection), daemon=True)
     thread.start()
     with urllib3.HTTPConnectionPool("127.0.0.1", server.getsockname()[1], maxsize=1, block=True) as shared:
         yield shared

@@ -10,6 +10,7 @@ answers, and the test API server."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import threading
 import time
@@ -27,6 +28,7 @@ from rebalancer.adapters.kube.watch_list import QUEUED, watch_list
 from tests.adapters.test_watch_cache import eventually
 from tests.kubeapi import Fault, TestApiServer
 from tests.kubeapi import builders as b
+from tests.raw_http import accept_each, chunk
 
 Answer = Callable[[bytes], Iterable[bytes]]  # request line -> the chunks of a chunked answer, sent as they come
 
@@ -48,10 +50,6 @@ def _bookmark(version: int, end: bool = False) -> bytes:
     return _event("BOOKMARK", meta) + b"\n"
 
 
-def _chunk(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
-
-
 def _connection(conn: socket.socket, answer: Answer) -> None:
     """HTTP/1.1 with keep-alive: every answer chunked, each chunk sent as it comes, then ended; until the
     client closes the connection."""
@@ -62,7 +60,7 @@ def _connection(conn: socket.socket, answer: Answer) -> None:
                 pass
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
             for data in answer(request):
-                conn.sendall(_chunk(data))
+                conn.sendall(chunk(data))
             conn.sendall(b"0\r\n\r\n")
 
 
@@ -72,18 +70,11 @@ def serve() -> Iterator[Callable[[Answer], kubernetes.client.ApiClient]]:
     stop = threading.Event()
     started: list[tuple[socket.socket, threading.Thread, kubernetes.client.ApiClient]] = []
 
-    def accept(server: socket.socket, answer: Answer) -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=_connection, args=(conn, answer), daemon=True).start()
-
     def start(answer: Answer) -> kubernetes.client.ApiClient:
         server = socket.create_server(("127.0.0.1", 0))
-        thread = threading.Thread(target=accept, args=(server, answer), daemon=True)
+        thread = threading.Thread(
+            target=accept_each, args=(server, stop, functools.partial(_connection, answer=answer)), daemon=True
+        )
         thread.start()
         configuration = kubernetes.client.Configuration(host=f"http://127.0.0.1:{server.getsockname()[1]}")
         started.append((server, thread, kubernetes.client.ApiClient(configuration)))

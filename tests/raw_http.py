@@ -1,0 +1,25 @@
+"""A bare HTTP/1.1 server on 127.0.0.1 for tests that script the bytes a client meets (chunked streams that
+end or stall at chosen moments), as the API server streams a watch."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable
+
+
+def chunk(data: bytes) -> bytes:
+    """``data`` as one chunk of a chunked answer."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def accept_each(server: socket.socket, stop: threading.Event, handle: Callable[[socket.socket], None]) -> None:
+    """Each connection ``server`` accepts, handled on a thread of its own (as an API server serves them),
+    until ``stop`` is set."""
+    server.settimeout(0.2)
+    while not stop.is_set():
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            continue
+        threading.Thread(target=handle, args=(conn,), daemon=True).start()
