@@ -369,3 +369,32 @@ def test_a_server_ending_every_watch_at_once_is_not_hammered(kube_server: TestAp
     kube_server.clear_faults()
     watches = [r for r in kube_server.requests if r.path == "/api/v1/pods" and r.query.get("watch") == "true"]
     assert len(watches) <= 6  # backoff 0.5, 1, 1 ... s rather than thousands of requests
+
+
+def test_a_replacement_loses_to_an_event_that_changed_the_entry(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    """The owner resolution of a pod that arrived before its ReplicaSet stores its result only over the entry
+    it read; an event that came meanwhile wins, and the resolution is tried again on what the event brought."""
+    api = kubernetes.client.CoreV1Api(connect(kubeconfig=str(kubeconfig)))
+    nodes = Informer(
+        ListCall("nodes", "node", api.list_node, wire.NODE_LIST),
+        msgspec.json.Decoder(wire.Node),
+        lambda w: (w.metadata.name, decode.node(w)),
+        host=kube_server.url,
+        timing=FAST,
+    )
+    kube_server.add(b.node("node-1"))
+    try:
+        nodes.start()
+        assert nodes.wait_synced(5)
+        read = nodes.get("node-1")
+        assert read is not None
+        kube_server.store.update(b.node("node-1", cpu="16"))
+        eventually(lambda: nodes.get("node-1") is not read)
+        evented = nodes.get("node-1")
+
+        assert not nodes.replace("node-1", read, msgspec.structs.replace(read, name="stale"))
+        assert nodes.get("node-1") is evented
+        assert nodes.replace("node-1", evented, msgspec.structs.replace(evented, name="resolved"))
+        assert nodes.get("node-1") == msgspec.structs.replace(evented, name="resolved")
+    finally:
+        nodes.stop()

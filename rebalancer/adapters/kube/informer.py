@@ -160,13 +160,15 @@ class Informer(Generic[_W, _D]):
         with self._lock:
             return self._items.get(key)
 
-    def replace(self, key: Hashable, old: _D, new: _D) -> None:
-        """Swap ``old`` for ``new`` unless an event changed the entry meanwhile."""
+    def replace(self, key: Hashable, old: _D, new: _D) -> bool:
+        """Swap ``old`` for ``new`` unless an event changed the entry meanwhile; whether it did."""
         with self._lock:
-            if self._items.get(key) is old:
-                self._items[key] = new
-                if self._index is not None:
-                    self._index.change(key, old, new)
+            if self._items.get(key) is not old:
+                return False
+            self._items[key] = new
+            if self._index is not None:
+                self._index.change(key, old, new)
+            return True
 
     @property
     def resource_version(self) -> str:

@@ -208,22 +208,26 @@ class WatchCache:
         with converter.lock:
             waiting = list(converter.unresolved)
         for key in waiting:
-            pod = self._pods.get(key)
-            workload = pod.workload if pod is not None else None
-            if pod is None or workload is None or workload.kind != "ReplicaSet":
-                with converter.lock:
-                    converter.unresolved.discard(key)
-                continue
+            while not self._resolve_owner(key):
+                pass  # an event changed the pod meanwhile: resolve what it brought
+
+    def _resolve_owner(self, key: Hashable) -> bool:
+        """Resolve one waiting pod; False when an event replaced it before the resolution could be stored."""
+        pod = self._pods.get(key)
+        workload = pod.workload if pod is not None else None
+        if pod is not None and workload is not None and workload.kind == "ReplicaSet":
             owner = self._replica_sets.get((workload.namespace, workload.name))
             if owner is None:
-                continue  # still unknown (or a ReplicaSet nothing controls): stays a ReplicaSet
+                return True  # still unknown (or a ReplicaSet nothing controls): stays a ReplicaSet, and waiting
             kind, name = owner
             resolved = msgspec.structs.replace(
                 pod, workload=WorkloadRef(kind=kind, namespace=workload.namespace, name=name)
             )
-            self._pods.replace(key, pod, resolved)
-            with converter.lock:
-                converter.unresolved.discard(key)
+            if not self._pods.replace(key, pod, resolved):
+                return False
+        with self._pod_converter.lock:
+            self._pod_converter.unresolved.discard(key)
+        return True
 
 
 def _owner(w: wire.ReplicaSet) -> tuple[Hashable, tuple[str, str] | None]:
