@@ -9,6 +9,7 @@ places a replacement by requests: away from hot-1 (600m requested) onto a cold n
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ NAMESPACE = "shop"
 SYSTEM_CORES = 0.05
 CORES = {"api": 0.3, "web": 0.05}
 REPLICAS = {"api": 3, "web": 2}
+PROBE_NAMESPACE = "default"  # where cordon's scheduler probes run (each deleted at once)
+SCHEDULER_SEES_WITHIN = 30.0  # seconds: kube-scheduler's node watch lags the API by milliseconds when idle
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,45 @@ def wait_running(plane: ControlPlane, count: int, namespace: str = NAMESPACE) ->
 
 
 def cordon(plane: ControlPlane, node: str, unschedulable: bool) -> None:
-    plane.admin.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": unschedulable or None}})
+    """Cordon (or uncordon) ``node``, and return once kube-scheduler acts on it: the scheduler reads nodes
+    from its own watch, so a pod created right after the patch could still be placed as before it."""
+    path = f"/api/v1/nodes/{node}"
+    if bool(plane.admin.get(path)["spec"].get("unschedulable")) == unschedulable:
+        return  # as wanted already, and seen so by the scheduler when this function made it so
+    plane.admin.patch(path, {"spec": {"unschedulable": unschedulable or None}})
+    deadline = time.monotonic() + SCHEDULER_SEES_WITHIN
+    while _probe_bound(plane, node) == unschedulable:
+        state = "cordoned" if unschedulable else "uncordoned"
+        assert time.monotonic() < deadline, (
+            f"kube-scheduler did not see {node} {state} within {SCHEDULER_SEES_WITHIN:g} s"
+        )
+
+
+def _probe_bound(plane: ControlPlane, node: str) -> bool:
+    """Whether kube-scheduler binds a pod pinned to ``node`` (no requests, no tolerations) now, or reports it
+    unschedulable; the pod is deleted either way."""
+    name = f"scheduler-probe-{uuid.uuid4().hex[:8]}"
+    probe = o.pod(name, PROBE_NAMESPACE)
+    probe["spec"]["containers"][0].pop("resources")
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    probe["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    }
+    path = f"/api/v1/namespaces/{PROBE_NAMESPACE}/pods/{name}"
+    plane.admin.create(probe)
+    try:
+
+        def placed() -> str | None:
+            pod = plane.admin.get(path)
+            if pod["spec"].get("nodeName"):
+                return "bound"
+            conditions = pod["status"].get("conditions", ())
+            failed = any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions)
+            return "unschedulable" if failed else None
+
+        return plane.admin.wait_for(f"kube-scheduler to place {name}", placed, timeout=30, every=0.05) == "bound"
+    finally:
+        plane.admin.delete(path, gracePeriodSeconds=0)
 
 
 def build(plane: ControlPlane) -> Placed:
