@@ -488,7 +488,9 @@ def serve(
             return  # marks an earlier policy left are cleared by the cycles (guard-off), no listing for them here
         metrics.observe_guard(sweep(replace(runtime, policy=policy), known.nodes()))
 
-    service = Service(policy_path, cycles, metrics, is_leader, clock, housekeeping=sweep_marks, policy=policy)
+    service = Service(
+        policy_path, cycles, metrics, is_leader, clock, housekeeping=sweep_marks, policy=policy, reloaded=cache.ensure
+    )
     token = webhook_token(policy, metrics)
     check_state_at_start(state_access, policy)
     pauses.attach()

@@ -114,11 +114,14 @@ class Service:
         clock: Callable[[], float] = time.time,
         housekeeping: Callable[[Policy], None] | None = None,
         policy: Policy | None = None,
+        reloaded: Callable[[Policy], object] | None = None,
     ) -> None:
         """``housekeeping``: run at start and every ``HOUSEKEEPING_SECONDS`` between cycles, while leading
         (the landing guard's sweep of expired marks). ``policy``: the policy already read from ``policy_path``
-        (else it is read here)."""
+        (else it is read here). ``reloaded``: called with each reloaded policy on every replica, leading or
+        not (the watch cache it asks for is built before this replica leads); a failure is logged."""
         self._housekeeping = housekeeping
+        self._reloaded = reloaded
         self._path = policy_path
         self._run_cycle = run_cycle
         self._metrics = metrics
@@ -250,6 +253,11 @@ class Service:
             log.warning("policy reloaded, but these settings are read only at start and need a restart: %s",
                         "; ".join(pending))  # fmt: skip
         self._metrics.policy_reload(RELOAD_APPLIED, restart_required=bool(pending))
+        if self._reloaded is not None:
+            try:
+                self._reloaded(policy)
+            except RebalancerError as exc:
+                log.warning("applying the reloaded policy failed: %s: %s", type(exc).__name__, exc)
         return True
 
     def housekeep(self) -> None:

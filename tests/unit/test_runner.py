@@ -116,6 +116,22 @@ def test_invalid_policy_on_reload_keeps_the_last_good_one(tmp_path: Path) -> Non
     assert svc.reload() is False  # unchanged file: nothing to do
 
 
+def test_a_follower_applies_a_reloaded_policy_at_once(tmp_path: Path) -> None:
+    """The watch cache a reloaded policy asks for is built on followers too: a replica that leads later has
+    the cluster at hand, as at start. A policy the reload refuses is never applied."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(SERVABLE)
+    applied: list[Policy] = []
+    svc = Service(path, Cycles(), RecordingMetrics(), lambda: False, reloaded=applied.append)
+    path.write_text(SERVABLE.replace("cpu: 20", "cpu: 90"))  # invalid: thresholds above targetThresholds
+    assert svc.reload() is False
+    assert applied == []
+    path.write_text(SERVABLE.replace("cpu: 20", "cpu: 25"))
+    assert svc.reload() is True
+    assert applied == [svc.policy]
+    assert applied[0].strategies[0].thresholds.cpu == 25
+
+
 def test_alerts_are_coalesced_per_node_then_cooled_down(tmp_path: Path) -> None:
     svc, cycles, metrics, _ = service(tmp_path)
     cycles.release.clear()
