@@ -126,12 +126,14 @@ def test_schedule_cycles_keep_running_while_the_api_server_says_nothing(
         first = cycles(policy, schedule)
         assert [e.name for e in first.plan.evictions] == ["api-1"]
         kube_server.silence_watches(4.0)
-        planned = []
-        deadline = time.monotonic() + 4.0
-        while time.monotonic() < deadline:
+        silenced, planned = time.monotonic(), []
+        while True:  # cycles until one starts 3.5 maxStale into the silence, however long each takes
+            started = time.monotonic()
             planned.append([e.name for e in cycles(policy, schedule).plan.evictions])
+            if started - silenced >= 3.5:
+                break
             time.sleep(0.25)
-        assert len(planned) >= 6 and all(names == ["api-1"] for names in planned)
+        assert len(planned) >= 2 and all(names == ["api-1"] for names in planned)
         kube_server.stop()  # connection refused from now on: the watches cannot be opened again
         time.sleep(1.8)
         with pytest.raises(KubeUnavailable, match=r"watch cache: nodes: no watch open on the API server .*refused"):
