@@ -10,6 +10,7 @@ regrouped pods decides, and the evictor counts the same replicas.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Hashable, Mapping
 
 import msgspec
@@ -147,7 +148,13 @@ def test_a_cycle_on_the_index_decides_as_a_cycle_on_regrouped_pods(
         assert plan_cycle(cached, report, pol, 1_700_000_000.0, frozenset({node}))[1] == focused
         assert all(e.node == node for e in focused.evictions)
     if full.evictions and pol.strategies[0].kind == "LowNodeUtilization":
-        # the first node the full plan relieves had nothing taken before it: an alert on it alone decides the same
+        # the first node the full plan relieves had nothing taken before it: an alert on it alone decides the
+        # same, up to the first eviction on another node (a later pass down to its receive threshold sees where
+        # the other nodes' replacements are predicted to land, and may choose otherwise)
         first = full.evictions[0].node
         focused = plan_cycle(cached, report, pol, 1_700_000_000.0, frozenset({first}))[1]
-        assert focused.evictions == tuple(e for e in full.evictions if e.node == first)
+        lead = tuple(itertools.takewhile(lambda e: e.node == first, full.evictions))
+        if lead == tuple(e for e in full.evictions if e.node == first):
+            assert focused.evictions == lead
+        else:
+            assert focused.evictions[: len(lead)] == lead
