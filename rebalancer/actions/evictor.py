@@ -270,6 +270,8 @@ class Evictor:
                     fresh = self._limits.load(run.now)
                 except StateCorrupt as exc:
                     raise Abort(f"limiter state became unreadable: {exc}") from exc
+                except KubeUnavailable as exc:  # raised in this handler: the clause below does not catch it
+                    raise Abort(f"could not read the limiter state again after a conflict: {exc}") from exc
                 run.state, run.version = self._pruned(fresh.document, run.now), fresh.version
                 verdict = check(request, run.state, run.cycle, self._settings, run.now)
                 if not verdict.allowed:
