@@ -135,7 +135,8 @@ class Evictor:
 
     def apply(self, plan: EvictionPlan, snapshot: ClusterSnapshot) -> EvictorReport:
         """Time is read from the clock for every eviction (windows, caps and cooldowns judge the moment
-        of the eviction, not the snapshot's, which may be seconds old on a big cluster)."""
+        its reservation is made, after the pod is re-read, not the snapshot's, which may be seconds old on
+        a big cluster)."""
         if plan.blocked:
             return EvictorReport(aborted=f"plan blocked: {plan.blocked}")
         if not plan.evictions:
@@ -270,6 +271,9 @@ class Evictor:
                     fresh = self._limits.load(run.now)
                 except StateCorrupt as exc:
                     raise Abort(f"limiter state became unreadable: {exc}") from exc
+                except KubeUnavailable as exc:  # raised in this handler: the clause below does not catch it
+                    raise Abort(f"could not read the limiter state again after a conflict: {exc}") from exc
+                run.now = max(run.now, self._clock())
                 run.state, run.version = self._pruned(fresh.document, run.now), fresh.version
                 verdict = check(request, run.state, run.cycle, self._settings, run.now)
                 if not verdict.allowed:
@@ -309,6 +313,7 @@ class Evictor:
         pod, why_not = self._recheck(planned, snapshot, seen)
         if pod is None:
             return EvictionResult(planned, why_not[0], why_not[1])
+        run.now = max(run.now, self._clock())  # a slow re-read: judge the moment of the reservation, not before it
         request = _request(pod, node, pool, replicas)
         verdict = check(request, run.state, run.cycle, self._settings, run.now)
         if verdict.allowed:

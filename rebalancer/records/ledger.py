@@ -6,7 +6,8 @@
 * :func:`judge_followups`, on every later snapshot: a pending relief is *cooled* as soon as a snapshot
   within its follow-up window shows the node under the strategy's target in every resource that was over
   its target when the node was relieved (CPU, memory, pod count); when the window has closed it is judged
-  on the snapshot given, with the reason it did not cool. A judged resource with unknown usage is unknown:
+  on the snapshot given, with the reason it did not cool (on the first snapshot not focused on other nodes:
+  an alert's cycle reads the usage of its nodes' pods only, and the reason weighs the pods' usage). A judged resource with unknown usage is unknown:
   the relief is not cooled, and at the window's close it is judged unknown, never as zero usage.
 """
 
@@ -321,6 +322,8 @@ def _judged(relief: Relief, snapshot: ClusterSnapshot) -> Relief:
         return _closed(relief, COOLED, now, pct, "; ".join(str(reading) for reading in readings))
     if not closed:
         return relief
+    if snapshot.focus is not None and relief.node not in snapshot.focus:
+        return relief  # an alert's cycle read the pods' usage of its nodes only: a full cycle tells why
     unknown = [reading.resource for reading in readings if reading.pct is None]
     if unknown:
         why = "; ".join(f"{_label(r)}: {_unknown_reason(snapshot, relief.node, r)}" for r in unknown)

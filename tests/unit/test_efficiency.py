@@ -282,3 +282,18 @@ def test_prune_drops_old_records_and_keeps_pending_follow_ups():
     assert gone.sightings == () and gone.reliefs == () and gone.cycles == ()
     many = EfficiencyState(cycles=state.cycles * 50)
     assert len(many.prune(T0 + 1, 3600, 10).cycles) == 10
+
+
+def test_an_alerts_cycle_leaves_the_other_nodes_closed_reliefs_to_a_full_cycle():
+    """An alert's cycle reads the pods' usage of its nodes only: a relief of another node that did not cool
+    is not judged on it (every pod's usage unknown would read as nothing having come or grown)."""
+    state, nodes, pods = observed()
+    stranger = aged(pod("new", "hot", workload="batch"), T0 + 60)
+    node_usage = {"hot": 8000, "cold": 3500, "stuck": 9000}
+    facts = ClusterFacts(tuple(nodes), (*remaining_pods(pods), stranger))
+    alert, _ = plan_cycle(facts, usage(node_usage, {"bare": 8000}), policy(LNU), T0 + 901, frozenset({"stuck"}))
+    assert judge_followups(state, alert).reliefs[0].result is None
+    full, _ = plan_cycle(
+        facts, usage(node_usage, {"a": 800, "b": 800, "new": 2000, "bare": 8000}), policy(LNU), T0 + 960
+    )
+    assert judge_followups(state, full).reliefs[0].result == NEW_PODS

@@ -1,0 +1,94 @@
+"""The evictor with the real adapters (KubeActions, ConfigMapStateStore) against tests/kubeapi: what the
+limiter state's ConfigMap answering badly, or a slow re-read, does to a run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from rebalancer.actions.evictor import DryRun, Evictor, Outcome
+from rebalancer.adapters.kube import ConfigMapStateStore, KubeActions, connect
+from rebalancer.planning.plan import EvictionPlan, PlannedEviction, StrategyResult
+from rebalancer.planning.protections import Protections
+from rebalancer.planning.snapshot import ClusterSnapshot
+from rebalancer.policy import Policy
+from tests.builders import node, policy, snapshot, usage
+from tests.fake_clock import FakeClock
+from tests.kubeapi import Fault, TestApiServer
+from tests.kubeapi import builders as b
+from tests.kubeapi.server import Request
+
+NS, STATE_NS, LIMITS = "shop", "rebalancer", "rebalancer-limits"
+LIMITS_PATH = f"/api/v1/namespaces/{STATE_NS}/configmaps/{LIMITS}"
+NOW = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
+LNU = "kind: LowNodeUtilization\nthresholds: {cpu: 20}\ntargetThresholds: {cpu: 50}\n"
+
+
+def scene(
+    server: TestApiServer, kubeconfig: Path, pol: Policy, evicted: int, clock: Callable[[], float] = lambda: NOW
+) -> tuple[Evictor, EvictionPlan, ClusterSnapshot, list[str]]:
+    """Three pods of "web" on node-1, a plan evicting the first ``evicted``, and the evictor on the server."""
+    server.add(b.node("node-1"), *b.deployment_chain("web", NS, replicas=3))
+    api = connect(kubeconfig=str(kubeconfig))
+    actions = KubeActions(api, 5.0)
+    names = [p["metadata"]["name"] for p in server.objects("pods", NS)]
+    pods = [p for p in (actions.get_pod(NS, name, frozenset()) for name in names) if p is not None]
+    snap = snapshot([node("node-1")], pods, usage({"node-1": 9_000}), taken_at=NOW)
+    evictions = tuple(
+        PlannedEviction("LowNodeUtilization", NS, p.name, p.uid, "node-1", "", p.workload, 100, "hot", "")
+        for p in pods[:evicted]
+    )
+    plan = EvictionPlan(NOW, (StrategyResult("LowNodeUtilization", evictions, (), ()),))
+    evictor = Evictor(
+        actions,
+        ConfigMapStateStore(api, STATE_NS, LIMITS),
+        ConfigMapStateStore(api, STATE_NS, "rebalancer-backoff"),
+        pol.limits,
+        Protections.from_settings(pol.protections),
+        DryRun.OFF,
+        clock=clock,
+    )
+    return evictor, plan, snap, names
+
+
+def test_an_unanswered_reload_after_a_conflict_stops_the_run_and_keeps_its_report(
+    kube_server: TestApiServer, kubeconfig: Path
+) -> None:
+    """The second reservation loses to another writer (409) and the state cannot be read again (503): the
+    run stops there, reporting the eviction it made, instead of raising and losing that report."""
+    evictor, plan, snap, names = scene(kube_server, kubeconfig, policy(LNU), evicted=2)
+    saves: list[str] = []
+
+    def second_save_conflicts(request: Request) -> None:
+        if request.path == LIMITS_PATH and request.method == "PUT":
+            saves.append(request.method)
+            if len(saves) == 1:  # another instance wrote first, then the API server stops answering
+                kube_server.set_fault(LIMITS_PATH, Fault(code=409, method="PUT", times=1))
+                kube_server.set_fault(LIMITS_PATH, Fault(code=503, method="GET", times=1))
+
+    kube_server.on_request(second_save_conflicts)
+
+    report = evictor.apply(plan, snap)
+
+    assert [r.outcome for r in report.results] == [Outcome.EVICTED, Outcome.SKIPPED]
+    assert report.aborted is not None and "limiter state" in report.aborted
+    assert [p["metadata"]["name"] for p in kube_server.objects("pods", NS)] == names[1:]  # the first only
+
+
+def test_the_limiters_judge_the_time_after_the_re_read(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    """A blackout begins while the pod is re-read (a slow API server): the limiters judge the moment the
+    reservation is made, after the re-read, so nothing is evicted inside the blackout."""
+    blackout = 'limits: {windows: {blackout: [{start: "22:14", end: "23:00"}]}}\n'
+    clock = FakeClock(NOW)  # 22:13:20, outside the blackout
+    evictor, plan, snap, names = scene(kube_server, kubeconfig, policy(LNU, blackout), evicted=1, clock=clock)
+
+    def slow_read(request: Request) -> None:
+        if request.method == "GET" and request.path == f"/api/v1/namespaces/{NS}/pods/{names[0]}":
+            clock.now = NOW + 60  # the answer comes at 22:14:20
+
+    kube_server.on_request(slow_read)
+
+    report = evictor.apply(plan, snap)
+
+    assert [(r.outcome, r.limiter) for r in report.results] == [(Outcome.BLOCKED, "window.blackout")]
+    assert [p["metadata"]["name"] for p in kube_server.objects("pods", NS)] == names
