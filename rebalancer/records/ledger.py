@@ -7,8 +7,9 @@
   within its follow-up window shows the node under the strategy's target in every resource that was over
   its target when the node was relieved (CPU, memory, pod count); when the window has closed it is judged
   on the snapshot given, with the reason it did not cool (on the first snapshot not focused on other nodes:
-  an alert's cycle reads the usage of its nodes' pods only, and the reason weighs the pods' usage). A judged resource with unknown usage is unknown:
-  the relief is not cooled, and at the window's close it is judged unknown, never as zero usage.
+  an alert's cycle reads the usage of its nodes' pods only, and the reason weighs the pods' usage). A judged
+  resource with unknown usage is unknown: the relief is not cooled, and at the window's close it is judged
+  unknown, never as zero usage.
 """
 
 from __future__ import annotations
