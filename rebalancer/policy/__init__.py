@@ -29,6 +29,7 @@ from rebalancer.domain.settings.shared import (
     format_duration,
 )
 from rebalancer.planning.limits import LimitSettings
+from rebalancer.policy.group_limits import group_limit_warnings
 from rebalancer.policy.renamed import rename_seconds
 from rebalancer.policy.unknown_keys import did_you_mean
 from strategies import REGISTRY, AnyStrategySettings
@@ -336,7 +337,7 @@ def parse_policy_warning(text: str, source: str = "<policy>") -> tuple[Policy, l
         raise ConfigError(source, _at_most(renaming.name_old_keys(validation_problems(exc, Policy)))) from exc
     except RecursionError as exc:
         raise ConfigError(source, [("", "not a policy: the YAML is nested too deeply")]) from exc
-    return policy, [*renaming.warnings, *_credential_warnings(policy)]
+    return policy, [*renaming.warnings, *_credential_warnings(policy), *group_limit_warnings(policy)]
 
 
 def _credential_warnings(policy: Policy) -> list[str]:

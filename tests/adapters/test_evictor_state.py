@@ -1,5 +1,6 @@
 """The evictor with the real adapters (KubeActions, ConfigMapStateStore) against tests/kubeapi: what the
-limiter state's ConfigMap answering badly, or a slow re-read, does to a run."""
+limiter state's ConfigMap answering badly, a slow re-read, or a node limit against a node emptied whole
+does to a run."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from rebalancer.adapters.kube import ConfigMapStateStore, KubeActions, connect
 from rebalancer.planning.plan import EvictionPlan, PlannedEviction, StrategyResult
 from rebalancer.planning.protections import Protections
 from rebalancer.planning.snapshot import ClusterSnapshot
-from rebalancer.policy import Policy
+from rebalancer.policy import Policy, parse_policy_warning
 from tests.builders import node, policy, snapshot, usage
 from tests.fake_clock import FakeClock
 from tests.kubeapi import Fault, TestApiServer
@@ -25,7 +26,12 @@ LNU = "kind: LowNodeUtilization\nthresholds: {cpu: 20}\ntargetThresholds: {cpu: 
 
 
 def scene(
-    server: TestApiServer, kubeconfig: Path, pol: Policy, evicted: int, clock: Callable[[], float] = lambda: NOW
+    server: TestApiServer,
+    kubeconfig: Path,
+    pol: Policy,
+    evicted: int,
+    clock: Callable[[], float] = lambda: NOW,
+    strategy: str = "LowNodeUtilization",
 ) -> tuple[Evictor, EvictionPlan, ClusterSnapshot, list[str]]:
     """Three pods of "web" on node-1, a plan evicting the first ``evicted``, and the evictor on the server."""
     server.add(b.node("node-1"), *b.deployment_chain("web", NS, replicas=3))
@@ -35,10 +41,10 @@ def scene(
     pods = [p for p in (actions.get_pod(NS, name, frozenset()) for name in names) if p is not None]
     snap = snapshot([node("node-1")], pods, usage({"node-1": 9_000}), taken_at=NOW)
     evictions = tuple(
-        PlannedEviction("LowNodeUtilization", NS, p.name, p.uid, "node-1", "", p.workload, 100, "hot", "")
+        PlannedEviction(strategy, NS, p.name, p.uid, "node-1", "", p.workload, 100, "planned", "")
         for p in pods[:evicted]
     )
-    plan = EvictionPlan(NOW, (StrategyResult("LowNodeUtilization", evictions, (), ()),))
+    plan = EvictionPlan(NOW, (StrategyResult(strategy, evictions, (), ()),))
     evictor = Evictor(
         actions,
         ConfigMapStateStore(api, STATE_NS, LIMITS),
@@ -92,3 +98,26 @@ def test_the_limiters_judge_the_time_after_the_re_read(kube_server: TestApiServe
 
     assert [(r.outcome, r.limiter) for r in report.results] == [(Outcome.BLOCKED, "window.blackout")]
     assert [p["metadata"]["name"] for p in kube_server.objects("pods", NS)] == names
+
+
+HNU = "kind: HighNodeUtilization\nthresholds: {cpu: 20}\ntargetThresholds: {cpu: 70}\n"
+
+
+def test_a_node_cooldown_blocks_every_node_emptied_whole_and_the_policy_says_so(
+    kube_server: TestApiServer, kubeconfig: Path
+) -> None:
+    """HighNodeUtilization empties a node in one go; a node cooldown lets one eviction a node through, so a
+    node of three pods is never emptied, and nothing of it is evicted. Loading the policy warns of it."""
+    limits = "limits: {node: {cooldown: 10m}}"
+    pol = policy(HNU, limits)
+    evictor, plan, snap, names = scene(kube_server, kubeconfig, pol, evicted=3, strategy="HighNodeUtilization")
+
+    report = evictor.apply(plan, snap)
+
+    assert [(r.outcome, r.limiter) for r in report.results] == [(Outcome.BLOCKED, "node.cooldown")] * 3
+    assert [p["metadata"]["name"] for p in kube_server.objects("pods", NS)] == names
+    text = f"pools: {{label: pool}}\n{limits}\nstrategies:\n- {{{HNU.strip().replace(chr(10), ', ')}}}\n"
+    [warning] = parse_policy_warning(text)[1]
+    assert warning.startswith("limits.node.cooldown: HighNodeUtilization evicts all of a node's movable pods")
+    assert "more than 1 movable pod is never emptied" in warning
+    assert parse_policy_warning(text.replace("HighNodeUtilization", "LowNodeUtilization"))[1] == []

@@ -9,7 +9,7 @@ import pytest
 from rebalancer.app.cli import main
 from rebalancer.domain.errors import ConfigError
 from rebalancer.offline.demo import demo_policy_path
-from rebalancer.policy import parse_policy
+from rebalancer.policy import parse_policy, parse_policy_warning
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 
@@ -226,3 +226,14 @@ def test_check_config_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert f"{bad}: strategies.0.thresholds.cpu: 80 must not be above targetThresholds.cpu (70)" in err
     assert main(["check-config", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_node_caps_below_a_nodes_pod_count_are_named_for_high_node_utilization() -> None:
+    hnu = "{kind: HighNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}}"
+    caps = "limits: {node: {maxPerCycle: 3, maxPerPeriod: [{count: 2, period: 1h}]}}"
+    _, warnings = parse_policy_warning(f"{caps}\nstrategies:\n- {hnu}\n")
+    assert [w.split(":")[0] for w in warnings] == ["limits.node.maxPerCycle", "limits.node.maxPerPeriod[0]"]
+    assert "allows 3 a node per cycle: a node with more than 3 movable pods is never emptied" in warnings[0]
+    assert "allows 2 a node per 1h: a node with more than 2 movable pods is never emptied" in warnings[1]
+    disabled = hnu.replace("{kind: HighNodeUtilization,", "{kind: HighNodeUtilization, enabled: false,")
+    assert parse_policy_warning(f"{caps}\nstrategies:\n- {disabled}\n")[1] == []
