@@ -393,7 +393,7 @@ def _why_not_cooled(relief: Relief, snapshot: ClusterSnapshot, resource: str) ->
     evicted = {(e.namespace, e.name) for e in relief.evicted}
     landed: list[str] = []
     new_amount = grown = 0
-    new_count = 0
+    new_count = new_unknown = 0  # new pods, and those of them whose usage is unknown (too young to be read)
     for pod in snapshot.pods_on(relief.node):
         if (pod.namespace, pod.name) in evicted:  # still terminating: neither new nor its own replacement
             continue
@@ -401,6 +401,7 @@ def _why_not_cooled(relief: Relief, snapshot: ClusterSnapshot, resource: str) ->
         uid = pod.uid[:UID_CHARS]
         if uid not in stayed:
             new_count += 1
+            new_unknown += amount is None
             new_amount += amount or 0
             if pod.workload is not None and str(pod.workload) in workloads and pod.created >= relief.at - 1.0:
                 landed.append(f"{pod.namespace}/{pod.name}")
@@ -410,9 +411,11 @@ def _why_not_cooled(relief: Relief, snapshot: ClusterSnapshot, resource: str) ->
                 grown += amount - was
     if landed:
         return LANDED_BACK, f"the evicted workload came back: {', '.join(sorted(landed))}"
-    if new_amount <= 0 and grown <= 0:
+    if new_amount <= 0 and grown <= 0 and not new_unknown:
         return TOO_LITTLE_MOVED, "no pod came and the others did not grow: the evictions took too little off"
     new_text, grown_text = amount_text(resource, new_amount), amount_text(resource, grown)
-    if new_amount >= grown:
+    if new_unknown:
+        new_text += f", {new_unknown} of them not measured yet"
+    if new_amount >= grown or (new_unknown and grown <= 0):
         return NEW_PODS, f"{new_count} pod(s) scheduled onto it since use {new_text} (the others grew {grown_text})"
     return OTHERS_GREW, f"the pods that stayed grew {grown_text} (new pods use {new_text})"

@@ -297,3 +297,16 @@ def test_an_alerts_cycle_leaves_the_other_nodes_closed_reliefs_to_a_full_cycle()
         facts, usage(node_usage, {"a": 800, "b": 800, "new": 2000, "bare": 8000}), policy(LNU), T0 + 960
     )
     assert judge_followups(state, full).reliefs[0].result == NEW_PODS
+
+
+def test_new_pods_too_young_for_their_usage_to_be_read_are_not_taken_for_none():
+    """A pod that came after the relief, younger than the usage window, has no usage yet: the relief did
+    not cool because pods came, not because the evictions took too little off."""
+    state, _, pods = observed()
+    young = aged(pod("young", "hot", workload="batch"), T0 + 600)
+    relief = follow_up(
+        state, [*remaining_pods(pods), young], {"hot": 8000, "cold": 3500, "stuck": 9000}, {"a": 800, "b": 800},
+        T0 + 901,
+    )  # fmt: skip
+    assert relief.result == NEW_PODS
+    assert "1 pod(s) scheduled onto it since use 0.000 cores, 1 of them not measured yet" in relief.detail
