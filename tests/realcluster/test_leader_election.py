@@ -229,6 +229,7 @@ def test_a_stopped_leader_releases_and_the_other_takes_over_at_once(launch: Laun
     took_over = follower.wait_for("leading", timeout=2 * lease)
 
     assert leader.process.wait(timeout=10) == 0
+    leader.wait_for("<eof>", timeout=10)  # the process has exited; its reader may not have met the pipe's end yet
     assert leader.words() == ["contact", "leading", "following", "stopped", "<eof>"]
     assert leader.said("following")[0] <= took_over  # it had stopped leading before the other began
     assert took_over - stopping <= retry + 0.5, took_over - stopping
