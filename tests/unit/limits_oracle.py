@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 
 from rebalancer.domain.settings.limits import PeriodCap, TimeWindow
 from rebalancer.planning.limits import EvictionRequest, LimitSettings
+from rebalancer.planning.limits.state import Bucket
 
 SLOT = 1800
 """Every window boundary and offset change of the generated zones falls on a multiple of this (UTC)."""
@@ -132,6 +133,13 @@ def _bucket(times: list[float], per_minute: float, burst: int) -> None:
         for j in range(i, len(spent)):
             allowed = burst + per_minute / 60 * (spent[j] - spent[i]) + 1e-6
             assert j - i + 1 <= allowed, (spent, per_minute, burst)
+
+
+def tokens(bucket: Bucket | None, per_minute: float, burst: int, now: float) -> float:
+    """A token bucket's level at ``now``: full when it has never been used."""
+    if bucket is None:
+        return float(burst)
+    return min(float(burst), bucket.level + max(0.0, now - bucket.updated_at) * per_minute / 60)
 
 
 def _spacing(events: list[Admitted], span: timedelta | None, key: Key) -> None:
