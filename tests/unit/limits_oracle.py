@@ -121,17 +121,18 @@ def _per_cycle(events: list[Admitted], cap: int | None, key: Key) -> None:
         assert max(counts.values(), default=0) <= cap, (cap, counts)
 
 
-def _bucket(times: list[float], per_minute: float, burst: int) -> None:
+def _bucket(times: list[float], per_minute: float, burst: int, skew: float) -> None:
     """Never more than ``burst`` plus what refilled since, between any two admissions. The engine reckons a
     bucket from its last update, never before (a clock that runs behind cannot take tokens from the past):
-    an admission spends its token at the latest admission time seen so far, so that is the time counted."""
+    an admission spends its token at the latest admission time seen so far, so that is the time counted.
+    One whose reservation was given back moved that time too: ``skew`` (how far any clock lagged) covers it."""
     spent, latest = [], float("-inf")
     for t in times:
         latest = max(latest, t)
         spent.append(latest)
     for i in range(len(spent)):
         for j in range(i, len(spent)):
-            allowed = burst + per_minute / 60 * (spent[j] - spent[i]) + 1e-6
+            allowed = burst + per_minute / 60 * (spent[j] - spent[i] + skew) + 1e-6
             assert j - i + 1 <= allowed, (spent, per_minute, burst)
 
 
@@ -154,9 +155,9 @@ def _spacing(events: list[Admitted], span: timedelta | None, key: Key) -> None:
         assert all(b - a >= span.total_seconds() for a, b in itertools.pairwise(times)), (span, times)
 
 
-def check_caps(s: LimitSettings, events: list[Admitted]) -> None:
+def check_caps(s: LimitSettings, events: list[Admitted], skew: float = 0.0) -> None:
     """Every cap holds over ``events`` (the admissions not released, in admission order), whatever order
-    their times are in."""
+    their times are in, on clocks up to ``skew`` seconds apart."""
     c = s.cluster
 
     def everything(_: EvictionRequest) -> str:
@@ -165,7 +166,7 @@ def check_caps(s: LimitSettings, events: list[Admitted]) -> None:
     _sliding(events, c.max_per_period, everything)
     _per_cycle(events, c.max_per_cycle, everything)
     if c.rate is not None:
-        _bucket([e.at for e in events], c.rate.per_minute, c.rate.burst)
+        _bucket([e.at for e in events], c.rate.per_minute, c.rate.burst, skew)
     for name, pool in c.pools.items():
 
         def in_pool(r: EvictionRequest, name: str = name) -> str | None:
@@ -174,7 +175,8 @@ def check_caps(s: LimitSettings, events: list[Admitted]) -> None:
         _sliding(events, pool.max_per_period, in_pool)
         _per_cycle(events, pool.max_per_cycle, in_pool)
         if pool.rate is not None:
-            _bucket([e.at for e in events if e.request.pool == name], pool.rate.per_minute, pool.rate.burst)
+            in_it = [e.at for e in events if e.request.pool == name]
+            _bucket(in_it, pool.rate.per_minute, pool.rate.burst, skew)
 
     def node(r: EvictionRequest) -> str:
         return r.node
