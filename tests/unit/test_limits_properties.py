@@ -231,7 +231,8 @@ def _never_happened(s: LimitSettings, kept: list[Admitted]) -> LimiterState:
 
 def _check_given_back(run: Run, r: Reserved, after: LimiterState, kept: list[Admitted], now: float) -> None:
     """After the release no later request passes that would not have passed had ``r`` never been admitted;
-    when nothing was admitted or given back since ``r``, exactly what passed before it passes again."""
+    when nothing was admitted or given back since ``r``, exactly what passed before it passes again (on
+    clocks apart, at the latest as much later as the skew)."""
     req, caps, none = r.event.request, _caps_only(run.s), CycleCounts()
     never = _never_happened(run.s, kept)
     # a clock behind reserves at the bucket's last update, not at its own time: without ``r`` the later
@@ -243,8 +244,12 @@ def _check_given_back(run: Run, r: Reserved, after: LimiterState, kept: list[Adm
         got = check(req, after, none, caps, t)
         if got.allowed:  # a clock ``skew`` behind reads t when it is t + skew
             assert check(req, never, none, caps, t + run.skew).allowed, f"gave back more than it took ({t - now} s on)"
-        if run.changes == r.changes:
+        if run.changes != r.changes:
+            continue
+        if run.skew == 0:
             assert got.limiter == check(req, r.before, none, caps, t).limiter, f"not as before it ({t - now} s on)"
+        elif check(req, r.before, none, caps, t).allowed:  # on a clock behind, the token is back as of its update
+            assert check(req, after, none, caps, t + run.skew).allowed, f"kept what it took ({t - now} s on)"
 
 
 def _release(run: Run, r: Reserved, kept: list[Admitted], now: float) -> bool:
