@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rebalancer.planning.limits import CycleCounts, LimiterState, StateCorrupt, check, reserve
-from rebalancer.planning.limits.state import SCHEMA, VERSION, Bucket, Reservation
+from rebalancer.planning.limits.state import CLOCK_SKEW_SECONDS, SCHEMA, VERSION, Bucket, Reservation
 from tests.unit.limits_builders import DAY, HOUR, T0, limits, request
 
 SETTINGS = limits(
@@ -126,7 +126,8 @@ def test_replacement_blocks_every_window_then_keeps_the_rate() -> None:
     assert recovering.limiter == "state.recovering"
     assert recovering.retry_at == T0 + horizon
     assert LimiterState.from_json(state.to_json(), T0) == state
-    after = state.prune(T0 + horizon, horizon)
+    assert state.prune(T0 + horizon, horizon).recovering_until == T0 + horizon  # a slower clock still waits
+    after = state.prune(T0 + horizon + CLOCK_SKEW_SECONDS, horizon)
     assert after.recovering_until is None
     assert check(request(), after, CycleCounts(), SETTINGS, T0 + horizon).limiter != "state.recovering"
 
@@ -141,17 +142,26 @@ def test_prune_drops_only_what_no_window_reaches() -> None:
     horizon = SETTINGS.horizon_seconds
     assert horizon == 2 * HOUR  # workload.minInterval 2h is the longest span configured
     state = busy_state()  # reservations at T0, T0 + 1, T0 + 2
-    assert state.prune(T0 + horizon - 1, horizon) == state
-    pruned = state.prune(T0 + horizon, horizon)  # the one at T0 no longer counts anywhere
+    late = T0 + horizon + CLOCK_SKEW_SECONDS  # what a clock that much behind reads T0 + horizon
+    assert state.prune(late - 1, horizon) == state
+    pruned = state.prune(late, horizon)  # the one at T0 no longer counts anywhere, on either clock
     assert [r.pod for r in pruned.reservations] == ["p1", "p2"]
     assert set(pruned.node_last_eviction) == {"n1", "n2"}
     assert set(pruned.workload_last_eviction) == {"Deployment/default/api"}
-    empty = state.prune(T0 + horizon + 2, horizon)
+    empty = state.prune(late + 2, horizon)
     assert (empty.reservations, empty.node_last_eviction, empty.workload_last_eviction) == ((), {}, {})
     assert empty.buckets == state.buckets
-    for now in (T0 + horizon, T0 + horizon + 60):
+    for now in (T0 + horizon, T0 + horizon + 60, late):
         for req in (request("x", node="n1"), request("y", workload="web"), request("z", pool="gpu")):
             assert check(req, pruned, CycleCounts(), SETTINGS, now) == check(req, state, CycleCounts(), SETTINGS, now)
+
+
+def test_a_clock_a_little_behind_still_counts_what_a_faster_one_pruned() -> None:
+    settings = limits("node: {cooldown: 30s}")
+    state = reserve(request("a", node="n1"), LimiterState(), settings, T0)
+    state = reserve(request("b", node="n2"), state.prune(T0 + 31, 30), settings, T0 + 31)  # stored so
+    slower = check(request("c", node="n1"), state.prune(T0 + 26, 30), CycleCounts(), settings, T0 + 26)
+    assert slower.limiter == "node.cooldown"  # 26 s after a, on a clock 5 s behind
 
 
 def test_reservation_fields_are_what_the_request_said() -> None:

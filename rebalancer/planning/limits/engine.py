@@ -65,8 +65,9 @@ def release(
     request: EvictionRequest, at: float, before: LimiterState, state: LimiterState, settings: LimitSettings, now: float
 ) -> LimiterState:
     """``state`` after giving back the reservation of ``request`` made at ``at`` on ``before``, for an eviction
-    that did not happen: its record leaves every window, a token goes back to each bucket (never above its
-    burst), and the node's and workload's last-eviction times return to what they were in ``before`` unless
+    that did not happen: its record leaves every window, its token goes back to each bucket (never above
+    the burst, and less what the bucket would have lost at its burst since, had the token never been taken),
+    and the node's and workload's last-eviction times return to what they were in ``before`` unless
     another eviction set them since. A reservation no longer in ``state`` (pruned, or the state replaced) is
     not given back twice: ``state`` is returned unchanged."""
     index = next(
@@ -79,7 +80,9 @@ def release(
     buckets = dict(state.buckets)
     for scope, spec in _bucket_scopes(request, settings):
         level, base = _level(state.buckets.get(scope), spec, now)
-        buckets[scope] = Bucket(min(float(spec.burst), level + 1.0), base)
+        buckets[scope] = Bucket(
+            min(float(spec.burst), level + _refund(before.buckets.get(scope), spec, at, base)), base
+        )
     key = request.workload_key
     workload_last = state.workload_last_eviction
     if key is not None:
@@ -93,6 +96,16 @@ def release(
         workload_last_eviction=workload_last,
         recovering_until=state.recovering_until,
     )
+
+
+def _refund(before: Bucket | None, spec: TokenBucket, at: float, now: float) -> float:
+    """What the token taken at ``at`` (from the bucket ``before``) still holds back at ``now``: all of it,
+    less the refill a bucket without it would have lost at its burst since (at most what refilled beyond
+    the burst from the level it had then). A whole token would credit that lost refill as well: a burst of 1
+    could then admit two evictions at once."""
+    level, base = _level(before, spec, at)
+    lost = level + max(0.0, now - base) * spec.per_second - float(spec.burst)
+    return min(1.0, max(0.0, 1.0 - max(0.0, lost)))
 
 
 def _restored(last: Mapping[str, float], key: str, at: float, previous: float | None) -> Mapping[str, float]:

@@ -25,6 +25,10 @@ MAX_FUTURE_SECONDS = 3600.0
 """A time more than this after ``now`` is not clock skew: the state is corrupt (or the writer's clock is
 broken) and would block evictions until that time."""
 
+CLOCK_SKEW_SECONDS = 300.0
+"""How far behind another instance's clock may be: pruning keeps what a clock this much slower still
+counts (records pruned at a faster clock and stored would otherwise let it exceed a cap)."""
+
 _WORKLOAD_KEY = re.compile(r"^[^/\s]+/[^/\s]+/[^/\s]+$")
 _BUCKET_KEY = re.compile(r"^(global|pool/\S+)$")
 
@@ -77,17 +81,19 @@ class LimiterState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rena
         )
 
     def prune(self, now: float, horizon: float, period_horizon: float | None = None) -> LimiterState:
-        """Drop what no window reaches any more: records at or before ``now - horizon`` (use
-        ``LimitSettings.horizon_seconds``). Token buckets are kept (one per configured scope)."""
-        cutoff = now - horizon
+        """Drop what no window reaches any more, even on a clock :data:`CLOCK_SKEW_SECONDS` behind ``now``:
+        records at or before ``now - CLOCK_SKEW_SECONDS - horizon`` (use ``LimitSettings.horizon_seconds``).
+        Token buckets are kept (one per configured scope)."""
+        slowest = now - CLOCK_SKEW_SECONDS
+        cutoff = slowest - horizon
         # reservations only serve sliding windows: keep them for the longest window, not for cooldowns
-        kept_from = now - (horizon if period_horizon is None else period_horizon)
+        kept_from = slowest - (horizon if period_horizon is None else period_horizon)
         return LimiterState(
             reservations=tuple(r for r in self.reservations if r.at > kept_from),
             buckets=self.buckets,
             node_last_eviction={k: t for k, t in self.node_last_eviction.items() if t > cutoff},
             workload_last_eviction={k: t for k, t in self.workload_last_eviction.items() if t > cutoff},
-            recovering_until=self.recovering_until if (self.recovering_until or 0) > now else None,
+            recovering_until=self.recovering_until if (self.recovering_until or 0) > slowest else None,
         )
 
     def to_json(self) -> str:
