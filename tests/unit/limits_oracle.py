@@ -102,13 +102,17 @@ def first_open(rules: Rules, now: float) -> float | None:
 Key = Callable[[EvictionRequest], Any]
 
 
-def _sliding(events: list[Admitted], caps: Iterable[PeriodCap], key: Key) -> None:
+def _times_by(events: list[Admitted], key: Key) -> list[list[float]]:
+    """The admission times per scope ``key`` names (requests it names None are out of scope), each sorted."""
     groups: dict[Any, list[float]] = defaultdict(list)
     for e in events:
         if (k := key(e.request)) is not None:
             groups[k].append(e.at)
-    for times in groups.values():
-        times.sort()
+    return [sorted(times) for times in groups.values()]
+
+
+def _sliding(events: list[Admitted], caps: Iterable[PeriodCap], key: Key) -> None:
+    for times in _times_by(events, key):
         for cap in caps:
             span = cap.period.total_seconds()
             for t in times:
@@ -146,12 +150,7 @@ def tokens(bucket: Bucket | None, per_minute: float, burst: int, now: float) -> 
 def _spacing(events: list[Admitted], span: timedelta | None, key: Key) -> None:
     if span is None:
         return
-    groups: dict[Any, list[float]] = defaultdict(list)
-    for e in events:
-        if (k := key(e.request)) is not None:
-            groups[k].append(e.at)
-    for times in groups.values():
-        times.sort()
+    for times in _times_by(events, key):
         assert all(b - a >= span.total_seconds() for a, b in itertools.pairwise(times)), (span, times)
 
 
