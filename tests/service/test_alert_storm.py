@@ -20,7 +20,7 @@ from rebalancer.service import make_app, serve_http
 from rebalancer.service.metrics import Metrics
 from rebalancer.service.runner import CycleResult, Service, Trigger
 from tests.builders import node, pod
-from tests.unit.test_evictor_properties import MemoryCluster, MemoryStore
+from tests.unit.eviction_doubles import MemoryCluster, MemoryStore
 
 HOT = [f"hot-{i:02d}" for i in range(50)]
 COLD = [f"cold-{i:02d}" for i in range(50)]

@@ -39,7 +39,7 @@ from rebalancer.records import (
 )
 from rebalancer.records.render import report_record, report_table
 from tests.builders import node, pod, policy
-from tests.unit.test_evictor_properties import MemoryStore
+from tests.unit.eviction_doubles import MemoryStore
 from tests.unit.test_memory_thresholds import report
 
 GI = 2**30
