@@ -13,6 +13,8 @@ import kubernetes_validate
 import pytest
 
 from rebalancer.app.cli import _parser
+from rebalancer.domain.settings.limits import LimitSettings
+from rebalancer.offline.simulate.variants import CHART_LIMITS
 from rebalancer.policy import parse_policy
 from tests.packaging.chart import (
     MONITORING_GROUP,
@@ -222,6 +224,14 @@ def test_more_than_one_replica_runs_with_leader_election_and_rolls_without_a_gap
 def checksum(rendered: Rendered) -> str | None:
     annotations: dict[str, str] = rendered.pod_template_metadata.get("annotations") or {}
     return annotations.get("checksum/policy")
+
+
+def test_the_simulation_runs_the_limits_a_helm_install_runs() -> None:
+    """``simulate``'s chart-5m variant is judged on the chart's default limits, not on a copy gone stale."""
+    installed = parse_policy(render().policy_text, "rendered policy.yaml").limits
+    simulated = LimitSettings.model_validate(CHART_LIMITS)
+    assert installed == simulated
+    assert installed.node.max_per_period and installed.cluster.max_per_cycle == 10  # the defaults are limits
 
 
 def test_a_policy_change_changes_the_pod_template_unless_hot_reload_is_chosen() -> None:

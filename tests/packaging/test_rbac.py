@@ -81,7 +81,7 @@ def unused(grants_: list[Grant], requests: list[Attributes]) -> set[tuple[str, s
 
 def rendered_policy(rendered: Rendered, prometheus_url: str, **service: object) -> str:
     """The rendered policy file, reading the test Prometheus, without the chart's default caps: those only
-    decide how many evictions a run makes (the node cooldown would hold the second run back), never
+    decide how many evictions a run makes (the node limit would hold the second run back), never
     which calls it makes."""
     policy: Doc = yaml.safe_load(rendered.policy_text)
     policy["prometheus"]["url"] = prometheus_url
