@@ -8,7 +8,8 @@ keeps only its own rules between them.
   while the service may still act (the leader).
 - An Event on the object changed; one that cannot be recorded is a problem of the run, not a failure.
 - One result per planned change and one report per run. A run stopped early (:class:`Abort`) reports
-  every change it did not reach as not attempted.
+  every change it did not reach as not attempted; a change sent without a clear answer (:class:`Unanswered`)
+  is the actuator's to report as such: it may have happened.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ class DryRun(StrEnum):
 
 class Abort(Exception):
     """Stop this run: nothing more is attempted (the message says why)."""
+
+
+class Unanswered(Abort):
+    """Stop this run: a write was sent and got no clear answer, so it may have taken effect."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +85,8 @@ class Actuation:
             raise Abort(f"re-reading {key} failed: {exc}") from exc
 
     def write(self, key: str, what: str, send: Callable[[bool], T]) -> T:
-        """``send(server_dry_run)`` while still allowed to act. A refusal by RBAC or no clear answer stops
-        the run; any other error is the actuator's to judge."""
+        """``send(server_dry_run)`` while still allowed to act. A refusal by RBAC or no clear answer
+        (:class:`Unanswered`) stops the run; any other error is the actuator's to judge."""
         if not self.may_act():
             raise Abort("no longer allowed to act (leadership lost)")
         try:
@@ -89,7 +94,7 @@ class Actuation:
         except KubeForbidden as exc:
             raise Abort(str(exc)) from exc
         except KubeUnavailable as exc:
-            raise Abort(f"the {what} of {key} got no clear answer ({exc}); stopping this cycle") from exc
+            raise Unanswered(f"the {what} of {key} got no clear answer ({exc}); stopping this cycle") from exc
 
 
 def until_aborted(

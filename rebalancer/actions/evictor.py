@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from rebalancer.actions.actuation import Abort, Actuation, DryRun, Report, Result, note_event, until_aborted
+from rebalancer.actions.actuation import (
+    Abort,
+    Actuation,
+    DryRun,
+    Report,
+    Result,
+    Unanswered,
+    note_event,
+    until_aborted,
+)
 from rebalancer.actions.backoff import EVICTION_BACKOFF, BackoffCorrupt, BackoffState
 from rebalancer.domain.documents import DocumentStore, StateStore
 from rebalancer.domain.errors import (
@@ -70,6 +79,7 @@ class Outcome(StrEnum):
     REPLACED = "replaced"  # another pod (new uid) carries the name now
     SKIPPED = "skipped"  # the re-check failed (moved, protected now) or the cycle was aborted
     FAILED = "failed"  # any other refusal by the API server
+    UNANSWERED = "unanswered"  # sent, no clear answer: it may have happened (reservation kept, cycle stopped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +185,12 @@ class Evictor:
                 run.results.extend(EvictionResult(e, Outcome.BLOCKED, blocked[0], blocked[1]) for e in group)
                 return
         for index, planned in enumerate(group):
-            result = self._one(run, planned, snapshot, replicas)
+            try:
+                result = self._one(run, planned, snapshot, replicas)
+            except Unanswered as stop:  # the rest of the run is not attempted; this one may have happened
+                why = f"sent without a clear answer ({stop.__cause__}): it may have happened; its reservation stands"
+                run.results.append(EvictionResult(planned, Outcome.UNANSWERED, why))
+                raise
             run.results.append(result)
             if len(group) > 1 and result.outcome not in _DONE:
                 why = f"{planned.node} cannot be emptied whole: {planned.namespace}/{planned.name} {result.outcome}"

@@ -81,6 +81,36 @@ def test_an_unanswered_reload_after_a_conflict_stops_the_run_and_keeps_its_repor
     assert [p["metadata"]["name"] for p in kube_server.objects("pods", NS)] == names[1:]  # the first only
 
 
+def test_an_eviction_sent_without_an_answer_says_so_and_keeps_its_reservation(
+    kube_server: TestApiServer, kubeconfig: Path
+) -> None:
+    """The API server takes the eviction and the connection drops before its answer: the evictor cannot tell
+    whether it happened. It reports that (not "not attempted"), stops the run, and keeps the reservation,
+    so the node's cap still counts the eviction in the next run."""
+    node_cap = "limits: {node: {maxPerPeriod: [{count: 1, period: 1h}]}}\n"
+    evictor, plan, snap, names = scene(kube_server, kubeconfig, policy(LNU, node_cap), evicted=2)
+    first = kube_server.eviction_path(NS, names[0])
+
+    def taken_then_dropped(request: Request) -> None:
+        if request.path == first and request.method == "POST":
+            kube_server.delete("pods", names[0], NS)
+
+    kube_server.on_request(taken_then_dropped)
+    kube_server.set_fault(first, Fault(drop=True, method="POST", times=1))
+
+    report = evictor.apply(plan, snap)
+
+    assert [r.outcome for r in report.results] == [Outcome.UNANSWERED, Outcome.SKIPPED]
+    assert "sent without a clear answer" in report.results[0].detail
+    assert report.results[1].detail.startswith("not attempted: ")
+    assert report.aborted is not None and "no clear answer" in report.aborted
+    assert len(kube_server.requests_to(first)) == 1  # sent once, never again
+    second = EvictionPlan(NOW, (StrategyResult("LowNodeUtilization", plan.evictions[1:], (), ()),))
+    again = evictor.apply(second, snap)
+    assert [(r.outcome, r.limiter) for r in again.results] == [(Outcome.BLOCKED, "node.maxPerPeriod[1h]")]
+    assert [p["metadata"]["name"] for p in kube_server.objects("pods", NS)] == names[1:]
+
+
 def test_the_limiters_judge_the_time_after_the_re_read(kube_server: TestApiServer, kubeconfig: Path) -> None:
     """A blackout begins while the pod is re-read (a slow API server): the limiters judge the moment the
     reservation is made, after the re-read, so nothing is evicted inside the blackout."""
