@@ -98,6 +98,7 @@ CORRUPT = [
     (edited(["reservations", 0, "color"], "red"), "unknown field `color`"),
     (edited(["buckets", "node/n1"], {"level": 1, "updatedAt": T0}), "unknown scope"),
     (edited(["buckets", "global", "level"], None), "Expected `float`, got `null`"),
+    (edited(["buckets", "global", "level"], -1.5), "$.buckets['global'].level: -1.5 is below -1, which no reservation"),
     (edited(["buckets", "global", "updatedAt"], "raw:1e400"), "Number out of range"),
     (edited(["nodeLastEviction", "n1"], T0 + DAY), "after now"),
     (edited(["workloadLastEviction", "x/y"], T0), "'x/y' is not Kind/namespace/name"),

@@ -144,6 +144,7 @@ class _Document(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename=
 
 
 MAX_RECOVERY_SECONDS = 31 * 86_400.0
+MIN_BUCKET_LEVEL = -1.0  # a stored level below it blocked its scope for hours, unexplained: corrupt
 
 
 def _check_values(doc: _Document, now: float) -> None:
@@ -171,6 +172,10 @@ def _check_values(doc: _Document, now: float) -> None:
             raise StateCorrupt(f"{where}: unknown scope (expected global or pool/<name>)")
         if not math.isfinite(bucket.level):
             raise StateCorrupt(f"{where}.level: {bucket.level!r} is not a number")
+        if bucket.level < MIN_BUCKET_LEVEL:  # a reservation takes a token from a level of 1 or more
+            raise StateCorrupt(
+                f"{where}.level: {bucket.level!r} is below {MIN_BUCKET_LEVEL:g}, which no reservation leaves"
+            )
         time(bucket.updated_at, f"{where}.updatedAt")
     for node, at in doc.node_last_eviction.items():
         if not node:
