@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from rebalancer.actions.actuation import Actuation, DryRun, Report, Result, note_event, until_aborted
+from rebalancer.actions.actuation import Actuation, DryRun, Report, Result, Unanswered, note_event, until_aborted
 from rebalancer.domain.errors import PatchError
 from rebalancer.domain.model import DELETION_COST_ANNOTATION, Pod
 from rebalancer.planning.plan import EvictionPlan, PlannedCostPatch
@@ -42,6 +42,7 @@ class SteerOutcome(StrEnum):
     CAPPED = "capped"  # over the strategy's maxPatchesPerCycle
     SKIPPED = "skipped"  # not attempted: the cycle stopped (leadership lost, API unavailable)
     FAILED = "failed"  # any other refusal (400, 415, 422)
+    UNANSWERED = "unanswered"  # sent, no clear answer: the cost may be set (the cycle stopped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +167,12 @@ class Steerer:
                 elif sent.get(patch.strategy, 0) >= rules.max_per_cycle:
                     results.append(SteerResult(patch, SteerOutcome.CAPPED, f"maxPatchesPerCycle {rules.max_per_cycle}"))
                 else:
-                    results.append(self._one(patch, rules, buckets[patch.strategy], snapshot, sent, problems))
+                    try:
+                        results.append(self._one(patch, rules, buckets[patch.strategy], snapshot, sent, problems))
+                    except Unanswered as stop:  # the rest is not attempted; this one may have been applied
+                        why = f"sent without a clear answer ({stop.__cause__}): the cost may be set"
+                        results.append(SteerResult(patch, SteerOutcome.UNANSWERED, why))
+                        raise
 
         aborted = until_aborted(patches, results, each_patch, lambda p, why: SteerResult(p, SteerOutcome.SKIPPED, why))
         return SteeringReport(tuple(results), tuple(problems), aborted)

@@ -21,7 +21,7 @@ from rebalancer.planning.snapshot import build_snapshot
 from strategies import build
 from tests import builders
 from tests.conftest import KUBE_TOKEN
-from tests.kubeapi import TestApiServer
+from tests.kubeapi import Fault, TestApiServer
 from tests.kubeapi import builders as b
 
 NS = "shop"
@@ -202,3 +202,27 @@ def test_steering_caps_patches_per_cycle_and_dry_runs(kube_server: TestApiServer
     kube_server.requests.clear()
     _, capped = steer_once(kubeconfig, STEER + "\nmaxPatchesPerCycle: 3", [])
     assert capped.count(SteerOutcome.PATCHED) == 3 and len(patches(kube_server)) == 3
+
+
+def test_a_patch_sent_without_an_answer_says_so_and_stops_the_cycle(
+    kube_server: TestApiServer, kubeconfig: Path
+) -> None:
+    """The first cost patch's connection drops without an answer, so the steerer cannot tell whether the
+    cost was set: that patch is reported unanswered, the cycle stops, the rest is reported not attempted."""
+    steering_cluster(kube_server)
+    dropped: list[str] = []
+
+    def applied_then_dropped(request: Any) -> None:
+        if request.method == "PATCH" and not dropped:
+            dropped.append(request.path)
+            kube_server.set_fault(request.path, Fault(drop=True, method="PATCH", times=1))
+
+    kube_server.on_request(applied_then_dropped)
+    _, report = steer_once(kubeconfig, STEER, [])
+
+    outcomes = [r.outcome for r in report.results]
+    assert outcomes == [SteerOutcome.UNANSWERED] + [SteerOutcome.SKIPPED] * 3
+    assert "sent without a clear answer" in report.results[0].detail
+    assert all(r.detail.startswith("not attempted: ") for r in report.results[1:])
+    assert report.aborted is not None and "no clear answer" in report.aborted
+    assert len(patches(kube_server)) == 1
