@@ -291,7 +291,8 @@ def after_evictions(snapshot: ClusterSnapshot, evictions: Iterable[PlannedEvicti
         return snapshot
     load = dict(snapshot.load)
     pods_by_node = dict(snapshot.pods_by_node)
-    spent: dict[tuple[str, str], int] = {}
+    spent: dict[tuple[str, str], int] = {}  # disruptions planned per budget
+    healthy_gone: dict[tuple[str, str], int] = {}  # of them, ready pods
     predicted = snapshot.predicted
     for node in sorted({e.node for e in moved.values()}):  # only the nodes pods leave: not 150,000 pods
         pods = snapshot.pods_on(node)
@@ -309,12 +310,17 @@ def after_evictions(snapshot: ClusterSnapshot, evictions: Iterable[PlannedEvicti
                 load[destination] = _shifted(load[destination], pod, usage, 1, memory)
             if predicted is not None:
                 predicted = predicted.moved(pod.key, node, destination)
-            if pod.ready:
-                for budget in snapshot.budgets:
-                    if budget.selects(pod):
-                        spent[(budget.namespace, budget.name)] = spent.get((budget.namespace, budget.name), 0) + 1
+            for budget in snapshot.budgets:
+                key = (budget.namespace, budget.name)
+                if budget.selects(pod) and not budget.lets_go(pod, healthy_gone.get(key, 0)):
+                    spent[key] = spent.get(key, 0) + 1
+                    healthy_gone[key] = healthy_gone.get(key, 0) + pod.ready
     budgets = tuple(
-        msgspec.structs.replace(b, disruptions_allowed=b.disruptions_allowed - spent.get((b.namespace, b.name), 0))
+        msgspec.structs.replace(
+            b,
+            disruptions_allowed=b.disruptions_allowed - spent.get((b.namespace, b.name), 0),
+            current_healthy=b.current_healthy - healthy_gone.get((b.namespace, b.name), 0),
+        )
         for b in snapshot.budgets
     )
     return replace(
