@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from rebalancer.domain.model import ClusterFacts, Pod, Taint, UsageReport
 from rebalancer.planning.plan import EvictionPlan, NodeClass, PlannedEviction
 from rebalancer.planning.scheduler_model import SchedulerModel
+from rebalancer.policy import Policy, parse_policy
 from rebalancer.policy.cycle import plan_cycle
 from tests.builders import budget, node, pod, policy, usage
 from tests.unit.test_planner_properties import clusters
@@ -58,6 +59,38 @@ def test_node_with_a_protected_pod_is_left_alone():
     plan = run([node("idle"), node("busy")], pods, report)
     assert plan.evictions == ()
     assert any("bare" in d.reason and "cannot be emptied" in d.reason for d in plan.results[0].pod_decisions)
+
+
+LNU_BESIDE = """
+kind: LowNodeUtilization
+thresholds: {cpu: 20}
+targetThresholds: {cpu: 70}
+predictPlacement: false
+"""
+
+
+def two_strategies(first: str, second: str) -> Policy:
+    strategies = {"lnu": LNU_BESIDE, "hnu": HNU + NO_PREDICTION}
+    indented = "\n".join("  - " + strategies[k].strip().replace("\n", "\n    ") for k in (first, second))
+    return parse_policy(f"pools:\n  label: pool\nstrategies:\n{indented}\n", "test-policy")
+
+
+def test_a_node_another_strategy_sends_pods_onto_or_off_is_never_half_emptied():
+    # LowNodeUtilization relieves hot onto its only cold node, the one HighNodeUtilization would empty: in
+    # either order, the plan never both sends a pod there and empties it (the node would stay)
+    pods = [pod("h1", "hot", workload="a"), pod("h2", "hot", workload="b"), pod("c1", "cold", workload="c")]
+    pods.append(pod("n1", "normal", workload="d"))
+    report = usage({"hot": 8000, "cold": 500, "normal": 4000}, {"h1": 1000, "h2": 5000, "c1": 500, "n1": 4000})
+    facts = ClusterFacts((node("hot"), node("cold"), node("normal")), tuple(pods), ())
+    for first, second in (("lnu", "hnu"), ("hnu", "lnu")):
+        plan = plan_cycle(facts, report, two_strategies(first, second), 1_700_000_000.0)[1]
+        onto = {e.room_on for e in plan.evictions}
+        off = {e.node for e in plan.evictions if e.strategy == "HighNodeUtilization"}
+        assert plan.evictions and not onto & off, (first, [(e.name, e.node, e.room_on) for e in plan.evictions])
+    plan = plan_cycle(facts, report, two_strategies("lnu", "hnu"), 1_700_000_000.0)[1]
+    assert "an earlier strategy of this cycle sends a pod onto it" in next(
+        d.reason for d in plan.results[1].pod_decisions if d.name == "c1"
+    )
 
 
 def test_destinations_keep_under_target_after_moves():
