@@ -217,6 +217,7 @@ class HighNodeUtilization:
             snapshot,
             {name: d.node_class for name, d in decisions.items()},
             room,
+            marked=snapshot.marks_ahead,  # the landing guard's marks, as it will set them before the evictor
             same_pool=True,
             max_risk=s.max_landing_risk,
             percentage_of_nodes_to_score=s.percentage_of_nodes_to_score,
