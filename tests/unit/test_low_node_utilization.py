@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+from types import MappingProxyType
+
+import msgspec
+
 from rebalancer.domain.model import ClusterFacts, Taint, Toleration, UsageReport
 from rebalancer.planning.plan import EvictionPlan, NodeClass, PlannedEviction
+from rebalancer.planning.protections import Protections
 from rebalancer.planning.snapshot import after_evictions
 from rebalancer.policy import Policy
 from rebalancer.policy.cycle import plan_cycle
+from strategies import build
 from strategies.candidates import BudgetLedger
 from strategies.low_node_utilization import KIND
 from tests.builders import budget, node, pod, policy, snapshot, usage
@@ -273,6 +280,20 @@ def test_a_later_strategy_sees_the_healthy_pods_an_earlier_one_planned_away():
     (left,) = after_evictions(snap, [moved]).budgets
     assert (left.disruptions_allowed, left.current_healthy) == (0, 1)
     assert "allows no more disruptions" in (BudgetLedger([left]).blocker(unready) or "")
+
+
+def test_room_is_never_booked_on_a_node_the_landing_guard_marks_no_schedule_ahead():
+    # c1 has the most room, but the guard's pass before the evictions taints it NoSchedule: no replacement can
+    # land there, so the room search books c2
+    pods = [pod("a", "hot", workload="a"), pod("b", "hot", workload="b")]
+    report = usage({"hot": 9000, "c1": 0, "c2": 1000}, {"a": 3000, "b": 500})
+    snap = snapshot([node("hot"), node("c1"), node("c2")], pods, report)
+    pol = policy(NO_PREDICTION)
+    lnu, protections = build(pol.strategies[0]), Protections.from_settings(pol.protections)
+    assert [e.room_on for e in lnu.plan(snap, protections).evictions] == ["c1"]
+    guard = Taint("rebalancer.io/landing-guard", "relieved", "NoSchedule")
+    ahead = MappingProxyType({"c1": msgspec.structs.replace(snap.nodes["c1"], taints=(guard,))})
+    assert [e.room_on for e in lnu.plan(dataclasses.replace(snap, marks_ahead=ahead), protections).evictions] == ["c2"]
 
 
 def test_pod_matched_by_two_budgets_is_passed_over():
