@@ -23,8 +23,9 @@ class BudgetLedger:
         self._by_namespace: dict[str, list[DisruptionBudget]] = defaultdict(list)
         for budget in budgets:
             self._by_namespace[budget.namespace].append(budget)
-        self._spent: dict[tuple[str, str], int] = defaultdict(int)
-        self._journal: list[tuple[str, str]] = []
+        self._spent: dict[tuple[str, str], int] = defaultdict(int)  # disruptions planned
+        self._healthy_gone: dict[tuple[str, str], int] = defaultdict(int)  # of them, ready pods
+        self._journal: list[tuple[tuple[str, str], bool]] = []
 
     def _matching(self, pod: Pod) -> list[DisruptionBudget]:
         return [b for b in self._by_namespace.get(pod.namespace, ()) if b.selects(pod)]
@@ -37,9 +38,10 @@ class BudgetLedger:
         if not matching:
             return None
         budget = matching[0]
-        spent = self._spent[(budget.namespace, budget.name)]
-        if not pod.ready:
-            return None  # evicting an unready pod does not reduce the healthy count
+        key = (budget.namespace, budget.name)
+        if budget.lets_go(pod, self._healthy_gone[key]):
+            return None  # evicting an unready pod while the budget is met makes nothing more unavailable
+        spent = self._spent[key]
         if budget.disruptions_allowed - spent <= 0:
             return (
                 f"PodDisruptionBudget {budget.namespace}/{budget.name} allows no more disruptions "
@@ -48,19 +50,22 @@ class BudgetLedger:
         return None
 
     def take(self, pod: Pod) -> None:
-        if not pod.ready:
-            return
         for budget in self._matching(pod):
             key = (budget.namespace, budget.name)
+            if budget.lets_go(pod, self._healthy_gone[key]):
+                continue
             self._spent[key] += 1
-            self._journal.append(key)
+            self._healthy_gone[key] += pod.ready
+            self._journal.append((key, pod.ready))
 
     def checkpoint(self) -> int:
         return len(self._journal)
 
     def rollback(self, checkpoint: int) -> None:
         while len(self._journal) > checkpoint:
-            self._spent[self._journal.pop()] -= 1
+            key, ready = self._journal.pop()
+            self._spent[key] -= 1
+            self._healthy_gone[key] -= ready
 
 
 class Candidate(msgspec.Struct, frozen=True, eq=False, gc=False):

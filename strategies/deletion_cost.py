@@ -114,7 +114,7 @@ class DeletionCostSteering:
             return StrategyResult(KIND, (), (), (), (f"no patches: {view.usage_failure}",))
         selector = s.label_selector.to_selector() if s.label_selector else None
         candidates = [p for p in _pods(snapshot) if _in_scope(p, s.namespaces, selector)]
-        opted_out = _opted_out_workloads(candidates, protections)
+        opted_out = _opted_out_workloads(snapshot, candidates, protections)
         decisions: list[PodDecision] = []
         patches: list[PlannedCostPatch] = []
         unchanged = 0
@@ -209,17 +209,31 @@ def _in_scope(pod: Pod, namespaces: NamespaceFilter, selector: LabelSelector | N
     return selector is None or selector.matches(pod.labels)
 
 
-def _opted_out_workloads(pods: Iterable[Pod], protections: Protections) -> dict[WorkloadRef, str]:
-    """A workload is left alone whole when any of its pods opted out (a template annotation reaches every pod
-    of the template; during a rollout only the new ones carry it)."""
+def _opted_out_workloads(
+    snapshot: ClusterSnapshot, pods: Iterable[Pod], protections: Protections
+) -> dict[WorkloadRef, str]:
+    """The workloads of ``pods`` left alone whole because any of their pods opted out (a template annotation
+    reaches every pod of the template; during a rollout only the new ones carry it), wherever that pod is:
+    on a node the cycle does not steer (an alert's cycle steers its nodes' pods), or not running yet."""
+    wanted = {pod.workload for pod in pods if pod.workload is not None}
     out: dict[WorkloadRef, str] = {}
-    for pod in pods:
+    for pod in _pods_of(snapshot, wanted):
         if pod.workload is None or pod.workload in out:
             continue
         why = protections.steering_opt_out(pod.annotations)
         if why is not None:
             out[pod.workload] = f"{pod}: {why}"
     return out
+
+
+def _pods_of(snapshot: ClusterSnapshot, workloads: set[WorkloadRef]) -> Iterable[Pod]:
+    """The non-terminal pods of ``workloads``, bound or not."""
+    if snapshot.by_workload is not None:
+        for workload in workloads:
+            yield from snapshot.by_workload.get(workload, ())
+        return
+    for pods in (*snapshot.pods_by_node.values(), snapshot.unbound):
+        yield from (pod for pod in pods if pod.workload in workloads)
 
 
 def _valid(text: str) -> bool:

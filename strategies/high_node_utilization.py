@@ -49,6 +49,7 @@ from strategies.thresholds import (
 )
 
 KIND = "HighNodeUtilization"
+ARRIVING = "an earlier strategy of this cycle sends a pod onto it"
 
 
 class HighNodeUtilizationSettings(StrategySettings, PoolThresholds):
@@ -157,7 +158,8 @@ class HighNodeUtilization:
         ledger = BudgetLedger(snapshot.budgets)
         predictor = self._predictor(snapshot, decisions) if s.predict_placement else None
         extra = classes.extra_room()
-        emptied = landing_back = 0
+        emptied: list[str] = []
+        landing_back = 0
         for pool in snapshot.pools():
             in_pool = [d for d in ordered if d.pool == pool]
             low = sorted((d for d in in_pool if d.node_class is NodeClass.COLD), key=lambda d: d.usage_pct or 0.0)
@@ -166,9 +168,9 @@ class HighNodeUtilization:
                     f"pool {pool}: {len(low)} underutilized node(s), not more than numberOfNodes {s.number_of_nodes}"
                 )
                 continue
-            tracker = RoomTracker(snapshot, _caps(in_pool), pack=True)
+            tracker = RoomTracker(snapshot, _caps(in_pool, snapshot.emptying), pack=True)
             for decision in low:
-                if s.max_nodes_to_empty is not None and emptied >= s.max_nodes_to_empty:
+                if s.max_nodes_to_empty is not None and len(emptied) >= s.max_nodes_to_empty:
                     notes.append(f"maxNodesToEmpty {s.max_nodes_to_empty} reached")
                     break
                 group = _Group(decision, tracker, ledger, predictor, s.max_landing_risk, extra)
@@ -177,14 +179,16 @@ class HighNodeUtilization:
                 landing_back += group.landed_back
                 if chosen:
                     evictions.extend(chosen)
-                    emptied += 1
+                    emptied.append(decision.node)
         if landing_back:
             notes.append(
                 f"{landing_back} node(s) passed over: a replacement is predicted to land back on the node or off the "
                 "destinations (the default scheduler's least-allocated scoring; with a scheduler profile that packs, "
                 "set predictPlacement: false)"
             )
-        return StrategyResult(KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes))
+        return StrategyResult(
+            KIND, tuple(evictions), ordered, tuple(pod_decisions), tuple(notes), emptied=frozenset(emptied)
+        )
 
     def memory_sources(self, snapshot: ClusterSnapshot) -> frozenset[str]:
         """The nodes whose pods' memory a plan on ``snapshot`` needs: the underutilized ones it may empty
@@ -204,7 +208,7 @@ class HighNodeUtilization:
         """Destinations: the nodes that are not underutilized, with the room their real usage has under
         targetThresholds (of the emptied node's pool; unknown usage: never a destination)."""
         room = {}
-        for name, cap in _caps(decisions.values()).items():
+        for name, cap in _caps(decisions.values(), snapshot.emptying).items():
             usage_m = snapshot.load[name].usage_m
             if usage_m is not None:
                 room[name] = cap - usage_m
@@ -213,16 +217,20 @@ class HighNodeUtilization:
             snapshot,
             {name: d.node_class for name, d in decisions.items()},
             room,
+            marked=snapshot.marks_ahead,  # the landing guard's marks, as it will set them before the evictor
             same_pool=True,
             max_risk=s.max_landing_risk,
             percentage_of_nodes_to_score=s.percentage_of_nodes_to_score,
         )
 
 
-def _caps(decisions: Iterable[NodeDecision]) -> dict[str, int]:
-    """The destinations (nodes that are not underutilized) and the real usage each may reach."""
+def _caps(decisions: Iterable[NodeDecision], emptying: frozenset[str]) -> dict[str, int]:
+    """The destinations (nodes that are not underutilized, nor emptied by an earlier strategy of the cycle)
+    and the real usage each may reach."""
     return {
-        d.node: target_amount(d.allocatable_m, d.high_pct or 0.0) for d in decisions if d.node_class is NodeClass.NORMAL
+        d.node: target_amount(d.allocatable_m, d.high_pct or 0.0)
+        for d in decisions
+        if d.node_class is NodeClass.NORMAL and d.node not in emptying
     }
 
 
@@ -262,6 +270,9 @@ class _Group:
         """All of the node's movable pods, or none: a node half emptied cannot be removed."""
         node = self.decision.node
         candidates, records, blocking = screen(KIND, node, snapshot, protections, self.ledger, need_usage=False)
+        if node in snapshot.arriving:
+            reason = f"node cannot be emptied: {ARRIVING}"
+            return [], records + [_passed(c, node, reason) for c in candidates]
         if blocking:
             pod, why = blocking[0]
             reason = f"node cannot be emptied: {pod} stays ({why})"

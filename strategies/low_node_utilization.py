@@ -296,10 +296,12 @@ class LowNodeUtilization:
         inactive: dict[str, Unrelieved] = {}
         active_pools = self._active_pools(snapshot, classes, notes, inactive)
         pool_of = snapshot.pool_of
-        caps = {
+        caps = {  # a node an earlier strategy of the cycle empties receives nothing
             name: classes.receive_cap_m(name)
             for name in classes.of
-            if classes.receives(name) and (pool_of[name] in active_pools or not s.destinations_in_same_pool)
+            if classes.receives(name)
+            and (pool_of[name] in active_pools or not s.destinations_in_same_pool)
+            and name not in snapshot.emptying
         }
         trackers = self._trackers(snapshot, caps)
         hot_names = classes.named(NodeClass.HOT)
@@ -412,7 +414,9 @@ class LowNodeUtilization:
             for name in classes.named(NodeClass.NORMAL):
                 if classes.band(name).receive_pct is not None:
                     continue  # the receive threshold decides, as in the room search
-                if snapshot.pool_of[name] in pools or not s.destinations_in_same_pool:
+                if (
+                    snapshot.pool_of[name] in pools or not s.destinations_in_same_pool
+                ) and name not in snapshot.emptying:
                     caps[name] = classes.cap_m(name)
         return caps
 

@@ -52,7 +52,7 @@ class RoomTracker:
         self._allowed: dict[Signature, tuple[frozenset[str], str]] = {}
         self._failed: dict[Memo, list[Need]] = {}
         for name, cap in caps_m.items():
-            node = snapshot.nodes[name]
+            node = snapshot.marks_ahead.get(name) or snapshot.nodes[name]  # with the landing guard's mark ahead
             load = snapshot.load[name]
             if load.usage_m is None:
                 continue  # unknown usage: never a destination

@@ -97,8 +97,17 @@ def pod(
     )
 
 
-def budget(name: str, match: Mapping[str, str], allowed: int, *, namespace: str = "default") -> DisruptionBudget:
-    return DisruptionBudget(namespace, name, LabelSelector(tuple(sorted(match.items()))), None, 1, allowed, 0, 0, 0)
+def budget(
+    name: str,
+    match: Mapping[str, str],
+    allowed: int,
+    *,
+    namespace: str = "default",
+    healthy: tuple[int, int] = (0, 0),
+) -> DisruptionBudget:
+    """``healthy``: the status' (currentHealthy, desiredHealthy)."""
+    selector = LabelSelector(tuple(sorted(match.items())))
+    return DisruptionBudget(namespace, name, selector, None, 1, allowed, healthy[0], healthy[1], 0)
 
 
 def usage(

@@ -147,6 +147,13 @@ class DisruptionBudget(msgspec.Struct, frozen=True, gc=False):
     def selects(self, pod: Pod) -> bool:
         return self.selector is not None and pod.namespace == self.namespace and self.selector.matches(pod.labels)
 
+    def lets_go(self, pod: Pod, healthy_gone: int = 0) -> bool:
+        """The Eviction API evicts ``pod`` without spending this budget: the pod is not ready and the budget is
+        met, its healthy pods (less ``healthy_gone``, those already planned away) at least the desired ones
+        (more than none). A pod not ready under a budget not met spends it like a ready one, as with the default
+        unhealthyPodEvictionPolicy (IfHealthyBudget; AlwaysAllow, which is not read, would let it go too)."""
+        return not pod.ready and 0 < self.desired_healthy <= self.current_healthy - healthy_gone
+
 
 class NodePods(msgspec.Struct, frozen=True, gc=False):
     """The non-terminal pods bound to one node (in the order of the facts' pods), their request sums,

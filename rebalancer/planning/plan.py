@@ -134,6 +134,7 @@ class StrategyResult:
     unrelieved: Mapping[str, Unrelieved] = field(default_factory=dict)  # hot node -> why nothing was planned
     cost_patches: tuple[PlannedCostPatch, ...] = ()  # deletion-cost steering: annotations, never evictions
     peak_caps: Mapping[str, int] = field(default_factory=dict)  # node -> predicted peak later moves must not pass
+    emptied: frozenset[str] = frozenset()  # nodes emptied whole: later strategies send nothing there
 
 
 @dataclass(frozen=True, slots=True)

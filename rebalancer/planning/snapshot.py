@@ -74,6 +74,10 @@ class ClusterSnapshot:
     in_flight: Mapping[str, Correction] = field(default_factory=dict)
     in_flight_off: str | None = None
     pod_memory: Mapping[PodKey, int] = field(default_factory=dict)  # working set in bytes (read for memory thresholds)
+    # the nodes earlier strategies of this cycle send pods onto (never emptied), and those they empty (never
+    # a destination): a node half emptied cannot be removed
+    arriving: frozenset[str] = frozenset()
+    emptying: frozenset[str] = frozenset()
 
     def memory_of(self, pod: Pod) -> int | None:
         return self.pod_memory.get(pod.key)
@@ -282,16 +286,20 @@ def _no_data(sources: tuple[str, ...]) -> str:
     return f"no usage data for this node from {', '.join(sources)}"
 
 
-def after_evictions(snapshot: ClusterSnapshot, evictions: Iterable[PlannedEviction]) -> ClusterSnapshot:
+def after_evictions(
+    snapshot: ClusterSnapshot, evictions: Iterable[PlannedEviction], emptied: frozenset[str] = frozenset()
+) -> ClusterSnapshot:
     """The snapshot as the next strategy of the same cycle must see it: each planned pod moved from its
     node to the node whose room accepted it (usage, requests and pod count), and the disruption budgets
-    it spends taken. Strategies so never book the same room or the same budget twice."""
+    it spends taken. Strategies so never book the same room or the same budget twice. ``emptied``: the
+    nodes the strategy empties (a later one sends nothing there); the moves' destinations are never emptied."""
     moved = {e.key: e for e in evictions}
     if not moved:
-        return snapshot
+        return snapshot if not emptied else replace(snapshot, emptying=snapshot.emptying | emptied)
     load = dict(snapshot.load)
     pods_by_node = dict(snapshot.pods_by_node)
-    spent: dict[tuple[str, str], int] = {}
+    spent: dict[tuple[str, str], int] = {}  # disruptions planned per budget
+    healthy_gone: dict[tuple[str, str], int] = {}  # of them, ready pods
     predicted = snapshot.predicted
     for node in sorted({e.node for e in moved.values()}):  # only the nodes pods leave: not 150,000 pods
         pods = snapshot.pods_on(node)
@@ -309,12 +317,17 @@ def after_evictions(snapshot: ClusterSnapshot, evictions: Iterable[PlannedEvicti
                 load[destination] = _shifted(load[destination], pod, usage, 1, memory)
             if predicted is not None:
                 predicted = predicted.moved(pod.key, node, destination)
-            if pod.ready:
-                for budget in snapshot.budgets:
-                    if budget.selects(pod):
-                        spent[(budget.namespace, budget.name)] = spent.get((budget.namespace, budget.name), 0) + 1
+            for budget in snapshot.budgets:
+                key = (budget.namespace, budget.name)
+                if budget.selects(pod) and not budget.lets_go(pod, healthy_gone.get(key, 0)):
+                    spent[key] = spent.get(key, 0) + 1
+                    healthy_gone[key] = healthy_gone.get(key, 0) + pod.ready
     budgets = tuple(
-        msgspec.structs.replace(b, disruptions_allowed=b.disruptions_allowed - spent.get((b.namespace, b.name), 0))
+        msgspec.structs.replace(
+            b,
+            disruptions_allowed=b.disruptions_allowed - spent.get((b.namespace, b.name), 0),
+            current_healthy=b.current_healthy - healthy_gone.get((b.namespace, b.name), 0),
+        )
         for b in snapshot.budgets
     )
     return replace(
@@ -325,6 +338,8 @@ def after_evictions(snapshot: ClusterSnapshot, evictions: Iterable[PlannedEvicti
         predicted=predicted,
         by_workload=None,  # the moved pods left pods_by_node: counting from it must see that too
         groups=None,
+        arriving=snapshot.arriving | {e.room_on for e in moved.values()},
+        emptying=snapshot.emptying | emptied,
     )
 
 

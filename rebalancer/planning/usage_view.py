@@ -13,7 +13,8 @@ from rebalancer.planning.snapshot import ClusterSnapshot
 
 
 def usage_view(snapshot: ClusterSnapshot, classify_by: ClassifyBy) -> ClusterSnapshot:
-    """The snapshot with node and pod usage as ``classify_by`` reads them."""
+    """The snapshot with node and pod usage as ``classify_by`` reads them (a node that is not Ready stays
+    unknown, whatever its prediction)."""
     if classify_by == "current":
         return snapshot
     predicted = snapshot.predicted
@@ -24,7 +25,9 @@ def usage_view(snapshot: ClusterSnapshot, classify_by: ClassifyBy) -> ClusterSna
     for name, current in snapshot.load.items():
         value = predicted.node_cpu_m.get(name)
         reason = predicted.node_unknown.get(name, "no prediction for this node")
-        if classify_by == "max":
+        if not snapshot.nodes[name].ready:  # as the reading: its kubelet does not answer, an eviction cannot complete
+            value, reason = None, current.unknown_reason or "node is not Ready"
+        elif classify_by == "max":
             if current.usage_m is None:
                 value, reason = None, current.unknown_reason or "usage unknown"
             elif value is not None:

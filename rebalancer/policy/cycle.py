@@ -146,7 +146,7 @@ def plan_prepared(snapshot: ClusterSnapshot, policy: Policy, timeline: Timeline 
                 continue
             result = build(settings).plan(seen, protections)
             results.append(result)
-            seen = after_evictions(seen, result.evictions)  # the next strategy plans on what this one moved
+            seen = after_evictions(seen, result.evictions, result.emptied)  # the next one plans on these moves
             if result.peak_caps and seen.predicted is not None:  # a node relieved before its peak stays so
                 seen = replace(seen, predicted=seen.predicted.with_caps(result.peak_caps))
     failure = snapshot.usage_failure

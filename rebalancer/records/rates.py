@@ -2,8 +2,8 @@
 
 * **discovery** = hot nodes found / hot nodes by the reference (found *and* hot by the reference, over
   hot by the reference); found nodes the reference never saw hot are counted apart (``found_only``);
-* **eviction** = found hot nodes with at least one pod evicted / found hot nodes, and for each of the
-  rest its most frequent reason;
+* **eviction** = found hot nodes with at least one pod evicted while found hot / found hot nodes, and for
+  each of the rest its most frequent reason;
 * **effective** = reliefs whose node fell below target within the follow-up window / reliefs judged,
   with the reason for each of the rest. Pending reliefs and those that could not be judged (usage
   unknown, node gone) are counted apart, never as cooled and never as failed;
@@ -142,8 +142,7 @@ def compute_rates(
         if s.acted:
             acted.add(s.node)
         reason_counts.setdefault(s.node, Counter()).update(s.reasons)
-    reliefs = [r for r in state.reliefs if start <= r.at <= end]
-    acted.update(r.node for r in reliefs if r.node in found_pool)
+    reliefs = [r for r in state.reliefs if start <= r.at <= end]  # a node emptied while not hot acted on none
     unacted = {node: _top(reason_counts.get(node, Counter())) for node in found_pool if node not in acted}
     ref_pool = None
     if reference_minutes is not None:

@@ -101,6 +101,22 @@ def test_opted_out_workloads_are_skipped_whole() -> None:
     assert reasons["evict-out"] == "opted out by annotation rebalancer.io/evict=false"
 
 
+def test_a_workload_opted_out_by_a_pod_the_cycle_does_not_steer_is_skipped_whole() -> None:
+    # the pod that opted out runs on a node an alert's cycle does not steer, or is new and not running yet (a
+    # rollout's new template carries the annotation): the workload's other pods are left alone all the same
+    out = {STEERING_OPT_OUT_ANNOTATION: "false"}
+    elsewhere = cluster(b.pod("api-1", "cool", workload="api", annotations=out), b.pod("api-2", "hot", workload="api"))
+    focused = dataclasses.replace(elsewhere, focus=frozenset({"hot"}))
+    for snap in (focused, dataclasses.replace(focused, by_workload=None)):
+        result = plan(snap)
+        assert costs(result) == {}
+        assert "opted out" in next(d.reason for d in result.results[0].pod_decisions if d.name == "api-2")
+    for phase, node in (("Pending", "cool"), ("Pending", None)):
+        new = b.pod("api-new", node, workload="api", annotations=out, phase=phase)
+        snap = cluster(new, b.pod("api-old", "hot", workload="api"), b.pod("web-1", "hot", workload="web"))
+        assert costs(plan(snap)) == {"web-1": 100}
+
+
 def test_scope_unknown_usage_and_non_replica_set_pods() -> None:
     snap = cluster(
         b.pod("sys", "hot", namespace="kube-system"),

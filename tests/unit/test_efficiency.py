@@ -14,6 +14,9 @@ from rebalancer.domain.efficiency_records import (
     OTHERS_GREW,
     TOO_LITTLE_MOVED,
     UNKNOWN,
+    EvictedPod,
+    Relief,
+    Sighting,
 )
 from rebalancer.domain.model import ClusterFacts, Pod, UsageReport
 from rebalancer.planning.plan import EvictionPlan, Unrelieved
@@ -220,6 +223,18 @@ def test_rates_per_pool_with_reasons():
     assert (c.judged, c.cooled, c.effective) == (1, 1, 1.0)
     assert c.evictions == 1 and c.reference_minutes == 85.0
     assert report.pool("default").effective == 1.0
+
+
+def test_a_node_emptied_while_not_hot_is_no_found_hot_node_acted_on():
+    # "stuck" was found hot with nothing to evict; hours later, nearly idle, HighNodeUtilization emptied it:
+    # the eviction rate counts the found hot nodes acted on while hot, so it stays unacted
+    sighting = Sighting("stuck", "default", T0, T0 + 600, 3, False, {"no-evictable-pod": 3})
+    pods = (EvictedPod("default", "a", None, 100),)
+    emptied = Relief("stuck", "default", "HighNodeUtilization", T0 + 7200, 100.0, 5.0, pods, T0 + 8100)
+    state = EfficiencyState(sightings=(sighting,), reliefs=(emptied,))
+    c = compute_rates(state, None, {}, T0, T0 + 86_400).cluster
+    assert (c.found, c.acted, c.eviction, c.reliefs, c.evictions) == (1, 0, 0.0, 1, 1)
+    assert c.unacted_nodes == {"stuck": "no-evictable-pod"}
 
 
 def test_rates_without_reference_or_outside_the_period_are_none_not_zero():

@@ -8,14 +8,21 @@ idle < n1 < n2 < n3).
 
 from __future__ import annotations
 
+import dataclasses
+from types import MappingProxyType
+
+import msgspec
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from rebalancer.domain.model import ClusterFacts, Pod, Taint, UsageReport
 from rebalancer.planning.plan import EvictionPlan, NodeClass, PlannedEviction
+from rebalancer.planning.protections import Protections
 from rebalancer.planning.scheduler_model import SchedulerModel
+from rebalancer.policy import Policy, parse_policy
 from rebalancer.policy.cycle import plan_cycle
-from tests.builders import budget, node, pod, policy, usage
+from strategies import build
+from tests.builders import budget, node, pod, policy, snapshot, usage
 from tests.unit.test_planner_properties import clusters
 
 HNU = """
@@ -58,6 +65,38 @@ def test_node_with_a_protected_pod_is_left_alone():
     plan = run([node("idle"), node("busy")], pods, report)
     assert plan.evictions == ()
     assert any("bare" in d.reason and "cannot be emptied" in d.reason for d in plan.results[0].pod_decisions)
+
+
+LNU_BESIDE = """
+kind: LowNodeUtilization
+thresholds: {cpu: 20}
+targetThresholds: {cpu: 70}
+predictPlacement: false
+"""
+
+
+def two_strategies(first: str, second: str) -> Policy:
+    strategies = {"lnu": LNU_BESIDE, "hnu": HNU + NO_PREDICTION}
+    indented = "\n".join("  - " + strategies[k].strip().replace("\n", "\n    ") for k in (first, second))
+    return parse_policy(f"pools:\n  label: pool\nstrategies:\n{indented}\n", "test-policy")
+
+
+def test_a_node_another_strategy_sends_pods_onto_or_off_is_never_half_emptied():
+    # LowNodeUtilization relieves hot onto its only cold node, the one HighNodeUtilization would empty: in
+    # either order, the plan never both sends a pod there and empties it (the node would stay)
+    pods = [pod("h1", "hot", workload="a"), pod("h2", "hot", workload="b"), pod("c1", "cold", workload="c")]
+    pods.append(pod("n1", "normal", workload="d"))
+    report = usage({"hot": 8000, "cold": 500, "normal": 4000}, {"h1": 1000, "h2": 5000, "c1": 500, "n1": 4000})
+    facts = ClusterFacts((node("hot"), node("cold"), node("normal")), tuple(pods), ())
+    for first, second in (("lnu", "hnu"), ("hnu", "lnu")):
+        plan = plan_cycle(facts, report, two_strategies(first, second), 1_700_000_000.0)[1]
+        onto = {e.room_on for e in plan.evictions}
+        off = {e.node for e in plan.evictions if e.strategy == "HighNodeUtilization"}
+        assert plan.evictions and not onto & off, (first, [(e.name, e.node, e.room_on) for e in plan.evictions])
+    plan = plan_cycle(facts, report, two_strategies("lnu", "hnu"), 1_700_000_000.0)[1]
+    assert "an earlier strategy of this cycle sends a pod onto it" in next(
+        d.reason for d in plan.results[1].pod_decisions if d.name == "c1"
+    )
 
 
 def test_destinations_keep_under_target_after_moves():
@@ -152,6 +191,22 @@ def test_group_predicted_to_leave_is_emptied_with_each_replacements_landing():
     first = plan.evictions[0].reason
     assert first.startswith("emptying idle (9.0% < 20.0%); predicted to land on n1 (33%, scheduler score")
     assert first.endswith("the group's landing risk 0%")
+
+
+def test_replacements_are_predicted_with_the_landing_guards_marks_ahead():
+    # n1, the least requested destination, is about to be marked by the landing guard (NoSchedule) before the
+    # evictions: the replacement is predicted on n2, where it can land
+    nodes = [node("idle", taints=[SCALE_DOWN_CANDIDATE]), node("n1"), node("n2")]
+    pods = [pod("a", "idle", workload="a", cpu_request_m=500), pod("x", "n1", workload="x", cpu_request_m=2000)]
+    pods.append(pod("y", "n2", workload="y", cpu_request_m=4000))
+    snap = snapshot(nodes, pods, usage({"idle": 500, "n1": 3000, "n2": 3000}, {"a": 300, "x": 2500, "y": 2500}))
+    pol = policy(HNU)
+    hnu, protections = build(pol.strategies[0]), Protections.from_settings(pol.protections)
+    assert [e.landing for e in hnu.plan(snap, protections).evictions] == ["n1"]
+    guard = Taint("rebalancer.io/landing-guard", "hot", "NoSchedule")
+    ahead = {"n1": msgspec.structs.replace(snap.nodes["n1"], taints=(guard,))}
+    planned = hnu.plan(dataclasses.replace(snap, marks_ahead=MappingProxyType(ahead)), protections)
+    assert [(e.room_on, e.landing) for e in planned.evictions] == [("n2", "n2")]
 
 
 def test_group_landing_risk_is_capped_over_all_replacements():

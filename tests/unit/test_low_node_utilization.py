@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+from types import MappingProxyType
+
+import msgspec
+
 from rebalancer.domain.model import ClusterFacts, Taint, Toleration, UsageReport
-from rebalancer.planning.plan import EvictionPlan, NodeClass
+from rebalancer.planning.plan import EvictionPlan, NodeClass, PlannedEviction
+from rebalancer.planning.protections import Protections
+from rebalancer.planning.snapshot import after_evictions
 from rebalancer.policy import Policy
 from rebalancer.policy.cycle import plan_cycle
-from tests.builders import budget, node, pod, policy, usage
+from strategies import build
+from strategies.candidates import BudgetLedger
+from strategies.low_node_utilization import KIND
+from tests.builders import budget, node, pod, policy, snapshot, usage
 
 LNU = """
 kind: LowNodeUtilization
@@ -231,6 +241,59 @@ def test_disruption_budget_spent_across_the_plan():
     plan = run([node("hot"), node("cold")], pods, report, budgets=[budget("db", {"app": "db"}, allowed=1)])
     assert len(plan.evictions) == 1
     assert any("allows no more disruptions" in d.reason for d in plan.results[0].pod_decisions)
+
+
+def test_an_unready_pod_spends_a_budget_that_is_not_met():
+    # a single replica under minAvailable 1, running but not ready: the budget is not met (0 healthy of 1), so
+    # the Eviction API decides by disruptionsAllowed (0) and refuses; it is never planned
+    pods = [pod("only", "hot", labels={"app": "db"}, ready=False)]
+    strict = budget("db", {"app": "db"}, allowed=0, healthy=(0, 1))
+    plan = run([node("hot"), node("cold")], pods, usage({"hot": 9000, "cold": 0}, {"only": 3000}), budgets=[strict])
+    assert evicted(plan) == []
+    assert "allows no more disruptions" in why(plan, "only")
+
+
+def test_an_unready_pod_goes_without_the_budget_only_while_it_is_met():
+    # 3 healthy of 2 desired, one disruption allowed: the ready pod spends it and leaves the budget just met,
+    # so the unready pods may go without it while no more ready ones leave
+    pods = [
+        pod("ready", "hot", labels={"app": "db"}),
+        pod("unready-1", "hot", labels={"app": "db"}, ready=False),
+        pod("unready-2", "hot", labels={"app": "db"}, ready=False),
+    ]
+    report = usage({"hot": 10_000, "cold": 0}, {"ready": 1500, "unready-1": 1000, "unready-2": 1000})
+    met = budget("db", {"app": "db"}, allowed=1, healthy=(3, 2))
+    plan = run([node("hot"), node("cold")], pods, report, policy(NO_PREDICTION), budgets=[met])
+    assert sorted(evicted(plan)) == ["ready", "unready-1", "unready-2"]
+    unmet = budget("db", {"app": "db"}, allowed=1, healthy=(2, 2))
+    plan = run([node("hot"), node("cold")], pods, report, policy(NO_PREDICTION), budgets=[unmet])
+    assert evicted(plan) == ["ready"]  # it leaves the budget unmet: the unready pods then need a disruption too
+
+
+def test_a_later_strategy_sees_the_healthy_pods_an_earlier_one_planned_away():
+    db = {"app": "db"}
+    ready, unready = pod("ready", "hot", labels=db), pod("unready", "hot", labels=db, ready=False)
+    met = budget("db", db, allowed=1, healthy=(2, 2))
+    snap = snapshot([node("hot"), node("cold")], [ready, unready], usage({"hot": 9000, "cold": 0}), budgets=[met])
+    assert BudgetLedger(snap.budgets).blocker(unready) is None  # the budget is met: it may go without it
+    moved = PlannedEviction(KIND, "default", "ready", ready.uid, "hot", "default", ready.workload, 0, "", "cold")
+    (left,) = after_evictions(snap, [moved]).budgets
+    assert (left.disruptions_allowed, left.current_healthy) == (0, 1)
+    assert "allows no more disruptions" in (BudgetLedger([left]).blocker(unready) or "")
+
+
+def test_room_is_never_booked_on_a_node_the_landing_guard_marks_no_schedule_ahead():
+    # c1 has the most room, but the guard's pass before the evictions taints it NoSchedule: no replacement can
+    # land there, so the room search books c2
+    pods = [pod("a", "hot", workload="a"), pod("b", "hot", workload="b")]
+    report = usage({"hot": 9000, "c1": 0, "c2": 1000}, {"a": 3000, "b": 500})
+    snap = snapshot([node("hot"), node("c1"), node("c2")], pods, report)
+    pol = policy(NO_PREDICTION)
+    lnu, protections = build(pol.strategies[0]), Protections.from_settings(pol.protections)
+    assert [e.room_on for e in lnu.plan(snap, protections).evictions] == ["c1"]
+    guard = Taint("rebalancer.io/landing-guard", "relieved", "NoSchedule")
+    ahead = MappingProxyType({"c1": msgspec.structs.replace(snap.nodes["c1"], taints=(guard,))})
+    assert [e.room_on for e in lnu.plan(dataclasses.replace(snap, marks_ahead=ahead), protections).evictions] == ["c2"]
 
 
 def test_pod_matched_by_two_budgets_is_passed_over():

@@ -102,6 +102,16 @@ def test_a_node_with_an_unknown_prediction_is_unknown_never_hot_or_cold() -> Non
         assert not plan.evictions
 
 
+def test_a_node_that_is_not_ready_is_unknown_whatever_its_prediction() -> None:
+    # its kubelet does not answer: its reading cannot be trusted and an eviction there cannot complete
+    nodes = [node("quiet-now", ready=False), node("cold")]
+    for mode in ("predicted", "max"):
+        plan = run(nodes, PODS, NOW, mode, PEAK)
+        decision = next(d for d in plan.results[0].node_decisions if d.node == "quiet-now")
+        assert decision.node_class is NodeClass.UNKNOWN and "not Ready" in decision.reason
+        assert not plan.evictions
+
+
 def test_a_failed_or_missing_prediction_evicts_nothing_and_says_why() -> None:
     for load, words in (
         (PredictedLoad.failed("predictor history: MetricsUnavailable: down"), "down"),
