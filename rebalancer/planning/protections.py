@@ -17,6 +17,7 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 LOCAL_STORAGE_KINDS = frozenset({"emptyDir", "hostPath"})
 DELETION_COST_OWNER_ANNOTATION = "rebalancer.io/pod-deletion-cost"  # the pod-deletion-cost rebalancer last set
 STEERING_OPT_OUT_ANNOTATION = "rebalancer.io/deletion-cost-steering"  # "false": never steer this workload
+SYSTEM_NAMESPACE = "kube-system"  # evictable only when evictableNamespaces.include names it
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +140,8 @@ def _namespace(p: Protections, pod: Pod) -> str | None:
         return f"namespace {pod.namespace} not in evictableNamespaces.include"
     if pod.namespace in f.exclude:
         return f"namespace {pod.namespace} in evictableNamespaces.exclude"
+    if pod.namespace == SYSTEM_NAMESPACE and not f.include:  # an exclude list given does not drop this
+        return f"namespace {SYSTEM_NAMESPACE}: protected unless evictableNamespaces.include names it"
     return None
 
 

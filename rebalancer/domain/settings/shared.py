@@ -269,7 +269,8 @@ class ProtectionSettings(Model):
 
     evictable_namespaces: NamespaceFilter = Field(
         default_factory=lambda: NamespaceFilter(exclude=("kube-system",)),
-        description="Namespaces whose pods may be evicted.",
+        description="Namespaces whose pods may be evicted. kube-system only when include names it: an exclude "
+        "list given replaces the default one and still keeps kube-system.",
     )
     label_selector: LabelSelectorSpec | None = Field(
         default=None, description="When set, only pods matching it may be evicted."
