@@ -203,6 +203,7 @@ global:
   scrape_interval: {scrape_interval}
   evaluation_interval: 30s
 {rule_files}scrape_configs: {scrape_configs}
+remote_read: {remote_read}
 """
 
 
@@ -212,7 +213,8 @@ class PrometheusServer:
     ``rules`` maps a file name to the text of a rule file (recording or alerting rules);
     ``extra_args`` are added to the command line (for example ``--query.lookback-delta=10m``);
     ``scrape_configs``: Prometheus' own ``scrape_configs`` entries (with their relabelling), scraped every
-    ``scrape_interval``.
+    ``scrape_interval``; ``remote_read``: its ``remote_read`` entries (one whose endpoint fails makes every
+    query it takes part in answer with ``warnings``).
     """
 
     def __init__(
@@ -225,6 +227,7 @@ class PrometheusServer:
         retention: str = "30d",
         scrape_configs: Sequence[Mapping[str, object]] = (),
         scrape_interval: str = "30s",
+        remote_read: Sequence[Mapping[str, object]] = (),
     ) -> None:
         self.workdir = workdir
         self.data_dir = workdir / "data"
@@ -242,6 +245,7 @@ class PrometheusServer:
                 rule_files=f"rule_files:\n{listed}" if listed else "",
                 scrape_configs=json.dumps(list(scrape_configs)),  # JSON is YAML
                 scrape_interval=scrape_interval,
+                remote_read=json.dumps(list(remote_read)),
             )
         )
 

@@ -15,7 +15,7 @@ import pytest
 
 from rebalancer.adapters.prom.client import PromClient, Vector
 from rebalancer.adapters.prom.history import _Table
-from rebalancer.domain.errors import MetricsUnavailable, SourceError
+from rebalancer.domain.errors import MetricsMalformed, MetricsUnavailable, SourceError
 from rebalancer.domain.settings.shared import PrometheusSettings
 from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, Series, StartPrometheus, closed_port
 
@@ -131,6 +131,8 @@ def test_canned_answers_read_both_ways_are_equal(canned_http: CannedHttpServer, 
     assert_same(small, large)
     if status != 200 or body == {"status": "success"}:
         assert isinstance(large, SourceError)
+    if isinstance(body, dict) and "warnings" in body:  # a partial answer is never read
+        assert isinstance(large, MetricsMalformed) and "answered with warnings" in str(large)
 
 
 def test_transport_failures_are_the_same_errors(canned_http: CannedHttpServer) -> None:

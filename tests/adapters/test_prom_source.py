@@ -12,6 +12,7 @@ import gc
 import threading
 import time
 import urllib.parse
+import urllib.request
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import requests
 from prometheus_api_client.exceptions import PrometheusApiClientException
 
 from rebalancer.adapters.prom import PrometheusUsageSource
+from rebalancer.adapters.prom.client import PromClient
 from rebalancer.domain.errors import MetricsMalformed, MetricsStale, MetricsUnavailable, SourceError
 from rebalancer.domain.settings.shared import DEFAULT_POD_CPU_QUERY, PrometheusSettings, UsageQueries
 from tests.adapters.cadvisor import (
@@ -262,6 +264,35 @@ def test_invalid_promql_carries_prometheus_message(prom: PrometheusServer) -> No
     with pytest.raises(MetricsUnavailable, match=r"HTTP 400 \(bad_data\): .*parse error") as caught:
         read(prom.url, pod_cpu=f"sum by (namespace, pod) ({RATE}")
     assert isinstance(caught.value.__cause__, PrometheusApiClientException)
+
+
+def test_an_answer_with_warnings_is_malformed_never_read(start_prometheus: StartPrometheus) -> None:
+    """A remote-read endpoint that fails leaves Prometheus' answer partial: it says so in ``warnings`` only."""
+    with closed_port() as port:
+        remote = {"url": f"http://127.0.0.1:{port}/api/v1/read", "read_recent": True}
+        server = start_prometheus(HISTORY.series(), remote_read=[remote])
+        raw = urllib.request.urlopen(f"{server.url}/api/v1/query?query=up&time={END}", timeout=10).read()
+        assert b'"warnings"' in raw and b'"status":"success"' in raw  # the answer a cycle meets
+
+        with pytest.raises(
+            MetricsMalformed, match=r"query \w+: Prometheus answered with warnings, .*remote_read: .*refused"
+        ):
+            read(server.url)
+        pods = 'sum by (namespace, pod) (container_cpu_usage_seconds_total{container!=""})'
+        client = PromClient(PrometheusSettings(url=server.url))
+        asks = (
+            lambda: client.vector("q", pods, END),
+            lambda: client.large_vector("q", pods, END),
+            lambda: client.pod_values("q", pods, END),
+            lambda: client.pod_matrix("q", pods, END - 600, END, 60),  # the history's profiles
+            lambda: client.pod_samples("q", 'container_cpu_usage_seconds_total{container="app"}[5m]', END),
+        )
+        try:
+            for ask in asks:
+                with pytest.raises(MetricsMalformed, match=r"query q: Prometheus answered with warnings"):
+                    ask()
+        finally:
+            client.close()
 
 
 # -- transport failures ------------------------------------------------------------------------

@@ -6,7 +6,8 @@ Shared by the usage source (``source.py``) and the history source (``history.py`
 * ``MetricsUnavailable``: Prometheus unreachable, timed out, an HTTP error (with Prometheus'
   ``errorType``/``error``, for example the 422 of a query over its sample limit), or ``status: error``.
 * ``MetricsMalformed``: not an instant vector, a series without its key labels, two series for one key,
-  a value that is NaN, infinite, negative or unparsable.
+  a value that is NaN, infinite, negative or unparsable, an answer with ``warnings`` (Prometheus answers
+  with the data it could read and warns, for example when a remote-read endpoint failed: partial data).
 
 ``large_vector`` is ``vector`` for answers of tens of thousands of series (the history source reads one
 per day, 30,000 pods each on a large cluster): the library decodes every answer with the standard ``json``
@@ -34,7 +35,7 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from rebalancer.adapters.prom.matrix import PodMatrix, pod_matrix
+from rebalancer.adapters.prom.matrix import PodMatrix, pod_matrix, refuse_warnings
 from rebalancer.domain.errors import MetricsMalformed, MetricsUnavailable, TokenFileError
 from rebalancer.domain.model import PodKey
 from rebalancer.domain.redaction import redact
@@ -64,6 +65,7 @@ class _Data(msgspec.Struct):
 class _Answer(msgspec.Struct):
     status: str
     data: _Data
+    warnings: Any = None
 
 
 _VECTOR_ANSWER = msgspec.json.Decoder(_Answer)
@@ -91,9 +93,19 @@ class _PodData(msgspec.Struct, gc=False):
 class _PodAnswer(msgspec.Struct, gc=False):
     status: str
     data: _PodData
+    warnings: Any = None
 
 
 _POD_ANSWER = msgspec.json.Decoder(_PodAnswer)
+
+
+class _Warned(msgspec.Struct):
+    """Only an answer's ``warnings`` (its other fields are skipped)."""
+
+    warnings: Any = None
+
+
+_WARNINGS = msgspec.json.Decoder(_Warned)
 
 
 def fast_pod_values(body: bytes) -> dict[PodKey, float] | None:
@@ -101,7 +113,7 @@ def fast_pod_values(body: bytes) -> dict[PodKey, float] | None:
     finite, non-negative value; None for anything else (the checked way then says what is wrong)."""
     try:
         answer = _POD_ANSWER.decode(body)
-        if answer.status != "success" or answer.data.result_type != "vector":
+        if answer.status != "success" or answer.data.result_type != "vector" or answer.warnings:
             return None
         samples = answer.data.result
         values = {(s.metric.namespace, s.metric.pod): float(s.value[1]) for s in samples}
@@ -166,7 +178,11 @@ class PromClient:
     def vector(self, name: str, promql: str, at: float) -> Vector:
         """The instant vector ``promql`` evaluates to at ``at`` (epoch seconds): (labels, value) pairs."""
         with self._timed(name, at):
-            return parse_vector(name, self._call(name, promql, self._params(at)))
+            result = self._call(name, promql, self._params(at))
+            response: requests.Response | None = self._last.response
+            if response is not None:
+                refuse_warnings(name, _WARNINGS.decode(response.content).warnings)
+            return parse_vector(name, result)
 
     def large_vector(self, name: str, promql: str, at: float) -> Vector:
         """``vector()`` for answers with many series: the same result and the same errors, decoded faster."""
@@ -238,6 +254,7 @@ class PromClient:
             raise MetricsMalformed(f"query {name}: HTTP 200 but the body is not JSON: {self._body()}") from exc
         if answer.status != "success" or answer.data.result_type != "vector":
             return parse_vector(name, self._data_result(name, promql))
+        refuse_warnings(name, answer.warnings)
         return [(s.metric, _value(name, s.metric, list(s.value))) for s in answer.data.result]
 
     def _params(self, at: float) -> dict[str, str]:
@@ -286,6 +303,8 @@ class PromClient:
         if isinstance(answer, dict) and answer.get("status") == "error":
             raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from cause
         data = answer.get("data") if isinstance(answer, dict) else None
+        if isinstance(answer, dict):
+            refuse_warnings(name, answer.get("warnings"))
         if not isinstance(data, dict) or "result" not in data:
             raise MetricsMalformed(f"query {name}: the answer has no data.result: {self._body()}") from cause
         result: object = data["result"]

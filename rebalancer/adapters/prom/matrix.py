@@ -4,8 +4,8 @@ A profile read asks for tens of thousands of pods x 24 (or more) points per day:
 into typed structs, the points a group of series at a time (the values' strings parsed as floats on the
 way), and they land in three flat arrays: no Python object per point outlives its group. Anything else is
 :class:`~rebalancer.domain.errors.MetricsMalformed` naming the query and the cause: not a success, not a
-matrix, a series without its namespace or pod label, a pod twice (unless raw samples are read), a value that
-is NaN, infinite, negative or not a number.
+matrix, an answer with ``warnings`` (partial data), a series without its namespace or pod label, a pod twice
+(unless raw samples are read), a value that is NaN, infinite, negative or not a number.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -47,6 +47,7 @@ class _Answer(msgspec.Struct, gc=False):
     data: _Data | None = None
     error: str = ""
     error_type: str = msgspec.field(default="", name="errorType")
+    warnings: Any = None
 
 
 _DECODER = msgspec.json.Decoder(_Answer)
@@ -91,6 +92,7 @@ def pod_matrix(name: str, body: bytes, *, one_per_pod: bool = True) -> PodMatrix
         )
     if answer.data.result_type != "matrix":
         raise MetricsMalformed(f"query {name}: expected a range vector (matrix), got {answer.data.result_type!r}")
+    refuse_warnings(name, answer.warnings)
     result = answer.data.result
     keys = tuple((s.metric.namespace, s.metric.pod) for s in result)
     if one_per_pod and len(set(keys)) != len(keys):
@@ -123,6 +125,17 @@ def _points(result: Sequence[_PodSeries]) -> tuple[npt.NDArray[np.int64], npt.ND
         pairs = chain.from_iterable(group)
         flats.append(np.fromiter(chain.from_iterable(pairs), dtype=np.float64, count=2 * sum(map(len, group))))
     return counts, np.concatenate(flats)
+
+
+def refuse_warnings(name: str, warnings: object) -> None:
+    """An answer with ``warnings`` may be partial (a remote-read endpoint failed, a partial response): the
+    error quotes them."""
+    if warnings:
+        shown = "; ".join(map(str, warnings)) if isinstance(warnings, list) else repr(warnings)
+        raise MetricsMalformed(
+            f"query {name}: Prometheus answered with warnings, so its answer may be partial and is not used: "
+            f"{_clip(' '.join(shown.split()))}"
+        )
 
 
 def rows_of(index: dict[K, int], keys: Sequence[K]) -> npt.NDArray[np.int64]:
