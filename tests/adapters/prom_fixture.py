@@ -287,6 +287,11 @@ class PrometheusServer:
 # -- an honest fake at the HTTP boundary -----------------------------------------------------
 
 
+ASKED_TIME = "<the request's time>"
+"""In a canned JSON answer, stands for the request's ``time`` parameter (a range query's ``end``), written as
+a number there: the time each sample of an instant vector carries, as Prometheus answers."""
+
+
 @dataclass
 class CannedAnswer:
     status: int = 200
@@ -323,12 +328,17 @@ class CannedHttpServer:
                 answer = outer.answer
                 if answer.delay:
                     outer._release.wait(answer.delay)
+                sent = answer.body
+                if _ASKED_TIME in sent:
+                    form = urllib.parse.urlsplit(self.path).query if self.command == "GET" else body.decode()
+                    asked = dict(urllib.parse.parse_qsl(form))
+                    sent = sent.replace(_ASKED_TIME, (asked.get("time") or asked.get("end") or "0").encode())
                 try:
                     self.send_response(answer.status)
                     self.send_header("Content-Type", answer.content_type)
-                    self.send_header("Content-Length", str(len(answer.body)))
+                    self.send_header("Content-Length", str(len(sent)))
                     self.end_headers()
-                    self.wfile.write(answer.body)
+                    self.wfile.write(sent)
                 except OSError:  # the client gave up (timeout)
                     pass
 
@@ -365,6 +375,8 @@ class CannedHttpServer:
         self._server.shutdown()
         self._server.server_close()
 
+
+_ASKED_TIME = json.dumps(ASKED_TIME).encode()
 
 StartPrometheus = Callable[..., PrometheusServer]
 """The ``start_prometheus`` fixture: ``start_prometheus(history, rules=..., extra_args=...)``."""

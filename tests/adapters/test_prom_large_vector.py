@@ -181,7 +181,7 @@ def test_table_keeps_the_highest_value_of_a_key_answered_twice_and_nan_where_mis
 def test_a_plain_vector_takes_the_msgspec_path(prom: PrometheusServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """The generic walk over decoded dicts is only for answers that are not a plain vector of floats."""
 
-    def walked(name: str, result: object) -> Vector:
+    def walked(name: str, result: object, at: float) -> Vector:
         raise AssertionError("the answer went through parse_vector")
 
     monkeypatch.setattr("rebalancer.adapters.prom.client.parse_vector", walked)

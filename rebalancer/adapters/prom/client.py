@@ -7,7 +7,9 @@ Shared by the usage source (``source.py``) and the history source (``history.py`
   ``errorType``/``error``, for example the 422 of a query over its sample limit), or ``status: error``.
 * ``MetricsMalformed``: not an instant vector, a series without its key labels, two series for one key,
   a value that is NaN, infinite, negative or unparsable, an answer with ``warnings`` (Prometheus answers
-  with the data it could read and warns, for example when a remote-read endpoint failed: partial data).
+  with the data it could read and warns, for example when a remote-read endpoint failed: partial data), a
+  sample for another time than the one asked for (a cache or proxy in front of Prometheus that ignores
+  ``time``: every sample of an instant vector carries the evaluation time).
 
 ``large_vector`` is ``vector`` for answers of tens of thousands of series (the history source reads one
 per day, 30,000 pods each on a large cluster): the library decodes every answer with the standard ``json``
@@ -108,16 +110,20 @@ class _Warned(msgspec.Struct):
 _WARNINGS = msgspec.json.Decoder(_Warned)
 
 
-def fast_pod_values(body: bytes) -> dict[PodKey, float] | None:
-    """:func:`by_pod` of a successful instant vector in which every series names its pod once and has a
-    finite, non-negative value; None for anything else (the checked way then says what is wrong)."""
+def fast_pod_values(body: bytes, at: float) -> dict[PodKey, float] | None:
+    """:func:`by_pod` of a successful instant vector evaluated at ``at`` in which every series names its pod
+    once and has a finite, non-negative value; None for anything else (the checked way then says what is
+    wrong)."""
     try:
         answer = _POD_ANSWER.decode(body)
         if answer.status != "success" or answer.data.result_type != "vector" or answer.warnings:
             return None
         samples = answer.data.result
         values = {(s.metric.namespace, s.metric.pod): float(s.value[1]) for s in samples}
+        stamps = {s.value[0] for s in samples}
     except (msgspec.DecodeError, ValueError):
+        return None
+    if not all(_same_time(stamp, at) for stamp in stamps):
         return None
     if len(values) != len(samples) or not _finite_and_positive(values.values()):
         return None  # two series for one pod, or an odd value
@@ -182,12 +188,12 @@ class PromClient:
             response: requests.Response | None = self._last.response
             if response is not None:
                 refuse_warnings(name, _WARNINGS.decode(response.content).warnings)
-            return parse_vector(name, result)
+            return parse_vector(name, result, at)
 
     def large_vector(self, name: str, promql: str, at: float) -> Vector:
         """``vector()`` for answers with many series: the same result and the same errors, decoded faster."""
         with self._timed(name, at):
-            return self._vector_from(name, promql, self._fetch(name, promql, at))
+            return self._vector_from(name, promql, self._fetch(name, promql, at), at)
 
     def pod_values(self, name: str, promql: str, at: float) -> dict[PodKey, float]:
         """``by_pod(name, large_vector(...))`` for the per-pod answer (150,000 series on the largest cluster),
@@ -195,8 +201,8 @@ class PromClient:
         not a plain vector of distinct, labelled, finite and non-negative values goes the checked way."""
         with self._timed(name, at):
             body = self._fetch(name, promql, at)
-            values = fast_pod_values(body)
-            return values if values is not None else by_pod(name, self._vector_from(name, promql, body))
+            values = fast_pod_values(body, at)
+            return values if values is not None else by_pod(name, self._vector_from(name, promql, body, at))
 
     def pod_matrix(self, name: str, promql: str, start: float, end: float, step: float) -> PodMatrix:
         """The range query ``promql`` from ``start`` to ``end`` every ``step`` seconds, one series per pod,
@@ -209,18 +215,20 @@ class PromClient:
         }
         with self._timed(name, end):
             body = self._fetch(name, promql, end, path="query_range", params=params)
-            return self._matrix_from(name, promql, body, one_per_pod=True)
+            return self._matrix_from(name, promql, body, (round(start, 3), round(end, 3)), one_per_pod=True)
 
     def pod_samples(self, name: str, promql: str, at: float) -> PodMatrix:
         """The raw samples an instant query over a range selector (``rule{...}[1d]``) returns at ``at``, with
         their own timestamps; a pod may have more than one series (checked like ``pod_matrix`` otherwise)."""
         with self._timed(name, at):
-            body = self._fetch(name, promql, at)
-            return self._matrix_from(name, promql, body, one_per_pod=False)
+            body = self._fetch(name, promql, at)  # the samples of the range selector's span, up to ``at``
+            return self._matrix_from(name, promql, body, (-math.inf, round(at, 3)), one_per_pod=False)
 
-    def _matrix_from(self, name: str, promql: str, body: bytes, *, one_per_pod: bool) -> PodMatrix:
+    def _matrix_from(
+        self, name: str, promql: str, body: bytes, span: tuple[float, float], *, one_per_pod: bool
+    ) -> PodMatrix:
         try:
-            return pod_matrix(name, body, one_per_pod=one_per_pod)
+            return pod_matrix(name, body, span=span, one_per_pod=one_per_pod)
         except MetricsMalformed:
             answer = self._json()
             if isinstance(answer, dict) and answer.get("status") == "error":
@@ -245,17 +253,17 @@ class PromClient:
             raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from cause
         return response.content
 
-    def _vector_from(self, name: str, promql: str, body: bytes) -> Vector:
+    def _vector_from(self, name: str, promql: str, body: bytes, at: float) -> Vector:
         try:
             answer = _VECTOR_ANSWER.decode(body)
         except msgspec.ValidationError:  # valid JSON, but not a plain vector of floats: say what it is
-            return parse_vector(name, self._data_result(name, promql))
+            return parse_vector(name, self._data_result(name, promql), at)
         except msgspec.DecodeError as exc:
             raise MetricsMalformed(f"query {name}: HTTP 200 but the body is not JSON: {self._body()}") from exc
         if answer.status != "success" or answer.data.result_type != "vector":
-            return parse_vector(name, self._data_result(name, promql))
+            return parse_vector(name, self._data_result(name, promql), at)
         refuse_warnings(name, answer.warnings)
-        return [(s.metric, _value(name, s.metric, list(s.value))) for s in answer.data.result]
+        return [(s.metric, _value(name, s.metric, list(s.value), at)) for s in answer.data.result]
 
     def _params(self, at: float) -> dict[str, str]:
         return {"time": f"{at:.3f}", "timeout": f"{self.timeout_seconds:g}s"}
@@ -338,8 +346,9 @@ class PromClient:
         return "" if response is None else clip(response.text)
 
 
-def parse_vector(name: str, result: object) -> Vector:
-    """Checks the shape of ``data.result`` (the Prometheus HTTP API) and returns (labels, value) pairs.
+def parse_vector(name: str, result: object, at: float) -> Vector:
+    """Checks the shape of ``data.result`` (the Prometheus HTTP API) of a query evaluated at ``at`` and
+    returns (labels, value) pairs.
 
     ``custom_query`` hands back only ``data.result``; the shapes still tell the result types apart:
     a vector is a list of ``{"metric", "value"}``, a matrix a list of ``{"metric", "values"}``, a
@@ -363,7 +372,7 @@ def parse_vector(name: str, result: object) -> Vector:
             raise MetricsMalformed(f"query {name}: native histogram sample, expected a float: {show(labels)}")
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
             raise MetricsMalformed(f"query {name}: a series has no label set: {clip(repr(item))}")
-        series.append((labels, _value(name, labels, item.get("value"))))
+        series.append((labels, _value(name, labels, item.get("value"), at)))
     return series
 
 
@@ -394,7 +403,7 @@ def by_pod(name: str, series: Vector) -> dict[PodKey, float]:
     return out
 
 
-def _value(name: str, labels: Labels, pair: object) -> float:
+def _value(name: str, labels: Labels, pair: object, at: float) -> float:
     if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[1], str):
         raise MetricsMalformed(f"query {name}: series {show(labels)} has no [time, value] pair: {clip(repr(pair))}")
     try:
@@ -405,7 +414,18 @@ def _value(name: str, labels: Labels, pair: object) -> float:
         raise MetricsMalformed(f"query {name}: series {show(labels)} has the value {pair[1]}")
     if value < 0:
         raise MetricsMalformed(f"query {name}: series {show(labels)} has a negative value {pair[1]}")
+    if not _same_time(pair[0], at):
+        raise MetricsMalformed(
+            f"query {name}: series {show(labels)} is for the time {clip(repr(pair[0]))}, not {at:.3f} ({iso(at)}) "
+            "the query was evaluated at: an answer for another time (from a cache or proxy that ignores the "
+            "query's time?) is not used"
+        )
     return value
+
+
+def _same_time(stamp: object, at: float) -> bool:
+    """Whether a sample's time is ``at`` as the query sent it (in milliseconds, as Prometheus keeps it)."""
+    return isinstance(stamp, int | float) and not isinstance(stamp, bool) and abs(stamp - round(at, 3)) < 0.0005
 
 
 def iso(at: float) -> str:

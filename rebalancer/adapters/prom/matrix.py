@@ -5,7 +5,8 @@ into typed structs, the points a group of series at a time (the values' strings 
 way), and they land in three flat arrays: no Python object per point outlives its group. Anything else is
 :class:`~rebalancer.domain.errors.MetricsMalformed` naming the query and the cause: not a success, not a
 matrix, an answer with ``warnings`` (partial data), a series without its namespace or pod label, a pod twice
-(unless raw samples are read), a value that is NaN, infinite, negative or not a number.
+(unless raw samples are read), a value that is NaN, infinite, negative or not a number, a point outside the
+time span asked for (an answer for another time, from a cache or proxy in front of Prometheus).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rebalancer.domain.model import PodKey
 K = TypeVar("K", bound=Hashable)
 _Label = Annotated[str, msgspec.Meta(min_length=1)]
 _MAX_SHOWN = 300
+_MS = 0.001  # Prometheus keeps times in milliseconds
 
 
 class _PodLabels(msgspec.Struct, gc=False):
@@ -79,9 +81,10 @@ class PodMatrix:
     values: npt.NDArray[np.float64]
 
 
-def pod_matrix(name: str, body: bytes, *, one_per_pod: bool = True) -> PodMatrix:
-    """The checked points of a range answer with one series per (namespace, pod); without ``one_per_pod``
-    a pod may have several (raw samples keep the node label: a pod rescheduled within the batch's nodes)."""
+def pod_matrix(name: str, body: bytes, *, span: tuple[float, float], one_per_pod: bool = True) -> PodMatrix:
+    """The checked points of a range answer with one series per (namespace, pod), each within ``span`` (the
+    first and last time asked for, in seconds, as sent: to the millisecond); without ``one_per_pod`` a pod may
+    have several (raw samples keep the node label: a pod rescheduled within the batch's nodes)."""
     try:
         answer = _DECODER.decode(body)
     except msgspec.DecodeError as exc:  # ValidationError included: names the place in the answer
@@ -112,6 +115,16 @@ def pod_matrix(name: str, body: bytes, *, one_per_pod: bool = True) -> PodMatrix
         series = int(np.searchsorted(np.cumsum(counts), first, side="right"))
         ns, pod = keys[series]
         raise MetricsMalformed(f"query {name}: series of pod {ns}/{pod} has the value {float(values[first])}")
+    earliest, latest = span
+    outside = (times < earliest - _MS / 2) | (times > latest + _MS / 2)
+    if outside.any():
+        first = int(np.argmax(outside))
+        ns, pod = keys[int(np.searchsorted(np.cumsum(counts), first, side="right"))]
+        raise MetricsMalformed(
+            f"query {name}: series of pod {ns}/{pod} has a point at {float(times[first]):.3f}, outside "
+            f"{earliest:.3f}..{latest:.3f} asked for: an answer for another time (from a cache or proxy that "
+            "ignores the query's time?) is not used"
+        )
     return PodMatrix(keys, np.repeat(np.arange(len(keys), dtype=np.int64), counts), times, values)
 
 
