@@ -25,6 +25,7 @@ from rebalancer.adapters.prom import PrometheusUsageSource
 from rebalancer.adapters.prom.client import PromClient
 from rebalancer.domain.errors import MetricsMalformed, MetricsStale, MetricsUnavailable, SourceError
 from rebalancer.domain.settings.shared import DEFAULT_POD_CPU_QUERY, PrometheusSettings, UsageQueries
+from tests import builders
 from tests.adapters.cadvisor import (
     CadvisorHistory,
     Container,
@@ -186,6 +187,19 @@ def test_stale_node_is_unknown_not_zero(prom: PrometheusServer) -> None:
 
     assert set(report.node_cpu_m) == {"n1", "n2"}
     assert report.node_problems == {"n3": f"cadvisor: newest sample {STALE_AGE}s old > maxDataAge 5m"}
+
+
+def test_the_pods_of_a_stale_node_have_unknown_usage_in_the_snapshot(prom: PrometheusServer) -> None:
+    """n3's cAdvisor stopped 810 s before END: the pod query still reads stale-1 from its old samples (the
+    window and the rate reach back 15 minutes); the pods' freshness check says they are old."""
+    report = read(prom.url)
+    assert ("shop", "stale-1") in report.pod_cpu_m  # the trap: a value from 13-minute-old samples
+    assert report.fresh_nodes == frozenset({"n1", "n2"})
+
+    pods = [builders.pod(p.name, p.node, namespace=p.namespace) for p in HISTORY.pods]
+    snap = builders.snapshot([builders.node(n.name) for n in HISTORY.nodes], pods, report)
+
+    assert {p.name for p in pods if snap.usage_of(p) is None} == {"stale-1"}
 
 
 def test_freshness_query_limited_to_the_lookback_still_flags_the_node(prom: PrometheusServer) -> None:
