@@ -9,6 +9,8 @@ from a tiny local HTTP server.
 from __future__ import annotations
 
 import gc
+import json
+import socket
 import threading
 import time
 import urllib.parse
@@ -37,6 +39,7 @@ from tests.adapters.cadvisor import (
     spike,
 )
 from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, StartPrometheus, closed_port
+from tests.raw_http import accept_each
 
 pytestmark = pytest.mark.prometheus
 
@@ -386,6 +389,37 @@ def test_timeout_is_unavailable(canned_http: CannedHttpServer) -> None:
         read(canned_http.url, timeout=timedelta(seconds=1))
     assert time.monotonic() - started < 2
     assert isinstance(caught.value.__cause__, requests.Timeout)
+
+
+def _stalled_answer(conn: socket.socket) -> None:
+    """Headers and the first bytes of an answer, then nothing for 5 s (a Prometheus or proxy that stalls)."""
+    with conn:
+        conn.recv(65536)
+        body = json.dumps(answer({"metric": AB, "value": [END, "0.25"]})).encode()
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+        conn.sendall(body[:20])
+        time.sleep(5)
+
+
+def test_an_answer_that_stalls_midway_is_a_timeout() -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    threading.Thread(target=accept_each, args=(server, stop, _stalled_answer), daemon=True).start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    client = PromClient(PrometheusSettings(url=url, timeout=timedelta(seconds=1)))
+    try:
+        for ask in (client.vector, client.large_vector, client.pod_values):
+            started = time.monotonic()
+            with pytest.raises(MetricsUnavailable) as caught:
+                ask("q", "q", END)
+            assert time.monotonic() - started < 2
+            message = str(caught.value)
+            assert "stopped sending its answer: nothing came for 1s" in message, message
+            assert "cannot reach" not in message  # it was reached, and answered part of it
+    finally:
+        client.close()
+        stop.set()
+        server.close()
 
 
 def answer(*series: dict[str, Any]) -> dict[str, Any]:

@@ -3,8 +3,9 @@
 Shared by the usage source (``source.py``) and the history source (``history.py``). Failures become
 :class:`~rebalancer.domain.errors.SourceError` subclasses that name the query and the cause:
 
-* ``MetricsUnavailable``: Prometheus unreachable, timed out, an HTTP error (with Prometheus'
-  ``errorType``/``error``, for example the 422 of a query over its sample limit), or ``status: error``.
+* ``MetricsUnavailable``: Prometheus unreachable, timed out (also midway through its answer), an HTTP error
+  (with Prometheus' ``errorType``/``error``, for example the 422 of a query over its sample limit), or
+  ``status: error``.
 * ``MetricsMalformed``: not an instant vector, a series without its key labels, two series for one key,
   a value that is NaN, infinite, negative or unparsable, an answer with ``warnings`` (Prometheus answers
   with the data it could read and warns, for example when a remote-read endpoint failed: partial data), a
@@ -35,6 +36,7 @@ import msgspec
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import Retry
 
 from rebalancer.adapters.prom.matrix import PodMatrix, pod_matrix, refuse_warnings
@@ -287,6 +289,11 @@ class PromClient:
                 f"query {name}: Prometheus at {self.shown_url} did not answer within {self.timeout_seconds:g}s"
             ) from exc
         except requests.ConnectionError as exc:
+            if exc.args and isinstance(exc.args[0], ReadTimeoutError):  # what requests makes of a stalled body
+                raise MetricsUnavailable(
+                    f"query {name}: Prometheus at {self.shown_url} stopped sending its answer: nothing came for "
+                    f"{self.timeout_seconds:g}s"
+                ) from exc
             raise MetricsUnavailable(f"query {name}: cannot reach Prometheus at {self.shown_url}: {exc}") from exc
         except requests.RequestException as exc:
             raise MetricsUnavailable(f"query {name}: request to Prometheus at {self.shown_url} failed: {exc}") from exc
