@@ -8,6 +8,7 @@ from a tiny local HTTP server.
 
 from __future__ import annotations
 
+import base64
 import gc
 import json
 import socket
@@ -508,6 +509,24 @@ def test_bearer_token_time_and_timeout_are_sent(canned_http: CannedHttpServer, t
     sent = urllib.parse.parse_qs(urllib.parse.urlsplit(first.path).query)
     assert sent["time"] == ["1372718700.000"]
     assert sent["timeout"] == ["15s"]
+
+
+def test_a_password_in_the_url_is_sent_and_never_shown(canned_http: CannedHttpServer) -> None:
+    """A generated password with a quote and angle brackets: sent as basic auth, never in a description or error."""
+    canned_http.reply(200, answer({"metric": AB, "value": [END, "0.25"]}))
+    password = "it's<3>"
+    url = canned_http.url.replace("http://", "http://admin:" + password + "@")
+
+    with PrometheusUsageSource(settings_for(url, **POD_QUERY_ONLY)) as source:
+        report = source.read(END)
+    canned_http.reply(503, b"down")
+    with PrometheusUsageSource(settings_for(url, **POD_QUERY_ONLY)) as source, pytest.raises(SourceError) as caught:
+        source.read(END)
+
+    [sent] = canned_http.requests
+    assert sent.headers["Authorization"] == "Basic " + base64.b64encode(f"admin:{password}".encode()).decode()
+    assert report.description.startswith(f"Prometheus http://***@{canned_http.url.removeprefix('http://')} at ")
+    assert password not in report.description and "3>" not in str(caught.value)
 
 
 def test_unreadable_token_file_is_unavailable(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ from urllib3.util.retry import Retry
 from rebalancer.adapters.prom.matrix import PodMatrix, pod_matrix, refuse_warnings
 from rebalancer.domain.errors import MetricsMalformed, MetricsUnavailable, TokenFileError
 from rebalancer.domain.model import PodKey
-from rebalancer.domain.redaction import redact
+from rebalancer.domain.redaction import redact_url
 from rebalancer.domain.settings.shared import PrometheusSettings
 from rebalancer.domain.token_file import PROMETHEUS_TOKEN_FILE, read_token_file
 
@@ -149,7 +149,7 @@ class PromClient:
     ) -> None:
         self._settings = settings
         self.url = settings.url.rstrip("/")
-        self.shown_url = redact(self.url)  # the URL as messages and descriptions show it: no credentials
+        self.shown_url = redact_url(self.url)  # the URL as messages and descriptions show it: no credentials
         self.timeout_seconds = timeout_seconds if timeout_seconds is not None else settings.timeout.total_seconds()
         self._last = threading.local()  # the raw HTTP answer of this thread's last query
         # Our own session: custom_query() returns only data.result and folds HTTP errors into a
