@@ -535,6 +535,24 @@ def test_unreadable_token_file_is_unavailable(tmp_path: Path) -> None:
         PrometheusUsageSource(settings).read(END)
 
 
+@pytest.mark.parametrize("content", [b"s3cretA\ns3cretB\n", b"s3cretA s3cretB", b"s3cret\x7f"])
+def test_a_token_a_header_cannot_carry_is_refused_without_showing_it(
+    canned_http: CannedHttpServer, tmp_path: Path, content: bytes
+) -> None:
+    """Two lines in the token file (a Secret made from the wrong file): requests refuses the header and quotes it."""
+    token = tmp_path / "token"
+    token.write_bytes(content)
+    settings = settings_for(canned_http.url, **POD_QUERY_ONLY, bearer_token_file=str(token))
+
+    with pytest.raises(MetricsUnavailable) as caught:
+        PrometheusUsageSource(settings).read(END)
+
+    message = str(caught.value)
+    assert f"the Prometheus bearer token file {token} holds white space or a control character" in message
+    assert "s3cret" not in message and "s3cret" not in repr(caught.value.__cause__)
+    assert canned_http.requests == []  # nothing sent
+
+
 def test_an_alert_cycle_reads_only_the_alerted_nodes_pods(prom: PrometheusServer) -> None:
     settings = settings_for(prom.url)
     with PrometheusUsageSource(settings) as source:

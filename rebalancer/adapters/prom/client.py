@@ -181,6 +181,11 @@ class PromClient:
             token = read_token_file(path, PROMETHEUS_TOKEN_FILE)
         except TokenFileError as exc:
             raise MetricsUnavailable(str(exc)) from exc
+        if any(byte <= 0x20 or byte == 0x7F for byte in token):  # requests would refuse it quoting the token
+            raise MetricsUnavailable(
+                f"{PROMETHEUS_TOKEN_FILE} {path} holds white space or a control character inside the token (two "
+                "lines?): an Authorization header cannot carry it; the token is not shown"
+            )
         self._session.headers["Authorization"] = "Bearer " + token.decode("latin-1")  # as http.client sends it
 
     def vector(self, name: str, promql: str, at: float) -> Vector:
