@@ -140,9 +140,16 @@ def _points(result: Sequence[_PodSeries]) -> tuple[npt.NDArray[np.int64], npt.ND
     return counts, np.concatenate(flats)
 
 
+_INFO = "PromQL info:"
+"""An advisory about the query, not the data (rate() of a counter whose name does not end in _total):
+Prometheus 2.47 to 2.53 put these in ``warnings``, later ones in ``infos``."""
+
+
 def refuse_warnings(name: str, warnings: object) -> None:
     """An answer with ``warnings`` may be partial (a remote-read endpoint failed, a partial response): the
-    error quotes them."""
+    error quotes them. PromQL's info annotations are not warnings."""
+    if isinstance(warnings, list):
+        warnings = [w for w in warnings if not (isinstance(w, str) and w.startswith(_INFO))]
     if warnings:
         shown = "; ".join(map(str, warnings)) if isinstance(warnings, list) else repr(warnings)
         raise MetricsMalformed(
