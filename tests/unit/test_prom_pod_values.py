@@ -25,7 +25,7 @@ POD_LABELS = st.fixed_dictionaries(
 )
 AT = 1700000000.5  # the evaluation time asked for
 POD_SERIES = st.fixed_dictionaries({"metric": POD_LABELS, "value": st.tuples(st.just(AT), GOOD_VALUE)})
-ODD_STAMP = st.sampled_from([AT + 60, AT - 0.001, 0, "1700000000.5", None])  # another time, or not a time
+ODD_STAMP = st.sampled_from([AT + 61, AT - 3600, 0, "1700000000.5", None])  # another time, or not a time
 ODD_SERIES = st.one_of(
     st.fixed_dictionaries({"metric": POD_LABELS, "value": st.tuples(ODD_STAMP, GOOD_VALUE)}),
     st.fixed_dictionaries({"metric": POD_LABELS, "value": st.tuples(st.just(1), ODD_VALUE)}),

@@ -9,8 +9,9 @@ Shared by the usage source (``source.py``) and the history source (``history.py`
 * ``MetricsMalformed``: not an instant vector, a series without its key labels, two series for one key,
   a value that is NaN, infinite, negative or unparsable, an answer with ``warnings`` (Prometheus answers
   with the data it could read and warns, for example when a remote-read endpoint failed: partial data), a
-  sample for another time than the one asked for (a cache or proxy in front of Prometheus that ignores
-  ``time``: every sample of an instant vector carries the evaluation time).
+  sample more than a minute from the time asked for (a cache or proxy in front of Prometheus that ignores
+  ``time``: every sample of an instant vector carries the evaluation time), a range answer's point more
+  than a step or a minute outside the range asked for.
 
 ``large_vector`` is ``vector`` for answers of tens of thousands of series (the history source reads one
 per day, 30,000 pods each on a large cluster): the library decodes every answer with the standard ``json``
@@ -52,6 +53,10 @@ Labels = Mapping[str, str]
 Vector = list[tuple[Labels, float]]
 _MAX_SHOWN = 300  # characters of a body or series shown in an error message
 LONG_QUERY_CHARS = 2048  # longer queries are POSTed (see PromClient._fetch)
+# How far a sample's time may be from the time asked for: Prometheus answers to the millisecond, other
+# backends may not (VictoriaMetrics aligns a range to its step for its cache); a cache or proxy that ignores
+# the time asked answers for minutes, hours or days before
+TIME_TOLERANCE_SECONDS = 60.0
 
 
 class _Sample(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -222,14 +227,15 @@ class PromClient:
         }
         with self._timed(name, end):
             body = self._fetch(name, promql, end, path="query_range", params=params)
-            return self._matrix_from(name, promql, body, (round(start, 3), round(end, 3)), one_per_pod=True)
+            slack = max(step, TIME_TOLERANCE_SECONDS)  # a backend may align the range to its step (its cache)
+            return self._matrix_from(name, promql, body, (start - slack, end + slack), one_per_pod=True)
 
     def pod_samples(self, name: str, promql: str, at: float) -> PodMatrix:
         """The raw samples an instant query over a range selector (``rule{...}[1d]``) returns at ``at``, with
         their own timestamps; a pod may have more than one series (checked like ``pod_matrix`` otherwise)."""
         with self._timed(name, at):
             body = self._fetch(name, promql, at)  # the samples of the range selector's span, up to ``at``
-            return self._matrix_from(name, promql, body, (-math.inf, round(at, 3)), one_per_pod=False)
+            return self._matrix_from(name, promql, body, (-math.inf, at + TIME_TOLERANCE_SECONDS), one_per_pod=False)
 
     def _matrix_from(
         self, name: str, promql: str, body: bytes, span: tuple[float, float], *, one_per_pod: bool
@@ -436,8 +442,8 @@ def _value(name: str, labels: Labels, pair: object, at: float) -> float:
 
 
 def _same_time(stamp: object, at: float) -> bool:
-    """Whether a sample's time is ``at`` as the query sent it (in milliseconds, as Prometheus keeps it)."""
-    return isinstance(stamp, int | float) and not isinstance(stamp, bool) and abs(stamp - round(at, 3)) < 0.0005
+    """Whether a sample's time is ``at`` as the query sent it, within :data:`TIME_TOLERANCE_SECONDS`."""
+    return isinstance(stamp, int | float) and not isinstance(stamp, bool) and abs(stamp - at) <= TIME_TOLERANCE_SECONDS
 
 
 def iso(at: float) -> str:
