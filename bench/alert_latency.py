@@ -99,11 +99,12 @@ class CannedPrometheus:
         return _vector(pods, at)
 
     def _every_pod(self, at: float, memory: bool) -> bytes:
+        """Every pod's series, built once and stamped with ``at`` (each sample carries the evaluation time)."""
         if memory not in self._all_pods:
             value = POD_MEMORY if memory else b"0.2"
             series = [(_metric({"namespace": ns, "pod": p}), value) for pods in self.pods_on.values() for ns, p in pods]
-            self._all_pods[memory] = _vector(series, at)
-        return self._all_pods[memory]
+            self._all_pods[memory] = _vector(series, 0)
+        return stamped(self._all_pods[memory], at)
 
 
 def _metric(labels: dict[str, str]) -> bytes:
@@ -115,9 +116,14 @@ def _number(value: float) -> bytes:
 
 
 def _vector(series: Iterable[tuple[bytes, bytes]], at: float) -> bytes:
-    stamp = f"{at:.3f}".encode()
+    stamp = f"{at:.3f}".encode() if at else b"0"
     result = b",".join(b'{"metric":%s,"value":[%s,"%s"]}' % (metric, stamp, value) for metric, value in series)
     return b'{"status":"success","data":{"resultType":"vector","result":[' + result + b"]}}"
+
+
+def stamped(body: bytes, at: float) -> bytes:
+    """An answer built with the time 0 (``_vector(series, 0)``), its samples' time made ``at``."""
+    return body.replace(b'"value":[0,', b'"value":[%s,' % f"{at:.3f}".encode())
 
 
 def serve_prometheus(model: CannedPrometheus) -> ThreadingHTTPServer:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from bench.alert_latency import serve_prometheus
+from bench.alert_latency import serve_prometheus, stamped
 from bench.cluster_gen import ALLOCATABLE_MEMORY, NAMESPACES, node_index_of, pod_memory_bytes, pod_usage_millicores
 from bench.harness import (
     bytes_read,
@@ -100,37 +100,40 @@ class SkewedPrometheus:
 
     @cached_property
     def _pods(self) -> bytes:
-        return _vector([(labels, pod_usage_millicores(i) / 1000) for i, labels in enumerate(self._pod_labels)])
+        return _vector([(labels, pod_usage_millicores(i) / 1000) for i, labels in enumerate(self._pod_labels)], 0)
 
     @cached_property
     def _pods_memory(self) -> bytes:
-        return _vector([(labels, pod_memory_bytes(i)) for i, labels in enumerate(self._pod_labels)])
+        return _vector([(labels, pod_memory_bytes(i)) for i, labels in enumerate(self._pod_labels)], 0)
 
     def answer(self, query: str, at: float) -> bytes:
         names = [f"node-{i:05d}" for i in range(self.nodes)]
         if " unless " in query:  # the data-span checks: a settled cluster has no young series
-            return _vector([])
+            return _vector([], at)
         if not_scraped_here(query):
-            return _vector([])
+            return _vector([], at)
         if "timestamp(" in query:
-            return _vector([({"node": n}, at - 15) for n in names])
+            return _vector([({"node": n}, at - 15) for n in names], at)
         memory = "container_memory_working_set_bytes" in query
         if 'id="/"' in query and memory:
-            return _vector([({"node": n}, ALLOCATABLE_MEMORY * NODE_MEMORY[i % 8]) for i, n in enumerate(names)])
+            return _vector([({"node": n}, ALLOCATABLE_MEMORY * NODE_MEMORY[i % 8]) for i, n in enumerate(names)], at)
         if 'id="/"' in query:
-            return _vector([({"node": n}, ALLOCATABLE_M * NODE_LOAD[i % 4] / 1000) for i, n in enumerate(names)])
+            return _vector([({"node": n}, ALLOCATABLE_M * NODE_LOAD[i % 4] / 1000) for i, n in enumerate(names)], at)
         match = re.search(r'node=~"([^"]*)"', query)
         if match is None:
-            return self._pods_memory if memory else self._pods
+            return stamped(self._pods_memory if memory else self._pods, at)  # built once, stamped with ``at``
         wanted = {int(n.rsplit("-", 1)[1]) for n in match.group(1).replace("\\\\.", ".").split("|")}
         value = pod_memory_bytes if memory else (lambda i: pod_usage_millicores(i) / 1000)
         on = [i for i in range(self.pods) if node_index_of(i, self.nodes) in wanted]
-        return _vector([(self._pod_labels[i], value(i)) for i in on])
+        return _vector([(self._pod_labels[i], value(i)) for i in on], at)
 
 
-def _vector(series: list[tuple[dict[str, str], float]]) -> bytes:
-    result = [{"metric": labels, "value": [time.time(), f"{value:.6f}"]} for labels, value in series]
-    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+def _vector(series: list[tuple[dict[str, str], float]], at: float) -> bytes:
+    """An instant vector evaluated at ``at`` (0: to be :func:`stamped` later)."""
+    result = [{"metric": labels, "value": [round(at, 3), f"{value:.6f}"]} for labels, value in series]
+    return json.dumps(
+        {"status": "success", "data": {"resultType": "vector", "result": result}}, separators=(",", ":")
+    ).encode()
 
 
 # --- child ------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from rebalancer.app.prediction import needs_prediction, predicted_load
 from rebalancer.app.runtime import Clock, Focus, Runtime
 from rebalancer.domain.errors import ConfigError, SourceError
 from rebalancer.domain.model import ClusterFacts, UsageReport
-from rebalancer.domain.redaction import redact
+from rebalancer.domain.redaction import redact_url
 from rebalancer.domain.timeline import Timeline
 from rebalancer.planning.inflight import EarlierReliefs
 from rebalancer.planning.plan import EvictionPlan
@@ -126,7 +126,7 @@ def plan_live(
             if memory:
                 snapshot = read_pod_memory(snapshot, policy, source, timeline)
             plan = plan_prepared(snapshot, policy, timeline)
-    return PlanOutcome(snapshot, plan, f"cluster, usage from {redact(policy.prometheus.url)}", facts)
+    return PlanOutcome(snapshot, plan, f"cluster, usage from {redact_url(policy.prometheus.url)}", facts)
 
 
 def plan_now(policy: Policy, connection: ClusterConnection, clock: Clock = time.time) -> PlanOutcome:

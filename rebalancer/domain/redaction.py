@@ -33,6 +33,17 @@ def redact(text: str) -> str:
     return _AUTHORIZATION.sub(rf"\g<1>{REDACTED}", text)
 
 
+def redact_url(url: str) -> str:
+    """A URL known to be one (a setting) as it may be shown: everything between ``scheme://`` and its last ``@``
+    becomes ``***`` whatever characters the password holds (:func:`redact`, which finds URLs in any text,
+    takes a quote, an angle bracket or white space for the end of the URL), and :func:`redact` does the rest."""
+    scheme, sep, rest = url.partition("://")
+    at = rest.rfind("@")
+    if sep and at >= 0:
+        rest = REDACTED + rest[at:]
+    return redact(scheme + sep + rest)
+
+
 def url_credentials(url: str) -> str | None:
     """The credential written into ``url`` itself (its userinfo), described; None when there is none."""
     parts = urlsplit(url)

@@ -151,7 +151,7 @@ def build_snapshot(
         pool_of=MappingProxyType({name: resolver.pool_of(node) for name, node in nodes.items()}),
         pods_by_node=MappingProxyType(pods_by_node),
         load=MappingProxyType(load),
-        pod_usage=MappingProxyType(copied(usage.pod_cpu_m)),
+        pod_usage=MappingProxyType(_fresh_pod_usage(usage, pods_by_node)),
         pod_memory=MappingProxyType(copied(usage.pod_memory)) if usage.node_memory is not None else {},
         budgets=facts.budgets,
         usage_failure=usage.failure,
@@ -172,6 +172,20 @@ def copied(mapping: Mapping[PodKey, int]) -> dict[PodKey, int]:
             if type(found) is dict:
                 return found
     return dict(mapping)
+
+
+def _fresh_pod_usage(usage: UsageReport, pods_by_node: Mapping[str, tuple[Pod, ...]]) -> dict[PodKey, int]:
+    """The pods' usage, but for the pods on a node whose pod series are known to be old (podSum's freshness
+    check: no sample within Prometheus' lookback, or older than maxDataAge): their window statistic is read
+    from those old samples (a kubelet whose cAdvisor endpoint stopped answering while node-exporter still
+    reads the node), so it is unknown."""
+    found = copied(usage.pod_cpu_m)
+    fresh = usage.fresh_nodes
+    stale = [n for n in pods_by_node if n in usage.pod_sum_problems or (fresh is not None and n not in fresh)]
+    for name in stale:
+        for pod in pods_by_node[name]:
+            found.pop(pod.key, None)
+    return found
 
 
 def group_pods(pods: Iterable[Pod]) -> dict[str, NodePods]:

@@ -203,6 +203,7 @@ global:
   scrape_interval: {scrape_interval}
   evaluation_interval: 30s
 {rule_files}scrape_configs: {scrape_configs}
+remote_read: {remote_read}
 """
 
 
@@ -212,7 +213,8 @@ class PrometheusServer:
     ``rules`` maps a file name to the text of a rule file (recording or alerting rules);
     ``extra_args`` are added to the command line (for example ``--query.lookback-delta=10m``);
     ``scrape_configs``: Prometheus' own ``scrape_configs`` entries (with their relabelling), scraped every
-    ``scrape_interval``.
+    ``scrape_interval``; ``remote_read``: its ``remote_read`` entries (one whose endpoint fails makes every
+    query it takes part in answer with ``warnings``).
     """
 
     def __init__(
@@ -225,6 +227,7 @@ class PrometheusServer:
         retention: str = "30d",
         scrape_configs: Sequence[Mapping[str, object]] = (),
         scrape_interval: str = "30s",
+        remote_read: Sequence[Mapping[str, object]] = (),
     ) -> None:
         self.workdir = workdir
         self.data_dir = workdir / "data"
@@ -242,6 +245,7 @@ class PrometheusServer:
                 rule_files=f"rule_files:\n{listed}" if listed else "",
                 scrape_configs=json.dumps(list(scrape_configs)),  # JSON is YAML
                 scrape_interval=scrape_interval,
+                remote_read=json.dumps(list(remote_read)),
             )
         )
 
@@ -283,6 +287,11 @@ class PrometheusServer:
 # -- an honest fake at the HTTP boundary -----------------------------------------------------
 
 
+ASKED_TIME = "<the request's time>"
+"""In a canned JSON answer, stands for the request's ``time`` parameter (a range query's ``end``), written as
+a number there: the time each sample of an instant vector carries, as Prometheus answers."""
+
+
 @dataclass
 class CannedAnswer:
     status: int = 200
@@ -319,12 +328,17 @@ class CannedHttpServer:
                 answer = outer.answer
                 if answer.delay:
                     outer._release.wait(answer.delay)
+                sent = answer.body
+                if _ASKED_TIME in sent:
+                    form = urllib.parse.urlsplit(self.path).query if self.command == "GET" else body.decode()
+                    asked = dict(urllib.parse.parse_qsl(form))
+                    sent = sent.replace(_ASKED_TIME, (asked.get("time") or asked.get("end") or "0").encode())
                 try:
                     self.send_response(answer.status)
                     self.send_header("Content-Type", answer.content_type)
-                    self.send_header("Content-Length", str(len(answer.body)))
+                    self.send_header("Content-Length", str(len(sent)))
                     self.end_headers()
-                    self.wfile.write(answer.body)
+                    self.wfile.write(sent)
                 except OSError:  # the client gave up (timeout)
                     pass
 
@@ -361,6 +375,8 @@ class CannedHttpServer:
         self._server.shutdown()
         self._server.server_close()
 
+
+_ASKED_TIME = json.dumps(ASKED_TIME).encode()
 
 StartPrometheus = Callable[..., PrometheusServer]
 """The ``start_prometheus`` fixture: ``start_prometheus(history, rules=..., extra_args=...)``."""

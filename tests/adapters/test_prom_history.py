@@ -23,7 +23,7 @@ from rebalancer.domain.settings.predictor import PredictorSettings
 from rebalancer.domain.settings.shared import PrometheusSettings
 from rebalancer.planning.predict.days import last_days
 from tests.adapters.cadvisor import COUNTER_START, METRIC, expected_quantile
-from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, Series, StartPrometheus
+from tests.adapters.prom_fixture import ASKED_TIME, CannedHttpServer, PrometheusServer, Series, StartPrometheus
 
 pytestmark = pytest.mark.prometheus
 
@@ -241,7 +241,7 @@ def test_a_malformed_answer_names_the_query(canned_http: CannedHttpServer) -> No
     canned_http.reply(
         body={
             "status": "success",
-            "data": {"resultType": "vector", "result": [{"metric": {"pod": "x"}, "value": [1, "0.5"]}]},
+            "data": {"resultType": "vector", "result": [{"metric": {"pod": "x"}, "value": [ASKED_TIME, "0.5"]}]},
         }
     )
     with source(canned_http.url, concurrency=1) as history, pytest.raises(MetricsMalformed) as failure:
@@ -257,7 +257,7 @@ def test_answers_are_fetched_at_most_concurrency_ahead_of_their_use(canned_http:
             "status": "success",
             "data": {
                 "resultType": "vector",
-                "result": [{"metric": {"namespace": "a", "pod": "b"}, "value": [1, "0.5"]}],
+                "result": [{"metric": {"namespace": "a", "pod": "b"}, "value": [ASKED_TIME, "0.5"]}],
             },
         }
     )

@@ -15,7 +15,7 @@ import pytest
 
 from rebalancer.adapters.prom.client import PromClient, Vector
 from rebalancer.adapters.prom.history import _Table
-from rebalancer.domain.errors import MetricsUnavailable, SourceError
+from rebalancer.domain.errors import MetricsMalformed, MetricsUnavailable, SourceError
 from rebalancer.domain.settings.shared import PrometheusSettings
 from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, Series, StartPrometheus, closed_port
 
@@ -94,6 +94,7 @@ def answer(*series: dict[str, Any], result_type: str = "vector") -> dict[str, An
 
 
 AB = {"namespace": "a", "pod": "b"}
+INFO = 'PromQL info: metric might not be a counter, name does not end in _total/_sum/_count/_bucket: "cpu"'
 
 
 @pytest.mark.parametrize(
@@ -103,6 +104,12 @@ AB = {"namespace": "a", "pod": "b"}
             200, answer({"metric": AB, "value": [END, "0.25"]}, {"metric": {}, "value": [END, "1e-3"]}), id="ok"
         ),
         pytest.param(200, {**answer({"metric": AB, "value": [END, "1"]}), "warnings": ["slow"]}, id="warnings"),
+        pytest.param(
+            200,
+            {**answer({"metric": AB, "value": [END, "1"]}), "warnings": [INFO, "remote_read: connection refused"]},
+            id="info-and-warning",
+        ),
+        pytest.param(200, {**answer({"metric": AB, "value": [END, "1"]}), "warnings": [INFO]}, id="info-only"),
         pytest.param(503, {"status": "error", "errorType": "unavailable", "error": "TSDB not ready"}, id="503"),
         pytest.param(502, b"<html>bad gateway</html>", id="502"),
         pytest.param(422, {"status": "error", "errorType": "execution", "error": "too many samples"}, id="422"),
@@ -131,6 +138,11 @@ def test_canned_answers_read_both_ways_are_equal(canned_http: CannedHttpServer, 
     assert_same(small, large)
     if status != 200 or body == {"status": "success"}:
         assert isinstance(large, SourceError)
+    if isinstance(body, dict) and "warnings" in body and body["warnings"] != [INFO]:  # a partial answer is never read
+        assert isinstance(large, MetricsMalformed) and "answered with warnings" in str(large)
+        assert INFO not in str(large)
+    if isinstance(body, dict) and body.get("warnings") == [INFO]:  # an advisory on the query, as 2.47-2.53 sent it
+        assert large == [(AB, 1.0)]
 
 
 def test_transport_failures_are_the_same_errors(canned_http: CannedHttpServer) -> None:
@@ -179,7 +191,7 @@ def test_table_keeps_the_highest_value_of_a_key_answered_twice_and_nan_where_mis
 def test_a_plain_vector_takes_the_msgspec_path(prom: PrometheusServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """The generic walk over decoded dicts is only for answers that are not a plain vector of floats."""
 
-    def walked(name: str, result: object) -> Vector:
+    def walked(name: str, result: object, at: float) -> Vector:
         raise AssertionError("the answer went through parse_vector")
 
     monkeypatch.setattr("rebalancer.adapters.prom.client.parse_vector", walked)

@@ -17,7 +17,7 @@ from rebalancer.domain.errors import ConfigError, MetricsMalformed
 from rebalancer.domain.settings.predictor import PredictorSettings
 from rebalancer.domain.settings.shared import PrometheusSettings
 from rebalancer.policy import parse_policy
-from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, Series, StartPrometheus
+from tests.adapters.prom_fixture import ASKED_TIME, CannedHttpServer, PrometheusServer, Series, StartPrometheus
 from tests.adapters.test_prom_history import (
     AT,
     DAYS,
@@ -133,7 +133,7 @@ def test_a_pod_rescheduled_within_a_batch_equals_one_read_per_node(prometheus: P
 
 
 def test_the_profile_reads_the_rules_samples_with_an_instant_query(canned_http: CannedHttpServer) -> None:
-    vector = {"metric": {"namespace": "a", "pod": "x"}, "value": [1, "0.5"]}
+    vector = {"metric": {"namespace": "a", "pod": "x"}, "value": [ASKED_TIME, "0.5"]}
     canned_http.reply(body={"status": "success", "data": {"resultType": "vector", "result": [vector]}})
     settings = PredictorSettings.model_validate(
         {"history": {"concurrency": 1, "profileRule": PROFILE_RULE, "recordingRule": RULE}}

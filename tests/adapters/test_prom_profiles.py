@@ -18,7 +18,7 @@ from rebalancer.domain.model import ClusterFacts
 from rebalancer.domain.settings.predictor import PredictorSettings
 from rebalancer.domain.settings.shared import PrometheusSettings
 from rebalancer.planning.predict import predict
-from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, StartPrometheus
+from tests.adapters.prom_fixture import ASKED_TIME, CannedHttpServer, PrometheusServer, StartPrometheus
 from tests.adapters.test_prom_history import (
     AT,
     DAYS,
@@ -114,7 +114,7 @@ def test_the_coincident_peak_does_not_add_pods_that_peak_apart(prometheus: Prome
 def test_a_vector_where_the_profile_needs_a_matrix_fails_the_read_naming_the_query(
     canned_http: CannedHttpServer,
 ) -> None:
-    vector = {"metric": {"namespace": "a", "pod": "x"}, "value": [1, "0.5"]}
+    vector = {"metric": {"namespace": "a", "pod": "x"}, "value": [ASKED_TIME, "0.5"]}
     canned_http.reply(body={"status": "success", "data": {"resultType": "vector", "result": [vector]}})
     settings = PredictorSettings.model_validate({"history": {"concurrency": 1}})
     history = PrometheusHistorySource(PrometheusSettings(url=canned_http.url), settings)
@@ -171,7 +171,7 @@ def test_an_answer_of_many_groups_of_series_keeps_each_point_with_its_pod() -> N
         for i, n in enumerate(sizes)
     ]
     body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
-    matrix = pod_matrix("profile", body)
+    matrix = pod_matrix("profile", body, span=(0, 3600 * 4))
     assert matrix.keys == tuple(("a", f"p{i}") for i in range(len(sizes)))
     assert matrix.series.tolist() == [i for i, n in enumerate(sizes) for _ in range(n)]
     assert matrix.times.tolist() == [3600.0 * (k + 1) for n in sizes for k in range(n)]
@@ -179,8 +179,8 @@ def test_an_answer_of_many_groups_of_series_keeps_each_point_with_its_pod() -> N
     result[GROUP + 5]["values"] = [[3600, "-1"]]
     bad = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
     with pytest.raises(MetricsMalformed, match=f"series of pod a/p{GROUP + 5} has the value -1"):
-        pod_matrix("profile", bad)
+        pod_matrix("profile", bad, span=(0, 3600 * 4))
     result[GROUP + 5]["values"] = [[3600, "0.5", "extra"]]
     odd = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
     with pytest.raises(MetricsMalformed, match="query profile: not a range vector of pod series"):
-        pod_matrix("profile", odd)
+        pod_matrix("profile", odd, span=(0, 3600 * 4))

@@ -8,10 +8,14 @@ from a tiny local HTTP server.
 
 from __future__ import annotations
 
+import base64
 import gc
+import json
+import socket
 import threading
 import time
 import urllib.parse
+import urllib.request
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,8 +25,10 @@ import requests
 from prometheus_api_client.exceptions import PrometheusApiClientException
 
 from rebalancer.adapters.prom import PrometheusUsageSource
+from rebalancer.adapters.prom.client import PromClient
 from rebalancer.domain.errors import MetricsMalformed, MetricsStale, MetricsUnavailable, SourceError
 from rebalancer.domain.settings.shared import DEFAULT_POD_CPU_QUERY, PrometheusSettings, UsageQueries
+from tests import builders
 from tests.adapters.cadvisor import (
     CadvisorHistory,
     Container,
@@ -34,6 +40,7 @@ from tests.adapters.cadvisor import (
     spike,
 )
 from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, StartPrometheus, closed_port
+from tests.raw_http import accept_each
 
 pytestmark = pytest.mark.prometheus
 
@@ -186,6 +193,19 @@ def test_stale_node_is_unknown_not_zero(prom: PrometheusServer) -> None:
     assert report.node_problems == {"n3": f"cadvisor: newest sample {STALE_AGE}s old > maxDataAge 5m"}
 
 
+def test_the_pods_of_a_stale_node_have_unknown_usage_in_the_snapshot(prom: PrometheusServer) -> None:
+    """n3's cAdvisor stopped 810 s before END: the pod query still reads stale-1 from its old samples (the
+    window and the rate reach back 15 minutes); the pods' freshness check says they are old."""
+    report = read(prom.url)
+    assert ("shop", "stale-1") in report.pod_cpu_m  # the trap: a value from 13-minute-old samples
+    assert report.fresh_nodes == frozenset({"n1", "n2"})
+
+    pods = [builders.pod(p.name, p.node, namespace=p.namespace) for p in HISTORY.pods]
+    snap = builders.snapshot([builders.node(n.name) for n in HISTORY.nodes], pods, report)
+
+    assert {p.name for p in pods if snap.usage_of(p) is None} == {"stale-1"}
+
+
 def test_freshness_query_limited_to_the_lookback_still_flags_the_node(prom: PrometheusServer) -> None:
     # timestamp() alone sees only the 5-minute lookback: n3 vanishes from the answer, so its age is
     # unknown -- still a problem for that node, never a pass.
@@ -264,6 +284,58 @@ def test_invalid_promql_carries_prometheus_message(prom: PrometheusServer) -> No
     assert isinstance(caught.value.__cause__, PrometheusApiClientException)
 
 
+def test_an_answer_with_warnings_is_malformed_never_read(start_prometheus: StartPrometheus) -> None:
+    """A remote-read endpoint that fails leaves Prometheus' answer partial: it says so in ``warnings`` only."""
+    with closed_port() as port:
+        remote = {"url": f"http://127.0.0.1:{port}/api/v1/read", "read_recent": True}
+        server = start_prometheus(HISTORY.series(), remote_read=[remote])
+        raw = urllib.request.urlopen(f"{server.url}/api/v1/query?query=up&time={END}", timeout=10).read()
+        assert b'"warnings"' in raw and b'"status":"success"' in raw  # the answer a cycle meets
+
+        with pytest.raises(
+            MetricsMalformed, match=r"query \w+: Prometheus answered with warnings, .*remote_read: .*refused"
+        ):
+            read(server.url)
+        pods = 'sum by (namespace, pod) (container_cpu_usage_seconds_total{container!=""})'
+        client = PromClient(PrometheusSettings(url=server.url))
+        asks = (
+            lambda: client.vector("q", pods, END),
+            lambda: client.large_vector("q", pods, END),
+            lambda: client.pod_values("q", pods, END),
+            lambda: client.pod_matrix("q", pods, END - 600, END, 60),  # the history's profiles
+            lambda: client.pod_samples("q", 'container_cpu_usage_seconds_total{container="app"}[5m]', END),
+        )
+        try:
+            for ask in asks:
+                with pytest.raises(MetricsMalformed, match=r"query q: Prometheus answered with warnings"):
+                    ask()
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize("stamp", [END - 300, END + 61, "1372718700"], ids=["earlier", "later", "not-a-number"])
+def test_an_answer_for_another_time_is_malformed_never_read(canned_http: CannedHttpServer, stamp: object) -> None:
+    """A cache or proxy in front of Prometheus that ignores ``time`` answers for another instant: every sample
+    of an instant vector carries the time it was evaluated at, so the answer says so."""
+    canned_http.reply(200, answer({"metric": AB, "value": [stamp, "0.25"]}))
+
+    with pytest.raises(MetricsMalformed, match=r"query pod_cpu: series .* is for the time .*, not 1372718700\.000"):
+        read(canned_http.url, **POD_QUERY_ONLY)
+    client = PromClient(PrometheusSettings(url=canned_http.url))
+    try:
+        for ask in (client.vector, client.large_vector, client.pod_values):
+            with pytest.raises(MetricsMalformed, match=r"query q: series .* is for the time"):
+                ask("q", "q", END)
+        late = [{"metric": AB, "values": [[END + 3600, "1"]]}]  # an hour past the range asked for
+        canned_http.reply(200, {"status": "success", "data": {"resultType": "matrix", "result": late}})
+        with pytest.raises(MetricsMalformed, match=r"query q: series of pod a/b has a point at .*, outside"):
+            client.pod_matrix("q", "q", END - 600, END, 60)
+        with pytest.raises(MetricsMalformed, match=r"outside -inf\.\.1372718760\.000"):  # a minute's tolerance
+            client.pod_samples("q", "q[1d]", END)
+    finally:
+        client.close()
+
+
 # -- transport failures ------------------------------------------------------------------------
 
 
@@ -318,6 +390,37 @@ def test_timeout_is_unavailable(canned_http: CannedHttpServer) -> None:
         read(canned_http.url, timeout=timedelta(seconds=1))
     assert time.monotonic() - started < 2
     assert isinstance(caught.value.__cause__, requests.Timeout)
+
+
+def _stalled_answer(conn: socket.socket) -> None:
+    """Headers and the first bytes of an answer, then nothing for 5 s (a Prometheus or proxy that stalls)."""
+    with conn:
+        conn.recv(65536)
+        body = json.dumps(answer({"metric": AB, "value": [END, "0.25"]})).encode()
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+        conn.sendall(body[:20])
+        time.sleep(5)
+
+
+def test_an_answer_that_stalls_midway_is_a_timeout() -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    threading.Thread(target=accept_each, args=(server, stop, _stalled_answer), daemon=True).start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    client = PromClient(PrometheusSettings(url=url, timeout=timedelta(seconds=1)))
+    try:
+        for ask in (client.vector, client.large_vector, client.pod_values):
+            started = time.monotonic()
+            with pytest.raises(MetricsUnavailable) as caught:
+                ask("q", "q", END)
+            assert time.monotonic() - started < 2
+            message = str(caught.value)
+            assert "stopped sending its answer: nothing came for 1s" in message, message
+            assert "cannot reach" not in message  # it was reached, and answered part of it
+    finally:
+        client.close()
+        stop.set()
+        server.close()
 
 
 def answer(*series: dict[str, Any]) -> dict[str, Any]:
@@ -408,10 +511,46 @@ def test_bearer_token_time_and_timeout_are_sent(canned_http: CannedHttpServer, t
     assert sent["timeout"] == ["15s"]
 
 
+def test_a_password_in_the_url_is_sent_and_never_shown(canned_http: CannedHttpServer) -> None:
+    """A generated password with a quote and angle brackets: sent as basic auth, never in a description or error."""
+    canned_http.reply(200, answer({"metric": AB, "value": [END, "0.25"]}))
+    password = "it's<3>"
+    url = canned_http.url.replace("http://", "http://admin:" + password + "@")
+
+    with PrometheusUsageSource(settings_for(url, **POD_QUERY_ONLY)) as source:
+        report = source.read(END)
+    canned_http.reply(503, b"down")
+    with PrometheusUsageSource(settings_for(url, **POD_QUERY_ONLY)) as source, pytest.raises(SourceError) as caught:
+        source.read(END)
+
+    [sent] = canned_http.requests
+    assert sent.headers["Authorization"] == "Basic " + base64.b64encode(f"admin:{password}".encode()).decode()
+    assert report.description.startswith(f"Prometheus http://***@{canned_http.url.removeprefix('http://')} at ")
+    assert password not in report.description and "3>" not in str(caught.value)
+
+
 def test_unreadable_token_file_is_unavailable(tmp_path: Path) -> None:
     settings = settings_for("http://127.0.0.1:9", bearer_token_file=str(tmp_path / "missing"))
     with pytest.raises(MetricsUnavailable, match="bearer token file"):
         PrometheusUsageSource(settings).read(END)
+
+
+@pytest.mark.parametrize("content", [b"s3cretA\ns3cretB\n", b"s3cretA s3cretB", b"s3cret\x7f"])
+def test_a_token_a_header_cannot_carry_is_refused_without_showing_it(
+    canned_http: CannedHttpServer, tmp_path: Path, content: bytes
+) -> None:
+    """Two lines in the token file (a Secret made from the wrong file): requests refuses the header and quotes it."""
+    token = tmp_path / "token"
+    token.write_bytes(content)
+    settings = settings_for(canned_http.url, **POD_QUERY_ONLY, bearer_token_file=str(token))
+
+    with pytest.raises(MetricsUnavailable) as caught:
+        PrometheusUsageSource(settings).read(END)
+
+    message = str(caught.value)
+    assert f"the Prometheus bearer token file {token} holds white space or a control character" in message
+    assert "s3cret" not in message and "s3cret" not in repr(caught.value.__cause__)
+    assert canned_http.requests == []  # nothing sent
 
 
 def test_an_alert_cycle_reads_only_the_alerted_nodes_pods(prom: PrometheusServer) -> None:

@@ -56,6 +56,31 @@ def test_a_node_whose_pods_are_stale_is_unknown_not_empty() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "stale",
+    [
+        {"fresh_nodes": frozenset({"b"})},  # no sample of a's pods within Prometheus' lookback
+        {"pod_sum_problems": {"a": "newest sample 420s old > maxDataAge 5m"}},
+    ],
+    ids=["no-freshness-sample", "older-than-maxDataAge"],
+)
+def test_the_pods_of_a_node_whose_pod_series_are_stale_have_unknown_usage(stale: dict[str, object]) -> None:
+    """a's kubelet stopped answering its cAdvisor scrape while node-exporter still reads a hot: the pods' window
+    statistic still comes from their old samples, so it is unknown, never a basis for choosing a pod."""
+    usage = report(
+        node_cpu_m={"a": 9000, "b": 1000},
+        node_source={"a": "nodeExporter", "b": "nodeExporter"},
+        pod_cpu_m={("default", "a1"): 4000, ("default", "b1"): 500},
+        **stale,
+    )
+    a1, b1 = pod("a1", "a"), pod("b1", "b")
+    snap = snapshot([node("a"), node("b")], [a1, b1], usage)
+
+    assert snap.load["a"].usage_m == 9000  # the node's own reading is fresh
+    assert snap.usage_of(a1) is None
+    assert snap.usage_of(b1) == 500
+
+
 def test_without_pod_sum_a_node_no_source_knows_is_unknown() -> None:
     usage = UsageReport(sources=("cadvisor", "nodeExporter"), pod_cpu_m={("default", "c1"): 400})
     load = snapshot([node("c")], [pod("c1", "c")], usage).load["c"]

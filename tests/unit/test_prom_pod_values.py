@@ -23,8 +23,11 @@ POD_LABELS = st.fixed_dictionaries(
     {"namespace": st.sampled_from(["a", "b"]), "pod": st.sampled_from(["p1", "p2", "p3", "p4"])},
     optional={"container": st.sampled_from(["app", "side"]), "node": LABEL},
 )
-POD_SERIES = st.fixed_dictionaries({"metric": POD_LABELS, "value": st.tuples(st.just(1700000000.5), GOOD_VALUE)})
+AT = 1700000000.5  # the evaluation time asked for
+POD_SERIES = st.fixed_dictionaries({"metric": POD_LABELS, "value": st.tuples(st.just(AT), GOOD_VALUE)})
+ODD_STAMP = st.sampled_from([AT + 61, AT - 3600, 0, "1700000000.5", None])  # another time, or not a time
 ODD_SERIES = st.one_of(
+    st.fixed_dictionaries({"metric": POD_LABELS, "value": st.tuples(ODD_STAMP, GOOD_VALUE)}),
     st.fixed_dictionaries({"metric": POD_LABELS, "value": st.tuples(st.just(1), ODD_VALUE)}),
     st.fixed_dictionaries({"metric": st.just({"namespace": "a", "pod": 1}), "value": st.just([1, "2"])}),
     st.fixed_dictionaries({"value": st.just([1, "2"])}),
@@ -46,7 +49,7 @@ def body(result: Any, result_type: str = "vector", status: str = "success") -> b
 
 
 def checked(raw: bytes) -> dict[tuple[str, str], float]:
-    return by_pod("q", parse_vector("q", json.loads(raw)["data"]["result"]))
+    return by_pod("q", parse_vector("q", json.loads(raw)["data"]["result"], AT))
 
 
 @settings(max_examples=400, deadline=None)
@@ -57,7 +60,7 @@ def checked(raw: bytes) -> dict[tuple[str, str], float]:
 )
 def test_fast_pod_values_agree_with_the_checked_way(good: list[Any], odd: list[Any], where: int) -> None:
     raw = body(good[:where] + odd + good[where:])
-    fast = fast_pod_values(raw)
+    fast = fast_pod_values(raw, AT)
     if fast is None:
         assert odd, "a well-formed answer must take the fast path"
         with pytest.raises(MetricsMalformed):
@@ -79,4 +82,4 @@ def test_fast_pod_values_agree_with_the_checked_way(good: list[Any], odd: list[A
     ids=["matrix", "scalar", "status-error", "no-data", "not-json", "result-not-list"],
 )
 def test_anything_but_a_successful_vector_is_left_to_the_checked_way(raw: bytes) -> None:
-    assert fast_pod_values(raw) is None
+    assert fast_pod_values(raw, AT) is None

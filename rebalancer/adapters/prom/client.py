@@ -3,10 +3,15 @@
 Shared by the usage source (``source.py``) and the history source (``history.py``). Failures become
 :class:`~rebalancer.domain.errors.SourceError` subclasses that name the query and the cause:
 
-* ``MetricsUnavailable``: Prometheus unreachable, timed out, an HTTP error (with Prometheus'
-  ``errorType``/``error``, for example the 422 of a query over its sample limit), or ``status: error``.
+* ``MetricsUnavailable``: Prometheus unreachable, timed out (also midway through its answer), an HTTP error
+  (with Prometheus' ``errorType``/``error``, for example the 422 of a query over its sample limit), or
+  ``status: error``.
 * ``MetricsMalformed``: not an instant vector, a series without its key labels, two series for one key,
-  a value that is NaN, infinite, negative or unparsable.
+  a value that is NaN, infinite, negative or unparsable, an answer with ``warnings`` (Prometheus answers
+  with the data it could read and warns, for example when a remote-read endpoint failed: partial data), a
+  sample more than a minute from the time asked for (a cache or proxy in front of Prometheus that ignores
+  ``time``: every sample of an instant vector carries the evaluation time), a range answer's point more
+  than a step or a minute outside the range asked for.
 
 ``large_vector`` is ``vector`` for answers of tens of thousands of series (the history source reads one
 per day, 30,000 pods each on a large cluster): the library decodes every answer with the standard ``json``
@@ -32,12 +37,13 @@ import msgspec
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import Retry
 
-from rebalancer.adapters.prom.matrix import PodMatrix, pod_matrix
+from rebalancer.adapters.prom.matrix import PodMatrix, pod_matrix, refuse_warnings
 from rebalancer.domain.errors import MetricsMalformed, MetricsUnavailable, TokenFileError
 from rebalancer.domain.model import PodKey
-from rebalancer.domain.redaction import redact
+from rebalancer.domain.redaction import redact_url
 from rebalancer.domain.settings.shared import PrometheusSettings
 from rebalancer.domain.token_file import PROMETHEUS_TOKEN_FILE, read_token_file
 
@@ -47,6 +53,10 @@ Labels = Mapping[str, str]
 Vector = list[tuple[Labels, float]]
 _MAX_SHOWN = 300  # characters of a body or series shown in an error message
 LONG_QUERY_CHARS = 2048  # longer queries are POSTed (see PromClient._fetch)
+# How far a sample's time may be from the time asked for: Prometheus answers to the millisecond, other
+# backends may not (VictoriaMetrics aligns a range to its step for its cache); a cache or proxy that ignores
+# the time asked answers for minutes, hours or days before
+TIME_TOLERANCE_SECONDS = 60.0
 
 
 class _Sample(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -64,6 +74,7 @@ class _Data(msgspec.Struct):
 class _Answer(msgspec.Struct):
     status: str
     data: _Data
+    warnings: Any = None
 
 
 _VECTOR_ANSWER = msgspec.json.Decoder(_Answer)
@@ -91,21 +102,35 @@ class _PodData(msgspec.Struct, gc=False):
 class _PodAnswer(msgspec.Struct, gc=False):
     status: str
     data: _PodData
+    warnings: Any = None
 
 
 _POD_ANSWER = msgspec.json.Decoder(_PodAnswer)
 
 
-def fast_pod_values(body: bytes) -> dict[PodKey, float] | None:
-    """:func:`by_pod` of a successful instant vector in which every series names its pod once and has a
-    finite, non-negative value; None for anything else (the checked way then says what is wrong)."""
+class _Warned(msgspec.Struct):
+    """Only an answer's ``warnings`` (its other fields are skipped)."""
+
+    warnings: Any = None
+
+
+_WARNINGS = msgspec.json.Decoder(_Warned)
+
+
+def fast_pod_values(body: bytes, at: float) -> dict[PodKey, float] | None:
+    """:func:`by_pod` of a successful instant vector evaluated at ``at`` in which every series names its pod
+    once and has a finite, non-negative value; None for anything else (the checked way then says what is
+    wrong)."""
     try:
         answer = _POD_ANSWER.decode(body)
-        if answer.status != "success" or answer.data.result_type != "vector":
+        if answer.status != "success" or answer.data.result_type != "vector" or answer.warnings:
             return None
         samples = answer.data.result
         values = {(s.metric.namespace, s.metric.pod): float(s.value[1]) for s in samples}
+        stamps = {s.value[0] for s in samples}
     except (msgspec.DecodeError, ValueError):
+        return None
+    if not all(_same_time(stamp, at) for stamp in stamps):
         return None
     if len(values) != len(samples) or not _finite_and_positive(values.values()):
         return None  # two series for one pod, or an odd value
@@ -129,7 +154,7 @@ class PromClient:
     ) -> None:
         self._settings = settings
         self.url = settings.url.rstrip("/")
-        self.shown_url = redact(self.url)  # the URL as messages and descriptions show it: no credentials
+        self.shown_url = redact_url(self.url)  # the URL as messages and descriptions show it: no credentials
         self.timeout_seconds = timeout_seconds if timeout_seconds is not None else settings.timeout.total_seconds()
         self._last = threading.local()  # the raw HTTP answer of this thread's last query
         # Our own session: custom_query() returns only data.result and folds HTTP errors into a
@@ -161,17 +186,26 @@ class PromClient:
             token = read_token_file(path, PROMETHEUS_TOKEN_FILE)
         except TokenFileError as exc:
             raise MetricsUnavailable(str(exc)) from exc
+        if any(byte <= 0x20 or byte == 0x7F for byte in token):  # requests would refuse it quoting the token
+            raise MetricsUnavailable(
+                f"{PROMETHEUS_TOKEN_FILE} {path} holds white space or a control character inside the token (two "
+                "lines?): an Authorization header cannot carry it; the token is not shown"
+            )
         self._session.headers["Authorization"] = "Bearer " + token.decode("latin-1")  # as http.client sends it
 
     def vector(self, name: str, promql: str, at: float) -> Vector:
         """The instant vector ``promql`` evaluates to at ``at`` (epoch seconds): (labels, value) pairs."""
         with self._timed(name, at):
-            return parse_vector(name, self._call(name, promql, self._params(at)))
+            result = self._call(name, promql, self._params(at))
+            response: requests.Response | None = self._last.response
+            if response is not None:
+                refuse_warnings(name, _WARNINGS.decode(response.content).warnings)
+            return parse_vector(name, result, at)
 
     def large_vector(self, name: str, promql: str, at: float) -> Vector:
         """``vector()`` for answers with many series: the same result and the same errors, decoded faster."""
         with self._timed(name, at):
-            return self._vector_from(name, promql, self._fetch(name, promql, at))
+            return self._vector_from(name, promql, self._fetch(name, promql, at), at)
 
     def pod_values(self, name: str, promql: str, at: float) -> dict[PodKey, float]:
         """``by_pod(name, large_vector(...))`` for the per-pod answer (150,000 series on the largest cluster),
@@ -179,8 +213,8 @@ class PromClient:
         not a plain vector of distinct, labelled, finite and non-negative values goes the checked way."""
         with self._timed(name, at):
             body = self._fetch(name, promql, at)
-            values = fast_pod_values(body)
-            return values if values is not None else by_pod(name, self._vector_from(name, promql, body))
+            values = fast_pod_values(body, at)
+            return values if values is not None else by_pod(name, self._vector_from(name, promql, body, at))
 
     def pod_matrix(self, name: str, promql: str, start: float, end: float, step: float) -> PodMatrix:
         """The range query ``promql`` from ``start`` to ``end`` every ``step`` seconds, one series per pod,
@@ -193,18 +227,21 @@ class PromClient:
         }
         with self._timed(name, end):
             body = self._fetch(name, promql, end, path="query_range", params=params)
-            return self._matrix_from(name, promql, body, one_per_pod=True)
+            slack = max(step, TIME_TOLERANCE_SECONDS)  # a backend may align the range to its step (its cache)
+            return self._matrix_from(name, promql, body, (start - slack, end + slack), one_per_pod=True)
 
     def pod_samples(self, name: str, promql: str, at: float) -> PodMatrix:
         """The raw samples an instant query over a range selector (``rule{...}[1d]``) returns at ``at``, with
         their own timestamps; a pod may have more than one series (checked like ``pod_matrix`` otherwise)."""
         with self._timed(name, at):
-            body = self._fetch(name, promql, at)
-            return self._matrix_from(name, promql, body, one_per_pod=False)
+            body = self._fetch(name, promql, at)  # the samples of the range selector's span, up to ``at``
+            return self._matrix_from(name, promql, body, (-math.inf, at + TIME_TOLERANCE_SECONDS), one_per_pod=False)
 
-    def _matrix_from(self, name: str, promql: str, body: bytes, *, one_per_pod: bool) -> PodMatrix:
+    def _matrix_from(
+        self, name: str, promql: str, body: bytes, span: tuple[float, float], *, one_per_pod: bool
+    ) -> PodMatrix:
         try:
-            return pod_matrix(name, body, one_per_pod=one_per_pod)
+            return pod_matrix(name, body, span=span, one_per_pod=one_per_pod)
         except MetricsMalformed:
             answer = self._json()
             if isinstance(answer, dict) and answer.get("status") == "error":
@@ -229,16 +266,17 @@ class PromClient:
             raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from cause
         return response.content
 
-    def _vector_from(self, name: str, promql: str, body: bytes) -> Vector:
+    def _vector_from(self, name: str, promql: str, body: bytes, at: float) -> Vector:
         try:
             answer = _VECTOR_ANSWER.decode(body)
         except msgspec.ValidationError:  # valid JSON, but not a plain vector of floats: say what it is
-            return parse_vector(name, self._data_result(name, promql))
+            return parse_vector(name, self._data_result(name, promql), at)
         except msgspec.DecodeError as exc:
             raise MetricsMalformed(f"query {name}: HTTP 200 but the body is not JSON: {self._body()}") from exc
         if answer.status != "success" or answer.data.result_type != "vector":
-            return parse_vector(name, self._data_result(name, promql))
-        return [(s.metric, _value(name, s.metric, list(s.value))) for s in answer.data.result]
+            return parse_vector(name, self._data_result(name, promql), at)
+        refuse_warnings(name, answer.warnings)
+        return [(s.metric, _value(name, s.metric, list(s.value), at)) for s in answer.data.result]
 
     def _params(self, at: float) -> dict[str, str]:
         return {"time": f"{at:.3f}", "timeout": f"{self.timeout_seconds:g}s"}
@@ -262,6 +300,11 @@ class PromClient:
                 f"query {name}: Prometheus at {self.shown_url} did not answer within {self.timeout_seconds:g}s"
             ) from exc
         except requests.ConnectionError as exc:
+            if exc.args and isinstance(exc.args[0], ReadTimeoutError):  # what requests makes of a stalled body
+                raise MetricsUnavailable(
+                    f"query {name}: Prometheus at {self.shown_url} stopped sending its answer: nothing came for "
+                    f"{self.timeout_seconds:g}s"
+                ) from exc
             raise MetricsUnavailable(f"query {name}: cannot reach Prometheus at {self.shown_url}: {exc}") from exc
         except requests.RequestException as exc:
             raise MetricsUnavailable(f"query {name}: request to Prometheus at {self.shown_url} failed: {exc}") from exc
@@ -286,6 +329,8 @@ class PromClient:
         if isinstance(answer, dict) and answer.get("status") == "error":
             raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from cause
         data = answer.get("data") if isinstance(answer, dict) else None
+        if isinstance(answer, dict):
+            refuse_warnings(name, answer.get("warnings"))
         if not isinstance(data, dict) or "result" not in data:
             raise MetricsMalformed(f"query {name}: the answer has no data.result: {self._body()}") from cause
         result: object = data["result"]
@@ -319,8 +364,9 @@ class PromClient:
         return "" if response is None else clip(response.text)
 
 
-def parse_vector(name: str, result: object) -> Vector:
-    """Checks the shape of ``data.result`` (the Prometheus HTTP API) and returns (labels, value) pairs.
+def parse_vector(name: str, result: object, at: float) -> Vector:
+    """Checks the shape of ``data.result`` (the Prometheus HTTP API) of a query evaluated at ``at`` and
+    returns (labels, value) pairs.
 
     ``custom_query`` hands back only ``data.result``; the shapes still tell the result types apart:
     a vector is a list of ``{"metric", "value"}``, a matrix a list of ``{"metric", "values"}``, a
@@ -344,7 +390,7 @@ def parse_vector(name: str, result: object) -> Vector:
             raise MetricsMalformed(f"query {name}: native histogram sample, expected a float: {show(labels)}")
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
             raise MetricsMalformed(f"query {name}: a series has no label set: {clip(repr(item))}")
-        series.append((labels, _value(name, labels, item.get("value"))))
+        series.append((labels, _value(name, labels, item.get("value"), at)))
     return series
 
 
@@ -375,7 +421,7 @@ def by_pod(name: str, series: Vector) -> dict[PodKey, float]:
     return out
 
 
-def _value(name: str, labels: Labels, pair: object) -> float:
+def _value(name: str, labels: Labels, pair: object, at: float) -> float:
     if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[1], str):
         raise MetricsMalformed(f"query {name}: series {show(labels)} has no [time, value] pair: {clip(repr(pair))}")
     try:
@@ -386,7 +432,18 @@ def _value(name: str, labels: Labels, pair: object) -> float:
         raise MetricsMalformed(f"query {name}: series {show(labels)} has the value {pair[1]}")
     if value < 0:
         raise MetricsMalformed(f"query {name}: series {show(labels)} has a negative value {pair[1]}")
+    if not _same_time(pair[0], at):
+        raise MetricsMalformed(
+            f"query {name}: series {show(labels)} is for the time {clip(repr(pair[0]))}, not {at:.3f} ({iso(at)}) "
+            "the query was evaluated at: an answer for another time (from a cache or proxy that ignores the "
+            "query's time?) is not used"
+        )
     return value
+
+
+def _same_time(stamp: object, at: float) -> bool:
+    """Whether a sample's time is ``at`` as the query sent it, within :data:`TIME_TOLERANCE_SECONDS`."""
+    return isinstance(stamp, int | float) and not isinstance(stamp, bool) and abs(stamp - at) <= TIME_TOLERANCE_SECONDS
 
 
 def iso(at: float) -> str:

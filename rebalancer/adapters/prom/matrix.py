@@ -4,8 +4,9 @@ A profile read asks for tens of thousands of pods x 24 (or more) points per day:
 into typed structs, the points a group of series at a time (the values' strings parsed as floats on the
 way), and they land in three flat arrays: no Python object per point outlives its group. Anything else is
 :class:`~rebalancer.domain.errors.MetricsMalformed` naming the query and the cause: not a success, not a
-matrix, a series without its namespace or pod label, a pod twice (unless raw samples are read), a value that
-is NaN, infinite, negative or not a number.
+matrix, an answer with ``warnings`` (partial data), a series without its namespace or pod label, a pod twice
+(unless raw samples are read), a value that is NaN, infinite, negative or not a number, a point outside the
+time span asked for (an answer for another time, from a cache or proxy in front of Prometheus).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -25,6 +26,7 @@ from rebalancer.domain.model import PodKey
 K = TypeVar("K", bound=Hashable)
 _Label = Annotated[str, msgspec.Meta(min_length=1)]
 _MAX_SHOWN = 300
+_MS = 0.001  # Prometheus keeps times in milliseconds
 
 
 class _PodLabels(msgspec.Struct, gc=False):
@@ -47,6 +49,7 @@ class _Answer(msgspec.Struct, gc=False):
     data: _Data | None = None
     error: str = ""
     error_type: str = msgspec.field(default="", name="errorType")
+    warnings: Any = None
 
 
 _DECODER = msgspec.json.Decoder(_Answer)
@@ -78,9 +81,10 @@ class PodMatrix:
     values: npt.NDArray[np.float64]
 
 
-def pod_matrix(name: str, body: bytes, *, one_per_pod: bool = True) -> PodMatrix:
-    """The checked points of a range answer with one series per (namespace, pod); without ``one_per_pod``
-    a pod may have several (raw samples keep the node label: a pod rescheduled within the batch's nodes)."""
+def pod_matrix(name: str, body: bytes, *, span: tuple[float, float], one_per_pod: bool = True) -> PodMatrix:
+    """The checked points of a range answer with one series per (namespace, pod), each within ``span`` (the
+    first and last time asked for, in seconds, as sent: to the millisecond); without ``one_per_pod`` a pod may
+    have several (raw samples keep the node label: a pod rescheduled within the batch's nodes)."""
     try:
         answer = _DECODER.decode(body)
     except msgspec.DecodeError as exc:  # ValidationError included: names the place in the answer
@@ -91,6 +95,7 @@ def pod_matrix(name: str, body: bytes, *, one_per_pod: bool = True) -> PodMatrix
         )
     if answer.data.result_type != "matrix":
         raise MetricsMalformed(f"query {name}: expected a range vector (matrix), got {answer.data.result_type!r}")
+    refuse_warnings(name, answer.warnings)
     result = answer.data.result
     keys = tuple((s.metric.namespace, s.metric.pod) for s in result)
     if one_per_pod and len(set(keys)) != len(keys):
@@ -110,6 +115,16 @@ def pod_matrix(name: str, body: bytes, *, one_per_pod: bool = True) -> PodMatrix
         series = int(np.searchsorted(np.cumsum(counts), first, side="right"))
         ns, pod = keys[series]
         raise MetricsMalformed(f"query {name}: series of pod {ns}/{pod} has the value {float(values[first])}")
+    earliest, latest = span
+    outside = (times < earliest - _MS / 2) | (times > latest + _MS / 2)
+    if outside.any():
+        first = int(np.argmax(outside))
+        ns, pod = keys[int(np.searchsorted(np.cumsum(counts), first, side="right"))]
+        raise MetricsMalformed(
+            f"query {name}: series of pod {ns}/{pod} has a point at {float(times[first]):.3f}, outside "
+            f"{earliest:.3f}..{latest:.3f} asked for: an answer for another time (from a cache or proxy that "
+            "ignores the query's time?) is not used"
+        )
     return PodMatrix(keys, np.repeat(np.arange(len(keys), dtype=np.int64), counts), times, values)
 
 
@@ -123,6 +138,24 @@ def _points(result: Sequence[_PodSeries]) -> tuple[npt.NDArray[np.int64], npt.ND
         pairs = chain.from_iterable(group)
         flats.append(np.fromiter(chain.from_iterable(pairs), dtype=np.float64, count=2 * sum(map(len, group))))
     return counts, np.concatenate(flats)
+
+
+_INFO = "PromQL info:"
+"""An advisory about the query, not the data (rate() of a counter whose name does not end in _total):
+Prometheus 2.47 to 2.53 put these in ``warnings``, later ones in ``infos``."""
+
+
+def refuse_warnings(name: str, warnings: object) -> None:
+    """An answer with ``warnings`` may be partial (a remote-read endpoint failed, a partial response): the
+    error quotes them. PromQL's info annotations are not warnings."""
+    if isinstance(warnings, list):
+        warnings = [w for w in warnings if not (isinstance(w, str) and w.startswith(_INFO))]
+    if warnings:
+        shown = "; ".join(map(str, warnings)) if isinstance(warnings, list) else repr(warnings)
+        raise MetricsMalformed(
+            f"query {name}: Prometheus answered with warnings, so its answer may be partial and is not used: "
+            f"{_clip(' '.join(shown.split()))}"
+        )
 
 
 def rows_of(index: dict[K, int], keys: Sequence[K]) -> npt.NDArray[np.int64]:

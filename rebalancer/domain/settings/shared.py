@@ -30,6 +30,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import core_schema
 
 from rebalancer.domain.labels import SELECTOR_OPERATORS, LabelSelector, Requirement
+from rebalancer.domain.redaction import redact_url
 from rebalancer.domain.settings.node_sources import (
     DEFAULT_NODE_SOURCES,
     NodeSource,
@@ -44,17 +45,19 @@ Percent = Annotated[float, Field(ge=0, le=100)]
 def _http_url(text: str) -> str:
     """An absolute http(s) base URL with a host, without query or fragment; the text is kept as written."""
     if any(c.isspace() for c in text):
-        raise ValueError(f"{text!r} is not an http(s) URL: it contains white space")
+        raise ValueError(f"{redact_url(text)!r} is not an http(s) URL: it contains white space")
     try:
         parts = urlsplit(text)
         valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
     except ValueError:  # a port that is not a number or out of range
         valid = False
     if not valid:
-        raise ValueError(f"{text!r} is not an http(s) URL such as http://prometheus-operated.monitoring:9090")
+        raise ValueError(
+            f"{redact_url(text)!r} is not an http(s) URL such as http://prometheus-operated.monitoring:9090"
+        )
     if parts.query or parts.fragment or "?" in text or "#" in text:
         raise ValueError(
-            f"{text!r} is a base URL: the API's paths (/api/v1/query) are appended to it, so it takes no query "
+            f"{redact_url(text)!r} is a base URL: the API's paths (/api/v1/query) are appended to it, so it takes no query "
             "(?...) or fragment (#...)"
         )
     return text
