@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rebalancer.app.descheduler.notes import Note, Notes
-from rebalancer.app.descheduler.source import SourceProblem, mapping
+from rebalancer.app.descheduler.source import BOTH_THRESHOLDS, SourceProblem, mapping
 
 SYSTEM_CRITICAL = (
     "rebalancer never evicts system-critical pods (priority 2000000000 and above, system-node-critical, "
@@ -89,6 +89,8 @@ def _pod_protections(value: Mapping[str, Any], path: str, notes: Notes) -> dict[
 
 
 def _priority(value: Mapping[str, Any], path: str, notes: Notes) -> dict[str, Any]:
+    if "value" in value and "name" in value:
+        raise SourceProblem(path, BOTH_THRESHOLDS)
     if "value" in value and isinstance(value["value"], int) and not isinstance(value["value"], bool):
         return {"priorityThreshold": value["value"]}
     if "name" in value and isinstance(value["name"], str):
