@@ -429,3 +429,15 @@ def test_a_priority_threshold_by_value_and_by_name_is_refused_as_the_descheduler
     with pytest.raises(SourceProblem) as caught:
         convert(document)
     assert caught.value.path == path
+
+
+def test_a_use_deviation_thresholds_that_is_no_boolean_is_refused_with_the_field():
+    # bool("false") is True: read as text, deviation thresholds would turn a 20/50 band into mean-20/mean+50
+    lnu = {"name": "LowNodeUtilization", "args": {"thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 50},
+                                                  "useDeviationThresholds": "false"}}  # fmt: skip
+    document = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
+                "profiles": [{"name": "p", "pluginConfig": [lnu],
+                              "plugins": {"balance": {"enabled": ["LowNodeUtilization"]}}}]}  # fmt: skip
+    with pytest.raises(SourceProblem) as caught:
+        convert(document)
+    assert caught.value.path == "profiles.0.LowNodeUtilization.useDeviationThresholds"

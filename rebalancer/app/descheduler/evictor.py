@@ -35,18 +35,18 @@ def protections_of(evictor: Mapping[str, Any], path: str, notes: Notes) -> dict[
     for key, value in evictor.items():
         at = f"{path}.{key}"
         if key == "evictLocalStoragePods":
-            out["evictLocalStoragePods"] = _flag(value, at)
+            out["evictLocalStoragePods"] = flag(value, at)
         elif key == "ignorePvcPods":
-            out["evictPodsWithPVC"] = not _flag(value, at)
+            out["evictPodsWithPVC"] = not flag(value, at)
         elif key == "evictSystemCriticalPods":
-            if _flag(value, at):
+            if flag(value, at):
                 notes.add(Note.unsupported(at, SYSTEM_CRITICAL))
         elif key == "nodeFit":
             notes.add(
                 Note.differs(
                     at,
                     "always on in rebalancer: a pod moves only when some destination fits its requests, taints, "
-                    "nodeSelector and required affinity" + ("" if _flag(value, at) else " (nodeFit was false)"),
+                    "nodeSelector and required affinity" + ("" if flag(value, at) else " (nodeFit was false)"),
                 )
             )
         elif key == "labelSelector":
@@ -132,7 +132,7 @@ def label_selector(value: object, path: str) -> dict[str, Any]:
     return {k: v for k, v in found.items() if v}
 
 
-def _flag(value: object, path: str) -> bool:
+def flag(value: object, path: str) -> bool:
     if not isinstance(value, bool):
         raise SourceProblem(path, f"expected true or false, not {value!r}")
     return value
