@@ -441,3 +441,15 @@ def test_a_use_deviation_thresholds_that_is_no_boolean_is_refused_with_the_field
     with pytest.raises(SourceProblem) as caught:
         convert(document)
     assert caught.value.path == "profiles.0.LowNodeUtilization.useDeviationThresholds"
+
+
+def test_a_plugin_entry_that_is_no_name_is_refused_with_the_field():
+    # read past, the LowNodeUtilization written as a mapping would vanish without a note beside the other one
+    hnu = {"name": "HighNodeUtilization", "args": {"thresholds": {"cpu": 10}}}
+    document = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
+                "profiles": [{"name": "p", "pluginConfig": [hnu],
+                              "plugins": {"balance": {"enabled": ["HighNodeUtilization",
+                                                                  {"name": "LowNodeUtilization"}]}}}]}  # fmt: skip
+    with pytest.raises(SourceProblem) as caught:
+        convert(document)
+    assert caught.value.path == "profiles.0.plugins.balance.enabled.1"

@@ -118,8 +118,10 @@ def _profiles_v1alpha2(policy: Mapping[str, Any], prefix: str, notes: Notes) -> 
         enabled: list[str] = []
         for point in ("balance", "deschedule"):
             found = mapping(plugins.get(point), f"{path}.plugins.{point}")
-            for name in sequence(found.get("enabled"), f"{path}.plugins.{point}.enabled"):
-                if isinstance(name, str) and name not in enabled:
+            for k, name in enumerate(sequence(found.get("enabled"), f"{path}.plugins.{point}.enabled")):
+                if not isinstance(name, str):
+                    raise SourceProblem(f"{path}.plugins.{point}.enabled.{k}", f"expected a plugin name, not {name!r}")
+                if name not in enabled:
                     enabled.append(name)
         for point, found in plugins.items():
             if point not in ("balance", "deschedule") and found:
