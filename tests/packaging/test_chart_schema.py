@@ -39,6 +39,10 @@ REJECTED: list[tuple[str, Doc, list[str]]] = [
     ("negative replicas", {"replicas": -1}, ["/replicas"]),
     ("misspelt top-level value", {"replica": 2}, ["replica"]),
     ("image digest", {"image": {"digest": "latest"}}, ["/image/digest"]),
+    ("tag in the image repository", {"image": {"repository": "registry.example.com/rebalancer:1.0"}},
+     ["/image/repository"]),
+    ("digest in the image repository", {"image": {"repository": "registry.example.com/rebalancer@sha256:" + "0" * 64}},
+     ["/image/repository"]),
     ("schedule", {"kind": "CronJob", "schedule": "every 5 minutes"}, ["/schedule"]),
     ("webhook port", {"service": {"webhookPort": 70000}}, ["/service/webhookPort"]),
     ("rule file", {"prometheusRule": {"rules": "kube-state-metrics"}}, ["/prometheusRule/rules"]),
@@ -61,6 +65,11 @@ def test_wrong_values_fail_at_install_naming_the_value(values: Doc, named: list[
         render(values)  # what `helm install` does: the schema is checked before anything renders
     for word in named:
         assert word in str(failure.value)
+
+
+@pytest.mark.parametrize("repository", ["rebalancer", "localhost:5000/rebalancer", "registry.example.com:443/a/b/c"])
+def test_an_image_repository_with_a_registry_port_passes(repository: str) -> None:
+    validate_schema({"image": {"repository": repository}})
 
 
 # (id, values, words of the template's own message)
