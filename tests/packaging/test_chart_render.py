@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import posixpath
+import re
 from typing import Any
 
 import kubernetes_validate
@@ -260,6 +261,17 @@ def test_cronjob_settings_reach_the_cronjob() -> None:
     assert cronjob["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 0
     assert rendered.pod_spec["restartPolicy"] == "Never"
     assert not rendered.of_kind("Deployment")
+
+
+def test_a_cronjob_of_a_long_name_is_named_within_the_cronjob_limit() -> None:
+    """fullnameOverride may be 63 characters (a Service's limit), a CronJob's name at most 52 (the API server
+    refuses more: its Jobs add 11); the job NOTES has one start by hand stays within 63."""
+    rendered = render({"kind": "CronJob", "fullnameOverride": "r" * 63})
+    name = rendered.one("CronJob")["metadata"]["name"]
+    assert 0 < len(name) <= 52
+    manual = re.search(rf"create job --from=cronjob/{name} (\S+)", rendered.notes)
+    assert manual is not None, rendered.notes
+    assert len(manual[1]) <= 63 and f"logs job/{manual[1]}" in rendered.notes
 
 
 def test_notes_name_the_mode_and_how_to_look_first(variant: tuple[Doc, Rendered]) -> None:

@@ -16,6 +16,11 @@
 {{- end }}
 {{- end }}
 
+{{- /* A CronJob's name: at most 52 characters (its Jobs' names add 11, within 63). */}}
+{{- define "rebalancer.cronJobName" -}}
+{{- include "rebalancer.fullname" . | trunc 52 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "rebalancer.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "rebalancer.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
