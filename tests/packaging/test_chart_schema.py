@@ -85,6 +85,7 @@ REFUSED: list[tuple[str, Doc, list[str]]] = [
     ("loopback listener", {"policy": {"service": {"host": "127.0.0.1"}}}, ["policy.service.host", "127.0.0.1"]),
     ("loopback metrics listener", {"policy": {"service": {"metricsHost": "localhost"}}},
      ["policy.service.metricsHost", "localhost", "probes"]),
+    ("one Service port for both", {"service": {"webhookPort": 9102}}, ["service.webhookPort", "service.metricsPort"]),
     ("webhook without a token", {"webhook": {"token": {"enabled": False}}},
      ["webhook.token.enabled: false", "policy.service.webhook.allowUnauthenticated: true"]),
 ]  # fmt: skip

@@ -139,6 +139,9 @@ Values the chart cannot honour fail here with the value's path.
 {{- if and (eq .Values.kind "CronJob") .Values.serviceMonitor.enabled }}
 {{- fail "serviceMonitor.enabled: a CronJob run serves no /metrics; use kind: Deployment" }}
 {{- end }}
+{{- if and (eq .Values.kind "Deployment") (eq (int .Values.service.webhookPort) (int .Values.service.metricsPort)) }}
+{{- fail (printf "service.webhookPort and service.metricsPort: both %d; the Service needs a port for each (the webhook, /metrics)" (int .Values.service.webhookPort)) }}
+{{- end }}
 {{- $host := dig "service" "host" "0.0.0.0" .Values.policy }}
 {{- if and (eq .Values.kind "Deployment") (or (hasPrefix "127." $host) (eq $host "localhost") (eq $host "::1")) }}
 {{- fail (printf "policy.service.host: %s is reachable only from inside the pod: the Service and Alertmanager could not reach the webhook" $host) }}
