@@ -274,6 +274,16 @@ def test_a_cronjob_of_a_long_name_is_named_within_the_cronjob_limit() -> None:
     assert len(manual[1]) <= 63 and f"logs job/{manual[1]}" in rendered.notes
 
 
+def test_notes_warn_of_an_open_webhook_only_when_it_is_open() -> None:
+    own_token = {"webhook": {"token": {"enabled": False}}, "policy": {"service": {"webhook": {"tokenFile": "/t/x"}}}}
+    assert "WARNING" not in render(own_token).notes and "/t/x" in render(own_token).notes
+    open_ = {
+        "webhook": {"token": {"enabled": False}},
+        "policy": {"service": {"webhook": {"allowUnauthenticated": True}}},
+    }
+    assert "WARNING" in render(open_).notes
+
+
 def test_notes_name_the_mode_and_how_to_look_first(variant: tuple[Doc, Rendered]) -> None:
     _, rendered = variant
     notes = rendered.notes
