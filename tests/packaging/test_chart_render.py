@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import posixpath
+import re
 from typing import Any
 
 import kubernetes_validate
@@ -260,6 +261,27 @@ def test_cronjob_settings_reach_the_cronjob() -> None:
     assert cronjob["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 0
     assert rendered.pod_spec["restartPolicy"] == "Never"
     assert not rendered.of_kind("Deployment")
+
+
+def test_a_cronjob_of_a_long_name_is_named_within_the_cronjob_limit() -> None:
+    """fullnameOverride may be 63 characters (a Service's limit), a CronJob's name at most 52 (the API server
+    refuses more: its Jobs add 11); the job NOTES has one start by hand stays within 63."""
+    rendered = render({"kind": "CronJob", "fullnameOverride": "r" * 63})
+    name = rendered.one("CronJob")["metadata"]["name"]
+    assert 0 < len(name) <= 52
+    manual = re.search(rf"create job --from=cronjob/{name} (\S+)", rendered.notes)
+    assert manual is not None, rendered.notes
+    assert len(manual[1]) <= 63 and f"logs job/{manual[1]}" in rendered.notes
+
+
+def test_notes_warn_of_an_open_webhook_only_when_it_is_open() -> None:
+    own_token = {"webhook": {"token": {"enabled": False}}, "policy": {"service": {"webhook": {"tokenFile": "/t/x"}}}}
+    assert "WARNING" not in render(own_token).notes and "/t/x" in render(own_token).notes
+    open_ = {
+        "webhook": {"token": {"enabled": False}},
+        "policy": {"service": {"webhook": {"allowUnauthenticated": True}}},
+    }
+    assert "WARNING" in render(open_).notes
 
 
 def test_notes_name_the_mode_and_how_to_look_first(variant: tuple[Doc, Rendered]) -> None:

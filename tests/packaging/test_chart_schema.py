@@ -39,11 +39,23 @@ REJECTED: list[tuple[str, Doc, list[str]]] = [
     ("negative replicas", {"replicas": -1}, ["/replicas"]),
     ("misspelt top-level value", {"replica": 2}, ["replica"]),
     ("image digest", {"image": {"digest": "latest"}}, ["/image/digest"]),
+    ("tag in the image repository", {"image": {"repository": "registry.example.com/rebalancer:1.0"}},
+     ["/image/repository"]),
+    ("digest in the image repository", {"image": {"repository": "registry.example.com/rebalancer@sha256:" + "0" * 64}},
+     ["/image/repository"]),
     ("schedule", {"kind": "CronJob", "schedule": "every 5 minutes"}, ["/schedule"]),
     ("webhook port", {"service": {"webhookPort": 70000}}, ["/service/webhookPort"]),
     ("rule file", {"prometheusRule": {"rules": "kube-state-metrics"}}, ["/prometheusRule/rules"]),
     ("writable root", {"securityContext": {"readOnlyRootFilesystem": False}}, ["/securityContext/readOnlyRootFilesystem"]),
     ("root user", {"podSecurityContext": {"runAsNonRoot": False}}, ["/podSecurityContext/runAsNonRoot"]),
+    ("capability added", {"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}},
+     ["/securityContext/capabilities/add"]),
+    ("ALL not dropped", {"securityContext": {"capabilities": {"drop": ["NET_RAW"]}}},
+     ["/securityContext/capabilities/drop"]),
+    ("no seccomp", {"securityContext": {"seccompProfile": {"type": "Unconfined"}}},
+     ["/securityContext/seccompProfile/type"]),
+    ("no pod seccomp", {"podSecurityContext": {"seccompProfile": {"type": "Unconfined"}}},
+     ["/podSecurityContext/seccompProfile/type"]),
     ("policy threshold", {"policy": {"strategies": [{"kind": "LowNodeUtilization", "thresholds": {"cpu": 150},
                                                     "targetThresholds": {"cpu": 70}}]}}, ["/policy/strategies/0"]),
     ("unknown strategy", {"policy": {"strategies": [{"kind": "Descheduler"}]}}, ["/policy/strategies/0"]),
@@ -63,6 +75,11 @@ def test_wrong_values_fail_at_install_naming_the_value(values: Doc, named: list[
         assert word in str(failure.value)
 
 
+@pytest.mark.parametrize("repository", ["rebalancer", "localhost:5000/rebalancer", "registry.example.com:443/a/b/c"])
+def test_an_image_repository_with_a_registry_port_passes(repository: str) -> None:
+    validate_schema({"image": {"repository": repository}})
+
+
 # (id, values, words of the template's own message)
 REFUSED: list[tuple[str, Doc, list[str]]] = [
     ("replicas without leader election", {"replicas": 2, "policy": {"service": {"leaderElection": {"enabled": False}}}},
@@ -76,6 +93,7 @@ REFUSED: list[tuple[str, Doc, list[str]]] = [
     ("loopback listener", {"policy": {"service": {"host": "127.0.0.1"}}}, ["policy.service.host", "127.0.0.1"]),
     ("loopback metrics listener", {"policy": {"service": {"metricsHost": "localhost"}}},
      ["policy.service.metricsHost", "localhost", "probes"]),
+    ("one Service port for both", {"service": {"webhookPort": 9102}}, ["service.webhookPort", "service.metricsPort"]),
     ("webhook without a token", {"webhook": {"token": {"enabled": False}}},
      ["webhook.token.enabled: false", "policy.service.webhook.allowUnauthenticated: true"]),
 ]  # fmt: skip

@@ -374,3 +374,82 @@ def test_cli_writes_nothing_when_the_result_would_not_pass_check_config(
     assert main(["import-policy", str(source), "--out", str(out)]) == 2
     assert "strategies.0.thresholds.cpu" in capsys.readouterr().err
     assert not out.exists()
+
+
+V1ALPHA1_LNU = {"params": {"nodeResourceUtilizationThresholds": {"thresholds": {"cpu": 20},
+                                                                 "targetThresholds": {"cpu": 50}}}}  # fmt: skip
+
+
+def test_a_v1alpha1_strategy_runs_only_with_enabled_true_as_in_the_descheduler():
+    # the descheduler runs a v1alpha1 strategy only when enabled is true; an absent enabled is false
+    document = {"apiVersion": "descheduler/v1alpha1", "kind": "DeschedulerPolicy",
+                "strategies": {"LowNodeUtilization": V1ALPHA1_LNU,
+                               "HighNodeUtilization": {"enabled": True, "params": {
+                                   "nodeResourceUtilizationThresholds": {"thresholds": {"cpu": 10}}}}}}  # fmt: skip
+    conversion = convert(document)
+    assert [s["kind"] for s in conversion.policy["strategies"]] == ["HighNodeUtilization"]
+    assert "strategies.LowNodeUtilization" in paths(conversion, "unsupported")
+    with pytest.raises(SourceProblem, match="no LowNodeUtilization"):
+        convert({**document, "strategies": {"LowNodeUtilization": V1ALPHA1_LNU}})
+
+
+def test_a_v1alpha1_enabled_that_is_no_boolean_is_refused_with_the_field():
+    document = {"apiVersion": "descheduler/v1alpha1", "kind": "DeschedulerPolicy",
+                "strategies": {"LowNodeUtilization": {**V1ALPHA1_LNU, "enabled": "false"}}}  # fmt: skip
+    with pytest.raises(SourceProblem) as caught:
+        convert(document)
+    assert caught.value.path == "strategies.LowNodeUtilization.enabled"
+
+
+@pytest.mark.parametrize(
+    ("document", "path"),
+    [
+        (
+            {"apiVersion": "descheduler/v1alpha1", "kind": "DeschedulerPolicy", "strategies": {"LowNodeUtilization": {
+                "enabled": True, "params": {**V1ALPHA1_LNU["params"], "thresholdPriority": 1000,
+                                            "thresholdPriorityClassName": "low"}}}},
+            "strategies.LowNodeUtilization.params.thresholdPriority",
+        ),
+        (
+            {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy", "profiles": [{"name": "p",
+                "pluginConfig": [{"name": "DefaultEvictor", "args": {"priorityThreshold": {"value": 1000,
+                                                                                         "name": "low"}}},
+                                 {"name": "LowNodeUtilization", "args": {"thresholds": {"cpu": 20},
+                                                                         "targetThresholds": {"cpu": 50}}}],
+                "plugins": {"balance": {"enabled": ["LowNodeUtilization"]}}}]},
+            "profiles.0.DefaultEvictor.priorityThreshold",
+        ),
+    ],
+)  # fmt: skip
+def test_a_priority_threshold_by_value_and_by_name_is_refused_as_the_descheduler_does(
+    document: dict[str, Any], path: str
+):
+    # the descheduler refuses the policy ("only one of priorityThreshold fields can be set"); keeping one
+    # of the two would drop the other's protection
+    with pytest.raises(SourceProblem) as caught:
+        convert(document)
+    assert caught.value.path == path
+
+
+def test_a_use_deviation_thresholds_that_is_no_boolean_is_refused_with_the_field():
+    # bool("false") is True: read as text, deviation thresholds would turn a 20/50 band into mean-20/mean+50
+    lnu = {"name": "LowNodeUtilization", "args": {"thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 50},
+                                                  "useDeviationThresholds": "false"}}  # fmt: skip
+    document = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
+                "profiles": [{"name": "p", "pluginConfig": [lnu],
+                              "plugins": {"balance": {"enabled": ["LowNodeUtilization"]}}}]}  # fmt: skip
+    with pytest.raises(SourceProblem) as caught:
+        convert(document)
+    assert caught.value.path == "profiles.0.LowNodeUtilization.useDeviationThresholds"
+
+
+def test_a_plugin_entry_that_is_no_name_is_refused_with_the_field():
+    # read past, the LowNodeUtilization written as a mapping would vanish without a note beside the other one
+    hnu = {"name": "HighNodeUtilization", "args": {"thresholds": {"cpu": 10}}}
+    document = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
+                "profiles": [{"name": "p", "pluginConfig": [hnu],
+                              "plugins": {"balance": {"enabled": ["HighNodeUtilization",
+                                                                  {"name": "LowNodeUtilization"}]}}}]}  # fmt: skip
+    with pytest.raises(SourceProblem) as caught:
+        convert(document)
+    assert caught.value.path == "profiles.0.plugins.balance.enabled.1"

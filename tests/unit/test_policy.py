@@ -8,6 +8,7 @@ import pytest
 
 from rebalancer.app.cli import main
 from rebalancer.domain.errors import ConfigError
+from rebalancer.domain.settings.efficiency import EfficiencySettings
 from rebalancer.offline.demo import demo_policy_path
 from rebalancer.policy import parse_policy, parse_policy_warning
 
@@ -18,6 +19,13 @@ CONFIG = Path(__file__).resolve().parents[2] / "config"
 def test_examples_load(path: Path) -> None:
     policy = parse_policy(path.read_text(), str(path))
     assert policy.strategies
+
+
+def test_the_efficiency_example_holds_the_defaults_it_says_it_shows() -> None:
+    """config/efficiency.yaml shows "every field with its default": what it sets must be the default, or a
+    copy of it (a stale reference query, say) would replace the default for whoever starts from the file."""
+    policy = parse_policy((CONFIG / "efficiency.yaml").read_text())
+    assert policy.efficiency == EfficiencySettings()
 
 
 def test_demo_policy_loads() -> None:

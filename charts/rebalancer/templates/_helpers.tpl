@@ -16,6 +16,11 @@
 {{- end }}
 {{- end }}
 
+{{- /* A CronJob's name: at most 52 characters (its Jobs' names add 11, within 63). */}}
+{{- define "rebalancer.cronJobName" -}}
+{{- include "rebalancer.fullname" . | trunc 52 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "rebalancer.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "rebalancer.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -133,6 +138,9 @@ Values the chart cannot honour fail here with the value's path.
 {{- end }}
 {{- if and (eq .Values.kind "CronJob") .Values.serviceMonitor.enabled }}
 {{- fail "serviceMonitor.enabled: a CronJob run serves no /metrics; use kind: Deployment" }}
+{{- end }}
+{{- if and (eq .Values.kind "Deployment") (eq (int .Values.service.webhookPort) (int .Values.service.metricsPort)) }}
+{{- fail (printf "service.webhookPort and service.metricsPort: both %d; the Service needs a port for each (the webhook, /metrics)" (int .Values.service.webhookPort)) }}
 {{- end }}
 {{- $host := dig "service" "host" "0.0.0.0" .Values.policy }}
 {{- if and (eq .Values.kind "Deployment") (or (hasPrefix "127." $host) (eq $host "localhost") (eq $host "::1")) }}

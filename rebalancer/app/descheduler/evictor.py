@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rebalancer.app.descheduler.notes import Note, Notes
-from rebalancer.app.descheduler.source import SourceProblem, mapping
+from rebalancer.app.descheduler.source import BOTH_THRESHOLDS, SourceProblem, mapping
 
 SYSTEM_CRITICAL = (
     "rebalancer never evicts system-critical pods (priority 2000000000 and above, system-node-critical, "
@@ -35,18 +35,18 @@ def protections_of(evictor: Mapping[str, Any], path: str, notes: Notes) -> dict[
     for key, value in evictor.items():
         at = f"{path}.{key}"
         if key == "evictLocalStoragePods":
-            out["evictLocalStoragePods"] = _flag(value, at)
+            out["evictLocalStoragePods"] = flag(value, at)
         elif key == "ignorePvcPods":
-            out["evictPodsWithPVC"] = not _flag(value, at)
+            out["evictPodsWithPVC"] = not flag(value, at)
         elif key == "evictSystemCriticalPods":
-            if _flag(value, at):
+            if flag(value, at):
                 notes.add(Note.unsupported(at, SYSTEM_CRITICAL))
         elif key == "nodeFit":
             notes.add(
                 Note.differs(
                     at,
                     "always on in rebalancer: a pod moves only when some destination fits its requests, taints, "
-                    "nodeSelector and required affinity" + ("" if _flag(value, at) else " (nodeFit was false)"),
+                    "nodeSelector and required affinity" + ("" if flag(value, at) else " (nodeFit was false)"),
                 )
             )
         elif key == "labelSelector":
@@ -89,6 +89,8 @@ def _pod_protections(value: Mapping[str, Any], path: str, notes: Notes) -> dict[
 
 
 def _priority(value: Mapping[str, Any], path: str, notes: Notes) -> dict[str, Any]:
+    if "value" in value and "name" in value:
+        raise SourceProblem(path, BOTH_THRESHOLDS)
     if "value" in value and isinstance(value["value"], int) and not isinstance(value["value"], bool):
         return {"priorityThreshold": value["value"]}
     if "name" in value and isinstance(value["name"], str):
@@ -130,7 +132,7 @@ def label_selector(value: object, path: str) -> dict[str, Any]:
     return {k: v for k, v in found.items() if v}
 
 
-def _flag(value: object, path: str) -> bool:
+def flag(value: object, path: str) -> bool:
     if not isinstance(value, bool):
         raise SourceProblem(path, f"expected true or false, not {value!r}")
     return value

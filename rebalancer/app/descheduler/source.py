@@ -24,6 +24,7 @@ TOP_LEVEL_EVICTOR_V1ALPHA1 = (
     "ignorePvcPods",
     "evictFailedBarePods",
 )
+BOTH_THRESHOLDS = "a priority threshold by value and by PriorityClass name both: the descheduler refuses it; keep one"
 
 
 class SourceProblem(ValueError):
@@ -117,8 +118,10 @@ def _profiles_v1alpha2(policy: Mapping[str, Any], prefix: str, notes: Notes) -> 
         enabled: list[str] = []
         for point in ("balance", "deschedule"):
             found = mapping(plugins.get(point), f"{path}.plugins.{point}")
-            for name in sequence(found.get("enabled"), f"{path}.plugins.{point}.enabled"):
-                if isinstance(name, str) and name not in enabled:
+            for k, name in enumerate(sequence(found.get("enabled"), f"{path}.plugins.{point}.enabled")):
+                if not isinstance(name, str):
+                    raise SourceProblem(f"{path}.plugins.{point}.enabled.{k}", f"expected a plugin name, not {name!r}")
+                if name not in enabled:
                     enabled.append(name)
         for point, found in plugins.items():
             if point not in ("balance", "deschedule") and found:
@@ -138,10 +141,16 @@ def _profiles_v1alpha1(policy: Mapping[str, Any], prefix: str, notes: Notes) -> 
     for name, raw in mapping(policy.get("strategies"), f"{prefix}strategies").items():
         path = f"{prefix}strategies.{name}"
         strategy = mapping(raw, path)
-        if strategy.get("enabled") is False:
-            notes.add(Note.unsupported(path, "enabled: false in the descheduler policy: not imported"))
+        enabled = strategy.get("enabled", False)
+        if not isinstance(enabled, bool):
+            raise SourceProblem(f"{path}.enabled", f"expected true or false, not {enabled!r}")
+        if not enabled:
+            why = "enabled: false" if "enabled" in strategy else "no enabled: true"
+            notes.add(Note.unsupported(path, f"{why}: the descheduler does not run it, so neither does rebalancer"))
             continue
         params = dict(mapping(strategy.get("params"), f"{path}.params"))
+        if "thresholdPriority" in params and "thresholdPriorityClassName" in params:
+            raise SourceProblem(f"{path}.params.thresholdPriority", BOTH_THRESHOLDS)
         evictor = dict(evictor_top)
         for key in ("nodeFit", "labelSelector"):
             if key in params:

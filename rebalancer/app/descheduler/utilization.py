@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rebalancer.app.descheduler.evictor import namespaces
+from rebalancer.app.descheduler.evictor import flag, namespaces
 from rebalancer.app.descheduler.notes import Note, Notes
 from rebalancer.app.descheduler.source import SourceProblem, mapping
 
@@ -60,7 +60,7 @@ def strategy_of(kind: str, args: Mapping[str, Any], path: str, notes: Notes) -> 
         if key in ("thresholds", "targetThresholds", "metricsUtilization"):
             continue
         if key == "useDeviationThresholds" and kind == "LowNodeUtilization":
-            strategy["useDeviationThresholds"] = bool(value)
+            strategy["useDeviationThresholds"] = flag(value, at)
         elif key == "numberOfNodes":
             strategy["numberOfNodes"] = value
             notes.add(Note.differs(at, "counted per resource pool (one pool unless pools: says otherwise)"))
