@@ -447,7 +447,7 @@ def _report(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy)
     connection = app.ClusterConnection(args.kubeconfig, args.context)
     bucket = spans["bucket"] or timedelta(hours=1)
-    data = efficiency_report(policy, connection, spans["period"], bucket, (lambda: until) if until else time.time)
+    data = efficiency_report(policy, connection, spans["period"], bucket, time.time, until)
     text = report_table(data.report, data.timeline)
     if data.no_records:
         print(f"rebalancer report: {data.no_records}", file=sys.stderr)

@@ -11,9 +11,11 @@ from datetime import timedelta
 
 from rebalancer.adapters.kube import ConfigMapStateStore, KubeSource, connect
 from rebalancer.adapters.prom.reference import ReferenceSource
-from rebalancer.app.efficiency import RECORDS_KEY, EfficiencyRecorder, rates_over_period
+from rebalancer.app.efficiency import RECORDS_KEY, rates_over_period
 from rebalancer.app.root import ClusterConnection, state_namespace
 from rebalancer.app.runtime import Clock
+from rebalancer.domain.documents import DocumentStore
+from rebalancer.domain.efficiency_records import EFFICIENCY_RECORDS
 from rebalancer.domain.errors import MetricsUnavailable, SourceError
 from rebalancer.planning.snapshot import PoolResolver
 from rebalancer.policy import Policy
@@ -36,16 +38,20 @@ def efficiency_report(
     period: timedelta | None = None,
     bucket: timedelta = timedelta(hours=1),
     clock: Clock = time.time,
+    until: float | None = None,
 ) -> ReportData:
-    """Raises a ``KubeUnavailable`` / ``KubeForbidden`` when the records or nodes cannot be read, and
-    ``MetricsUnavailable`` when the reference's Prometheus cannot be reached; a reference that answers
-    without a usable result leaves the discovery rate unknown (said in the report), never zero."""
-    now = clock()
+    """The period ends at ``until`` (None: now). Raises a ``KubeUnavailable`` / ``KubeForbidden`` when the
+    records or nodes cannot be read, ``RecordsCorrupt`` naming the field when the records are not valid
+    (checked against the clock, whatever the period's end), and ``MetricsUnavailable`` when the reference's
+    Prometheus cannot be reached; a reference that answers without a usable result leaves the discovery
+    rate unknown (said in the report), never zero."""
+    checked_at = clock()
+    now = checked_at if until is None else until
     settings = policy.efficiency if period is None else policy.efficiency.model_copy(update={"period": period})
     api = connect(connection.kubeconfig, connection.context)
     namespace = state_namespace(policy.state.namespace)
     store = ConfigMapStateStore(api, namespace, policy.state.efficiency_config_map, RECORDS_KEY)
-    state, _ = EfficiencyRecorder(store, settings, policy.pools, write=False).load(now)
+    state = DocumentStore(store, EFFICIENCY_RECORDS).load(checked_at).document  # a report replaces nothing
     resolver = PoolResolver(policy.pools)
     pool_of = {
         node.name: resolver.pool_of(node)

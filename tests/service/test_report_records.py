@@ -1,0 +1,75 @@
+"""`rebalancer report` reading the efficiency records from the test API server: the period's end given by
+--until, and records that cannot be read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rebalancer.app import cli
+from rebalancer.records import EfficiencyState, observe_cycle
+from tests.kubeapi import TestApiServer
+from tests.kubeapi import builders as b
+from tests.unit.test_efficiency import SETTINGS, T0, evict_all, plan_at, scene
+
+NAMESPACE = "rebalancer"
+POLICY = f"""
+strategies:
+- {{kind: LowNodeUtilization, thresholds: {{cpu: 20}}, targetThresholds: {{cpu: 70}}}}
+state: {{namespace: {NAMESPACE}}}
+efficiency: {{reference: {{query: null}}}}
+"""
+
+
+def recorded(*times: float) -> EfficiencyState:
+    """One cycle's records at each of ``times``: hot and stuck found, hot acted on with one eviction."""
+    state = EfficiencyState()
+    for at in times:
+        snap, plan = plan_at(*scene(), at)
+        state = observe_cycle(state, snap, plan, evict_all(plan), "schedule", SETTINGS)
+    return state
+
+
+def store_records(server: TestApiServer, text: str) -> None:
+    for name in ("hot", "cold", "stuck"):
+        server.add(b.node(name, cpu="4", memory="16Gi"))
+    server.add(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "rebalancer-efficiency", "namespace": NAMESPACE},
+            "data": {"records.json": text},
+        }
+    )
+
+
+def report(kubeconfig: Path, tmp_path: Path, *args: str) -> int:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(POLICY)
+    return cli.main(["report", "--policy", str(policy), "--kubeconfig", str(kubeconfig), *args])
+
+
+def test_until_before_the_newest_records_reports_the_period_it_ends(
+    kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store_records(kube_server, recorded(T0 - 4 * 3600, T0).to_json())
+    assert report(kubeconfig, tmp_path, "--until", str(T0 - 2 * 3600), "-o", "json") == cli.EXIT_OK
+    captured = capsys.readouterr()
+    cluster = json.loads(captured.out)["pools"][0]
+    assert cluster["pool"] == "*"
+    assert (cluster["found"], cluster["acted"], cluster["evictions"]) == (2, 1, 1)  # the cycle at T0 is after it
+    assert "corrupt" not in captured.err and "no records" not in captured.err
+
+
+def test_corrupt_records_are_named_with_exit_3_not_reported_as_none(
+    kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = recorded(T0).to_json().replace('"reliefs":[', '"reliefs":[5,', 1)
+    store_records(kube_server, text)
+    assert report(kubeconfig, tmp_path, "--until", str(T0)) == cli.EXIT_SOURCE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "$.reliefs[0]" in captured.err and f"{NAMESPACE}/rebalancer-efficiency" in captured.err
+    assert "no records yet" not in captured.err and "afresh" not in captured.err
