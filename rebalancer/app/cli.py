@@ -464,16 +464,21 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _time_arg(text: str) -> float | None:
-    from datetime import datetime
+    """A time given as epoch seconds or ISO 8601; None when it is neither, or no date can show it (nan, inf)."""
+    from datetime import UTC, datetime
 
     try:
-        return float(text)
+        at = float(text)
     except ValueError:
-        pass
+        try:
+            return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+        datetime.fromtimestamp(at, UTC)  # the report prints it as a date
+    except (ValueError, OverflowError, OSError):
         return None
+    return at
 
 
 def _serve(args: argparse.Namespace) -> int:

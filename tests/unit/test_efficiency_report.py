@@ -75,6 +75,8 @@ def test_plots_html_with_four_charts_png_and_a_clear_error_for_other_names(tmp_p
         (["--period", "a day"], "--period 'a day' is not a duration"),
         (["--bucket", "0.5h"], "--bucket '0.5h' is not a duration"),
         (["--until", "yesterday"], "--until 'yesterday' is not ISO 8601 or epoch seconds"),
+        (["--until", "nan"], "--until 'nan' is not ISO 8601 or epoch seconds"),
+        (["--until", "1e300"], "--until '1e300' is not ISO 8601 or epoch seconds"),
     ],
 )
 def test_report_arguments_are_checked_before_anything_is_read(
