@@ -88,11 +88,11 @@ class EfficiencyRecorder:
     def earlier(self, facts: ClusterFacts, now: float) -> Earlier:
         """What earlier cycles did, for this cycle's plan: the bounce-back guard's pods and the reliefs
         (the in-flight correction). When the records are off or cannot be read, no pod is guarded and the
-        reliefs say why they are unknown (logged)."""
+        reliefs say why they are unknown (logged); corrupt records are unknown too, not empty ones."""
         if not self._settings.enabled:
             return {}, EarlierReliefs(missing=EFFICIENCY_OFF)
         try:
-            state, _ = self.load(now)
+            state = self._store.load(now).document
         except RebalancerError as exc:
             log.warning("bounce-back guard and in-flight correction off this cycle: cannot read the efficiency "
                         "records: %s", exc)  # fmt: skip

@@ -1,5 +1,5 @@
-"""`rebalancer report` reading the efficiency records from the test API server: the period's end given by
---until, and records that cannot be read."""
+"""The efficiency records read from the test API server: by `rebalancer report` (the period's end given by
+--until, records that cannot be read) and before a cycle plans (records that cannot be read)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from rebalancer.adapters.kube import ConfigMapStateStore, connect
 from rebalancer.app import cli
+from rebalancer.app.efficiency import RECORDS_KEY, EfficiencyRecorder
+from rebalancer.domain.model import ClusterFacts
+from rebalancer.policy import Policy, parse_policy
 from rebalancer.records import EfficiencyState, observe_cycle
 from tests.kubeapi import TestApiServer
 from tests.kubeapi import builders as b
@@ -21,6 +25,10 @@ strategies:
 state: {{namespace: {NAMESPACE}}}
 efficiency: {{reference: {{query: null}}}}
 """
+
+
+def load_policy_text() -> Policy:
+    return parse_policy(POLICY)
 
 
 def recorded(*times: float) -> EfficiencyState:
@@ -73,3 +81,16 @@ def test_corrupt_records_are_named_with_exit_3_not_reported_as_none(
     assert captured.out == ""
     assert "$.reliefs[0]" in captured.err and f"{NAMESPACE}/rebalancer-efficiency" in captured.err
     assert "no records yet" not in captured.err and "afresh" not in captured.err
+
+
+def test_corrupt_records_turn_the_in_flight_correction_off_and_say_why(
+    kube_server: TestApiServer, kubeconfig: Path
+) -> None:
+    state = recorded(T0)
+    store_records(kube_server, state.to_json().replace('"reliefs":[', '"reliefs":[5,', 1))
+    texts = ConfigMapStateStore(connect(str(kubeconfig)), NAMESPACE, "rebalancer-efficiency", RECORDS_KEY)
+    recorder = EfficiencyRecorder(texts, SETTINGS, load_policy_text().pools, write=False)
+    nodes, pods, _ = scene()
+    moved, reliefs = recorder.earlier(ClusterFacts(tuple(nodes), tuple(pods)), T0 + 60)
+    assert moved == {} and reliefs.known == ()
+    assert reliefs.missing is not None and "$.reliefs[0]" in reliefs.missing  # not "no earlier reliefs"
