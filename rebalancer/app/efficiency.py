@@ -58,9 +58,9 @@ class UsageAt(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Recorded:
-    state: EfficiencyState | None
+    state: EfficiencyState | None  # a dry run's: what it would have written
     problem: str | None = None
-    judged: tuple[Relief, ...] = ()  # follow-ups decided by this cycle
+    judged: tuple[Relief, ...] = ()  # follow-ups decided by this cycle (a dry run decides none: it writes none)
     bounced: tuple[BounceBack, ...] = ()  # bounce-backs this cycle made
 
 
@@ -116,6 +116,8 @@ class EfficiencyRecorder:
         except RebalancerError as exc:
             log.warning("efficiency records not updated: %s: %s", type(exc).__name__, exc)
             return Recorded(None, f"{type(exc).__name__}: {exc}")
+        if not self._write:  # nothing was decided: the next cycle judges the same reliefs again from the records
+            return Recorded(state)
         pending = {(r.node, r.at) for r in before.reliefs if r.result is None}
         judged = tuple(r for r in state.reliefs if r.result is not None and (r.node, r.at) in pending)
         bounced = tuple(b for b in state.bounce_backs if b.at == snapshot.taken_at)
