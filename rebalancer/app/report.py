@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from rebalancer.adapters.kube import ConfigMapStateStore, KubeSource, connect
 from rebalancer.adapters.prom.reference import ReferenceSource
@@ -16,10 +16,11 @@ from rebalancer.app.root import ClusterConnection, state_namespace
 from rebalancer.app.runtime import Clock
 from rebalancer.domain.documents import DocumentStore
 from rebalancer.domain.efficiency_records import EFFICIENCY_RECORDS
-from rebalancer.domain.errors import MetricsUnavailable, SourceError
+from rebalancer.domain.errors import ConfigError, MetricsUnavailable, SourceError
+from rebalancer.domain.settings.shared import format_duration
 from rebalancer.planning.snapshot import PoolResolver
 from rebalancer.policy import Policy
-from rebalancer.records import EfficiencyReport, EfficiencyState
+from rebalancer.records import EfficiencyReport, EfficiencySettings, EfficiencyState
 from rebalancer.records.series import Bucket, bucket_bounds, buckets
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ def efficiency_report(
     namespace = state_namespace(policy.state.namespace)
     store = ConfigMapStateStore(api, namespace, policy.state.efficiency_config_map, RECORDS_KEY)
     state = DocumentStore(store, EFFICIENCY_RECORDS).load(checked_at).document  # a report replaces nothing
+    _check_kept(state, policy.efficiency, now - settings.period.total_seconds())
     resolver = PoolResolver(policy.pools)
     pool_of = {
         node.name: resolver.pool_of(node)
@@ -93,6 +95,33 @@ def _reachable(reference: ReferenceSource, start: float, end: float) -> Callable
 
         return failed
     return lambda _start, _end: minutes
+
+
+def _check_kept(state: EfficiencyState, kept: EfficiencySettings, start: float) -> None:
+    """A ConfigError naming --period when the period starts before the oldest records the cycles keep (each
+    write drops those older than the policy's horizon): what happened before would read as nothing."""
+    if not state.cycles:
+        return
+    newest = max(c.at for c in state.cycles)  # each write adds its cycle
+    horizon = kept.horizon.total_seconds()
+    if start >= newest - horizon - 1:
+        return
+    raise ConfigError(
+        "rebalancer report",
+        [
+            (
+                "--period",
+                f"the period starts at {_iso(start)}, before {_iso(newest - horizon)}: the cycles keep the records "
+                f"{format_duration(kept.horizon)} (the longest of efficiency.period, bounceBackMemory and "
+                "followUpWindow), so the hot nodes found and the reliefs before would count as none; report a "
+                "shorter period or a later --until, or raise efficiency.period to keep records longer",
+            )
+        ],
+    )
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _no_records(state: EfficiencyState, enabled: bool, where: str) -> str | None:

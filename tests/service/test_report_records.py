@@ -63,7 +63,7 @@ def test_until_before_the_newest_records_reports_the_period_it_ends(
     kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store_records(kube_server, recorded(T0 - 4 * 3600, T0).to_json())
-    assert report(kubeconfig, tmp_path, "--until", str(T0 - 2 * 3600), "-o", "json") == cli.EXIT_OK
+    assert report(kubeconfig, tmp_path, "--until", str(T0 - 2 * 3600), "--period", "12h", "-o", "json") == cli.EXIT_OK
     captured = capsys.readouterr()
     cluster = json.loads(captured.out)["pools"][0]
     assert cluster["pool"] == "*"
@@ -94,3 +94,15 @@ def test_corrupt_records_turn_the_in_flight_correction_off_and_say_why(
     moved, reliefs = recorder.earlier(ClusterFacts(tuple(nodes), tuple(pods)), T0 + 60)
     assert moved == {} and reliefs.known == ()
     assert reliefs.missing is not None and "$.reliefs[0]" in reliefs.missing  # not "no earlier reliefs"
+
+
+def test_a_period_reaching_before_the_kept_records_is_refused_naming_it(
+    kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store_records(kube_server, recorded(T0 - 3600, T0).to_json())  # the cycles keep 24h (efficiency.period)
+    assert report(kubeconfig, tmp_path, "--until", str(T0), "--period", "7d", "-o", "json") == cli.EXIT_CONFIG
+    captured = capsys.readouterr()
+    assert captured.out == ""  # not rates whose hot nodes found before the kept day would read as none
+    assert "--period: the period starts at 2023-11-07T22:13:20Z" in captured.err
+    assert "the cycles keep the records 1d" in captured.err
+    assert report(kubeconfig, tmp_path, "--until", str(T0), "--period", "24h", "-o", "json") == cli.EXIT_OK
