@@ -24,6 +24,7 @@ from rebalancer.records import EfficiencyReport, EfficiencySettings, EfficiencyS
 from rebalancer.records.series import Bucket, bucket_bounds, buckets
 
 log = logging.getLogger(__name__)
+MAX_BUCKETS = 2000  # 1m over a day, 5m over a week
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,19 @@ def efficiency_report(
     checked_at = clock()
     now = checked_at if until is None else until
     settings = policy.efficiency if period is None else policy.efficiency.model_copy(update={"period": period})
+    bounds = bucket_bounds(now - settings.period.total_seconds(), now, bucket.total_seconds())
+    if len(bounds) > MAX_BUCKETS:
+        raise ConfigError(
+            "rebalancer report",
+            [
+                (
+                    "--bucket",
+                    f"{format_duration(bucket)} cuts the period ({format_duration(settings.period)}) into "
+                    f"{len(bounds)} buckets, more than {MAX_BUCKETS} (each a reference read and a row): "
+                    "give a longer --bucket",
+                )
+            ],
+        )
     api = connect(connection.kubeconfig, connection.context)
     namespace = state_namespace(policy.state.namespace)
     store = ConfigMapStateStore(api, namespace, policy.state.efficiency_config_map, RECORDS_KEY)
@@ -61,7 +75,6 @@ def efficiency_report(
             api, frozenset(), list_mode=policy.kubernetes.list_mode, encoding=policy.kubernetes.encoding
         ).read_nodes()
     }
-    bounds = bucket_bounds(now - settings.period.total_seconds(), now, bucket.total_seconds())
     no_records = _no_records(state, settings.enabled, f"ConfigMap {namespace}/{policy.state.efficiency_config_map}")
     described = settings.reference.describe(memory=policy.reads_memory)
     if settings.reference.query is None:

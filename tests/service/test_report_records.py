@@ -106,3 +106,14 @@ def test_a_period_reaching_before_the_kept_records_is_refused_naming_it(
     assert "--period: the period starts at 2023-11-07T22:13:20Z" in captured.err
     assert "the cycles keep the records 1d" in captured.err
     assert report(kubeconfig, tmp_path, "--until", str(T0), "--period", "24h", "-o", "json") == cli.EXIT_OK
+
+
+def test_more_buckets_than_a_report_shows_are_refused_before_anything_is_read(
+    kube_server: TestApiServer, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store_records(kube_server, recorded(T0).to_json())
+    before = len(kube_server.requests)
+    # 2880 buckets: as many reference reads of Prometheus, table rows and plot points
+    assert report(kubeconfig, tmp_path, "--until", str(T0), "--bucket", "30s") == cli.EXIT_CONFIG
+    assert "--bucket: 30s cuts the period (1d) into 2880 buckets, more than 2000" in capsys.readouterr().err
+    assert len(kube_server.requests) == before
