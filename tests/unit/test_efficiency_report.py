@@ -86,3 +86,12 @@ def test_report_arguments_are_checked_before_anything_is_read(
     policy.write_text("strategies: []\n")
     assert cli.main(["report", "--policy", str(policy), *args]) == cli.EXIT_CONFIG
     assert message in capsys.readouterr().err
+
+
+def test_a_cycle_on_the_boundary_of_two_buckets_counts_in_one() -> None:
+    state = recorded()  # one cycle at T0: hot and stuck found, one eviction from hot
+    timeline = buckets(state, None, POOLS, bucket_bounds(T0 - 7200, T0 + 3600, 3600))  # T0 ends the 2nd
+    counted = [(b.report.cluster.found, b.report.cluster.acted, b.report.cluster.evictions) for b in timeline]
+    assert counted == [(0, 0, 0), (2, 1, 1), (0, 0, 0)]
+    whole = compute_rates(state, None, POOLS, T0 - 7200, T0 + 3600).cluster
+    assert sum(c[2] for c in counted) == whole.evictions == 1
