@@ -444,6 +444,10 @@ def _report(args: argparse.Namespace) -> int:
     if args.until and until is None:
         print(f"rebalancer report: --until {args.until!r} is not ISO 8601 or epoch seconds", file=sys.stderr)
         return EXIT_CONFIG
+    if args.plot:
+        from rebalancer.offline.efficiency_plot import check_plot_path
+
+        check_plot_path(args.plot)  # before anything is read: the report is not printed and then refused
     policy = load_policy(args.policy)
     connection = app.ClusterConnection(args.kubeconfig, args.context)
     bucket = spans["bucket"] or timedelta(hours=1)

@@ -95,3 +95,20 @@ def test_a_cycle_on_the_boundary_of_two_buckets_counts_in_one() -> None:
     assert counted == [(0, 0, 0), (2, 1, 1), (0, 0, 0)]
     whole = compute_rates(state, None, POOLS, T0 - 7200, T0 + 3600).cluster
     assert sum(c[2] for c in counted) == whole.evictions == 1
+
+
+def test_a_plot_that_cannot_be_written_is_named_before_anything_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text("strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 20}}\nstate: {namespace: ns}\n")
+    cluster = ["--kubeconfig", str(tmp_path / "no-kubeconfig")]  # never opened: the plot is checked first
+    for plot, message in (
+        (tmp_path / "no-dir" / "r.html", "cannot write the plot there: no directory"),
+        (tmp_path / "r.pdf", "the plot file must end in .png or .html"),
+    ):
+        assert cli.main(["report", "--policy", str(policy), *cluster, "--plot", str(plot)]) == cli.EXIT_CONFIG
+        assert f"{plot}: {message}" in capsys.readouterr().err
+    (tmp_path / "d.html").mkdir()
+    with pytest.raises(ConfigError, match=r"d\.html: cannot write: Is a directory"):
+        write_plot(tmp_path / "d.html", buckets(recorded(), None, POOLS, [(T0 - 1, T0 + 1)]), "")
