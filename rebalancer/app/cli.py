@@ -444,10 +444,14 @@ def _report(args: argparse.Namespace) -> int:
     if args.until and until is None:
         print(f"rebalancer report: --until {args.until!r} is not ISO 8601 or epoch seconds", file=sys.stderr)
         return EXIT_CONFIG
+    if args.plot:
+        from rebalancer.offline.efficiency_plot import check_plot_path
+
+        check_plot_path(args.plot)  # before anything is read: the report is not printed and then refused
     policy = load_policy(args.policy)
     connection = app.ClusterConnection(args.kubeconfig, args.context)
     bucket = spans["bucket"] or timedelta(hours=1)
-    data = efficiency_report(policy, connection, spans["period"], bucket, (lambda: until) if until else time.time)
+    data = efficiency_report(policy, connection, spans["period"], bucket, time.time, until)
     text = report_table(data.report, data.timeline)
     if data.no_records:
         print(f"rebalancer report: {data.no_records}", file=sys.stderr)
@@ -464,16 +468,21 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _time_arg(text: str) -> float | None:
-    from datetime import datetime
+    """A time given as epoch seconds or ISO 8601; None when it is neither, or no date can show it (nan, inf)."""
+    from datetime import UTC, datetime
 
     try:
-        return float(text)
+        at = float(text)
     except ValueError:
-        pass
+        try:
+            return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+        datetime.fromtimestamp(at, UTC)  # the report prints it as a date
+    except (ValueError, OverflowError, OSError):
         return None
+    return at
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -58,9 +58,9 @@ class UsageAt(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Recorded:
-    state: EfficiencyState | None
+    state: EfficiencyState | None  # a dry run's: what it would have written
     problem: str | None = None
-    judged: tuple[Relief, ...] = ()  # follow-ups decided by this cycle
+    judged: tuple[Relief, ...] = ()  # follow-ups decided by this cycle (a dry run decides none: it writes none)
     bounced: tuple[BounceBack, ...] = ()  # bounce-backs this cycle made
 
 
@@ -88,11 +88,11 @@ class EfficiencyRecorder:
     def earlier(self, facts: ClusterFacts, now: float) -> Earlier:
         """What earlier cycles did, for this cycle's plan: the bounce-back guard's pods and the reliefs
         (the in-flight correction). When the records are off or cannot be read, no pod is guarded and the
-        reliefs say why they are unknown (logged)."""
+        reliefs say why they are unknown (logged); corrupt records are unknown too, not empty ones."""
         if not self._settings.enabled:
             return {}, EarlierReliefs(missing=EFFICIENCY_OFF)
         try:
-            state, _ = self.load(now)
+            state = self._store.load(now).document
         except RebalancerError as exc:
             log.warning("bounce-back guard and in-flight correction off this cycle: cannot read the efficiency "
                         "records: %s", exc)  # fmt: skip
@@ -116,6 +116,8 @@ class EfficiencyRecorder:
         except RebalancerError as exc:
             log.warning("efficiency records not updated: %s: %s", type(exc).__name__, exc)
             return Recorded(None, f"{type(exc).__name__}: {exc}")
+        if not self._write:  # nothing was decided: the next cycle judges the same reliefs again from the records
+            return Recorded(state)
         pending = {(r.node, r.at) for r in before.reliefs if r.result is None}
         judged = tuple(r for r in state.reliefs if r.result is not None and (r.node, r.at) in pending)
         bounced = tuple(b for b in state.bounce_backs if b.at == snapshot.taken_at)

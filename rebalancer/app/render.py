@@ -38,6 +38,8 @@ def plan_record(plan: EvictionPlan, source: str, guard: GuardReport | None = Non
                 "pods": plain(r.pod_decisions),
                 "evictions": plain(r.evictions),
                 "costPatches": plain(r.cost_patches),
+                "unrelieved": {node: why.value for node, why in sorted(r.unrelieved.items())},  # hot, nothing planned
+                "emptied": sorted(r.emptied),  # emptied whole: later strategies sent nothing there
             }
             for r in plan.results
         ],

@@ -63,14 +63,26 @@ def charts(timeline: Sequence[Bucket]) -> tuple[Chart, ...]:
     )
 
 
-def write_plot(path: str | Path, timeline: Sequence[Bucket], text: str) -> Path:
+def check_plot_path(path: str | Path) -> Path:
+    """The plot's file, checked before anything is read: a ConfigError unless it ends in .png or .html and
+    its directory exists."""
     target = Path(path)
-    if target.suffix.lower() == ".html":
-        target.write_text(_html(timeline, text), encoding="utf-8")
-    elif target.suffix.lower() == ".png":
-        _png(target, timeline)
-    else:
+    if target.suffix.lower() not in (".html", ".png"):
         raise ConfigError(str(path), [("", "the plot file must end in .png or .html")])
+    if not target.parent.is_dir():
+        raise ConfigError(str(path), [("", f"cannot write the plot there: no directory {target.parent}")])
+    return target
+
+
+def write_plot(path: str | Path, timeline: Sequence[Bucket], text: str) -> Path:
+    target = check_plot_path(path)
+    try:
+        if target.suffix.lower() == ".html":
+            target.write_text(_html(timeline, text), encoding="utf-8")
+        else:
+            _png(target, timeline)
+    except OSError as exc:
+        raise ConfigError(str(path), [("", f"cannot write: {exc.strerror or exc}")]) from exc
     return target
 
 

@@ -285,9 +285,16 @@ class _StrictLoader(yaml.CSafeLoader):
     """libyaml's SafeLoader (fast, nesting bounded) refusing duplicate keys instead of keeping the last one."""
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    """The mapping, a key written twice refused; merge keys (``<<: *anchor``) as SafeLoader reads them: the
+    merged keys come first, so the mapping's own keys override them."""
     seen: set[Any] = set()
     for key_node, _ in node.value:
+        if key_node.tag == MERGE_TAG:
+            continue
         key = loader.construct_object(key_node, deep=deep)
         try:
             duplicate = key in seen

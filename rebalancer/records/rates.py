@@ -129,11 +129,18 @@ def compute_rates(
     start: float,
     end: float,
     reference_problem: str | None = None,
+    *,
+    start_open: bool = False,
 ) -> EfficiencyReport:
     """``reference_minutes``: node -> minutes hot by the reference in [start, end] (only nodes hot at least
     once); None when the reference could not be read (``reference_problem`` says why). ``pool_of``: the
-    pools of the nodes the reference names (records carry their own pool)."""
-    sightings = [s for s in state.sightings if s.last >= start and s.first <= end]
+    pools of the nodes the reference names (records carry their own pool). ``start_open``: the period is
+    (start, end], a time bucket after the first (what happened at ``start`` is counted in the one before)."""
+
+    def within(at: float) -> bool:
+        return (start < at if start_open else start <= at) and at <= end
+
+    sightings = [s for s in state.sightings if (s.last > start if start_open else s.last >= start) and s.first <= end]
     found_pool: dict[str, str] = {}
     acted: set[str] = set()
     reason_counts: dict[str, Counter[str]] = {}
@@ -142,18 +149,18 @@ def compute_rates(
         if s.acted:
             acted.add(s.node)
         reason_counts.setdefault(s.node, Counter()).update(s.reasons)
-    reliefs = [r for r in state.reliefs if start <= r.at <= end]  # a node emptied while not hot acted on none
+    reliefs = [r for r in state.reliefs if within(r.at)]  # a node emptied while not hot acted on none
     unacted = {node: _top(reason_counts.get(node, Counter())) for node in found_pool if node not in acted}
     ref_pool = None
     if reference_minutes is not None:
         ref_pool = {n: pool_of.get(n, found_pool.get(n, "unknown")) for n in reference_minutes}
     pools = sorted({*found_pool.values(), *(ref_pool or {}).values(), *(r.pool for r in reliefs)})
-    bounces = [b for b in state.bounce_backs if start <= b.at <= end]
+    bounces = [b for b in state.bounce_backs if within(b.at)]
     blocked: Counter[str] = Counter()
     lands_back: Counter[str] = Counter()
     recently_moved: Counter[str] = Counter()
     for c in state.cycles:
-        if start <= c.at <= end:
+        if within(c.at):
             blocked.update(c.blocked)
             lands_back.update(c.lands_back)
             recently_moved.update(c.recently_moved)

@@ -33,8 +33,8 @@ def buckets(
 ) -> tuple[Bucket, ...]:
     """One report per bucket; ``reference``: each bucket's hot minutes by the reference (None: unknown)."""
     out = []
-    for lo, hi in bounds:
+    for i, (lo, hi) in enumerate(bounds):  # a time on a boundary counts in the bucket it ends
         minutes = None if reference is None else reference.get((lo, hi))
         problem = None if minutes is not None else "reference unknown for this bucket"
-        out.append(Bucket(lo, hi, compute_rates(state, minutes, pool_of, lo, hi, problem)))
+        out.append(Bucket(lo, hi, compute_rates(state, minutes, pool_of, lo, hi, problem, start_open=i > 0)))
     return tuple(out)

@@ -17,13 +17,14 @@ import yaml
 from rebalancer.actions.evictor import EvictionResult, EvictorReport, Outcome
 from rebalancer.app.cli import _parser, log_level, main
 from rebalancer.app.explain import explain, explanation_record
-from rebalancer.app.render import run_record, run_table
+from rebalancer.app.render import plan_record, run_record, run_table
 from rebalancer.domain.efficiency_records import EfficiencyState
 from rebalancer.domain.output import API_VERSION, encode
 from rebalancer.planning.plan import EvictionPlan, PlannedEviction, StrategyResult
 from rebalancer.planning.scale_down import RankedPod
 from rebalancer.records.rates import compute_rates
 from rebalancer.records.render import report_record
+from tests.unit.test_efficiency import T0, plan_at, scene
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "config" / "low-node-utilization.yaml"
@@ -190,3 +191,12 @@ def test_demo_tables_show_cpu_in_cores_said_once(capsys: pytest.CaptureFixture[s
     assert row[4:6] == ["8.000", "0.301"]
     every_cpu_cell = [cell for line in plan + predict for cell in line.split() if re.fullmatch(r"\d+m", cell)]
     assert every_cpu_cell == []  # no millicores beside cores
+
+
+def test_plan_record_says_why_each_hot_node_got_no_eviction() -> None:
+    _, plan = plan_at(*scene(), T0)
+    (strategy,) = plan_record(plan, "test")["strategies"]
+    assert strategy["unrelieved"] == {"stuck": "no-evictable-pod"}  # the code serve logs and the records count
+    assert strategy["emptied"] == []
+    document = json.loads(encode("json", "Plan", plan_record(plan, "test")))
+    assert document["strategies"][0]["unrelieved"] == {"stuck": "no-evictable-pod"}

@@ -75,6 +75,8 @@ def test_plots_html_with_four_charts_png_and_a_clear_error_for_other_names(tmp_p
         (["--period", "a day"], "--period 'a day' is not a duration"),
         (["--bucket", "0.5h"], "--bucket '0.5h' is not a duration"),
         (["--until", "yesterday"], "--until 'yesterday' is not ISO 8601 or epoch seconds"),
+        (["--until", "nan"], "--until 'nan' is not ISO 8601 or epoch seconds"),
+        (["--until", "1e300"], "--until '1e300' is not ISO 8601 or epoch seconds"),
     ],
 )
 def test_report_arguments_are_checked_before_anything_is_read(
@@ -84,3 +86,29 @@ def test_report_arguments_are_checked_before_anything_is_read(
     policy.write_text("strategies: []\n")
     assert cli.main(["report", "--policy", str(policy), *args]) == cli.EXIT_CONFIG
     assert message in capsys.readouterr().err
+
+
+def test_a_cycle_on_the_boundary_of_two_buckets_counts_in_one() -> None:
+    state = recorded()  # one cycle at T0: hot and stuck found, one eviction from hot
+    timeline = buckets(state, None, POOLS, bucket_bounds(T0 - 7200, T0 + 3600, 3600))  # T0 ends the 2nd
+    counted = [(b.report.cluster.found, b.report.cluster.acted, b.report.cluster.evictions) for b in timeline]
+    assert counted == [(0, 0, 0), (2, 1, 1), (0, 0, 0)]
+    whole = compute_rates(state, None, POOLS, T0 - 7200, T0 + 3600).cluster
+    assert sum(c[2] for c in counted) == whole.evictions == 1
+
+
+def test_a_plot_that_cannot_be_written_is_named_before_anything_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text("strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 20}}\nstate: {namespace: ns}\n")
+    cluster = ["--kubeconfig", str(tmp_path / "no-kubeconfig")]  # never opened: the plot is checked first
+    for plot, message in (
+        (tmp_path / "no-dir" / "r.html", "cannot write the plot there: no directory"),
+        (tmp_path / "r.pdf", "the plot file must end in .png or .html"),
+    ):
+        assert cli.main(["report", "--policy", str(policy), *cluster, "--plot", str(plot)]) == cli.EXIT_CONFIG
+        assert f"{plot}: {message}" in capsys.readouterr().err
+    (tmp_path / "d.html").mkdir()
+    with pytest.raises(ConfigError, match=r"d\.html: cannot write: Is a directory"):
+        write_plot(tmp_path / "d.html", buckets(recorded(), None, POOLS, [(T0 - 1, T0 + 1)]), "")

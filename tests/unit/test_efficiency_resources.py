@@ -279,3 +279,21 @@ def test_a_late_follow_up_of_a_memory_relief_reads_the_working_set_at_its_close(
     (judged_late,) = recorded.judged
     assert judged_late.result == COOLED and judged_late.judged_at == relief.deadline
     assert judged_late.detail == "memory 60.0% < target 80.0%"
+
+
+def test_a_dry_run_decides_no_follow_up_it_does_not_record() -> None:
+    state, left = relieved()
+    cooled = report({"a": (4_000, 6 * GI), "b": (1_500, 5 * GI)}, {"light": (4_000, GI // 2)})
+    facts = ClusterFacts(tuple(NODES), tuple(left))
+    store = MemoryStore(state.to_json())
+    dry = EfficiencyRecorder(store, SETTINGS, policy(LNU).pools, write=False)
+    for minutes in (5, 10):  # the records stay as they were: each dry cycle judges the same relief again
+        snap, plan = plan_cycle(facts, cooled, policy(LNU), T0 + 60 * minutes)
+        recorded = dry.record(snap, plan, EvictorReport(()), "schedule", facts, None)
+        assert recorded.state is not None and recorded.state.reliefs[0].result == COOLED  # what it would record
+        assert recorded.judged == ()  # not counted as decided, so serve's follow-up counters count it once
+    assert store.saves == 0
+    wet = EfficiencyRecorder(store, SETTINGS, policy(LNU).pools)
+    snap, plan = plan_cycle(facts, cooled, policy(LNU), T0 + 15 * 60)
+    (judged_once,) = wet.record(snap, plan, EvictorReport(()), "schedule", facts, None).judged
+    assert judged_once.result == COOLED and store.saves == 1

@@ -245,3 +245,15 @@ def test_node_caps_below_a_nodes_pod_count_are_named_for_high_node_utilization()
     assert "allows 2 a node per 1h: a node with more than 2 movable pods is never emptied" in warnings[1]
     disabled = hnu.replace("{kind: HighNodeUtilization,", "{kind: HighNodeUtilization, enabled: false,")
     assert parse_policy_warning(f"{caps}\nstrategies:\n- {disabled}\n")[1] == []
+
+
+def test_merge_keys_read_as_yaml_defines_them_and_a_key_written_twice_is_still_refused() -> None:
+    text = (
+        "strategies:\n- kind: LowNodeUtilization\n  thresholds: &low {cpu: 20, memory: 20}\n"
+        "  targetThresholds: {<<: *low, cpu: 70}\n"
+    )
+    (strategy,) = parse_policy(text).strategies
+    target = strategy.target_thresholds
+    assert (target.cpu, target.memory) == (70, 20)  # its own key wins over the merged one
+    with pytest.raises(ConfigError, match="duplicate key 'cpu'"):
+        parse_policy(text.replace("cpu: 70}", "cpu: 70, cpu: 80}"))
