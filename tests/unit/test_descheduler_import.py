@@ -238,14 +238,26 @@ def test_documents_that_are_no_descheduler_policy_are_refused_with_the_field(doc
     assert caught.value.path == path
 
 
-def test_a_threshold_out_of_range_names_its_field():
-    lnu = {"name": "LowNodeUtilization", "args": {"thresholds": {"cpu": 120}, "targetThresholds": {"cpu": 150}}}
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"thresholds": {"cpu": 120}, "targetThresholds": {"cpu": 150}}, "thresholds.cpu"),
+        # bool("false") is True: read as text, deviation thresholds would turn a 20/50 band into mean-20/mean+50
+        (
+            {"thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 50}, "useDeviationThresholds": "false"},
+            "useDeviationThresholds",
+        ),
+    ],
+    ids=["threshold-out-of-range", "deviation-flag-no-boolean"],
+)
+def test_a_low_node_utilization_argument_it_cannot_read_names_its_field(args: dict[str, object], field: str) -> None:
+    lnu = {"name": "LowNodeUtilization", "args": args}
     document = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
                 "profiles": [{"name": "p", "pluginConfig": [lnu],
                               "plugins": {"balance": {"enabled": ["LowNodeUtilization"]}}}]}  # fmt: skip
     with pytest.raises(SourceProblem) as caught:
         convert(document)
-    assert caught.value.path == "profiles.0.LowNodeUtilization.thresholds.cpu"
+    assert caught.value.path == f"profiles.0.LowNodeUtilization.{field}"
 
 
 def test_memory_and_pods_of_high_node_utilization_fill_destinations_to_allocatable():
@@ -429,18 +441,6 @@ def test_a_priority_threshold_by_value_and_by_name_is_refused_as_the_descheduler
     with pytest.raises(SourceProblem) as caught:
         convert(document)
     assert caught.value.path == path
-
-
-def test_a_use_deviation_thresholds_that_is_no_boolean_is_refused_with_the_field():
-    # bool("false") is True: read as text, deviation thresholds would turn a 20/50 band into mean-20/mean+50
-    lnu = {"name": "LowNodeUtilization", "args": {"thresholds": {"cpu": 20}, "targetThresholds": {"cpu": 50},
-                                                  "useDeviationThresholds": "false"}}  # fmt: skip
-    document = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
-                "profiles": [{"name": "p", "pluginConfig": [lnu],
-                              "plugins": {"balance": {"enabled": ["LowNodeUtilization"]}}}]}  # fmt: skip
-    with pytest.raises(SourceProblem) as caught:
-        convert(document)
-    assert caught.value.path == "profiles.0.LowNodeUtilization.useDeviationThresholds"
 
 
 def test_a_plugin_entry_that_is_no_name_is_refused_with_the_field():
