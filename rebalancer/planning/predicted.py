@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, time, timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 from zoneinfo import ZoneInfo
@@ -188,7 +188,11 @@ class PredictedLoad:
         start = found[1] * width
         if start <= into_day < start + width:
             return 0.0
-        return (start - into_day) % DAY_SECONDS
+        # the bucket's local start today or tomorrow, in real seconds (a clock change between counts)
+        local = datetime.fromtimestamp(at, ZoneInfo(self.book.settings.history.time_zone))
+        day = local.date() + timedelta(days=0 if into_day < start else 1)
+        begins = datetime.combine(day, time(), local.tzinfo) + timedelta(seconds=start)
+        return max(0.0, begins.timestamp() - at)
 
     def with_caps(self, caps: Mapping[str, int]) -> PredictedLoad:
         merged = dict(self.peak_caps)

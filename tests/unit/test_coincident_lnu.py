@@ -5,16 +5,19 @@ cycle never takes a node it keeps under target past that target."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rebalancer.actions.guard.decide import guarded_nodes
 from rebalancer.domain.model import ClusterFacts, Node, Pod, PodKey, UsageReport
-from rebalancer.domain.settings.predictor import PredictorSettings
+from rebalancer.domain.settings.predictor import HistorySettings, PredictorSettings
 from rebalancer.planning.plan import EvictionPlan, NodeClass
 from rebalancer.planning.predict.node_peak import PeakBook
 from rebalancer.planning.predicted import PredictedLoad, Successors
@@ -213,6 +216,20 @@ def test_before_peak_relieves_a_node_only_ahead_of_its_peak_and_nothing_marks_it
         [eviction] = run(nodes, pods, report, load(nodes, profiles), before_peak="2h", at=at).evictions
         assert eviction.room_on == "idle"
     assert run(nodes, pods, report, load(nodes, profiles)).evictions  # without beforePeak: whenever predicted
+
+
+@pytest.mark.parametrize(
+    ("day", "hours_until"),
+    [("2026-03-28", 3.0), ("2026-03-29", 2.0), ("2026-10-25", 4.0)],  # plain, 23-hour and 25-hour days
+)
+def test_the_time_until_a_peak_counts_the_clock_change_between(day: str, hours_until: float) -> None:
+    """At 01:00 in Amsterdam, a peak at 04:00 local is 3 hours away, 2 on the night the clocks go forward
+    and 4 on the night they go back: beforePeak counts real time."""
+    predictor = PREDICTOR.model_copy(update={"history": HistorySettings(time_zone="Europe/Amsterdam")})
+    book = PeakBook(predictor, BUCKETS, {"n": 0.0})
+    book.add(("default", "p"), "n", hours(1000, range(4, 5), base=100))
+    at = datetime.fromisoformat(f"{day}T01:00").replace(tzinfo=ZoneInfo("Europe/Amsterdam")).timestamp()
+    assert PredictedLoad(book=book).until_peak("n", at) == hours_until * 3600
 
 
 def profile_strategy() -> st.SearchStrategy[np.ndarray]:

@@ -247,3 +247,32 @@ def test_a_young_pod_takes_its_siblings_shape_at_the_level_it_runs_at() -> None:
     assert book.profile(k("young")) == pytest.approx(np.tile(shape * 300, (DAYS, 1)))
     without = pod_profile("workload", 775.0, None, np.tile(shape, (DAYS, 1)), DAYS, BUCKETS)
     assert without is not None and float(without.max()) == pytest.approx(775)  # no own data: its predicted peak
+
+
+def test_a_node_without_pods_peaks_at_its_system_usage() -> None:
+    """A node just joined (or drained) has no pods: its coincident peak is its system usage, made by no pod."""
+    facts = ClusterFacts((node("busy", 2000), node("empty", 2000)), (pod("a", "busy", workload="x"),))
+    settings = PredictorSettings.model_validate(
+        {"days": 2, "aggregation": "max_daily", "minHistoryDays": 1, "profileBuckets": 2, "systemCpuM": 300}
+    )
+    daily = DailyPeaks.from_series({k("a"): [900, 900]}, 2)
+    profiles = DailyProfiles((k("a"),), np.array([[[900, 100], [900, 100]]], dtype=np.float32))
+    empty = next(n for n in predict(facts, daily, settings, profiles=profiles).nodes if n.node == "empty")
+    assert (empty.basis, empty.cpu_m, empty.hot) == ("coincident", 300, False)
+    assert empty.peak is not None and empty.peak.pods == ()
+
+
+def test_the_safety_margin_counts_once_on_a_system_usage_from_history() -> None:
+    """With a 10 % margin, a pod at 900 m and a system usage at 1000 m by their history predict 990 + 1100 m,
+    coincident or summed: the system usage's margin is not taken twice."""
+    facts = ClusterFacts((node("n1", 4000),), (pod("a", "n1", workload="x"),))
+    settings = PredictorSettings.model_validate(
+        {"days": 2, "aggregation": "max_daily", "minHistoryDays": 1, "profileBuckets": 2, "safetyMargin": 0.1}
+    )
+    daily = DailyPeaks.from_series({k("a"): [900, 900]}, 2)
+    profiles = DailyProfiles((k("a"),), np.full((1, 2, 2), 900, dtype=np.float32))
+    system = DailyPeaks.from_series({"n1": [1000, 1000]}, 2)
+    summed = predict(facts, daily, settings.model_copy(update={"node_peak": "sum"}), system).nodes[0]
+    coincident = predict(facts, daily, settings, system, profiles).nodes[0]
+    assert coincident.basis == "coincident" and coincident.system_source == "history"
+    assert coincident.cpu_m == pytest.approx(2090) == summed.cpu_m

@@ -223,8 +223,9 @@ class PeakBook:
             return None
         cpu_m, bucket = found
         keys = sorted(self._pods.get(node, ()))
-        columns = np.array([self._profile[k][:, bucket] for k in keys], dtype=np.float64).reshape(len(keys), -1)
-        values = over_days(columns, self.settings) if keys else np.empty(0)
+        values = np.empty(0)
+        if keys:  # a node without pods peaks at its system usage, made by no pod
+            values = over_days(np.array([self._profile[k][:, bucket] for k in keys], dtype=np.float64), self.settings)
         shares = sorted(zip((float(v) for v in values), keys, strict=True), key=lambda item: (-item[0], item[1]))
         pods = tuple(PeakPod(ns, name, share) for share, (ns, name) in shares[:top])
         return NodePeak(cpu_m, bucket, bucket_label(bucket, self.buckets), pods)

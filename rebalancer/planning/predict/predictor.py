@@ -293,4 +293,8 @@ def _book(
 ) -> PeakBook | None:
     if profiles is None or settings.node_peak != "coincident":
         return None
-    return build_book(predictions, profiles, settings, {node: cpu for node, (cpu, _) in node_system.items()})
+    # the book adds the system usage to each day's peak and aggregates the days times 1 + safetyMargin: a system
+    # prediction from history, which holds that margin already, goes in without it (not twice)
+    margin = 1.0 + settings.safety_margin
+    system = {node: cpu / margin if source is Source.HISTORY else cpu for node, (cpu, source) in node_system.items()}
+    return build_book(predictions, profiles, settings, system)
