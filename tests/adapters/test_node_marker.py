@@ -157,3 +157,21 @@ def test_a_bulk_loaded_node_is_marked_like_a_created_one(kube_server: TestApiSer
     node = stored(kube_server)
     assert (node["kind"], node["apiVersion"]) == ("Node", "v1")
     assert node["spec"]["taints"] == [DEDICATED, {"key": GUARD_KEY, "value": "hot", "effect": "PreferNoSchedule"}]
+
+
+def test_no_new_mark_in_a_pool_whose_clear_was_skipped(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    """A clear decided on a mark the node no longer carries as it was (here, someone added a taint of the key by
+    hand since) is skipped, and the node still carries the key: a new mark in its pool would pass the cap."""
+    old = Mark("rebalancer/a", "PreferNoSchedule", MarkReason.HOT, NOW + 60)
+    kube_server.add(b.node("n1"), b.node("n2"))
+    node = stored(kube_server)
+    node["spec"]["taints"] = [{"key": GUARD_KEY, "value": "hot", "effect": "PreferNoSchedule"},
+                              {"key": GUARD_KEY, "value": "keep", "effect": "NoSchedule"}]  # fmt: skip
+    node["metadata"]["annotations"][GUARD_KEY] = old.annotation()
+    kube_server.store.update(node)
+    decision = GuardDecision((Change("n1", "p", Action.CLEAR, "over-cap", None, old),
+                              Change("n2", "p", Action.SET, "hot", MARK, None)))  # fmt: skip
+    report = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=DryRun.OFF).apply(decision)
+    assert [r.outcome for r in report.results] == [GuardOutcome.SKIPPED, GuardOutcome.SKIPPED]
+    assert GUARD_KEY not in (stored(kube_server, "n2")["metadata"].get("annotations") or {})
+    assert not [r for r in kube_server.requests if r.method == "PATCH"]
