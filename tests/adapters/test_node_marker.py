@@ -175,3 +175,24 @@ def test_no_new_mark_in_a_pool_whose_clear_was_skipped(kube_server: TestApiServe
     assert [r.outcome for r in report.results] == [GuardOutcome.SKIPPED, GuardOutcome.SKIPPED]
     assert GUARD_KEY not in (stored(kube_server, "n2")["metadata"].get("annotations") or {})
     assert not [r for r in kube_server.requests if r.method == "PATCH"]
+
+
+def test_a_conflicting_change_is_not_redone_once_leadership_is_lost(
+    kube_server: TestApiServer, kubeconfig: Path
+) -> None:
+    """A node whose status moves under every patch (409 each time): the change is read and redone, but only
+    while the instance still leads; the lease lapsed after the first attempt, so no second patch is sent."""
+    kube_server.add(b.node("n1"))
+    leading = {"now": True}
+
+    def status_moves(request: Any) -> None:
+        if request.method == "PATCH":
+            leading["now"] = False
+            kube_server.store.update(stored(kube_server))  # a new resourceVersion: the patch conflicts
+
+    kube_server.on_request(status_moves)
+    change = Change("n1", "p", Action.SET, "hot", MARK, None)
+    applier = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=DryRun.OFF, may_act=lambda: leading["now"])
+    report = applier.apply(GuardDecision((change,)))
+    assert [(r.outcome, r.detail) for r in report.results] == [(GuardOutcome.SKIPPED, "not the leader any more")]
+    assert len([r for r in kube_server.requests if r.method == "PATCH"]) == 1

@@ -143,7 +143,9 @@ class GuardApplier:
 
     def _one(self, change: Change) -> GuardResult:
         detail = ""
-        for _ in range(MAX_ATTEMPTS):
+        for attempt in range(MAX_ATTEMPTS):
+            if attempt and not self._act.may_act():  # asked before each write, a redone one too
+                return GuardResult(change, GuardOutcome.SKIPPED, "not the leader any more")
             try:
                 node = self._read(change.node)
                 if node is None:
