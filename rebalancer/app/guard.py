@@ -5,7 +5,6 @@ through the node adapter. Called by run --once and serve after each cycle, by se
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
 from rebalancer.actions.evictor import EvictorReport
 from rebalancer.actions.guard.applier import GuardApplier, GuardOutcome, GuardReport, GuardResult
@@ -13,7 +12,7 @@ from rebalancer.actions.guard.decide import GuardDecision, decide, release
 from rebalancer.actions.guard.inputs import after_evictions, ahead_of_evictions, unknown_nodes, with_changes
 from rebalancer.adapters.kube import KubeActions, KubeSource
 from rebalancer.adapters.kube.node_guard import NodeMarker
-from rebalancer.app.runtime import Runtime, always
+from rebalancer.app.runtime import Runtime
 from rebalancer.domain.guard_marks import GUARD_KEY, Foreign, read_mark
 from rebalancer.domain.model import Node
 from rebalancer.planning.plan import EvictionPlan
@@ -82,7 +81,8 @@ def sweep(runtime: Runtime, nodes: Sequence[Node]) -> GuardReport:
 
 def release_marks(runtime: Runtime) -> GuardReport:
     """Graceful shutdown: every mark the runtime's requester wrote is removed (marks another instance renewed
-    since stay), whether it still leads or not."""
+    since stay), each only while ``runtime.may_act`` (still the leader: one that lost its lease meanwhile
+    writes nothing more, the marks go at their expiry or by the new leader's rules)."""
     nodes = KubeSource(
         runtime.api,
         frozenset(),
@@ -90,7 +90,7 @@ def release_marks(runtime: Runtime) -> GuardReport:
         encoding=runtime.policy.kubernetes.encoding,
     ).read_nodes()
     decision = release(unknown_nodes(runtime.policy.pools, nodes), runtime.requester)
-    return _apply(replace(runtime, may_act=always), decision)
+    return _apply(runtime, decision)
 
 
 def _apply(runtime: Runtime, decision: GuardDecision) -> GuardReport:

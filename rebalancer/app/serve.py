@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from rebalancer.actions.evictor import DryRun
@@ -283,11 +284,18 @@ class _Cycles:
             self._observers.efficiency.close()
 
 
+def _sweep_marks(runtime: Runtime, known: _KnownNodes, metrics: Metrics, policy: Policy) -> None:
+    """The housekeeping between cycles: the landing guard's sweep, with the policy in force. With no pool
+    guarded too: the marks an earlier policy left go (guard-off) even when no cycle runs for hours (the
+    nodes are at hand in the watch cache; without it, listed at most as often as with a guard)."""
+    metrics.observe_guard(sweep(replace(runtime, policy=policy), known.nodes()))
+
+
 def _release_marks(runtime: Runtime, leading: bool, metrics: Metrics) -> None:
     """Graceful shutdown: the landing guard's marks this instance wrote go (a follower wrote none it still
     owns, or a new leader took them over: it only acts while leading)."""
     if not leading or not runtime.policy.landing_guard.enabled:
-        return  # with the guard off, the cycles clear any mark left (guard-off): no listing at every stop
+        return  # with the guard off, the sweep clears any mark left (guard-off): no listing at every stop
     try:
         report = release_marks(runtime)
     except RebalancerError as exc:
@@ -483,13 +491,15 @@ def serve(
         CycleObservers(pauses, EfficiencyPublisher(metrics), metrics.observe_steering, metrics.observe_guard),
     )
 
-    def sweep_marks(policy: Policy) -> None:
-        if not policy.landing_guard.enabled:
-            return  # marks an earlier policy left are cleared by the cycles (guard-off), no listing for them here
-        metrics.observe_guard(sweep(replace(runtime, policy=policy), known.nodes()))
-
     service = Service(
-        policy_path, cycles, metrics, is_leader, clock, housekeeping=sweep_marks, policy=policy, reloaded=cache.ensure
+        policy_path,
+        cycles,
+        metrics,
+        is_leader,
+        clock,
+        housekeeping=partial(_sweep_marks, runtime, known, metrics),
+        policy=policy,
+        reloaded=cache.ensure,
     )
     token = webhook_token(policy, metrics)
     check_state_at_start(state_access, policy)

@@ -6,8 +6,9 @@ last wrote it), the effect, the reason and the expiry (RFC 3339, UTC). The taint
 reads; the annotation is what proves the taint is the project's own.
 
 The key is the project's, but a taint with it is only treated as a mark when the annotation is there and
-names its effect: anything else (a taint of the key set by hand or by another tool without the
-annotation, a second taint of the key, an unreadable annotation) is *foreign* and never changed.
+names its value (the reason) and effect: anything else (a taint of the key set by hand or by another
+tool without the annotation, a second taint of the key, one whose value the annotation does not name,
+an unreadable annotation) is *foreign* and never changed.
 """
 
 from __future__ import annotations
@@ -96,9 +97,9 @@ def read_mark(taints: tuple[Taint, ...], annotation: str | None) -> MarkState:
     mark = parse_annotation(annotation)
     if mark is None:
         return Foreign(f"the annotation {GUARD_KEY} is not one rebalancer wrote")
-    own = [t for t in keyed if t.effect == mark.effect]
+    own = [t for t in keyed if t == mark.taint()]
     if len(own) != len(keyed):
-        return Foreign(f"another taint {GUARD_KEY} than the annotation's {mark.effect}")
+        return Foreign(f"another taint {GUARD_KEY} than the annotation's {mark.reason.value}:{mark.effect}")
     return Orphan(mark) if not own else mark
 
 

@@ -157,3 +157,42 @@ def test_a_bulk_loaded_node_is_marked_like_a_created_one(kube_server: TestApiSer
     node = stored(kube_server)
     assert (node["kind"], node["apiVersion"]) == ("Node", "v1")
     assert node["spec"]["taints"] == [DEDICATED, {"key": GUARD_KEY, "value": "hot", "effect": "PreferNoSchedule"}]
+
+
+def test_no_new_mark_in_a_pool_whose_clear_was_skipped(kube_server: TestApiServer, kubeconfig: Path) -> None:
+    """A clear decided on a mark the node no longer carries as it was (here, someone added a taint of the key by
+    hand since) is skipped, and the node still carries the key: a new mark in its pool would pass the cap."""
+    old = Mark("rebalancer/a", "PreferNoSchedule", MarkReason.HOT, NOW + 60)
+    kube_server.add(b.node("n1"), b.node("n2"))
+    node = stored(kube_server)
+    node["spec"]["taints"] = [{"key": GUARD_KEY, "value": "hot", "effect": "PreferNoSchedule"},
+                              {"key": GUARD_KEY, "value": "keep", "effect": "NoSchedule"}]  # fmt: skip
+    node["metadata"]["annotations"][GUARD_KEY] = old.annotation()
+    kube_server.store.update(node)
+    decision = GuardDecision((Change("n1", "p", Action.CLEAR, "over-cap", None, old),
+                              Change("n2", "p", Action.SET, "hot", MARK, None)))  # fmt: skip
+    report = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=DryRun.OFF).apply(decision)
+    assert [r.outcome for r in report.results] == [GuardOutcome.SKIPPED, GuardOutcome.SKIPPED]
+    assert GUARD_KEY not in (stored(kube_server, "n2")["metadata"].get("annotations") or {})
+    assert not [r for r in kube_server.requests if r.method == "PATCH"]
+
+
+def test_a_conflicting_change_is_not_redone_once_leadership_is_lost(
+    kube_server: TestApiServer, kubeconfig: Path
+) -> None:
+    """A node whose status moves under every patch (409 each time): the change is read and redone, but only
+    while the instance still leads; the lease lapsed after the first attempt, so no second patch is sent."""
+    kube_server.add(b.node("n1"))
+    leading = {"now": True}
+
+    def status_moves(request: Any) -> None:
+        if request.method == "PATCH":
+            leading["now"] = False
+            kube_server.store.update(stored(kube_server))  # a new resourceVersion: the patch conflicts
+
+    kube_server.on_request(status_moves)
+    change = Change("n1", "p", Action.SET, "hot", MARK, None)
+    applier = GuardApplier(NodeMarker(connect(str(kubeconfig))), dry_run=DryRun.OFF, may_act=lambda: leading["now"])
+    report = applier.apply(GuardDecision((change,)))
+    assert [(r.outcome, r.detail) for r in report.results] == [(GuardOutcome.SKIPPED, "not the leader any more")]
+    assert len([r for r in kube_server.requests if r.method == "PATCH"]) == 1

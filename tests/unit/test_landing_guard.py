@@ -251,6 +251,31 @@ def test_read_mark_states() -> None:
         assert isinstance(read_mark((mark.taint(),), bad), Foreign), bad
 
 
+def test_a_taint_of_the_key_with_another_value_than_the_annotation_says_is_left_alone() -> None:
+    """`kubectl taint nodes N rebalancer.io/landing-guard=keep:PreferNoSchedule --overwrite` on a marked node
+    replaces the mark's taint (the same key and effect): the annotation no longer proves the taint is
+    rebalancer's, so it is neither cleared at the expiry nor counted as a mark."""
+    mark = Mark(ME, "PreferNoSchedule", MarkReason.HOT, NOW - 1)
+    overwritten = (FOREIGN_TAINT, Taint(GUARD_KEY, "keep", "PreferNoSchedule"))
+    assert isinstance(read_mark(overwritten, mark.annotation()), Foreign)
+    node = GuardedNode("n", "p", COLD, False, overwritten, mark.annotation())
+    assert only(decide((node, *FILLER), guard(), ME, NOW), "n") is None
+    assert release((node,), ME).changes == ()
+
+
+@pytest.mark.parametrize("field", ["markTtl", "holdAfterRelief"])
+def test_a_mark_lifetime_beyond_a_week_is_refused_naming_the_field(field: str) -> None:
+    """A lifetime so long that a mark nobody renews would in effect never go (3000000d: past the year 9999,
+    where writing the expiry failed in every cycle) is refused when the policy is read."""
+    with pytest.raises(ValueError, match=f"{field}[\\s\\S]*3000000d is longer than 7d"):
+        LandingGuardSettings.model_validate({"pools": [{"pool": "p", field: "3000000d"}]})
+    week = LandingGuardSettings.model_validate({"pools": [{"pool": "p", field: "7d"}]}).pools[0]
+    node = GuardedNode("n", "p", HOT, True)
+    change = only(decide((node, *FILLER), LandingGuardSettings(pools=(week,)), ME, NOW), "n")
+    assert change is not None and change.mark is not None and change.mark.expires <= NOW + 7 * 86400
+    assert apply_change(change, (), None) is not None
+
+
 def test_settings_reject_unknown_fields_and_repeated_pools() -> None:
     with pytest.raises(ValueError, match="repeated: p"):
         LandingGuardSettings.model_validate({"pools": [{"pool": "p"}, {"pool": "p"}]})

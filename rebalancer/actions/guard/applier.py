@@ -108,7 +108,9 @@ class GuardApplier:
 
     def apply(self, decision: GuardDecision) -> GuardReport:
         results = []
-        uncleared: set[str] = set()  # pools where a clear failed: a new mark there could pass the cap
+        # pools where a clear was not made (failed, or the node changed since and may still carry the key): a
+        # new mark there could pass the cap
+        uncleared: set[str] = set()
         for change in decision.changes:
             if self._act.calls_nothing:
                 results.append(GuardResult(change, GuardOutcome.DRY_RUN))
@@ -117,10 +119,10 @@ class GuardApplier:
                 results.append(GuardResult(change, GuardOutcome.SKIPPED, "not the leader any more"))
                 continue
             if change.action is Action.SET and change.pool in uncleared:
-                results.append(GuardResult(change, GuardOutcome.SKIPPED, "a clear in the pool failed: the cap"))
+                results.append(GuardResult(change, GuardOutcome.SKIPPED, "a clear in the pool was not made: the cap"))
                 continue
             result = self._one(change)
-            if change.action is Action.CLEAR and result.outcome is GuardOutcome.FAILED:
+            if change.action is Action.CLEAR and result.outcome in (GuardOutcome.FAILED, GuardOutcome.SKIPPED):
                 uncleared.add(change.pool)
             results.append(result)
         for r in results:
@@ -141,7 +143,9 @@ class GuardApplier:
 
     def _one(self, change: Change) -> GuardResult:
         detail = ""
-        for _ in range(MAX_ATTEMPTS):
+        for attempt in range(MAX_ATTEMPTS):
+            if attempt and not self._act.may_act():  # asked before each write, a redone one too
+                return GuardResult(change, GuardOutcome.SKIPPED, "not the leader any more")
             try:
                 node = self._read(change.node)
                 if node is None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from rebalancer.domain.settings.shared import Duration, FieldProblems, Model
+from rebalancer.domain.settings.shared import Duration, DurationBounds, FieldProblems, Model
 
 Effect = Literal["PreferNoSchedule", "NoSchedule"]
+Lifetime = Annotated[Duration, DurationBounds(le=timedelta(days=7))]  # a mark nobody renews still goes
 
 
 class PoolGuardSettings(Model):
@@ -23,12 +24,12 @@ class PoolGuardSettings(Model):
         "pods without a toleration still land there when nothing else fits (the safe choice). NoSchedule: "
         "no pod without a toleration lands there at all, so a Pending replica waits until the mark goes.",
     )
-    hold_after_relief: Duration = Field(
+    hold_after_relief: Lifetime = Field(
         default=timedelta(minutes=10),
         description="After an eviction from the node, the mark stays this long even when the node already looks "
         "cool (replacements are scheduled in the minutes after the eviction, and the usage window lags).",
     )
-    mark_ttl: Duration = Field(
+    mark_ttl: Lifetime = Field(
         default=timedelta(minutes=15),
         description="Every mark carries an expiry; while the node stays hot each cycle renews it to now plus "
         "this. A mark nobody renews (the cycles stopped, the instance crashed) is removed once it has expired. "
