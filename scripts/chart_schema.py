@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic.json_schema import GenerateJsonSchema
+from scripts.generated_file import check_only
 
 from rebalancer.domain.settings.shared import format_duration
 from rebalancer.policy import Policy
@@ -55,7 +56,7 @@ def render(schema: dict[str, Any]) -> str:
 def main(argv: list[str]) -> int:
     current = SCHEMA_FILE.read_text(encoding="utf-8")
     wanted = render(with_policy(json.loads(current)))
-    if "--check" in argv:
+    if check_only(argv, __doc__):
         if current != wanted:
             print(f"{SCHEMA_FILE}: out of date with rebalancer.policy; run python -m scripts.chart_schema")
             return 1

@@ -26,6 +26,7 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+from scripts.generated_file import check_only
 
 from rebalancer.domain.settings.shared import format_duration
 from rebalancer.policy import Policy
@@ -276,7 +277,7 @@ def render() -> str:
 def main(argv: list[str]) -> int:
     wanted = render()
     current = REFERENCE_FILE.read_text(encoding="utf-8") if REFERENCE_FILE.exists() else ""
-    if "--check" in argv:
+    if check_only(argv, __doc__):
         if current != wanted:
             print(f"{REFERENCE_FILE}: out of date with rebalancer.policy; run python -m scripts.policy_reference")
             return 1

@@ -131,18 +131,20 @@ class LowNodeUtilizationSettings(StrategySettings, ReceivingThresholds):
         "requests, taints and tolerations, nodeSelector, required node affinity; scores: least allocated, "
         "balanced allocation, PreferNoSchedule taints, spreading of the workload's pods; random ties and "
         "sampling of nodes as probabilities), with the moves already planned applied, and evict a pod only when "
-        "the probability of a landing off the cold nodes with real-usage room is at most maxLandingRisk: a pod "
+        "the probability of a landing off the destinations with real-usage room is at most maxLandingRisk: a pod "
         "whose replacement would land back on its hot node (the relieved node is the least requested one when "
-        "requests are balanced) is passed over, and the move's usage is counted on the most probable cold node. "
-        "false: any cold node with room is enough, wherever the scheduler really puts the replacement.",
+        "requests are balanced) is passed over, and the move's usage is counted on the most probable acceptable "
+        "destination. false: any cold node with room is enough, wherever the scheduler really puts the "
+        "replacement.",
     )
     max_landing_risk: float = Field(
         default=0.1,
         ge=0.0,
         lt=1.0,
         description="With predictPlacement: the highest accepted probability that an evicted pod's replacement "
-        "lands where the move relieves nothing (back on its node, on a hot, normal, unknown or other pool's node, "
-        "or on a cold node without the real-usage room). The scheduler picks at random among equally scored nodes "
+        "lands where the move relieves nothing (back on its node, on a hot, unknown or other pool's node, or on a "
+        "node that is no destination or lacks the real-usage room; destinations: the receiving nodes with "
+        "receiveThresholds, else the cold nodes and, with landOnNormalNodes, the normal ones). The scheduler picks at random among equally scored nodes "
         "and, on clusters of 100 nodes or more, scores only a sample of the feasible ones "
         "(percentageOfNodesToScore), so a landing is a probability. 0: no chance of a bad landing is accepted "
         "(with every node scored, every tied best node must be a good destination).",

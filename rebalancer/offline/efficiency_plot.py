@@ -1,7 +1,7 @@
 """`rebalancer report --plot FILE`: the efficiency figures over time.
 
 ``.html``: a self-contained page (the text report and four inline SVG charts), no dependency;
-``.png``: the same four charts drawn with matplotlib (``pip install 'rebalancer[backtest]'``).
+``.png``: the same four charts drawn with matplotlib (the ``backtest`` extra).
 Charts: hot nodes (reference, found, acted), evictions, the three rates, blocks by limiter.
 """
 

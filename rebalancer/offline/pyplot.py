@@ -1,4 +1,4 @@
-"""matplotlib, which is optional (``pip install 'rebalancer[backtest]'``), loaded for a PNG."""
+"""matplotlib, which is optional (the ``backtest`` extra), loaded for a PNG."""
 
 from __future__ import annotations
 
@@ -17,6 +17,6 @@ def load_pyplot(path: str | Path, what: str) -> Any:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise ConfigError(
-            str(path), [("", f"{what} needs matplotlib, which is not installed: pip install 'rebalancer[backtest]'")]
+            str(path), [("", f"{what} needs matplotlib, which is not installed: pip install matplotlib")]
         ) from exc
     return plt

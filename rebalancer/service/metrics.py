@@ -268,7 +268,8 @@ class Metrics:
         self.pods_evicted = Counter(
             "rebalancer_pods_evicted",
             "Planned evictions handled by the evictor, by outcome: result=evicted when the pod was evicted, "
-            "otherwise why not (blocked, rejected, backoff, gone, replaced, skipped, failed, dry-run, server-dry-run).",
+            "otherwise why not (blocked, rejected, backoff, gone, replaced, skipped, failed, unanswered, dry-run, "
+            "server-dry-run).",
             ("result", "strategy", "namespace", "node", "pool"),
             registry=registry,
         )
@@ -276,15 +277,15 @@ class Metrics:
             "rebalancer_deletion_cost_patches",
             "Planned pod-deletion-cost patches (DeletionCostSteering) handled by the steerer, by outcome: "
             "result=patched when the annotation was set, otherwise why not (unchanged, foreign, opted-out, gone, "
-            "replaced, conflict, capped, skipped, failed, dry-run, server-dry-run).",
+            "replaced, conflict, capped, skipped, failed, unanswered, dry-run, server-dry-run).",
             ("result", "strategy", "namespace", "pool"),
             registry=registry,
         )
         self.landing_guard_marks = Counter(
             "rebalancer_landing_guard_marks",
             "Landing-guard mark changes on nodes by pool, action (set, refresh, clear), reason (hot, relieved; "
-            "cooled, expired, guard-off, over-cap, taint-removed, released) and result (applied, dry-run, skipped, "
-            "gone, failed).",
+            "cooled, expired, guard-off, over-cap, taint-removed, released) and result (applied, dry-run, "
+            "server-dry-run, skipped, gone, failed).",
             ("pool", "action", "reason", "result"),
             registry=registry,
         )

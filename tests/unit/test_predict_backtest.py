@@ -160,7 +160,7 @@ def test_plot_without_matplotlib_names_the_package(
     csv = on_off_csv(tmp_path / "u.csv", 6)
     assert main(["predict", "--backtest", str(csv), "--days", "4", "--plot", str(tmp_path / "x.png")]) == 2
     err = capsys.readouterr().err
-    assert "needs matplotlib" in err and "rebalancer[backtest]" in err
+    assert "needs matplotlib" in err and "pip install matplotlib" in err
     assert not (tmp_path / "x.png").exists()
 
 

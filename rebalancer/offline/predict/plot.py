@@ -1,6 +1,6 @@
 """An optional PNG of a back-test: predicted against actual peak, one panel per aggregation.
 
-matplotlib is optional (``pip install 'rebalancer[backtest]'``); without it, :func:`plot_backtest` raises
+matplotlib is optional (the ``backtest`` extra); without it, :func:`plot_backtest` raises
 a ConfigError that names the missing package.
 """
 

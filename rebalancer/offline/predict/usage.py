@@ -66,7 +66,7 @@ def load_usage(
         except ImportError as exc:
             raise ConfigError(
                 str(p),
-                [("", f"reading Parquet needs pyarrow, not installed: pip install 'rebalancer[backtest]' ({exc})")],
+                [("", f"reading Parquet needs pyarrow, not installed: pip install pyarrow ({exc})")],
             ) from exc
         except (OSError, ValueError) as exc:
             raise ConfigError(str(p), [("", f"cannot read Parquet: {exc}")]) from exc
