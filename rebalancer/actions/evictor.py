@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
 
@@ -329,7 +329,7 @@ class Evictor:
         if pod is None:
             return EvictionResult(planned, why_not[0], why_not[1])
         run.now = max(run.now, self._clock())  # a slow re-read: judge the moment of the reservation, not before it
-        request = _request(pod, node, pool, replicas)
+        request = _request(pod, node, pool, replicas, seen)
         verdict = check(request, run.state, run.cycle, self._settings, run.now)
         if verdict.allowed:
             verdict = self._reserve(run, request) or verdict
@@ -483,5 +483,14 @@ def _snapshot_pod(snapshot: ClusterSnapshot, planned: PlannedEviction) -> Pod | 
     return next((p for p in snapshot.pods_on(planned.node) if p.key == planned.key), None)
 
 
-def _request(pod: Pod, node: Node, pool: str, replicas: Mapping[WorkloadRef, ReplicaCounts]) -> EvictionRequest:
-    return EvictionRequest.of(pod, node, pool, replicas.get(pod.workload) if pod.workload else None)
+def _request(
+    pod: Pod, node: Node, pool: str, replicas: Mapping[WorkloadRef, ReplicaCounts], seen: Pod | None = None
+) -> EvictionRequest:
+    """``seen``: the pod as the snapshot saw it. The replica counts are the snapshot's: a pod it counted
+    ready that turned unready since is counted as made unavailable by its eviction (else, once evicted, it
+    would count as neither unavailable nor evicted, and the workload's next eviction could exceed
+    maxUnavailable)."""
+    request = EvictionRequest.of(pod, node, pool, replicas.get(pod.workload) if pod.workload else None)
+    if seen is not None and seen.ready and not request.pod_ready:
+        request = replace(request, pod_ready=True)
+    return request
