@@ -73,7 +73,7 @@ class Outcome(StrEnum):
     DRY_RUN = "dry-run"
     SERVER_DRY_RUN = "server-dry-run"
     BLOCKED = "blocked"  # a limiter, window, list or service level; ``limiter`` names it
-    BACKOFF = "backoff"  # a budget refused this pod earlier; waiting out its backoff
+    BACKOFF = "backoff"  # a budget refused this pod (or one of its group) earlier; waiting out its backoff
     REJECTED = "rejected"  # 429: the disruption budget (or API throttling) refused it
     GONE = "gone"  # the pod no longer exists
     REPLACED = "replaced"  # another pod (new uid) carries the name now
@@ -180,9 +180,9 @@ class Evictor:
         A node half emptied cannot be removed, so the whole group is checked against the limiters
         first; and once one of its evictions does not happen, the rest are not attempted."""
         if len(group) > 1:
-            blocked = self._group_blocker(run, group, snapshot, replicas)
-            if blocked is not None:
-                run.results.extend(EvictionResult(e, Outcome.BLOCKED, blocked[0], blocked[1]) for e in group)
+            held = self._group_blocker(run, group, snapshot, replicas)
+            if held is not None:
+                run.results.extend(replace(held, subject=e) for e in group)
                 return
         for index, planned in enumerate(group):
             try:
@@ -203,22 +203,28 @@ class Evictor:
         group: list[PlannedEviction],
         snapshot: ClusterSnapshot,
         replicas: Mapping[WorkloadRef, ReplicaCounts],
-    ) -> tuple[str, str | None] | None:
-        """Would every eviction of the group pass the limiters (in memory, nothing reserved)?"""
+    ) -> EvictionResult | None:
+        """Would every eviction of the group pass the limiters (in memory, nothing reserved)? If not, the
+        result of the first that would not (its outcome, limiter and retry time stand for the group's)."""
         state, cycle, now = run.state, run.cycle, max(run.now, self._clock())
         for planned in group:
             key = f"{planned.namespace}/{planned.name}"
+            why = f"{planned.node} cannot be emptied whole: {key}"
             pod = _snapshot_pod(snapshot, planned)
             node = snapshot.nodes.get(planned.node)
             if pod is None or node is None:
-                return f"{planned.node} cannot be emptied whole: {key} is not in the snapshot", None
-            if run.backoff.blocked_until(key, now) is not None:
-                return f"{planned.node} cannot be emptied whole: {key} is backing off after a budget refusal", None
+                return EvictionResult(planned, Outcome.SKIPPED, f"{why} is not in the snapshot")
+            if (until := run.backoff.blocked_until(key, now)) is not None:
+                return EvictionResult(
+                    planned, Outcome.BACKOFF, f"{why} is backing off after a budget refusal", retry_at=until
+                )
             pool = snapshot.pool_of[node.name]
             request = _request(pod, node, pool, replicas)
             verdict = check(request, state, cycle, self._settings, now)
             if not verdict.allowed:
-                return f"{planned.node} cannot be emptied whole: {key}: {verdict.reason}", verdict.limiter
+                return EvictionResult(
+                    planned, Outcome.BLOCKED, f"{why}: {verdict.reason}", verdict.limiter, verdict.retry_at
+                )
             state, cycle = reserve(request, state, self._settings, now), cycle.add(request)
         return None
 

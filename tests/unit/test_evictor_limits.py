@@ -3,8 +3,11 @@ changes between the cycle's snapshot and its eviction."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
+from rebalancer.actions.backoff import EVICTION_BACKOFF, BackoffState
 from rebalancer.actions.evictor import DryRun, Evictor, Outcome
 from rebalancer.planning.plan import EvictionPlan, PlannedEviction, StrategyResult
 from rebalancer.planning.protections import Protections
@@ -40,3 +43,43 @@ def test_a_pod_turned_unready_since_the_snapshot_still_counts_against_max_unavai
     assert [r.outcome for r in report.results] == [Outcome.EVICTED, Outcome.BLOCKED]
     assert report.results[1].limiter == "workload.maxUnavailable"
     assert [p.name for p in cluster.evicted] == ["web-0"]
+
+
+def _group_scene(limits_yaml: str = "", backoff: BackoffState | None = None) -> tuple[Evictor, EvictionPlan, Any]:
+    """Two pods HighNodeUtilization empties from n1 together (all or none)."""
+    pol = policy(LNU, limits_yaml)
+    pods = [pod(f"web-{i}", "n1", workload=f"web-{i}") for i in range(2)]
+    snap = snapshot([node("n1"), node("n2")], pods, usage({"n1": 500, "n2": 5_000}), taken_at=NOW)
+    evictions = tuple(
+        PlannedEviction("HighNodeUtilization", "default", p.name, p.uid, "n1", "", p.workload, 100, "empty", "n2")
+        for p in pods
+    )
+    plan = EvictionPlan(NOW, (StrategyResult("HighNodeUtilization", evictions, (), ()),))
+    clock = TickingClock(NOW)
+    stored = None if backoff is None else EVICTION_BACKOFF.encode(backoff)
+    evictor = Evictor(
+        MemoryCluster(tuple(pods), (), clock), MemoryStore(), MemoryStore(stored), pol.limits,
+        Protections.from_settings(pol.protections), DryRun.OFF, clock=clock,
+    )  # fmt: skip
+    return evictor, plan, snap
+
+
+def test_a_group_held_by_a_pod_backing_off_is_reported_as_backoff() -> None:
+    """Not as blocked by a limiter (none blocked it): the metrics and the efficiency records count it with
+    the budget refusals, and it says when the backoff ends."""
+    backoff = BackoffState().after_rejection("default/web-1", NOW - 10, None)
+    evictor, plan, snap = _group_scene(backoff=backoff)
+
+    report = evictor.apply(plan, snap)
+
+    assert [r.outcome for r in report.results] == [Outcome.BACKOFF, Outcome.BACKOFF]
+    assert all(r.limiter is None and r.retry_at == NOW + 50 for r in report.results)
+
+
+def test_a_group_blocked_by_a_limiter_says_when_it_could_pass() -> None:
+    evictor, plan, snap = _group_scene("limits:\n  global: {rate: {perMinute: 1, burst: 1}}\n")
+
+    report = evictor.apply(plan, snap)
+
+    assert [r.outcome for r in report.results] == [Outcome.BLOCKED, Outcome.BLOCKED]
+    assert all(r.limiter == "global.rate" and r.retry_at == NOW + 60 for r in report.results)
