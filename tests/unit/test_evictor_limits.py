@@ -9,6 +9,7 @@ import msgspec
 
 from rebalancer.actions.backoff import EVICTION_BACKOFF, BackoffState
 from rebalancer.actions.evictor import DryRun, Evictor, Outcome
+from rebalancer.planning.limits import LimiterState
 from rebalancer.planning.plan import EvictionPlan, PlannedEviction, StrategyResult
 from rebalancer.planning.protections import Protections
 from tests.builders import node, pod, policy, snapshot, usage
@@ -83,3 +84,25 @@ def test_a_group_blocked_by_a_limiter_says_when_it_could_pass() -> None:
 
     assert [r.outcome for r in report.results] == [Outcome.BLOCKED, Outcome.BLOCKED]
     assert all(r.limiter == "global.rate" and r.retry_at == NOW + 60 for r in report.results)
+
+
+def test_an_eviction_from_a_node_with_an_empty_pool_label_leaves_the_state_readable() -> None:
+    """A label value may be empty: such a node's pool is "" and so is its reservation's. The next run must
+    read that state back, not take it for corrupt (which stops every eviction for the longest window)."""
+    pol = policy(LNU, "limits:\n  global: {maxPerPeriod: [{count: 5, period: 1h}]}\n")
+    pods = [pod(f"web-{i}", "n1", workload=f"web-{i}") for i in range(2)]
+    snap = snapshot([node("n1", labels={"pool": ""})], pods, usage({"n1": 9_000}), taken_at=NOW)
+    assert snap.pool_of["n1"] == ""
+    clock = TickingClock(NOW, (1.0,))
+    cluster, store = MemoryCluster(tuple(pods), (), clock), MemoryStore()
+    evictor = Evictor(
+        cluster, store, MemoryStore(), pol.limits, Protections.from_settings(pol.protections), DryRun.OFF,
+        clock=clock,
+    )  # fmt: skip
+
+    for p in pods:  # one run each
+        planned = PlannedEviction("LowNodeUtilization", "default", p.name, p.uid, "n1", "", p.workload, 100, "hot", "")
+        report = evictor.apply(EvictionPlan(NOW, (StrategyResult("LowNodeUtilization", (planned,), (), ()),)), snap)
+        assert report.aborted is None and report.problems == ()
+        assert [r.outcome for r in report.results] == [Outcome.EVICTED]
+    assert len(LimiterState.from_json(store.text or "", clock.now).reservations) == 2
