@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
 
@@ -73,7 +73,7 @@ class Outcome(StrEnum):
     DRY_RUN = "dry-run"
     SERVER_DRY_RUN = "server-dry-run"
     BLOCKED = "blocked"  # a limiter, window, list or service level; ``limiter`` names it
-    BACKOFF = "backoff"  # a budget refused this pod earlier; waiting out its backoff
+    BACKOFF = "backoff"  # a budget refused this pod (or one of its group) earlier; waiting out its backoff
     REJECTED = "rejected"  # 429: the disruption budget (or API throttling) refused it
     GONE = "gone"  # the pod no longer exists
     REPLACED = "replaced"  # another pod (new uid) carries the name now
@@ -180,9 +180,9 @@ class Evictor:
         A node half emptied cannot be removed, so the whole group is checked against the limiters
         first; and once one of its evictions does not happen, the rest are not attempted."""
         if len(group) > 1:
-            blocked = self._group_blocker(run, group, snapshot, replicas)
-            if blocked is not None:
-                run.results.extend(EvictionResult(e, Outcome.BLOCKED, blocked[0], blocked[1]) for e in group)
+            held = self._group_blocker(run, group, snapshot, replicas)
+            if held is not None:
+                run.results.extend(replace(held, subject=e) for e in group)
                 return
         for index, planned in enumerate(group):
             try:
@@ -203,22 +203,28 @@ class Evictor:
         group: list[PlannedEviction],
         snapshot: ClusterSnapshot,
         replicas: Mapping[WorkloadRef, ReplicaCounts],
-    ) -> tuple[str, str | None] | None:
-        """Would every eviction of the group pass the limiters (in memory, nothing reserved)?"""
+    ) -> EvictionResult | None:
+        """Would every eviction of the group pass the limiters (in memory, nothing reserved)? If not, the
+        result of the first that would not (its outcome, limiter and retry time stand for the group's)."""
         state, cycle, now = run.state, run.cycle, max(run.now, self._clock())
         for planned in group:
             key = f"{planned.namespace}/{planned.name}"
+            why = f"{planned.node} cannot be emptied whole: {key}"
             pod = _snapshot_pod(snapshot, planned)
             node = snapshot.nodes.get(planned.node)
             if pod is None or node is None:
-                return f"{planned.node} cannot be emptied whole: {key} is not in the snapshot", None
-            if run.backoff.blocked_until(key, now) is not None:
-                return f"{planned.node} cannot be emptied whole: {key} is backing off after a budget refusal", None
+                return EvictionResult(planned, Outcome.SKIPPED, f"{why} is not in the snapshot")
+            if (until := run.backoff.blocked_until(key, now)) is not None:
+                return EvictionResult(
+                    planned, Outcome.BACKOFF, f"{why} is backing off after a budget refusal", retry_at=until
+                )
             pool = snapshot.pool_of[node.name]
             request = _request(pod, node, pool, replicas)
             verdict = check(request, state, cycle, self._settings, now)
             if not verdict.allowed:
-                return f"{planned.node} cannot be emptied whole: {key}: {verdict.reason}", verdict.limiter
+                return EvictionResult(
+                    planned, Outcome.BLOCKED, f"{why}: {verdict.reason}", verdict.limiter, verdict.retry_at
+                )
             state, cycle = reserve(request, state, self._settings, now), cycle.add(request)
         return None
 
@@ -329,7 +335,7 @@ class Evictor:
         if pod is None:
             return EvictionResult(planned, why_not[0], why_not[1])
         run.now = max(run.now, self._clock())  # a slow re-read: judge the moment of the reservation, not before it
-        request = _request(pod, node, pool, replicas)
+        request = _request(pod, node, pool, replicas, seen)
         verdict = check(request, run.state, run.cycle, self._settings, run.now)
         if verdict.allowed:
             verdict = self._reserve(run, request) or verdict
@@ -483,5 +489,14 @@ def _snapshot_pod(snapshot: ClusterSnapshot, planned: PlannedEviction) -> Pod | 
     return next((p for p in snapshot.pods_on(planned.node) if p.key == planned.key), None)
 
 
-def _request(pod: Pod, node: Node, pool: str, replicas: Mapping[WorkloadRef, ReplicaCounts]) -> EvictionRequest:
-    return EvictionRequest.of(pod, node, pool, replicas.get(pod.workload) if pod.workload else None)
+def _request(
+    pod: Pod, node: Node, pool: str, replicas: Mapping[WorkloadRef, ReplicaCounts], seen: Pod | None = None
+) -> EvictionRequest:
+    """``seen``: the pod as the snapshot saw it. The replica counts are the snapshot's: a pod it counted
+    ready that turned unready since is counted as made unavailable by its eviction (else, once evicted, it
+    would count as neither unavailable nor evicted, and the workload's next eviction could exceed
+    maxUnavailable)."""
+    request = EvictionRequest.of(pod, node, pool, replicas.get(pod.workload) if pod.workload else None)
+    if seen is not None and seen.ready and not request.pod_ready:
+        request = replace(request, pod_ready=True)
+    return request

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from rebalancer.actions.evictor import DryRun, Evictor, EvictorReport, Outcome
 from rebalancer.domain.labels import LabelSelector
 from rebalancer.domain.model import ClusterFacts, DisruptionBudget, Pod, PodKey, UsageReport
-from rebalancer.planning.limits import EvictionRequest, LimiterState, reserve
+from rebalancer.planning.limits import CycleCounts, EvictionRequest, LimiterState, LimitSettings, check, reserve
 from rebalancer.planning.plan import EvictionPlan, NodeClass, PlannedEviction, StrategyResult
 from rebalancer.planning.protections import MIRROR_ANNOTATION, Protections
 from rebalancer.policy import Policy
@@ -87,12 +87,12 @@ PROTECTING: dict[str, Callable[[Pod, str], dict[str, Any]]] = {
 def changes(draw: st.DrawFn, plan: EvictionPlan, facts: ClusterFacts, annotation: str) -> tuple[Changes, Changes]:
     """What becomes of planned pods before the evictor re-reads them, and between its re-read and its
     eviction: deleted, replaced by a new pod of the same name (another uid, ready or not), or (before the
-    re-read only: after it only the API server's rules hold) protected."""
+    re-read only: after it only the API server's rules hold) protected or no longer ready."""
     pods = {p.key: p for p in facts.pods}
     planned = [pods[e.key] for e in plan.evictions if e.key in pods]
     before: Changes = {}
     after: Changes = {}
-    kinds = st.sampled_from(["deleted", "replaced", "replaced", "protected", "protected"])
+    kinds = st.sampled_from(["deleted", "replaced", "replaced", "protected", "protected", "unready"])
     for index, kind, late in draw(st.lists(st.tuples(st.integers(0, 99), kinds, st.booleans()),
                                            max_size=4 if planned else 0)):  # fmt: skip
         pod = planned[index % len(planned)]
@@ -102,7 +102,9 @@ def changes(draw: st.DrawFn, plan: EvictionPlan, facts: ClusterFacts, annotation
         elif kind == "protected":
             protect = PROTECTING[draw(st.sampled_from(sorted(PROTECTING)))]
             new = msgspec.structs.replace(pod, **protect(pod, annotation))
-        (after if late and kind != "protected" else before)[pod.key] = new
+        elif kind == "unready":
+            new = msgspec.structs.replace(pod, ready=False)
+        (after if late and kind not in ("protected", "unready") else before)[pod.key] = new
     return before, after
 
 
@@ -148,11 +150,13 @@ def test_evictions_are_safe(
         memory.change(key, pod)
     memory.after_read = dict(after)
     # evictions earlier in the day, recorded by another run, count against the caps
-    earlier = earlier_evictions(facts, snapshot.pool_of, earlier_picks)
-    state = LimiterState()
-    for done, pod in earlier:
-        state = reserve(EvictionRequest(pod.namespace, pod.name, done.node, done.pool, pod.workload), state,
-                        pol.limits, done.at)  # fmt: skip
+    # (as far as the token buckets had tokens: another run takes none from an empty bucket)
+    earlier, state, rates = [], LimiterState(), rates_only(pol.limits)
+    for done, pod in earlier_evictions(facts, snapshot.pool_of, earlier_picks):
+        request = EvictionRequest(pod.namespace, pod.name, done.node, done.pool, pod.workload)
+        if check(request, state, CycleCounts(), rates, done.at).allowed:
+            state = reserve(request, state, pol.limits, done.at)
+            earlier.append((done, pod))
     store, backoff = MemoryStore(state.to_json(), conflicts=conflicts), MemoryStore()
     pods_then = dict(memory.pods)
     evictor = Evictor(memory, store, backoff, pol.limits, protections, dry_run, clock=clock)
@@ -174,7 +178,11 @@ def test_evictions_are_safe(
     assert_caps_hold(limits, [done for done, _ in earlier], cycle)
     if limits.workload.max_unavailable is not None:
         allowance = limits.workload.max_unavailable
-        for workload, count in Counter(p.workload for p in evicted if p.workload and p.ready).items():
+        # an evicted pod counts when it was ready then or when the snapshot counted it ready (it turned
+        # unready since: the snapshot's count below does not see it unavailable)
+        ready_then = {p.key for p in facts.pods if p.ready and p.node_name and not p.terminating}
+        made_unavailable = [p for p in evicted if p.workload and (p.ready or p.key in ready_then)]
+        for workload, count in Counter(p.workload for p in made_unavailable).items():
             # every non-terminal pod of the workload, scheduled or not; unscheduled ones are unavailable
             pods = [p for p in facts.pods if p.workload == workload and p.phase not in ("Succeeded", "Failed")]
             unavailable = sum(1 for p in pods if not (p.ready and p.node_name and not p.terminating))
@@ -202,6 +210,13 @@ def assert_from_source_nodes(plan: EvictionPlan, report: EvictorReport, evicted:
         for name in {r.eviction.node for r in report.results}:
             outcomes = {r.outcome for r in report.results if r.eviction.node == name}
             assert not (Outcome.BLOCKED in outcomes and Outcome.EVICTED in outcomes), outcomes
+
+
+def rates_only(limits: LimitSettings) -> LimitSettings:
+    """The token buckets of ``limits`` alone."""
+    scope = limits.model_dump(by_alias=True, mode="json")["global"]
+    pools = {name: {"rate": pool["rate"]} for name, pool in scope["pools"].items()}
+    return LimitSettings.model_validate({"global": {"rate": scope["rate"], "pools": pools}})
 
 
 def done_of(pod: Pod, at: float, pool_of: Mapping[str, str]) -> Done:
@@ -271,7 +286,9 @@ def assert_reread_before_evicting(
             assert result.outcome is Outcome.REPLACED, result
         else:
             why = protections.reason(now)
-            assert why is not None
+            if why is None:  # it only turned unready: judged as any pod is
+                assert not now.ready
+                continue
             assert (result.outcome, result.detail) == (Outcome.SKIPPED, f"protected now: {why}")
 
 

@@ -161,7 +161,7 @@ def _check_values(doc: _Document, now: float) -> None:
     for i, r in enumerate(doc.reservations):
         where = f"$.reservations[{i}]"
         time(r.at, f"{where}.at")
-        for name in ("pool", "node", "namespace", "pod"):
+        for name in ("node", "namespace", "pod"):  # a pool may be "" (a node's pool label may be empty)
             if not getattr(r, name):
                 raise StateCorrupt(f"{where}.{name} is empty")
         if r.workload is not None and not _WORKLOAD_KEY.match(r.workload):
