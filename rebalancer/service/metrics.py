@@ -9,8 +9,9 @@ names such as ``global.maxPerPeriod[1h]``), ``code``, ``status``, ``action``. Tw
 the descheduler's ``descheduler_pods_evicted`` has them: ``node`` and ``namespace``.
 ``rebalancer_node_cpu_utilization_ratio`` has one series per node with known usage (5,000 at the
 largest cluster we plan for) and drops a node's series when the node disappears or its usage becomes
-unknown. ``rebalancer_pods_evicted_total`` grows with the (namespace, node) pairs that ever had an
-eviction, bounded by the eviction limiters; pod names are never labels.
+unknown. ``rebalancer_pods_evicted_total`` grows with the (namespace, node) pairs that ever had a planned
+eviction, whatever its outcome (a blocked one included): at most namespaces x nodes per outcome and
+strategy, never more; pod names are never labels.
 """
 
 from __future__ import annotations
