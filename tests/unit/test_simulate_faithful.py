@@ -27,6 +27,7 @@ from rebalancer.offline.simulate.readings import (
     refresh_day,
     usage_report,
 )
+from rebalancer.offline.simulate.result import VariantResult
 from rebalancer.offline.simulate.shapes import SYNTHETIC_START, Shapes, bitbrains_shapes
 from rebalancer.offline.simulate.variants import variant_named
 from rebalancer.offline.simulate.world import Move, World
@@ -106,7 +107,17 @@ def test_evictions_whose_node_is_hot_again_within_the_hour() -> None:
     hot[1, 10] = True  # n1 hot only at the eviction's own step (read before it)
     hot[1, 72] = True  # ... and 62 steps after: past the hour
     moves = [Move(600.0, 0, "sim/a", "n0"), Move(600.0, 1, "sim/b", "n1")]
-    assert hot_again(moves, {"n0": 0, "n1": 1}, hot, 0.0, 60) == 1
+    assert hot_again(moves, {"n0": 0, "n1": 1}, hot, 0.0, 60) == (1, 2)
+
+
+def test_an_eviction_in_the_last_hour_is_not_judged_for_hot_again() -> None:
+    hot = np.zeros((1, 200), dtype=bool)
+    early, late = Move(600.0, 0, "sim/a", "n0"), Move(139 * 60.0, 1, "sim/b", "n0")  # its hour ends at step 199
+    assert hot_again([early, late], {"n0": 0}, hot, 0.0, 60) == (0, 2)
+    last = Move(140 * 60.0, 2, "sim/c", "n0")  # its hour would end past the measured steps: unknown
+    assert hot_again([early, late, last], {"n0": 0}, hot, 0.0, 60) == (0, 2)
+    result = VariantResult("p", "", 0.0, 3, 0, 0, 1, 3, None, (), 60, hot_again=1, hot_again_watched=2)
+    assert result.hot_again_share == pytest.approx(1 / 2)  # of the evictions watched for their whole hour
 
 
 def _shapes(values: list[list[float]], provisioned: list[float], days: int) -> Shapes:

@@ -108,15 +108,19 @@ HOT_AGAIN_SECONDS = 3600
 
 def hot_again(
     moves: Sequence[Move], node_index: Mapping[str, int], hot: np.ndarray, start: float, step_seconds: int
-) -> int:
-    """Evictions whose source node was hot again within the hour after (``hot``: nodes x measured steps from
-    ``start``; the eviction's own step read the node before it)."""
+) -> tuple[int, int]:
+    """Of the evictions whose whole hour after lies within ``hot`` (nodes x measured steps from ``start``; the
+    eviction's own step read the node before it), those whose source node was hot again in it, and how many
+    they were (the share's denominator: an eviction in the last hour has not been watched for an hour)."""
     after = HOT_AGAIN_SECONDS // step_seconds
-    count = 0
+    count = judged = 0
     for move in moves:
         i = round((move.at - start) / step_seconds)
+        if i + 1 + after > hot.shape[1]:
+            continue
+        judged += 1
         count += bool(hot[node_index[move.source], i + 1 : i + 1 + after].any())
-    return count
+    return count, judged
 
 
 def reading_policy(policy: Policy, usage: UsageMode, step_seconds: int) -> Policy:
@@ -231,10 +235,11 @@ class _Run:
         result = VariantResult.of(self.variant, self.world, hot_series, config.step_seconds, rates, self.per_cycle,
                                   self.blocked, self.records if self.variant.usage else None)  # fmt: skip
         minutes_per_step = config.step_seconds / 60
+        again, watched = hot_again(self.world.moves, self.world.node_index, real > capacity[:, None],
+                                   cluster.time_of(first), config.step_seconds)  # fmt: skip
         result = replace(result, unmet_core_minutes=unmet * minutes_per_step / 1000,
                          unavoidable_minutes=unavoidable * minutes_per_step,
-                         hot_again=hot_again(self.world.moves, self.world.node_index, real > capacity[:, None],
-                                             cluster.time_of(first), config.step_seconds),
+                         hot_again=again, hot_again_watched=watched,
                          early_minutes=early * config.step_seconds / 60,
                          lag_minutes=lag_steps * config.step_seconds / 60, interval_seconds=self.interval,
                          overshoot=self._overshoot(real, first),
