@@ -91,6 +91,17 @@ def test_unmet_demand_and_the_unavoidable_hot_minutes_are_counted_per_variant() 
     assert pool.hot_node_minutes == 2 * 24 * 60 and pool.unavoidable_share == 1.0
 
 
+def test_a_node_hot_since_before_the_measured_days_has_no_early_minutes() -> None:
+    cluster = _cluster((1500, 1500, 300), ("n0", "n0", "n1"))  # n0 hot all along, by 3300m of 2800m
+    config = replace(cluster.config, history_days=1)
+    usage = np.concatenate([cluster.usage, cluster.usage], axis=1)  # a day before the measured one
+    (none,) = simulate(replace(cluster, config=config, usage=usage), policy(), 70.0, [variant_named("none")])
+    assert none.hot_node_minutes == 24 * 60
+    assert none.early_minutes == 0  # its episode began a day before: the start is not its first minutes
+    (fresh,) = simulate(cluster, policy(), 70.0, [variant_named("none")])  # no step before: hot from the first
+    assert fresh.early_minutes == fresh.lag_minutes == 20
+
+
 def test_the_predictors_tables_take_each_measured_day_as_the_run_served_it() -> None:
     cluster = _cluster((3000, 3000, 500), ("n0", "n0", "n1"))
     world = World(cluster)

@@ -189,16 +189,14 @@ class _Run:
     def run(self) -> VariantResult:
         cluster, config = self.cluster, self.cluster.config
         first = cluster.measured_from
-        for step in range(max(0, first - self.samples.window), first):  # the window before the start
-            self.samples.add(node_usage(self.world, step))
         capacity = self._allocatable() * self.hot_pct / 100
+        lag_steps = (self.samples.window * config.step_seconds + self.interval) // config.step_seconds
+        run = self._before_start(capacity, lag_steps)  # steps each node has been hot in a row
         every = self.interval // config.step_seconds
         steps = cluster.usage.shape[1] - first
         hot_series = np.zeros(steps, dtype=np.int64)
         real = np.zeros((len(cluster.nodes), steps))  # each node's real usage at each step, for the overshoot
         reference = np.zeros(len(cluster.nodes))
-        run = np.zeros(len(cluster.nodes), dtype=np.int64)  # steps each node has been hot in a row
-        lag_steps = (self.samples.window * config.step_seconds + self.interval) // config.step_seconds
         early = 0  # hot steps within the detection lag of their episode's start
         unmet = unavoidable = 0.0
         pool_index, pool_hot_m = self._pools(capacity)
@@ -248,6 +246,18 @@ class _Run:
         if self.guard is None:
             return result
         return replace(result, guard=GuardFigures.of(self.guard, self.now))  # the last step: its sweep ran
+
+    def _before_start(self, capacity: np.ndarray, lag_steps: int) -> np.ndarray:
+        """The usage window before the first measured step into the samples; returns the steps each node had
+        been hot in a row by then (up to ``lag_steps``): an episode under way at the start began before it."""
+        first = self.cluster.measured_from
+        run = np.zeros(len(self.cluster.nodes), dtype=np.int64)
+        for step in range(max(0, first - max(self.samples.window, lag_steps)), first):
+            usage = node_usage(self.world, step)
+            run = np.where(usage > capacity, run + 1, 0)
+            if step >= first - self.samples.window:
+                self.samples.add(usage)
+        return run
 
     def _pools(self, capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each node's pool index, and each pool's hot threshold summed over its nodes (millicores)."""
