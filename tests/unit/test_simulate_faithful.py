@@ -27,6 +27,7 @@ from rebalancer.offline.simulate.readings import (
     refresh_day,
     usage_report,
 )
+from rebalancer.offline.simulate.result import VariantResult
 from rebalancer.offline.simulate.shapes import SYNTHETIC_START, Shapes, bitbrains_shapes
 from rebalancer.offline.simulate.variants import variant_named
 from rebalancer.offline.simulate.world import Move, World
@@ -90,6 +91,17 @@ def test_unmet_demand_and_the_unavoidable_hot_minutes_are_counted_per_variant() 
     assert pool.hot_node_minutes == 2 * 24 * 60 and pool.unavoidable_share == 1.0
 
 
+def test_a_node_hot_since_before_the_measured_days_has_no_early_minutes() -> None:
+    cluster = _cluster((1500, 1500, 300), ("n0", "n0", "n1"))  # n0 hot all along, by 3300m of 2800m
+    config = replace(cluster.config, history_days=1)
+    usage = np.concatenate([cluster.usage, cluster.usage], axis=1)  # a day before the measured one
+    (none,) = simulate(replace(cluster, config=config, usage=usage), policy(), 70.0, [variant_named("none")])
+    assert none.hot_node_minutes == 24 * 60
+    assert none.early_minutes == 0  # its episode began a day before: the start is not its first minutes
+    (fresh,) = simulate(cluster, policy(), 70.0, [variant_named("none")])  # no step before: hot from the first
+    assert fresh.early_minutes == fresh.lag_minutes == 20
+
+
 def test_the_predictors_tables_take_each_measured_day_as_the_run_served_it() -> None:
     cluster = _cluster((3000, 3000, 500), ("n0", "n0", "n1"))
     world = World(cluster)
@@ -106,7 +118,17 @@ def test_evictions_whose_node_is_hot_again_within_the_hour() -> None:
     hot[1, 10] = True  # n1 hot only at the eviction's own step (read before it)
     hot[1, 72] = True  # ... and 62 steps after: past the hour
     moves = [Move(600.0, 0, "sim/a", "n0"), Move(600.0, 1, "sim/b", "n1")]
-    assert hot_again(moves, {"n0": 0, "n1": 1}, hot, 0.0, 60) == 1
+    assert hot_again(moves, {"n0": 0, "n1": 1}, hot, 0.0, 60) == (1, 2)
+
+
+def test_an_eviction_in_the_last_hour_is_not_judged_for_hot_again() -> None:
+    hot = np.zeros((1, 200), dtype=bool)
+    early, late = Move(600.0, 0, "sim/a", "n0"), Move(139 * 60.0, 1, "sim/b", "n0")  # its hour ends at step 199
+    assert hot_again([early, late], {"n0": 0}, hot, 0.0, 60) == (0, 2)
+    last = Move(140 * 60.0, 2, "sim/c", "n0")  # its hour would end past the measured steps: unknown
+    assert hot_again([early, late, last], {"n0": 0}, hot, 0.0, 60) == (0, 2)
+    result = VariantResult("p", "", 0.0, 3, 0, 0, 1, 3, None, (), 60, hot_again=1, hot_again_watched=2)
+    assert result.hot_again_share == pytest.approx(1 / 2)  # of the evictions watched for their whole hour
 
 
 def _shapes(values: list[list[float]], provisioned: list[float], days: int) -> Shapes:

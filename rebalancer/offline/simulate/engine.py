@@ -108,15 +108,19 @@ HOT_AGAIN_SECONDS = 3600
 
 def hot_again(
     moves: Sequence[Move], node_index: Mapping[str, int], hot: np.ndarray, start: float, step_seconds: int
-) -> int:
-    """Evictions whose source node was hot again within the hour after (``hot``: nodes x measured steps from
-    ``start``; the eviction's own step read the node before it)."""
+) -> tuple[int, int]:
+    """Of the evictions whose whole hour after lies within ``hot`` (nodes x measured steps from ``start``; the
+    eviction's own step read the node before it), those whose source node was hot again in it, and how many
+    they were (the share's denominator: an eviction in the last hour has not been watched for an hour)."""
     after = HOT_AGAIN_SECONDS // step_seconds
-    count = 0
+    count = judged = 0
     for move in moves:
         i = round((move.at - start) / step_seconds)
+        if i + 1 + after > hot.shape[1]:
+            continue
+        judged += 1
         count += bool(hot[node_index[move.source], i + 1 : i + 1 + after].any())
-    return count
+    return count, judged
 
 
 def reading_policy(policy: Policy, usage: UsageMode, step_seconds: int) -> Policy:
@@ -185,16 +189,14 @@ class _Run:
     def run(self) -> VariantResult:
         cluster, config = self.cluster, self.cluster.config
         first = cluster.measured_from
-        for step in range(max(0, first - self.samples.window), first):  # the window before the start
-            self.samples.add(node_usage(self.world, step))
         capacity = self._allocatable() * self.hot_pct / 100
+        lag_steps = (self.samples.window * config.step_seconds + self.interval) // config.step_seconds
+        run = self._before_start(capacity, lag_steps)  # steps each node has been hot in a row
         every = self.interval // config.step_seconds
         steps = cluster.usage.shape[1] - first
         hot_series = np.zeros(steps, dtype=np.int64)
         real = np.zeros((len(cluster.nodes), steps))  # each node's real usage at each step, for the overshoot
         reference = np.zeros(len(cluster.nodes))
-        run = np.zeros(len(cluster.nodes), dtype=np.int64)  # steps each node has been hot in a row
-        lag_steps = (self.samples.window * config.step_seconds + self.interval) // config.step_seconds
         early = 0  # hot steps within the detection lag of their episode's start
         unmet = unavoidable = 0.0
         pool_index, pool_hot_m = self._pools(capacity)
@@ -231,10 +233,11 @@ class _Run:
         result = VariantResult.of(self.variant, self.world, hot_series, config.step_seconds, rates, self.per_cycle,
                                   self.blocked, self.records if self.variant.usage else None)  # fmt: skip
         minutes_per_step = config.step_seconds / 60
+        again, watched = hot_again(self.world.moves, self.world.node_index, real > capacity[:, None],
+                                   cluster.time_of(first), config.step_seconds)  # fmt: skip
         result = replace(result, unmet_core_minutes=unmet * minutes_per_step / 1000,
                          unavoidable_minutes=unavoidable * minutes_per_step,
-                         hot_again=hot_again(self.world.moves, self.world.node_index, real > capacity[:, None],
-                                             cluster.time_of(first), config.step_seconds),
+                         hot_again=again, hot_again_watched=watched,
                          early_minutes=early * config.step_seconds / 60,
                          lag_minutes=lag_steps * config.step_seconds / 60, interval_seconds=self.interval,
                          overshoot=self._overshoot(real, first),
@@ -243,6 +246,18 @@ class _Run:
         if self.guard is None:
             return result
         return replace(result, guard=GuardFigures.of(self.guard, self.now))  # the last step: its sweep ran
+
+    def _before_start(self, capacity: np.ndarray, lag_steps: int) -> np.ndarray:
+        """The usage window before the first measured step into the samples; returns the steps each node had
+        been hot in a row by then (up to ``lag_steps``): an episode under way at the start began before it."""
+        first = self.cluster.measured_from
+        run = np.zeros(len(self.cluster.nodes), dtype=np.int64)
+        for step in range(max(0, first - max(self.samples.window, lag_steps)), first):
+            usage = node_usage(self.world, step)
+            run = np.where(usage > capacity, run + 1, 0)
+            if step >= first - self.samples.window:
+                self.samples.add(usage)
+        return run
 
     def _pools(self, capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each node's pool index, and each pool's hot threshold summed over its nodes (millicores)."""

@@ -65,6 +65,7 @@ class VariantResult:
     unmet_core_minutes: float = 0.0  # the pods' demand beyond their nodes' CPU (throttled away), core-minutes
     unavoidable_minutes: float = 0.0  # hot-node-minutes no placement fixes: a pod alone or the pool is hot
     hot_again: int = 0  # evictions whose source node was hot again within the hour after
+    hot_again_watched: int = 0  # evictions with their whole hour after within the measured days
 
     @classmethod
     def of(
@@ -130,7 +131,8 @@ class VariantResult:
 
     @property
     def hot_again_share(self) -> float | None:
-        return self.hot_again / self.evictions if self.evictions else None
+        """Of the evictions watched for the whole hour after, those whose node was hot again in it."""
+        return self.hot_again / self.hot_again_watched if self.hot_again_watched else None
 
     def evictions_per_100_saved(self, baseline: VariantResult | None) -> float | None:
         """The price: evictions per 100 hot-node-minutes fewer than ``baseline`` (no rebalancing); None
@@ -151,6 +153,7 @@ class VariantResult:
             "evictions": self.evictions,
             "evictionsPerPodPerDay": self.evictions_per_pod_day,
             "hotAgainWithinHour": self.hot_again,
+            "hotAgainWatched": self.hot_again_watched,
             "hotAgainShare": self.hot_again_share,
             "unmetCoreMinutes": self.unmet_core_minutes,
             "unavoidableHotNodeMinutes": self.unavoidable_minutes,

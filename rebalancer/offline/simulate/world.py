@@ -163,10 +163,12 @@ class World:
                 pending.planned = node
 
     def bind_due(self, now: float, ideal: bool = False) -> None:
-        """The scheduler model places every replacement that is due, in eviction order. ``ideal``: on the
+        """The scheduler model places every replacement that is due, in eviction order, each with the evicted
+        pods still terminating counted on their nodes (they all leave after these bindings). ``ideal``: on the
         node the plan counted room on instead, when the scheduler's filters allow it there (an upper bound
         for landing control, not something the default scheduler does)."""
-        waiting = []
+        waiting: list[_Pending] = []
+        gone: list[Pod] = []
         for pending in self._pending:
             if pending.due > now:
                 waiting.append(pending)
@@ -174,10 +176,8 @@ class World:
             pod = self.pods[pending.slot]
             node = self._ideal(pod, pending.planned) if ideal else None
             node = node or self.model.place(pod, rng=self._ties).node
-            gone = pending.terminating
-            if gone is not None and gone.node_name is not None:  # terminated by the next step (at least a minute)
-                self.model.restore(gone, gone.node_name)
-                self.model.remove(gone)
+            if pending.terminating is not None:  # terminated by the next step (at least a minute)
+                gone.append(pending.terminating)
                 pending.terminating = None
             if node is None:
                 waiting.append(pending)  # stays Pending; tried again next step
@@ -190,6 +190,10 @@ class World:
             move = self.moves[pending.move]
             marked = next((t.effect for t in self.node(node).taints if t.key == GUARD_KEY), None)
             self.moves[pending.move] = Move(move.at, move.slot, move.pod, move.source, node, now, marked)
+        for pod in gone:  # every replacement due was placed with all the pods still terminating counted
+            if pod.node_name is not None:
+                self.model.restore(pod, pod.node_name)
+                self.model.remove(pod)
         self._pending = waiting
 
     def _ideal(self, pod: Pod, planned: str | None) -> str | None:
