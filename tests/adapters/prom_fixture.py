@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 DEBIAN_PACKAGE = {
     "prometheus": "prometheus",
     "promtool": "prometheus",
@@ -53,13 +55,6 @@ def run_promtool(*args: str, timeout: float = 120) -> subprocess.CompletedProces
     return subprocess.run(
         [require_binary("promtool"), *args], capture_output=True, text=True, timeout=timeout, check=False
     )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 # -- OpenMetrics history ---------------------------------------------------------------------

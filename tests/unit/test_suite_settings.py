@@ -1,4 +1,5 @@
-"""The suite's hypothesis settings: an example's wall time never fails a property test."""
+"""The suite's own settings: an example's wall time never fails a property test, and the ports fixtures
+take are never shared."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.adapters import prom_fixture
+from tests.controlplane import processes
+from tests.ports import free_port
 
 SLOWER_THAN_HYPOTHESIS_DEFAULT_DEADLINE = 0.25  # seconds; hypothesis' default deadline is 200 ms
 
@@ -19,3 +24,11 @@ def test_a_slow_example_is_judged_on_its_result_not_its_time(n: int) -> None:
 
 def test_the_suite_profile_has_no_deadline() -> None:
     assert settings().deadline is None
+
+
+def test_free_ports_are_never_handed_out_twice() -> None:
+    """Servers started one after another (a webhook and a metrics listener, say) never get the same port,
+    though the kernel may hand a port just released out again."""
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    assert free_port is processes.free_port is prom_fixture.free_port  # one source for every fixture
