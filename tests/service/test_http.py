@@ -56,8 +56,12 @@ class Triage:
         self.queued: set[str] = set()
         self.gate: threading.Event | None = None  # set by a test to hold a request in flight
         self.entered = threading.Event()
+        self.calls = 0  # requests that reached it, those held at the gate included
+        self._lock = threading.Lock()
 
     def __call__(self, alerts: Sequence[NodeAlert]) -> list[AlertDecision]:
+        with self._lock:
+            self.calls += 1
         self.entered.set()
         if self.gate is not None:
             self.gate.wait(10)
@@ -552,11 +556,11 @@ def test_unfinished_requests_take_no_worker_and_the_cap_counts_requests_being_pr
         holders = [threading.Thread(target=lambda: held.append(post(svc))) for _ in range(2)]
         for thread in holders:
             thread.start()
-        deadline = time.monotonic() + 5
-        while worker_threads() < 2 or not svc.triage.entered.wait(0):
+        deadline = time.monotonic() + 10
+        while svc.triage.calls < 4:  # the two above, then both held in the runner, a worker each
             assert time.monotonic() < deadline, "the two posts never reached the runner"
             time.sleep(0.01)
-        time.sleep(0.2)  # both are in the runner now
+        assert worker_threads() == 2
         busy = post(svc)  # a third complete request while both workers are busy
         assert busy.status == 503
         assert busy.headers["retry-after"] == "5"
