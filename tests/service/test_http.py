@@ -595,8 +595,8 @@ def test_a_body_cut_off_to_make_room_is_a_truncated_request_not_an_internal_erro
 
 def test_a_silent_client_is_closed_at_the_header_timeout_and_blocks_nobody(tmp_path: Path):
     with running_service(tmp_path, ServerLimits(header_timeout=1.0)) as svc:
+        started = time.monotonic()  # before the server can see the connection open and start its timeout
         with socket.create_connection(("127.0.0.1", svc.server.port), timeout=10) as silent:
-            started = time.monotonic()
             assert webhook_get(svc) == 405
             assert silent.recv(1) == b""  # the server drops it, without an answer
             waited = time.monotonic() - started
@@ -606,8 +606,8 @@ def test_a_silent_client_is_closed_at_the_header_timeout_and_blocks_nobody(tmp_p
 def test_a_trickling_client_is_cut_off_at_the_header_timeout(tmp_path: Path):
     """A byte every 0.2 s never leaves the connection silent; the 2 s header timeout still ends it."""
     with running_service(tmp_path, ServerLimits(header_timeout=2.0)) as svc:
+        started = time.monotonic()  # before the server can see the connection open and start its timeout
         with socket.create_connection(("127.0.0.1", svc.server.port), timeout=10) as sock:
-            started = time.monotonic()
             sock.sendall(b"GET /webhook/alertmanager?")
             cut_off = False
             while not cut_off and time.monotonic() - started < 8:
