@@ -58,6 +58,12 @@ def synced_cache(kubeconfig: Path, timing: WatchTiming = FAST, max_stale: float 
         watch_cache.stop()
 
 
+def down(cache: WatchCache, collection: str) -> float | None:
+    """How long ``collection`` has had no watch open (0 while one is)."""
+    [seconds] = [seconds for what, _, _, seconds in cache.stats() if what == collection]
+    return seconds
+
+
 def pod_names(facts: ClusterFacts) -> set[str]:
     return {p.name for p in facts.pods}
 
@@ -248,9 +254,9 @@ def test_watches_that_cannot_be_opened_again_make_the_cache_stale(kube_server: T
     with synced_cache(kubeconfig) as failing:
         kube_server.set_fault("/api/v1/nodes", Fault(code=500, times=None))
         kube_server.close_watches()
-        time.sleep(0.5)
+        eventually(lambda: (down(failing, "nodes") or 0.0) > 0)  # its watch ended and cannot be opened again
         failing.facts()  # down for less than max_stale: still trusted
-        time.sleep(1.5)
+        eventually(lambda: "nodes: no watch open" in (problem := failing.problem() or "") and "pods" not in problem)
         with pytest.raises(KubeUnavailable, match=r"watch cache: nodes: no watch open .* for \d s: .*HTTP 500"):
             failing.facts()
         assert failing.problem() is not None and "pods" not in str(failing.problem())  # the others re-opened
