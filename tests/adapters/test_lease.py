@@ -93,8 +93,8 @@ def test_a_malformed_time_is_a_source_error(kube_server: TestApiServer, kubeconf
     ids=["500", "dropped", "proxy page", "timeout", "invalid"],
 )  # fmt: skip
 def test_failures_are_the_projects_errors(kube_server: TestApiServer, kubeconfig: Path, fault: Fault) -> None:
+    version = client(kubeconfig).create(record()).resource_version  # the normal timeout: it must not fail
     leases = client(kubeconfig, timeout=0.3)
-    version = leases.create(record()).resource_version
     kube_server.set_fault(PATH, fault)
 
     with pytest.raises(KubeUnavailable) as on_get:

@@ -25,8 +25,8 @@ def store(kubeconfig: Path, key: str = "state.json", timeout: float = 5.0) -> Co
     ids=["500", "dropped", "proxy page", "timeout"],
 )  # fmt: skip
 def test_failures_are_the_projects_errors(kube_server: TestApiServer, kubeconfig: Path, fault: Fault) -> None:
+    version = store(kubeconfig).save("x", None)  # the normal timeout: only the faulted calls must fail
     s = store(kubeconfig, timeout=0.2)
-    version = s.save("x", None)
     kube_server.set_fault(PATH, fault)
 
     with pytest.raises(KubeUnavailable):

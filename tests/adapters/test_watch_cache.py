@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -55,6 +56,12 @@ def synced_cache(kubeconfig: Path, timing: WatchTiming = FAST, max_stale: float 
         yield watch_cache
     finally:
         watch_cache.stop()
+
+
+def down(cache: WatchCache, collection: str) -> float | None:
+    """How long ``collection`` has had no watch open (0 while one is)."""
+    [seconds] = [seconds for what, _, _, seconds in cache.stats() if what == collection]
+    return seconds
 
 
 def pod_names(facts: ClusterFacts) -> set[str]:
@@ -213,12 +220,14 @@ def test_an_unreachable_api_server_makes_the_cache_stale(kube_server: TestApiSer
     assert cache.wait_synced(5)
     cache.facts()
     kube_server.stop()
-    time.sleep(3.5)
+    # stale once each watcher has seen its watch end and max_stale (3 s) has passed since: wait for that
+    eventually(lambda: all(w in (cache.problem() or "") for w in ("pods:", "nodes:")), timeout=30)
     with pytest.raises(
-        KubeUnavailable, match=r"no watch open on the API server for [34] s: .*Connection refused"
+        KubeUnavailable, match=r"no watch open on the API server for (\d+) s: .*Connection refused"
     ) as caught:
         cache.facts()
     assert "pods" in str(caught.value) and "nodes" in str(caught.value)
+    assert all(int(s) >= 3 for s in re.findall(r"for (\d+) s", str(caught.value)))  # never before max_stale
 
 
 def test_a_quiet_watch_stays_fresh_past_every_staleness_limit(kube_server: TestApiServer, kubeconfig: Path) -> None:
@@ -245,9 +254,9 @@ def test_watches_that_cannot_be_opened_again_make_the_cache_stale(kube_server: T
     with synced_cache(kubeconfig) as failing:
         kube_server.set_fault("/api/v1/nodes", Fault(code=500, times=None))
         kube_server.close_watches()
-        time.sleep(0.5)
+        eventually(lambda: (down(failing, "nodes") or 0.0) > 0)  # its watch ended and cannot be opened again
         failing.facts()  # down for less than max_stale: still trusted
-        time.sleep(1.5)
+        eventually(lambda: "nodes: no watch open" in (problem := failing.problem() or "") and "pods" not in problem)
         with pytest.raises(KubeUnavailable, match=r"watch cache: nodes: no watch open .* for \d s: .*HTTP 500"):
             failing.facts()
         assert failing.problem() is not None and "pods" not in str(failing.problem())  # the others re-opened

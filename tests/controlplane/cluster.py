@@ -237,6 +237,8 @@ class ControlPlane:
         with self.audit_log.open() as log:
             log.seek(self.audit_from)
             for line in log:
+                if not line.endswith("\n"):
+                    break  # the API server is still writing this event: a reader may see half of it
                 event = json.loads(line)
                 if event["user"]["username"] == user and event.get("stage") == "ResponseComplete":
                     events.append(AuditEvent.of(event))

@@ -162,12 +162,13 @@ def test_hot_node_alert_leads_to_evictions_through_serve(
             assert serve.poll() is None, (tmp_path / "serve.log").read_text()
             assert time.monotonic() < deadline, "no eviction within 90 s:\n" + (tmp_path / "serve.log").read_text()
             time.sleep(0.5)
-        time.sleep(1)  # let the cycle finish
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        finished = 'rebalancer_cycle_duration_seconds_count{trigger="alert"}'  # observed as the cycle ends
+        wait_for(lambda: finished in scrape(metrics_url), 60, "no alert cycle finished", [tmp_path / "serve.log"])
         evicted = {name for name, _ in evictions(cluster)}
         assert evicted <= placed.on("hot-1")  # only from the alerted node
         assert not evicted & set(running(cluster))
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
-        assert 'rebalancer_cycle_duration_seconds_count{trigger="alert"}' in metrics
+        metrics = scrape(metrics_url)
         assert 'rebalancer_alerts_total{action="queued",status="firing"}' in metrics
         assert "rebalancer_leader 1.0" in metrics
         assert holder(cluster)
@@ -226,6 +227,12 @@ def wait_for(condition: object, seconds: float, what: str, logs: list[Path]) -> 
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} within {seconds} s; logs:\n" + "\n".join(p.read_text() for p in logs))
         time.sleep(0.25)
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        text: str = answer.read().decode()
+        return text
 
 
 def requesters(plane: ControlPlane) -> list[str]:

@@ -98,10 +98,10 @@ def test_serve_runs_unauthenticated_only_when_told_and_says_so(
         time.sleep(3.5)  # three reload checks of an unchanged file: not a line
         assert "reload" not in log.read_text().lower()
         policy.write_text(policy.read_text() + "# changed\n")
-        while "policy reloaded" not in log.read_text():
+        applied = 'rebalancer_policy_reload_total{result="applied"} 1.0'  # counted after the reload's last line
+        while applied not in get(f"http://127.0.0.1:{metrics_port}/metrics")[1]:
             assert time.monotonic() < deadline + 30, log.read_text()
             time.sleep(0.1)
-        time.sleep(1)
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=30)

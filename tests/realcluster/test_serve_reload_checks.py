@@ -38,6 +38,15 @@ def metrics(port: int) -> str:
         return str(answer.read().decode())
 
 
+def wait_exported(port: int, samples: list[str], process: subprocess.Popen[bytes]) -> None:
+    """Until /metrics shows every one of ``samples``: a reload is counted, then its gauges set, after its log
+    lines."""
+    deadline = time.monotonic() + 60
+    while missing := [sample for sample in samples if sample not in (exported := metrics(port))]:
+        assert process.poll() is None and time.monotonic() < deadline, f"no {missing} in:\n{exported}"
+        time.sleep(0.1)
+
+
 def test_serve_says_at_start_and_refuses_on_reload(
     api_cluster: ControlPlane, api_kubeconfig: Path, tmp_path: Path
 ) -> None:
@@ -70,17 +79,18 @@ def test_serve_says_at_start_and_refuses_on_reload(
         policy.write_text(policy_text(listen))  # no token at all: the next start would exit 2
         wait_for(log, "policy reload refused", process)
         assert f"{policy}: service.webhook.tokenFile: not set: the webhook would take alerts" in log.read_text()
-        exported = metrics(metrics_port)
-        assert 'rebalancer_policy_reload_total{result="refused"} 1.0' in exported
-        assert "rebalancer_policy_valid 0.0" in exported
+        wait_exported(
+            metrics_port,
+            ['rebalancer_policy_reload_total{result="refused"} 1.0', "rebalancer_policy_valid 0.0"],
+            process,
+        )
         moved = policy_text(f"host: 127.0.0.1, port: {free_port()}, metricsPort: {metrics_port}, "
                             "webhook: {allowUnauthenticated: true}")  # fmt: skip
         policy.write_text(moved)
         wait_for(log, "need a restart", process)
-        exported = metrics(metrics_port)  # still served where it started
-        assert 'rebalancer_policy_reload_total{result="applied"} 1.0' in exported
-        assert "rebalancer_policy_restart_required 1.0" in exported
-        assert "rebalancer_policy_valid 1.0" in exported
+        applied = 'rebalancer_policy_reload_total{result="applied"} 1.0'
+        restart = ["rebalancer_policy_restart_required 1.0", "rebalancer_policy_valid 1.0"]
+        wait_exported(metrics_port, [applied, *restart], process)  # still served where it started
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=30)

@@ -56,8 +56,12 @@ class Triage:
         self.queued: set[str] = set()
         self.gate: threading.Event | None = None  # set by a test to hold a request in flight
         self.entered = threading.Event()
+        self.calls = 0  # requests that reached it, those held at the gate included
+        self._lock = threading.Lock()
 
     def __call__(self, alerts: Sequence[NodeAlert]) -> list[AlertDecision]:
+        with self._lock:
+            self.calls += 1
         self.entered.set()
         if self.gate is not None:
             self.gate.wait(10)
@@ -552,11 +556,11 @@ def test_unfinished_requests_take_no_worker_and_the_cap_counts_requests_being_pr
         holders = [threading.Thread(target=lambda: held.append(post(svc))) for _ in range(2)]
         for thread in holders:
             thread.start()
-        deadline = time.monotonic() + 5
-        while worker_threads() < 2 or not svc.triage.entered.wait(0):
+        deadline = time.monotonic() + 10
+        while svc.triage.calls < 4:  # the two above, then both held in the runner, a worker each
             assert time.monotonic() < deadline, "the two posts never reached the runner"
             time.sleep(0.01)
-        time.sleep(0.2)  # both are in the runner now
+        assert worker_threads() == 2
         busy = post(svc)  # a third complete request while both workers are busy
         assert busy.status == 503
         assert busy.headers["retry-after"] == "5"
@@ -591,8 +595,8 @@ def test_a_body_cut_off_to_make_room_is_a_truncated_request_not_an_internal_erro
 
 def test_a_silent_client_is_closed_at_the_header_timeout_and_blocks_nobody(tmp_path: Path):
     with running_service(tmp_path, ServerLimits(header_timeout=1.0)) as svc:
+        started = time.monotonic()  # before the server can see the connection open and start its timeout
         with socket.create_connection(("127.0.0.1", svc.server.port), timeout=10) as silent:
-            started = time.monotonic()
             assert webhook_get(svc) == 405
             assert silent.recv(1) == b""  # the server drops it, without an answer
             waited = time.monotonic() - started
@@ -602,8 +606,8 @@ def test_a_silent_client_is_closed_at_the_header_timeout_and_blocks_nobody(tmp_p
 def test_a_trickling_client_is_cut_off_at_the_header_timeout(tmp_path: Path):
     """A byte every 0.2 s never leaves the connection silent; the 2 s header timeout still ends it."""
     with running_service(tmp_path, ServerLimits(header_timeout=2.0)) as svc:
+        started = time.monotonic()  # before the server can see the connection open and start its timeout
         with socket.create_connection(("127.0.0.1", svc.server.port), timeout=10) as sock:
-            started = time.monotonic()
             sock.sendall(b"GET /webhook/alertmanager?")
             cut_off = False
             while not cut_off and time.monotonic() - started < 8:

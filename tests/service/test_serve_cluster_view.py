@@ -135,7 +135,12 @@ def test_schedule_cycles_keep_running_while_the_api_server_says_nothing(
             time.sleep(0.25)
         assert len(planned) >= 2 and all(names == ["api-1"] for names in planned)
         kube_server.stop()  # connection refused from now on: the watches cannot be opened again
-        time.sleep(1.8)
+        watches = cache.ensure(policy)
+        assert watches is not None
+        deadline = time.monotonic() + 30  # stale maxStale after the nodes watcher saw its watch end
+        while "nodes: no watch open" not in (watches.problem() or ""):
+            assert time.monotonic() < deadline, "the watch cache never turned stale"
+            time.sleep(0.05)
         with pytest.raises(KubeUnavailable, match=r"watch cache: nodes: no watch open on the API server .*refused"):
             cycles(policy, schedule)
     finally:
