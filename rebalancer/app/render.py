@@ -10,10 +10,10 @@ from rebalancer.actions.evictor import DryRun, EvictorReport, Outcome
 from rebalancer.actions.guard.applier import GuardReport
 from rebalancer.actions.guard.decide import Action
 from rebalancer.actions.steerer import SteeringReport, steering_summary
-from rebalancer.domain.guard_marks import rfc3339
 from rebalancer.domain.output import plain
 from rebalancer.domain.quantity import format_cores
 from rebalancer.domain.text_table import text_table
+from rebalancer.domain.times import rfc3339
 from rebalancer.planning.inflight import Correction
 from rebalancer.planning.plan import EvictionPlan, NodeClass, NodeDecision, StrategyResult
 

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from rebalancer.adapters.kube import ConfigMapStateStore, KubeSource, connect
 from rebalancer.adapters.prom.reference import ReferenceSource
@@ -18,6 +18,7 @@ from rebalancer.domain.documents import DocumentStore
 from rebalancer.domain.efficiency_records import EFFICIENCY_RECORDS
 from rebalancer.domain.errors import ConfigError, MetricsUnavailable, SourceError
 from rebalancer.domain.settings.shared import format_duration
+from rebalancer.domain.times import rfc3339
 from rebalancer.planning.snapshot import PoolResolver
 from rebalancer.policy import Policy
 from rebalancer.records import EfficiencyReport, EfficiencySettings, EfficiencyState
@@ -124,17 +125,13 @@ def _check_kept(state: EfficiencyState, kept: EfficiencySettings, start: float) 
         [
             (
                 "--period",
-                f"the period starts at {_iso(start)}, before {_iso(newest - horizon)}: the cycles keep the records "
+                f"the period starts at {rfc3339(start)}, before {rfc3339(newest - horizon)}: the cycles keep the records "
                 f"{format_duration(kept.horizon)} (the longest of efficiency.period, bounceBackMemory and "
                 "followUpWindow), so the hot nodes found and the reliefs before would count as none; report a "
                 "shorter period or a later --until, or raise efficiency.period to keep records longer",
             )
         ],
     )
-
-
-def _iso(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _no_records(state: EfficiencyState, enabled: bool, where: str) -> str | None:

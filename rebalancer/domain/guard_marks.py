@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from rebalancer.domain.model import Node, Taint
+from rebalancer.domain.times import RFC3339, rfc3339
 
 GUARD_KEY = "rebalancer.io/landing-guard"
 """The taint key and the annotation key of a mark."""
@@ -65,10 +66,6 @@ class Foreign:
 MarkState = Mark | Orphan | Foreign | None
 
 
-def rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def parse_annotation(text: str) -> Mark | None:
     """The mark an annotation value describes; None when it is not one the project wrote."""
     try:
@@ -78,7 +75,7 @@ def parse_annotation(text: str) -> Mark | None:
         owner, effect, reason, expires = data["owner"], data["effect"], data["reason"], data["expires"]
         if not (isinstance(owner, str) and owner and effect in EFFECTS and isinstance(expires, str)):
             return None
-        when = datetime.strptime(expires, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        when = datetime.strptime(expires, RFC3339).replace(tzinfo=UTC)
         return Mark(owner, effect, MarkReason(reason), when.timestamp())
     except (ValueError, TypeError):
         return None

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from rebalancer.domain.efficiency_records import EfficiencyState
 from rebalancer.domain.model import ClusterFacts, Pod, PodKey, WorkloadRef
 from rebalancer.domain.settings.efficiency import EfficiencySettings
+from rebalancer.domain.times import rfc3339
 
 CLOCK_SLACK_SECONDS = 1.0
 """creationTimestamp has whole seconds: a replacement created in the second of the eviction may read up to
@@ -57,9 +57,9 @@ def recently_moved(
         eviction = wanted[pod.workload]  # type: ignore[index]  # pods_of yields pods with a wanted workload
         if is_replacement(pod.created, eviction):
             moved[pod.key] = (
-                f"bounce-back guard: {pod.workload} had a pod evicted from {eviction.node} at {_iso(eviction.at)} "
+                f"bounce-back guard: {pod.workload} had a pod evicted from {eviction.node} at {rfc3339(eviction.at)} "
                 f"and this pod was created after it (most likely its replacement, just moved): not moved again "
-                f"before {_iso(eviction.at + memory)}"
+                f"before {rfc3339(eviction.at + memory)}"
             )
     return moved
 
@@ -79,7 +79,3 @@ def pods_of(facts: ClusterFacts, wanted: Collection[WorkloadRef]) -> Iterable[Po
     for pod in facts.pods:
         if pod.workload in wanted:
             yield pod
-
-
-def _iso(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

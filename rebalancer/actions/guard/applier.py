@@ -20,8 +20,9 @@ from typing import Protocol, TypeVar
 from rebalancer.actions.actuation import Actuation, DryRun, Report, Result
 from rebalancer.actions.guard.decide import Action, Change, GuardDecision, Note, apply_change
 from rebalancer.domain.errors import PatchError, RebalancerError
-from rebalancer.domain.guard_marks import GUARD_KEY, MarkReason, NodeEdit, rfc3339
+from rebalancer.domain.guard_marks import GUARD_KEY, MarkReason, NodeEdit
 from rebalancer.domain.model import Taint
+from rebalancer.domain.times import rfc3339
 
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 4  # a node's resourceVersion moves with its status updates: a conflict is retried on a fresh read
