@@ -83,7 +83,7 @@ class PodMatrix:
 
 def pod_matrix(name: str, body: bytes, *, span: tuple[float, float], one_per_pod: bool = True) -> PodMatrix:
     """The checked points of a range answer with one series per (namespace, pod), each within ``span`` (the
-    first and last time asked for, in seconds, as sent: to the millisecond); without ``one_per_pod`` a pod may
+    earliest and latest time a point may have, in seconds; Prometheus keeps times to the millisecond); without ``one_per_pod`` a pod may
     have several (raw samples keep the node label: a pod rescheduled within the batch's nodes)."""
     try:
         answer = _DECODER.decode(body)
