@@ -15,11 +15,15 @@ def chunk(data: bytes) -> bytes:
 
 def accept_each(server: socket.socket, stop: threading.Event, handle: Callable[[socket.socket], None]) -> None:
     """Each connection ``server`` accepts, handled on a thread of its own (as an API server serves them),
-    until ``stop`` is set."""
+    until ``stop`` is set (then the server may be closed at once)."""
     server.settimeout(0.2)
     while not stop.is_set():
         try:
             conn, _ = server.accept()
         except TimeoutError:
             continue
+        except OSError:  # the server socket closed under accept() by a test that has set ``stop``
+            if stop.is_set():
+                return
+            raise
         threading.Thread(target=handle, args=(conn,), daemon=True).start()

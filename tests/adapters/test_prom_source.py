@@ -9,13 +9,16 @@ from a tiny local HTTP server.
 from __future__ import annotations
 
 import base64
+import contextlib
 import gc
+import gzip
 import json
 import socket
 import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -40,7 +43,7 @@ from tests.adapters.cadvisor import (
     spike,
 )
 from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, StartPrometheus, closed_port
-from tests.raw_http import accept_each
+from tests.raw_http import accept_each, chunk
 
 pytestmark = pytest.mark.prometheus
 
@@ -417,6 +420,93 @@ def test_an_answer_that_stalls_midway_is_a_timeout() -> None:
             message = str(caught.value)
             assert "stopped sending its answer: nothing came for 1s" in message, message
             assert "cannot reach" not in message  # it was reached, and answered part of it
+    finally:
+        client.close()
+        stop.set()
+        server.close()
+
+
+DRIP_SECONDS = 0.1  # one byte of the answer every this long: each read gets a byte well within the timeout
+
+
+def _dripped_answer(framing: str) -> Callable[[socket.socket], None]:
+    """An answer sent a byte at a time, steadily, so that no read ever times out (a broken proxy, a hostile
+    peer): plain with a Content-Length, chunked, or gzip-compressed and chunked."""
+
+    def handle(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):  # the client cuts it off
+            conn.recv(65536)
+            body = json.dumps(answer({"metric": AB, "value": [END, "0.25"]}) | {"padding": "x" * 400}).encode()
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            if framing == "gzip":
+                body = gzip.compress(body)
+                head += b"Content-Encoding: gzip\r\n"
+            if framing == "length":
+                conn.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body))
+                wire = body
+            else:
+                conn.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
+                wire = b"".join(chunk(body[i : i + 1]) for i in range(len(body))) + b"0\r\n\r\n"
+            for i in range(len(wire)):
+                conn.sendall(wire[i : i + 1])
+                time.sleep(DRIP_SECONDS)
+
+    return handle
+
+
+@pytest.mark.parametrize(
+    ("framing", "ask"),
+    [("length", "vector"), ("chunked", "large_vector"), ("gzip", "pod_values")],
+)
+def test_an_answer_still_coming_at_twice_the_timeout_is_cut_off(framing: str, ask: str) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    threading.Thread(target=accept_each, args=(server, stop, _dripped_answer(framing)), daemon=True).start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    client = PromClient(PrometheusSettings(url=url), timeout_seconds=0.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(MetricsUnavailable) as caught:
+            getattr(client, ask)("q", "q", END)
+        elapsed = time.monotonic() - started
+        # the answer takes over 40 s to drip; cut at 1 s, plus at most a drip and the timer thread's wake-up
+        assert 1.0 <= elapsed < 1.5, elapsed
+        message = str(caught.value)
+        assert "did not finish its answer within 1s (twice prometheus.timeout)" in message, message
+    finally:
+        client.close()
+        stop.set()
+        server.close()
+
+
+def _keep_alive_answers(connections: list[socket.socket]) -> Callable[[socket.socket], None]:
+    """Answers every request on a connection with a small vector, keeping the connection open."""
+
+    def handle(conn: socket.socket) -> None:
+        connections.append(conn)
+        body = json.dumps(answer({"metric": AB, "value": [END, "0.25"]})).encode()
+        with conn, contextlib.suppress(OSError):
+            while conn.recv(65536):
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(body), body)
+                )
+
+    return handle
+
+
+def test_an_answer_read_in_time_leaves_its_connection_open_past_the_deadline() -> None:
+    connections: list[socket.socket] = []
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    threading.Thread(target=accept_each, args=(server, stop, _keep_alive_answers(connections)), daemon=True).start()
+    client = PromClient(PrometheusSettings(url=f"http://127.0.0.1:{server.getsockname()[1]}"), timeout_seconds=0.2)
+    try:
+        for _ in range(3):
+            assert client.large_vector("q", "q", END) == [(AB, 0.25)]
+            assert client.vector("q", "q", END) == [(AB, 0.25)]
+            time.sleep(0.6)  # past the 0.4 s deadline of each answer: a deadline left armed would shut the socket
+        assert len(connections) == 1  # every query went over the first connection, kept alive
     finally:
         client.close()
         stop.set()

@@ -3,7 +3,8 @@
 Shared by the usage source (``source.py``) and the history source (``history.py``). Failures become
 :class:`~rebalancer.domain.errors.SourceError` subclasses that name the query and the cause:
 
-* ``MetricsUnavailable``: Prometheus unreachable, timed out (also midway through its answer), an HTTP error
+* ``MetricsUnavailable``: Prometheus unreachable, timed out (also midway through its answer, and an answer
+  still incomplete at twice the timeout: see ``deadline.py``), an HTTP error
   (with Prometheus' ``errorType``/``error``, for example the 422 of a query over its sample limit), or
   ``status: error``.
 * ``MetricsMalformed``: not an instant vector, a series without its key labels, two series for one key,
@@ -40,6 +41,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import Retry
 
+from rebalancer.adapters.prom.deadline import AnswerDeadline
 from rebalancer.adapters.prom.matrix import PodMatrix, pod_matrix, refuse_warnings
 from rebalancer.domain.errors import MetricsMalformed, MetricsUnavailable, TokenFileError
 from rebalancer.domain.model import PodKey
@@ -57,6 +59,8 @@ LONG_QUERY_CHARS = 2048  # longer queries are POSTed (see PromClient._fetch)
 # backends may not (VictoriaMetrics aligns a range to its step for its cache); a cache or proxy that ignores
 # the time asked answers for minutes, hours or days before
 TIME_TOLERANCE_SECONDS = 60.0
+# A whole answer must arrive within this many timeouts of its request (see PromClient.answer_deadline_seconds)
+ANSWER_DEADLINE_TIMEOUTS = 2
 
 
 class _Sample(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -281,13 +285,21 @@ class PromClient:
     def _params(self, at: float) -> dict[str, str]:
         return {"time": f"{at:.3f}", "timeout": f"{self.timeout_seconds:g}s"}
 
+    @property
+    def answer_deadline_seconds(self) -> float:
+        """How long a whole answer may take from its request: the evaluation Prometheus is allowed (the
+        timeout), then as long again to send the answer."""
+        return ANSWER_DEADLINE_TIMEOUTS * self.timeout_seconds
+
     @contextlib.contextmanager
     def _timed(self, name: str, at: float) -> Iterator[None]:
         started = time.monotonic()
         self._last.response = None
+        self._last.deadline = AnswerDeadline(started + self.answer_deadline_seconds)
         try:
             yield
         finally:
+            self._last.deadline.disarm()
             self._last.response = None  # do not keep a large answer alive between cycles
         _log.debug("query %s at %s took %.3fs", name, iso(at), time.monotonic() - started)
 
@@ -295,19 +307,26 @@ class PromClient:
     def _transport_errors(self, name: str) -> Iterator[None]:
         try:
             yield
-        except requests.Timeout as exc:
-            raise MetricsUnavailable(
-                f"query {name}: Prometheus at {self.shown_url} did not answer within {self.timeout_seconds:g}s"
-            ) from exc
-        except requests.ConnectionError as exc:
-            if exc.args and isinstance(exc.args[0], ReadTimeoutError):  # what requests makes of a stalled body
-                raise MetricsUnavailable(
-                    f"query {name}: Prometheus at {self.shown_url} stopped sending its answer: nothing came for "
-                    f"{self.timeout_seconds:g}s"
-                ) from exc
-            raise MetricsUnavailable(f"query {name}: cannot reach Prometheus at {self.shown_url}: {exc}") from exc
         except requests.RequestException as exc:
-            raise MetricsUnavailable(f"query {name}: request to Prometheus at {self.shown_url} failed: {exc}") from exc
+            deadline: AnswerDeadline | None = getattr(self._last, "deadline", None)
+            if deadline is not None and deadline.cut:
+                raise MetricsUnavailable(
+                    f"query {name}: Prometheus at {self.shown_url} did not finish its answer within "
+                    f"{self.answer_deadline_seconds:g}s (twice prometheus.timeout); it was cut off"
+                ) from exc
+            raise self._transport_error(name, exc) from exc
+
+    def _transport_error(self, name: str, exc: requests.RequestException) -> MetricsUnavailable:
+        where = f"Prometheus at {self.shown_url}"
+        if isinstance(exc, requests.Timeout):
+            return MetricsUnavailable(f"query {name}: {where} did not answer within {self.timeout_seconds:g}s")
+        if isinstance(exc, requests.ConnectionError):
+            if exc.args and isinstance(exc.args[0], ReadTimeoutError):  # what requests makes of a stalled body
+                return MetricsUnavailable(
+                    f"query {name}: {where} stopped sending its answer: nothing came for {self.timeout_seconds:g}s"
+                )
+            return MetricsUnavailable(f"query {name}: cannot reach {where}: {exc}")
+        return MetricsUnavailable(f"query {name}: request to {where} failed: {exc}")
 
     def _call(self, name: str, promql: str, params: Mapping[str, str]) -> object:
         with self._transport_errors(name):
@@ -337,7 +356,11 @@ class PromClient:
         return result
 
     def _keep_response(self, response: requests.Response, *args: object, **kwargs: object) -> None:
+        """The session's response hook: runs on the headers, before the body is read."""
         self._last.response = response
+        deadline: AnswerDeadline | None = getattr(self._last, "deadline", None)
+        if deadline is not None:
+            deadline.arm(response)
 
     def _http_error(self) -> str:
         response: requests.Response | None = self._last.response

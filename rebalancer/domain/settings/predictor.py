@@ -101,7 +101,9 @@ class HistorySettings(Model):
         "answer about 21 MB instead of 3 MB, once a day); true where the network to Prometheus is slow or metered.",
     )
     timeout: Annotated[Duration, DurationBounds(le=timedelta(minutes=10))] = Field(
-        default=timedelta(minutes=2), description="Timeout of one history query."
+        default=timedelta(minutes=2),
+        description="Timeout of one history query, applied as prometheus.timeout is (the whole answer must arrive "
+        "within twice it).",
     )
 
     @model_validator(mode="after")

@@ -409,7 +409,9 @@ class PrometheusSettings(Model):
         "keeps it in plain text. Prefer bearerTokenFile.",
     )
     timeout: Annotated[Duration, DurationBounds(le=timedelta(minutes=5))] = Field(
-        default=timedelta(seconds=15), description="Timeout of one query."
+        default=timedelta(seconds=15),
+        description="Timeout of one query: Prometheus is asked to evaluate it within this long, the answer must "
+        "begin within it and never pause for longer, and the whole answer must arrive within twice it.",
     )
     bearer_token_file: str | None = Field(
         default=None,
