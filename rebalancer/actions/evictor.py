@@ -233,9 +233,12 @@ class Evictor:
     def _start(self, now: float) -> _Run | EvictorReport:
         try:
             limits = self._limits.load(now)
-        except StateCorrupt as exc:
+            backoff, backoff_version = self._load_backoff(now)
+        except (StateCorrupt, BackoffCorrupt) as exc:
+            if exc.newer:
+                return self._leave_newer_state(exc)
+            assert isinstance(exc, StateCorrupt)  # a corrupt backoff is started afresh in _load_backoff
             return self._replace_corrupt_state(exc, exc.version, now)
-        backoff, backoff_version = self._load_backoff(now)
         state = self._pruned(limits.document, now)
         return _Run(now, state, limits.version, backoff.pruned(now), backoff_version)
 
@@ -256,10 +259,19 @@ class Evictor:
                 problem += " (another instance replaced it first)"
         return EvictorReport(problems=(problem,), aborted=str(exc))
 
+    def _leave_newer_state(self, exc: StateCorrupt | BackoffCorrupt) -> EvictorReport:
+        """A newer build's state (a rollback, or the old pods of a rolling upgrade): this build cannot know
+        what it records, so it evicts nothing and leaves it for the build that wrote it."""
+        problem = f"{exc}; left as it is, and nothing is evicted while this build runs"
+        log.error("%s", problem)
+        return EvictorReport(problems=(problem,), aborted=str(exc))
+
     def _load_backoff(self, now: float) -> tuple[BackoffState, str | None]:
         try:
             loaded = self._backoff.load(now)
         except BackoffCorrupt as exc:
+            if exc.newer:
+                raise
             log.warning("%s; starting afresh", exc)
             return BackoffState(), exc.version
         return loaded.document, loaded.version

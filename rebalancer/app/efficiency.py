@@ -77,10 +77,13 @@ class EfficiencyRecorder:
 
     def load(self, now: float) -> tuple[EfficiencyState, str | None]:
         """The records and their resourceVersion; corrupt records are replaced by empty ones (logged): they
-        only measure, so starting afresh loses history, never safety."""
+        only measure, so starting afresh loses history, never safety. Records a newer build wrote raise: they
+        are left as they are."""
         try:
             loaded = self._store.load(now)
         except RecordsCorrupt as exc:
+            if exc.newer:
+                raise
             log.error("%s; starting the efficiency records afresh", exc)
             return EfficiencyState(), exc.version
         return loaded.document, loaded.version

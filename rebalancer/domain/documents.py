@@ -64,7 +64,7 @@ class DocumentStore(Generic[D]):
         try:
             return Loaded(self._kind.decode(text, now), version)
         except DocumentCorrupt as exc:
-            raise type(exc)(exc.problem, self._texts.where, version) from exc
+            raise type(exc)(exc.problem, self._texts.where, version, newer=exc.newer) from exc
 
     def save(self, document: D, version: str | None) -> str:
         """Write it over ``version`` (None: there was no ConfigMap); returns the new resourceVersion. Raises

@@ -94,13 +94,18 @@ class StateConflict(SourceError):
 class DocumentCorrupt(RebalancerError, ValueError):
     """A stored document (limiter state, eviction backoff, efficiency records) is not exactly its schema and
     version: ``problem`` names the field; ``where`` the ConfigMap and key it was read from, and ``version``
-    that ConfigMap's resourceVersion (to write a replacement over it), when it was read from one."""
+    that ConfigMap's resourceVersion (to write a replacement over it), when it was read from one. ``newer``:
+    it is well formed for all this build knows, but written by a newer build (a later schema version), which
+    a rollback or a rolling upgrade meets; it must be left as it is, never replaced."""
 
     what = "document"
 
-    def __init__(self, problem: str, where: str | None = None, version: str | None = None) -> None:
-        self.problem, self.where, self.version = problem, where, version
-        super().__init__(f"{self.what} corrupt: {problem}" + (f" (in {where})" if where else ""))
+    def __init__(
+        self, problem: str, where: str | None = None, version: str | None = None, *, newer: bool = False
+    ) -> None:
+        self.problem, self.where, self.version, self.newer = problem, where, version, newer
+        state = "written by a newer rebalancer" if newer else "corrupt"
+        super().__init__(f"{self.what} {state}: {problem}" + (f" (in {where})" if where else ""))
 
 
 class DocumentTooLarge(RebalancerError):

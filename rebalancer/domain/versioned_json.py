@@ -4,10 +4,11 @@ rather than a field error."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TypeVar
 
 import msgspec
+
+from rebalancer.domain.errors import DocumentCorrupt
 
 T = TypeVar("T")
 
@@ -18,9 +19,10 @@ class _Header(msgspec.Struct, frozen=True):
 
 
 def decode_versioned(
-    text: str | bytes, document: type[T], schema: str, version: int, corrupt: Callable[[str], Exception], what: str
+    text: str | bytes, document: type[T], schema: str, version: int, corrupt: type[DocumentCorrupt], what: str
 ) -> T:
-    """``text`` as ``document``; raises ``corrupt(message)`` for anything else (``what`` names the kind)."""
+    """``text`` as ``document``; raises ``corrupt(message)`` for anything else (``what`` names the kind), with
+    ``newer`` set for a later version of the schema."""
     try:
         header = msgspec.json.decode(text, type=_Header)
     except msgspec.ValidationError as exc:  # a subclass of DecodeError: first
@@ -29,6 +31,12 @@ def decode_versioned(
         raise corrupt(f"not JSON: {exc}") from exc
     if header.schema != schema:
         raise corrupt(f"foreign schema {header.schema!r}, expected {schema!r}")
+    if header.version > version:
+        raise corrupt(
+            f"schema version {header.version}, and this build reads version {version}: run the newer build, or "
+            "delete the ConfigMap to start afresh",
+            newer=True,
+        )
     if header.version != version:
         raise corrupt(f"schema version {header.version} is not supported (this build reads {version})")
     try:

@@ -13,7 +13,7 @@ from rebalancer.actions.backoff import EVICTION_BACKOFF, BackoffCorrupt, Backoff
 from rebalancer.adapters.kube import ConfigMapStateStore, connect
 from rebalancer.domain.documents import DocumentKind, DocumentStore
 from rebalancer.domain.efficiency_records import EFFICIENCY_RECORDS, BounceBack, EfficiencyState, RecordsCorrupt
-from rebalancer.domain.errors import DocumentTooLarge, StateConflict
+from rebalancer.domain.errors import DocumentCorrupt, DocumentTooLarge, StateConflict
 from rebalancer.planning.limits import LIMITER_STATE, LimiterState, StateCorrupt
 from rebalancer.planning.limits.state import Bucket, Reservation
 from tests.kubeapi import TestApiServer
@@ -99,14 +99,17 @@ def test_a_corrupt_field_is_named_with_the_configmap(kube_server: TestApiServer,
     ],
 )
 def test_a_newer_schema_is_refused_never_read_as_empty(
-    kube_server: TestApiServer, kubeconfig: Path, kind: DocumentKind[object], text: str, error: type[Exception]
+    kube_server: TestApiServer, kubeconfig: Path, kind: DocumentKind[object], text: str, error: type[DocumentCorrupt]
 ) -> None:
-    texts(kubeconfig).save(text, None)
+    version = texts(kubeconfig).save(text, None)
 
-    with pytest.raises(error, match=r"schema version 2 is not supported \(this build reads 1\)") as caught:
+    with pytest.raises(
+        error, match=r"written by a newer rebalancer: schema version 2, and this build reads version 1"
+    ) as caught:
         DocumentStore(texts(kubeconfig), kind).load(T0)
     assert WHERE in str(caught.value)
     assert isinstance(caught.value, ValueError)
+    assert caught.value.newer and caught.value.version == version  # kept through the store: callers leave it
 
 
 def test_a_stale_write_is_a_conflict_and_changes_nothing(kube_server: TestApiServer, kubeconfig: Path) -> None:

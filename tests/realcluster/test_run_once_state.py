@@ -151,6 +151,37 @@ def test_corrupt_state_is_reported_replaced_and_never_trusted(
     assert evictions(plane) == []
 
 
+NEWER_RECORDS = '{"schema": "rebalancer.io/efficiency-records", "version": 2, "cycles": []}'
+NEWER = {
+    "limiter state": ("rebalancer-state", '{"schema": "rebalancer.io/limiter-state", "version": 2, "ledger": []}'),
+    "eviction backoff state": ("rebalancer-backoff", '{"schema": "rebalancer.io/eviction-backoff", "version": 2}'),
+}
+
+
+@pytest.mark.parametrize("what", sorted(NEWER))
+def test_a_newer_builds_state_is_left_as_it_is_and_nothing_is_evicted(
+    plane: ControlPlane, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path, what: str
+) -> None:
+    """A rollback meets the state and records of the newer build it replaced: it must neither trust nor
+    replace them (the newer build, rolled forward again, finds them as it left them)."""
+    name, text = NEWER[what]
+    stored = {name: {"state.json": text}, "rebalancer-efficiency": {"records.json": NEWER_RECORDS}}
+    for config_map, data in stored.items():
+        plane.admin.create({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": config_map, "namespace": "rebalancer"}, "data": data})  # fmt: skip
+    policy = write_policy(tmp_path / "p.yaml", prometheus.url, target=50)
+
+    for _ in range(2):
+        result = run(kubeconfig, policy)
+        assert result.report.aborted is not None
+        assert result.report.aborted.startswith(f"{what} written by a newer rebalancer: schema version 2")
+        assert any("left as it is, and nothing is evicted" in p for p in result.report.problems)
+        assert result.efficiency.problem is not None and "written by a newer rebalancer" in result.efficiency.problem
+    assert evictions(plane) == []
+    for config_map, data in stored.items():
+        assert plane.admin.get(f"/api/v1/namespaces/rebalancer/configmaps/{config_map}")["data"] == data
+
+
 def test_an_alert_cycle_lists_only_the_alerted_node_when_recent_facts_are_at_hand(
     plane: ControlPlane, kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path
 ) -> None:

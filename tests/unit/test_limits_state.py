@@ -85,7 +85,6 @@ CORRUPT = [
     ('{"apiVersion": "v1", "kind": "ConfigMap"}', "not limiter state"),
     ('{"schema": "someone-else/state", "version": 1}', "foreign schema 'someone-else/state'"),
     (edited(["version"], 0), "schema version 0 is not supported (this build reads 1)"),
-    (edited(["version"], 2), "schema version 2 is not supported"),
     (edited(["version"], "1"), "Expected `int`, got `str` - at `$.version`"),
     (edited(["extra"], 1), "unknown field `extra`"),
     (edited(["reservations"], _DELETE), "missing required field `reservations`"),
@@ -112,6 +111,18 @@ def test_corrupt_state_is_refused_with_the_problem_named(text: str, problem: str
     assert problem in info.value.problem
     assert isinstance(info.value, ValueError)
     assert str(info.value).startswith("limiter state corrupt: ")
+
+
+def test_a_newer_builds_state_is_told_apart_from_corrupt_state() -> None:
+    with pytest.raises(StateCorrupt) as info:
+        LimiterState.from_json(edited(["version"], 2), T0)
+    assert info.value.newer
+    assert str(info.value).startswith(
+        "limiter state written by a newer rebalancer: schema version 2, and this build reads version 1"
+    )
+    with pytest.raises(StateCorrupt) as older:
+        LimiterState.from_json(edited(["version"], 0), T0)
+    assert not older.value.newer
 
 
 def test_a_little_clock_skew_is_accepted() -> None:
