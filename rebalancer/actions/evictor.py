@@ -233,12 +233,11 @@ class Evictor:
     def _start(self, now: float) -> _Run | EvictorReport:
         try:
             limits = self._limits.load(now)
-            backoff, backoff_version = self._load_backoff(now)
-        except (StateCorrupt, BackoffCorrupt) as exc:
-            if exc.newer:
-                return self._leave_newer_state(exc)
-            assert isinstance(exc, StateCorrupt)  # a corrupt backoff is started afresh in _load_backoff
-            return self._replace_corrupt_state(exc, exc.version, now)
+            backoff, backoff_version = self._load_backoff(now)  # raises only for a newer build's backoff
+        except StateCorrupt as exc:
+            return self._leave_newer_state(exc) if exc.newer else self._replace_corrupt_state(exc, exc.version, now)
+        except BackoffCorrupt as exc:
+            return self._leave_newer_state(exc)
         state = self._pruned(limits.document, now)
         return _Run(now, state, limits.version, backoff.pruned(now), backoff_version)
 
