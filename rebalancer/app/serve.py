@@ -30,7 +30,7 @@ from rebalancer.app.guard import release_marks, sweep
 from rebalancer.app.root import ClusterConnection, run_cycle, state_namespace
 from rebalancer.app.runtime import Clock, Focus, Runtime
 from rebalancer.app.serve_efficiency import EfficiencyPublisher
-from rebalancer.app.state_access import StateAccess
+from rebalancer.app.state_access import StateAccess, lease_name
 from rebalancer.domain.errors import ConfigError, KubeForbidden, KubeUnavailable, RebalancerError
 from rebalancer.domain.model import ClusterFacts, Node
 from rebalancer.domain.settings.shared import PrometheusSettings
@@ -307,15 +307,19 @@ def _release_marks(runtime: Runtime, leading: bool, metrics: Metrics) -> None:
 
 
 def _leader_election(
-    policy: Policy, api: ApiClient, identity: str, on_change: Callable[[bool], None]
+    policy: Policy, api: ApiClient, identity: str, dry_run: DryRun, on_change: Callable[[bool], None]
 ) -> LeaderElection | None:
-    """The election on the policy's Lease; None when leader election is off (this replica always leads)."""
+    """The election on the policy's Lease (a dry run's own: :func:`lease_name`); None when leader election
+    is off (this replica always leads)."""
     lease = policy.service.leader_election
     if not lease.enabled:
         return None
+    name, namespace = lease_name(policy, dry_run), state_namespace(policy.state.namespace)
+    if dry_run is not DryRun.OFF:
+        log.info("dry run: electing on Lease %s/%s, apart from the live service's", namespace, name)
     elector = LeaderElector(
         # a request must not outlast a retry period, or a lapse of leadership is noticed late
-        LeaseClient(api, state_namespace(policy.state.namespace), lease.lease_name, lease.retry_period.total_seconds()),
+        LeaseClient(api, namespace, name, lease.retry_period.total_seconds()),
         identity,
         lease.lease_duration.total_seconds(),
         lease.renew_deadline.total_seconds(),
@@ -510,7 +514,7 @@ def serve(
         metrics.set_leader(leading)
         service.leadership_changed(leading)  # a run-on-start cycle waiting for leadership runs now
 
-    election = _leader_election(policy, api, identity, leadership_changed)
+    election = _leader_election(policy, api, identity, dry_run, leadership_changed)
     if election is None:
         metrics.set_leader(True)
 

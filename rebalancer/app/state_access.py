@@ -11,7 +11,8 @@ planned and reserved for nothing. So before planning, every run (dry or not, `ru
   namespace exists, and reading the Namespace would need a cluster-wide permission the service has not;
 - that every verb the cycle may use on its state is allowed, one SelfSubjectAccessReview each: get and
   update of each state ConfigMap (the efficiency records' only with efficiency on), their create; get,
-  create and update of the leader-election Lease (``serve`` with leader election). A review answers for
+  create and update of the leader-election Lease (``serve`` with leader election; a dry run's own Lease,
+  :func:`lease_name`). A review answers for
   an update of a ConfigMap not created yet, where a dry-run update could not;
 - that every call of the actuators is allowed (:func:`action_permissions`): the evictor's re-read of a pod
   (and its ReplicaSet), its eviction and Event; the steerer's pod patch; the landing guard's node read,
@@ -31,11 +32,24 @@ from rebalancer.domain.errors import KubeForbidden
 from rebalancer.policy import Policy
 
 LEASES = "coordination.k8s.io"
+DRY_RUN_LEASE_SUFFIX = "-dry-run"
 NODE_EVENTS = "default"  # a node's Events live there, as the kubelet's do
 
 
-def state_permissions(policy: Policy, namespace: str, lease: bool) -> tuple[Permission, ...]:
-    """What a cycle's state writes need: ``lease`` when this process holds a leader-election Lease."""
+def lease_name(policy: Policy, dry_run: DryRun) -> str:
+    """The Lease ``serve`` elects its leader on: ``service.leaderElection.leaseName``, and in a dry run that
+    name with ``-dry-run``. A dry run started beside the live service (a trial policy, the old pods while an
+    upgrade switches dry run off) so never takes leadership from it, and its own replicas still elect one
+    planner among themselves."""
+    name = policy.service.leader_election.lease_name
+    return name if dry_run is DryRun.OFF else name + DRY_RUN_LEASE_SUFFIX
+
+
+def state_permissions(
+    policy: Policy, namespace: str, lease: bool, dry_run: DryRun = DryRun.OFF
+) -> tuple[Permission, ...]:
+    """What a cycle's state writes need: ``lease`` when this process holds a leader-election Lease (the one
+    :func:`lease_name` names for ``dry_run``)."""
     state = policy.state
     names = [state.config_map, state.backoff_config_map]
     if policy.efficiency.enabled:
@@ -43,9 +57,9 @@ def state_permissions(policy: Policy, namespace: str, lease: bool) -> tuple[Perm
     needed = [Permission("create", "configmaps", namespace)]
     needed += [Permission(verb, "configmaps", namespace, name=name) for name in names for verb in ("get", "update")]
     if lease:
-        lease_name = policy.service.leader_election.lease_name
+        name = lease_name(policy, dry_run)
         needed.append(Permission("create", "leases", namespace, LEASES))
-        needed += [Permission(verb, "leases", namespace, LEASES, lease_name) for verb in ("get", "update")]
+        needed += [Permission(verb, "leases", namespace, LEASES, name) for verb in ("get", "update")]
     return tuple(needed)
 
 
@@ -85,7 +99,9 @@ class StateAccess:
     def check(self, policy: Policy, namespace: str) -> None:
         """Raises :class:`KubeUnavailable` (404) when the namespace does not exist, :class:`KubeForbidden`
         naming every verb missing, or the error of a request that failed."""
-        needed = state_permissions(policy, namespace, self.lease) + action_permissions(policy, self.dry_run)
+        needed = state_permissions(policy, namespace, self.lease, self.dry_run) + action_permissions(
+            policy, self.dry_run
+        )
         if self._passed == (namespace, needed):
             return
         ConfigMapStateStore(self._api, namespace, policy.state.config_map).check_create()

@@ -76,7 +76,12 @@ class LeaderElectionSettings(Model):
     }
 
     enabled: bool = Field(default=True, description="Required when running more than one replica.")
-    lease_name: str = Field(default="rebalancer", min_length=1, description="Lease name, in state.namespace.")
+    lease_name: str = Field(
+        default="rebalancer",
+        min_length=1,
+        description="Lease name, in state.namespace. A dry run elects on its own, this name with -dry-run: beside "
+        "a live service of the same policy it never takes leadership from it.",
+    )
     lease_duration: Duration = Field(
         default=timedelta(seconds=15), description="How long a lease holds without renewal."
     )

@@ -17,6 +17,7 @@ import pytest
 
 from rebalancer.actions.evictor import DryRun
 from rebalancer.adapters.kube import connect
+from rebalancer.adapters.kube.lease import micro_time
 from rebalancer.app import root as app
 from rebalancer.app.runtime import Runtime
 from rebalancer.domain.errors import KubeForbidden
@@ -30,6 +31,7 @@ from tests.packaging.rbac import Grant, allows, grants
 from tests.packaging.test_rbac import ready, rendered_policy
 from tests.realcluster.scenario import Placed, build
 
+LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 
@@ -133,24 +135,34 @@ def test_serve_runs_with_exactly_the_chart_grants_and_leads_through_a_lease(
     args = [str(policy) if a.endswith("/policy.yaml") else a for a in rendered.container["args"]]
     log = tmp_path / "serve.log"
     env = {**os.environ, "POD_NAMESPACE": NAMESPACE, "KUBECONFIG": str(kubeconfig)}
+    # a live release of the same policy leads on the policy's Lease (held for an hour): the dry run beside it
+    # must lead on its own, never wait for or take this one
+    if cluster.admin.exists(f"{LEASES}/rebalancer"):  # released by a serve of another test
+        cluster.admin.delete(f"{LEASES}/rebalancer")
+    live = cluster.admin.create(
+        {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "rebalancer", "namespace": NAMESPACE},
+         "spec": {"holderIdentity": "live-0", "leaseDurationSeconds": 3600, "renewTime": micro_time(time.time())}}
+    )  # fmt: skip
     with log.open("w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "rebalancer", *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
         )
     try:
-        lease = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
         deadline = time.monotonic() + 90
         while not (ready(port) and any(e.resource == "leases" and e.verb == "update" for e in cluster.audit(user))):
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "serve did not lead and serve within 90 s:\n" + log.read_text()
             time.sleep(0.3)
-        [held] = cluster.admin.get(lease)["items"]
+        held = cluster.admin.get(f"{LEASES}/rebalancer-dry-run")  # the chart's default is a dry run
         assert held["spec"]["holderIdentity"]
     finally:
         process.send_signal(signal.SIGTERM)  # releases the Lease (an update)
         code = process.wait(timeout=30)
+        unchanged = cluster.admin.get(f"{LEASES}/rebalancer")
+        cluster.admin.delete(f"{LEASES}/rebalancer")  # held for an hour: other tests' serves lead on it
     assert code == 0, log.read_text()
-    [released] = cluster.admin.get(lease)["items"]
+    released = cluster.admin.get(f"{LEASES}/rebalancer-dry-run")
     assert not released["spec"].get("holderIdentity")
+    assert unchanged == live  # the live release's, held all along: never touched
     made = judge(cluster, user, grants(rendered))
     assert {a.resource for a in made if a.verb == "watch"} == {"nodes", "pods", "replicasets", "poddisruptionbudgets"}

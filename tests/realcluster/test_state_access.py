@@ -201,7 +201,7 @@ def test_serve_does_not_start_without_its_state_namespace_or_lease_verbs(
     stop = threading.Event()
     stop.set()  # were it to start, it would stop at once
     with pytest.raises(
-        KubeForbidden, match=re.escape('update leases.coordination.k8s.io "rebalancer" in namespace rebalancer')
+        KubeForbidden, match=re.escape('update leases.coordination.k8s.io "rebalancer-dry-run" in namespace rebalancer')
     ):
         serve(policy(tmp_path, prometheus, extra=SERVICE), app.ClusterConnection(str(account.kubeconfig)),
               DryRun.CLIENT, stop=stop)  # fmt: skip
