@@ -1,10 +1,14 @@
-"""Node limits that stop HighNodeUtilization for good: it empties a node in one go (every movable pod of the
-node, or none), so a node limit below the node's pod count blocks that node's group in every cycle."""
+"""Limits that stop HighNodeUtilization for good: it empties a node in one go (every movable pod of the
+node, or none), so a limit that lets fewer pods through at once than a node holds blocks that node's group in
+every cycle. That holds for the node limits, and for every cap that counts evictions at once: the global and
+pool caps and token-bucket bursts, the namespace cap and the workload caps (pods of one namespace, or of one
+workload, on the node)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rebalancer.domain.settings.limits import ScopeLimits
 from rebalancer.domain.settings.shared import format_duration
 
 if TYPE_CHECKING:
@@ -12,24 +16,68 @@ if TYPE_CHECKING:
 
 EMPTIES = "HighNodeUtilization"
 
+# (field, the most pods the limit lets through at once, what it allows, which of a node's pods it counts)
+_Found = tuple[str, int, str, str]
+_NODE, _NAMESPACE, _WORKLOAD = "movable pod{s}", "movable pod{s} of one namespace", "movable pod{s} of one workload"
+
 
 def group_limit_warnings(policy: Policy) -> list[str]:
-    """One warning per node limit that keeps an enabled HighNodeUtilization from emptying nodes of more pods."""
+    """One warning per limit that keeps an enabled HighNodeUtilization from emptying nodes of more pods."""
     if not any(s.enabled and s.kind == EMPTIES for s in policy.strategies):
         return []
-    node = policy.limits.node
-    found: list[tuple[str, int, str]] = []  # (field, the most pods a node may have to be emptied, the limit)
-    if node.cooldown is not None:
-        found.append(("limits.node.cooldown", 1, f"one eviction a node per {format_duration(node.cooldown)}"))
-    if node.max_per_cycle is not None:
-        found.append(("limits.node.maxPerCycle", node.max_per_cycle, f"{node.max_per_cycle} a node per cycle"))
-    for i, cap in enumerate(node.max_per_period):
-        found.append(
-            (f"limits.node.maxPerPeriod[{i}]", cap.count, f"{cap.count} a node per {format_duration(cap.period)}")
+    limits = policy.limits
+    found = _node_limits(policy) + _scope_limits("limits.global", "in the cluster", limits.cluster)
+    for pool, caps in sorted(limits.cluster.pools.items()):
+        found += _scope_limits(f"limits.global.pools.{pool}", f"from pool {pool}", caps)
+    if limits.namespace.max_per_cycle is not None:
+        cap = limits.namespace.max_per_cycle
+        found.append(("limits.namespace.maxPerCycle", cap, f"{cap} a namespace per cycle", _NAMESPACE))
+    workload = limits.workload
+    if workload.min_interval is not None:
+        interval = format_duration(workload.min_interval)
+        found.append(("limits.workload.minInterval", 1, f"one eviction a workload per {interval}", _WORKLOAD))
+    if workload.max_per_cycle is not None:
+        cap = workload.max_per_cycle
+        found.append(("limits.workload.maxPerCycle", cap, f"{cap} a workload per cycle", _WORKLOAD))
+    found += [
+        (
+            f"limits.workload.maxPerPeriod[{i}]",
+            c.count,
+            f"{c.count} a workload per {format_duration(c.period)}",
+            _WORKLOAD,
         )
+        for i, c in enumerate(workload.max_per_period)
+    ]
     return [
         f"{field}: {EMPTIES} evicts all of a node's movable pods together or none, and this limit allows {what}: "
-        f"a node with more than {most} movable pod{'s' if most > 1 else ''} is never emptied (its group is "
-        "blocked in every cycle)"
-        for field, most, what in found
+        f"a node with more than {most} {counted.format(s='s' if most > 1 else '')} is never emptied (its group is blocked "
+        "in every cycle)"
+        for field, most, what, counted in found
     ]
+
+
+def _node_limits(policy: Policy) -> list[_Found]:
+    node = policy.limits.node
+    found: list[_Found] = []
+    if node.cooldown is not None:
+        found.append(("limits.node.cooldown", 1, f"one eviction a node per {format_duration(node.cooldown)}", _NODE))
+    if node.max_per_cycle is not None:
+        found.append(("limits.node.maxPerCycle", node.max_per_cycle, f"{node.max_per_cycle} a node per cycle", _NODE))
+    found += [
+        (f"limits.node.maxPerPeriod[{i}]", c.count, f"{c.count} a node per {format_duration(c.period)}", _NODE)
+        for i, c in enumerate(node.max_per_period)
+    ]
+    return found
+
+
+def _scope_limits(field: str, where: str, caps: ScopeLimits) -> list[_Found]:
+    found: list[_Found] = []
+    if caps.max_per_cycle is not None:
+        found.append((f"{field}.maxPerCycle", caps.max_per_cycle, f"{caps.max_per_cycle} {where} per cycle", _NODE))
+    found += [
+        (f"{field}.maxPerPeriod[{i}]", c.count, f"{c.count} {where} per {format_duration(c.period)}", _NODE)
+        for i, c in enumerate(caps.max_per_period)
+    ]
+    if caps.rate is not None:
+        found.append((f"{field}.rate.burst", caps.rate.burst, f"bursts of {caps.rate.burst} {where}", _NODE))
+    return found

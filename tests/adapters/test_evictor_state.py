@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from rebalancer.actions.evictor import DryRun, Evictor, Outcome
 from rebalancer.adapters.kube import ConfigMapStateStore, KubeActions, connect
 from rebalancer.planning.plan import EvictionPlan, PlannedEviction, StrategyResult
@@ -151,3 +153,37 @@ def test_a_node_cooldown_blocks_every_node_emptied_whole_and_the_policy_says_so(
     assert warning.startswith("limits.node.cooldown: HighNodeUtilization evicts all of a node's movable pods")
     assert "more than 1 movable pod is never emptied" in warning
     assert parse_policy_warning(text.replace("HighNodeUtilization", "LowNodeUtilization"))[1] == []
+
+
+@pytest.mark.parametrize(
+    ("limits", "field", "counted"),
+    [
+        ("{global: {maxPerCycle: 2}}", "limits.global.maxPerCycle", "more than 2 movable pods is never emptied"),
+        (
+            "{global: {maxPerPeriod: [{count: 2, period: 1h}]}}",
+            "limits.global.maxPerPeriod[0]",
+            "more than 2 movable pods",
+        ),
+        ("{global: {rate: {perMinute: 1, burst: 2}}}", "limits.global.rate.burst", "more than 2 movable pods"),
+        ("{namespace: {maxPerCycle: 2}}", "limits.namespace.maxPerCycle", "more than 2 movable pods of one namespace"),
+        ("{workload: {maxPerCycle: 2}}", "limits.workload.maxPerCycle", "more than 2 movable pods of one workload"),
+        ("{workload: {minInterval: 10m}}", "limits.workload.minInterval", "more than 1 movable pod of one workload"),
+        ("{workload: {maxPerPeriod: [{count: 2, period: 1d}]}}", "limits.workload.maxPerPeriod[0]", "of one workload"),
+    ],
+)
+def test_every_cap_below_a_nodes_group_blocks_it_and_the_policy_says_so(
+    kube_server: TestApiServer, kubeconfig: Path, limits: str, field: str, counted: str
+) -> None:
+    """Not only node limits: any cap that lets fewer pods through at once than a node's group holds blocks
+    HighNodeUtilization's group of three pods of one workload and namespace; the policy's warning names it."""
+    pol = policy(HNU, f"limits: {limits}")
+    evictor, plan, snap, names = scene(kube_server, kubeconfig, pol, evicted=3, strategy="HighNodeUtilization")
+
+    report = evictor.apply(plan, snap)
+
+    assert {r.outcome for r in report.results} == {Outcome.BLOCKED}
+    assert [p["metadata"]["name"] for p in kube_server.objects("pods", NS)] == names
+    text = f"limits: {limits}\nstrategies:\n- {{{HNU.strip().replace(chr(10), ', ')}}}\n"
+    [warning] = parse_policy_warning(text)[1]
+    assert warning.startswith(f"{field}: HighNodeUtilization evicts all of a node's movable pods"), warning
+    assert counted in warning, warning
