@@ -469,8 +469,9 @@ def test_an_answer_still_coming_at_twice_the_timeout_is_cut_off(framing: str, as
         with pytest.raises(MetricsUnavailable) as caught:
             getattr(client, ask)("q", "q", END)
         elapsed = time.monotonic() - started
-        # the answer takes over 40 s to drip; cut at 1 s, plus at most a drip and the timer thread's wake-up
-        assert 1.0 <= elapsed < 1.5, elapsed
+        # the answer takes over 40 s to drip; cut at 1 s (2 s of slack for the timer thread's wake-up on a
+        # loaded machine: still far below the drip)
+        assert 1.0 <= elapsed < 3.0, elapsed
         message = str(caught.value)
         assert "did not finish its answer within 1s (twice prometheus.timeout)" in message, message
     finally:
@@ -500,12 +501,12 @@ def test_an_answer_read_in_time_leaves_its_connection_open_past_the_deadline() -
     server = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
     threading.Thread(target=accept_each, args=(server, stop, _keep_alive_answers(connections)), daemon=True).start()
-    client = PromClient(PrometheusSettings(url=f"http://127.0.0.1:{server.getsockname()[1]}"), timeout_seconds=0.2)
+    client = PromClient(PrometheusSettings(url=f"http://127.0.0.1:{server.getsockname()[1]}"), timeout_seconds=0.5)
     try:
-        for _ in range(3):
+        for _ in range(2):
             assert client.large_vector("q", "q", END) == [(AB, 0.25)]
             assert client.vector("q", "q", END) == [(AB, 0.25)]
-            time.sleep(0.6)  # past the 0.4 s deadline of each answer: a deadline left armed would shut the socket
+            time.sleep(1.2)  # past the 1 s deadline of each answer: a deadline left armed would shut the socket
         assert len(connections) == 1  # every query went over the first connection, kept alive
     finally:
         client.close()

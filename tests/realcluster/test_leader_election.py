@@ -197,7 +197,9 @@ def one_leader(candidates: list[Candidate], timeout: float) -> tuple[Candidate, 
 
 
 def test_exactly_one_leads_and_a_killed_leader_is_replaced_after_its_lease(launch: Launch, writes: Writes) -> None:
-    lease, renew, retry = 1.0, 0.7, 0.2
+    # a renewal may stall up to the renew deadline (1.4 s) before the leader steps down: a loaded 2-core
+    # machine (the suite beside the closed loop) can stall a process for most of a second
+    lease, renew, retry = 2.0, 1.4, 0.4
     candidates = [launch(ident, lease, renew, retry) for ident in ("a", "b")]
     leader, follower = one_leader(candidates, timeout=20)
 
@@ -214,7 +216,7 @@ def test_exactly_one_leads_and_a_killed_leader_is_replaced_after_its_lease(launc
     last_renewal = max(w.at for w in writes if w.holder == leader.identity)
     takeover = next(w for w in writes if w.method == "PUT" and w.holder == follower.identity)
     assert takeover.at - last_renewal >= lease  # never before the dead leader's lease has run out
-    assert took_over - killed <= lease + 2 * retry + 0.5, took_over - killed  # 0.5 s for a loaded machine
+    assert took_over - killed <= lease + 2 * retry + 1.0, took_over - killed  # 1 s for a loaded machine
     assert takeover.transitions == 1
 
 
@@ -277,6 +279,7 @@ def test_serves_run_on_start_cycle_runs_as_soon_as_the_lease_is_held(
         election.stop(release=True)
     acquired = next(w.at for w in writes if w.holder == "replica-a")
     assert len(ran) == 1  # once: the strategy's own schedule is an hour away
-    assert acquired <= ran[0] <= acquired + 1.0, ran[0] - acquired  # at once, and never before leading
+    # at once (the schedule's interval is an hour; 3 s for a loaded machine), and never before leading
+    assert acquired <= ran[0] <= acquired + 3.0, ran[0] - acquired
     log = caplog.text
     assert log.index("not the leader yet") < log.index("replica-a is now the leader") < log.index("schedule cycle:")

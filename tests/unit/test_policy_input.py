@@ -47,7 +47,7 @@ def test_a_file_over_the_limit_is_refused_unparsed_in_well_under_a_second(tmp_pa
             file.write(b"".join(b"k%07d: v\n" % i for i in range(100_000)))
     started = time.perf_counter()
     assert problems_of(path) == [("", "larger than 1024 KiB: not a policy file")]
-    assert time.perf_counter() - started < 1.0
+    assert time.perf_counter() - started < 5.0  # parsing would take minutes; 5 s for a loaded machine
 
 
 def test_a_file_at_the_limit_is_read(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def test_check_config_exits_2_with_file_field_and_message(
     path.write_bytes(content)
     started = time.perf_counter()
     assert main(["check-config", str(path)]) == 2
-    assert time.perf_counter() - started < 1.0
+    assert time.perf_counter() - started < 5.0  # parsing would take minutes; 5 s for a loaded machine
     err = capsys.readouterr().err
     assert err.startswith(f"{path}: ")
     assert line in err
