@@ -34,7 +34,7 @@ from rebalancer.records import (
     recently_moved,
 )
 from rebalancer.records.landings import observe_landings
-from rebalancer.records.ledger import overdue
+from rebalancer.records.ledger import close_oldest_pending, overdue
 
 log = logging.getLogger(__name__)
 RECORDS_KEY = "records.json"
@@ -146,9 +146,7 @@ class EfficiencyRecorder:
             if facts is not None:
                 state = observe_landings(state, facts, now, self._settings.follow_up_window.total_seconds())
             state = observe_cycle(state, snapshot, plan, report, trigger, self._settings)
-            state = self._bounded(
-                state.prune(now, self._settings.horizon.total_seconds(), self._settings.max_records), now
-            )
+            state = bounded(state, self._settings, now)
             if not self._write:
                 return before, state
             try:
@@ -183,15 +181,29 @@ class EfficiencyRecorder:
             state = judge_followups(state, at_deadline, only=_closing_at(deadline))
         return state
 
-    def _bounded(self, state: EfficiencyState, now: float) -> EfficiencyState:
-        limit = self._settings.max_records
-        while len(state.to_json()) > MAX_RECORDS_BYTES and limit > 10:
-            limit //= 2
-            log.warning(
-                "efficiency records above %d bytes: keeping the newest %d of each kind", MAX_RECORDS_BYTES, limit
-            )
-            state = state.prune(now, self._settings.horizon.total_seconds(), limit)
-        return state
+
+def bounded(state: EfficiencyState, settings: EfficiencySettings, now: float) -> EfficiencyState:
+    """The records pruned to ``efficiency.maxRecords`` of each kind, then fewer while they are over
+    :data:`MAX_RECORDS_BYTES`, down to 10. Pending reliefs are kept through that (their follow-ups are still
+    to be judged), so when those alone overflow (each lists the usage of the pods that stayed on its node),
+    the oldest are closed as unknown until the records fit: unjudged, and counted so, rather than no record
+    written at all. The in-flight correction reads the evictions of a relief, which stay."""
+    horizon = settings.horizon.total_seconds()
+    limit = settings.max_records
+    state = state.prune(now, horizon, limit)
+    while len(state.to_json()) > MAX_RECORDS_BYTES and limit > 10:
+        limit //= 2
+        log.warning("efficiency records above %d bytes: keeping the newest %d of each kind", MAX_RECORDS_BYTES, limit)
+        state = state.prune(now, horizon, limit)
+    pending = sum(1 for r in state.reliefs if r.result is None)
+    while len(state.to_json()) > MAX_RECORDS_BYTES and pending:
+        count = (pending + 1) // 2
+        detail = f"left unjudged: {pending} reliefs pending made the records larger than {MAX_RECORDS_BYTES} bytes"
+        log.warning("efficiency records above %d bytes: the oldest %d of %d pending reliefs closed as unknown",
+                    MAX_RECORDS_BYTES, count, pending)  # fmt: skip
+        state = close_oldest_pending(state, now, count, detail)
+        pending -= count
+    return state
 
 
 def _judged_on_memory(state: EfficiencyState, deadline: float) -> bool:

@@ -372,6 +372,15 @@ def _unknown_reason(snapshot: ClusterSnapshot, node: str, resource: str) -> str:
     return why or ("usage unknown" if used is None else f"node reports no allocatable {resource}")
 
 
+def close_oldest_pending(state: EfficiencyState, now: float, count: int, detail: str) -> EfficiencyState:
+    """The oldest ``count`` pending reliefs closed now as unknown (their lists of the pods that stayed go),
+    ``detail`` saying why; every other record as it is."""
+    pending = sorted((r for r in state.reliefs if r.result is None), key=lambda r: (r.at, r.node))
+    closing = {(r.node, r.at) for r in pending[:count]}
+    reliefs = tuple(_closed(r, UNKNOWN, now, None, detail) if (r.node, r.at) in closing else r for r in state.reliefs)
+    return msgspec.structs.replace(state, reliefs=reliefs)
+
+
 def _closed(relief: Relief, result: str, now: float, pct: float | None, detail: str) -> Relief:
     return msgspec.structs.replace(
         relief,

@@ -6,6 +6,7 @@ import msgspec
 import pytest
 
 from rebalancer.actions.evictor import EvictionResult, EvictorReport, Outcome
+from rebalancer.app.efficiency import MAX_RECORDS_BYTES, bounded
 from rebalancer.domain.efficiency_records import (
     COOLED,
     LANDED_BACK,
@@ -325,3 +326,31 @@ def test_new_pods_too_young_for_their_usage_to_be_read_are_not_taken_for_none():
     )  # fmt: skip
     assert relief.result == NEW_PODS
     assert "1 pod(s) scheduled onto it since use 0.000 cores, 1 of them not measured yet" in relief.detail
+
+
+def test_pending_reliefs_too_large_for_the_configmap_close_oldest_first_as_unknown() -> None:
+    """400 pending reliefs, each listing the usage of the 110 pods that stayed on its node, make records of
+    about 2 MB: the judged records cannot shrink them, so the oldest reliefs are closed as unknown until the
+    records fit the ConfigMap; none vanishes, the newest stay pending, their evictions stay for the in-flight
+    correction."""
+    settings = EfficiencySettings()
+    pods = (EvictedPod("default", "moved", "Deployment/default/web", 300),)
+    stayed = {f"00000000-0000-4000-8000-{n:012d}": 250 for n in range(110)}
+    reliefs = tuple(
+        Relief(f"node-{i:03d}", "default", "LowNodeUtilization", T0 + i, 70.0, 90.0, pods, T0 + 900 + i, stayed)
+        for i in range(400)
+    )
+    state = EfficiencyState(reliefs=reliefs)
+    assert len(state.to_json()) > 2 * MAX_RECORDS_BYTES
+
+    kept = bounded(state, settings, T0 + 600)
+
+    assert len(kept.to_json()) <= MAX_RECORDS_BYTES
+    assert [(r.node, r.at, r.evicted) for r in kept.reliefs] == [(r.node, r.at, r.evicted) for r in reliefs]
+    closed = [r for r in kept.reliefs if r.result is not None]
+    assert closed and {r.result for r in closed} == {UNKNOWN} and all(r.remaining is None for r in closed)
+    assert closed[0].detail.startswith("left unjudged: 400 reliefs pending made the records larger than")
+    assert [r.node for r in closed] == [r.node for r in kept.reliefs[: len(closed)]]  # the oldest first
+    assert kept.reliefs[-1].result is None and kept.reliefs[-1].remaining == stayed
+    small = EfficiencyState(reliefs=reliefs[:10])
+    assert bounded(small, settings, T0 + 600) == small  # within the limit: nothing closed
