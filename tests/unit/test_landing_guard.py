@@ -125,6 +125,34 @@ FILLER = tuple(plain(f"z{i}", NORMAL) for i in range(4))  # cool nodes, so that 
             id="effect changed in the policy: rewritten",
         ),
         pytest.param(
+            marked("n", NORMAL, MarkReason.RELIEVED, NOW + 86_400),
+            Action.REFRESH,
+            "relieved",
+            NOW + 600,
+            id="holdAfterRelief shortened since the hold was set: cut to the new hold from now",
+        ),
+        pytest.param(
+            marked("n", HOT, MarkReason.HOT, NOW + 86_400),
+            Action.REFRESH,
+            "hot",
+            NOW + 900,
+            id="markTtl shortened since: a hot node's mark cut to the new ttl",
+        ),
+        pytest.param(
+            marked("n", UNKNOWN, MarkReason.HOT, NOW + 86_400),
+            Action.REFRESH,
+            "hot",
+            NOW + 900,
+            id="markTtl shortened, usage unknown: kept, but no longer than the new ttl",
+        ),
+        pytest.param(
+            marked("n", NORMAL, MarkReason.RELIEVED, NOW + 600 + 50),
+            None,
+            None,
+            None,
+            id="a hold up to a minute too long: another instance's clock ahead, left",
+        ),
+        pytest.param(
             GuardedNode(
                 "n",
                 "p",

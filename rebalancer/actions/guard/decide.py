@@ -22,6 +22,8 @@ Rules, per node of a pool with a guard (``landingGuard.pools``):
   after the last cycle that saw the node hot (renewed once half of it has passed, not at every cycle);
   a relieved mark ``holdAfterRelief`` after the last eviction.
 - a hot mark on a node known to be no longer hot (and not relieved): cleared (``cooled``).
+- a mark set to last longer than the policy now lets a mark of its reason last (``markTtl`` or
+  ``holdAfterRelief`` shortened since): its expiry is cut to that, from now.
 - a relieved mark: kept until its expiry, even on a cool node: the replacements are scheduled in the
   minutes after an eviction, and the usage window lags behind.
 - unknown usage (no data, stale data, a failed usage source): no mark is set, and none is cleared as
@@ -188,6 +190,9 @@ def guarded_nodes(
     return tuple(out)
 
 
+MARK_CLOCK_SKEW_SECONDS = 60.0
+
+
 def pool_sizes(snapshot: ClusterSnapshot) -> dict[str, int]:
     """How many nodes each pool of the snapshot has (what a pool's cap is a fraction of)."""
     return dict(Counter(snapshot.pool_of.values()))
@@ -315,10 +320,12 @@ def _wanted_mark(
     holding = previous is not None and previous.reason is MarkReason.RELIEVED and previous.expires > now
     reason = MarkReason.RELIEVED if node.relieved or holding else MarkReason.HOT
     if previous is not None and previous.expires > now:
-        expires = max(expires, previous.expires)
-        fresh_enough = previous.expires - now >= ttl / 2
+        kept = _within_policy(previous, guard, now)
+        expires = max(expires, kept)
+        fresh_enough = kept - now >= ttl / 2
         if (
             not node.relieved
+            and kept == previous.expires
             and fresh_enough
             and previous.effect == guard.effect
             and previous.owner == owner
@@ -341,9 +348,19 @@ def _kept_or_cleared(
     elif mark.reason is MarkReason.HOT:
         changes.append(_clear(node, ClearReason.COOLED))
         return None
-    if mark.effect != guard.effect:
-        return Mark(mark.owner, guard.effect, mark.reason, mark.expires)
+    expires = _within_policy(mark, guard, now)
+    if mark.effect != guard.effect or expires != mark.expires:
+        return Mark(mark.owner, guard.effect, mark.reason, expires)
     return mark
+
+
+def _within_policy(mark: Mark, guard: PoolGuardSettings, now: float) -> float:
+    """``mark``'s expiry, cut to what the policy lets a mark of its reason last from now (``markTtl`` or
+    ``holdAfterRelief`` shortened since it was written). A mark up to :data:`MARK_CLOCK_SKEW_SECONDS` beyond
+    that is left: another instance's clock may run ahead."""
+    lasts = guard.hold_after_relief if mark.reason is MarkReason.RELIEVED else guard.mark_ttl
+    longest = now + lasts.total_seconds()
+    return float(int(longest)) if mark.expires > longest + MARK_CLOCK_SKEW_SECONDS else mark.expires
 
 
 def _priority(want: _Want) -> tuple[int, int, float, float, str]:
