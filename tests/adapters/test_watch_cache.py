@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from rebalancer.adapters.kube import KubeSource, connect, decode, wire
-from rebalancer.adapters.kube.informer import Informer, WatchTiming
+from rebalancer.adapters.kube.informer import STOP_WAIT_SECONDS, Informer, WatchTiming
 from rebalancer.adapters.kube.lister import ListCall
 from rebalancer.adapters.kube.watch_cache import WatchCache
 from rebalancer.domain.errors import KubeUnavailable
@@ -366,6 +366,24 @@ def test_stop_returns_promptly_with_watches_open(kube_server: TestApiServer, cac
     started = time.monotonic()
     cache.stop()
     assert time.monotonic() - started < 2
+
+
+def test_stop_waits_for_watchers_stuck_in_a_listing_once_not_once_each(
+    kube_server: TestApiServer, kubeconfig: Path
+) -> None:
+    """Every collection's listing waits 30 s for its answer (a stuck API server): stopping waits the 5 s
+    for a watcher to end once for all four, not 5 s each (20 s: past a pod's usual grace period)."""
+    collections = ("/api/v1/nodes", "/api/v1/pods", "/apis/apps/v1/replicasets", "/apis/policy/v1/poddisruptionbudgets")
+    for path in collections:
+        kube_server.set_fault(path, Fault(delay=30, times=None, watch=False))
+    timing = WatchTiming(watch_seconds=2, request_timeout=60.0, backoff_max=0.5)
+    watch_cache = WatchCache(connect(kubeconfig=str(kubeconfig)), ANNOTATIONS, timing=timing, max_stale=3.0)
+    watch_cache.start()
+    eventually(lambda: all(kube_server.requests_to(path) for path in collections))
+    started = time.monotonic()
+    watch_cache.stop()
+    took = time.monotonic() - started
+    assert STOP_WAIT_SECONDS <= took < 2 * STOP_WAIT_SECONDS, took  # once (5 s), with 5 s for a loaded machine
 
 
 def test_a_server_ending_every_watch_at_once_is_not_hammered(kube_server: TestApiServer, cache: WatchCache) -> None:

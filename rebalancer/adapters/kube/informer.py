@@ -50,6 +50,7 @@ _T = TypeVar("_T")
 Clock = Callable[[], float]
 MIN_QUIET_WATCH_SECONDS = 1.0  # a watch that ends sooner without an event is retried with backoff
 RELIST_RETRY_SECONDS = 60.0  # a periodic listing that failed is tried again this much later, watching meanwhile
+STOP_WAIT_SECONDS = 5.0  # how long stop() waits for the watcher thread
 
 
 class _Versioned(msgspec.Struct, gc=False):
@@ -138,11 +139,20 @@ class Informer(Generic[_W, _D]):
         self._thread.start()
 
     def stop(self) -> None:
+        self.begin_stop()
+        self.join(STOP_WAIT_SECONDS)
+
+    def begin_stop(self) -> None:
+        """Asks the watcher to stop, and wakes a read in progress; :meth:`join` waits for it."""
         self._stopped.set()
         response = self._response
         if response is not None:
             wake_reader(response)  # unblocks the watcher's read at once
-        self._thread.join(timeout=5)
+
+    def join(self, timeout: float) -> None:
+        """Waits up to ``timeout`` seconds for the watcher to end (a listing request still waiting for its
+        answer ends only at its timeout: the thread is a daemon and is left behind)."""
+        self._thread.join(timeout=timeout)
 
     def wait_synced(self, timeout: float) -> bool:
         return self._synced.wait(timeout)

@@ -23,7 +23,7 @@ import kubernetes.client
 import msgspec
 
 from rebalancer.adapters.kube import decode, protobuf_lists, wire
-from rebalancer.adapters.kube.informer import Clock, Index, Informer, WatchTiming
+from rebalancer.adapters.kube.informer import STOP_WAIT_SECONDS, Clock, Index, Informer, WatchTiming
 from rebalancer.adapters.kube.lister import ListCall
 from rebalancer.adapters.kube.pod_index import PodGroups
 from rebalancer.domain.errors import KubeUnavailable
@@ -162,8 +162,13 @@ class WatchCache:
             informer.start()
 
     def stop(self) -> None:
+        """Stops every watcher, all at once: the wait for a stuck one (a listing waiting for its answer) is
+        spent once, not once per collection."""
         for informer in self._all:
-            informer.stop()
+            informer.begin_stop()
+        deadline = time.monotonic() + STOP_WAIT_SECONDS
+        for informer in self._all:
+            informer.join(max(0.0, deadline - time.monotonic()))
 
     def wait_synced(self, timeout: float) -> bool:
         """True once every collection has been listed (waits up to ``timeout`` seconds in all)."""
