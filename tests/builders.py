@@ -73,7 +73,7 @@ def pod(
     return Pod(
         namespace=namespace,
         name=name,
-        uid=f"uid-{next(_uids)}",
+        uid=f"uid-{next(_uids):08d}",  # zero-padded: their order is the order they were made, whatever came before
         node_name=node_name,
         phase=phase,
         ready=ready,
