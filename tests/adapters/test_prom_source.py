@@ -14,6 +14,7 @@ import gc
 import gzip
 import json
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -43,6 +44,7 @@ from tests.adapters.cadvisor import (
     spike,
 )
 from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, StartPrometheus, closed_port
+from tests.controlplane.pki import make_pki
 from tests.raw_http import accept_each, chunk
 
 pytestmark = pytest.mark.prometheus
@@ -474,6 +476,61 @@ def test_an_answer_still_coming_at_twice_the_timeout_is_cut_off(framing: str, as
         assert 1.0 <= elapsed < 3.0, elapsed
         message = str(caught.value)
         assert "did not finish its answer within 1s (twice prometheus.timeout)" in message, message
+    finally:
+        client.close()
+        stop.set()
+        server.close()
+
+
+def _over_tls(handle: Callable[[socket.socket], None], directory: Path) -> Callable[[socket.socket], None]:
+    """``handle`` behind TLS, with a certificate of a test CA (not trusted: the client sets verifyTls false)."""
+    pki = make_pki(directory)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pki.serving_cert, pki.serving_key)
+
+    def wrapped(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            handle(context.wrap_socket(conn, server_side=True))
+
+    return wrapped
+
+
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_an_https_answer_still_coming_at_twice_the_timeout_is_cut_off(tmp_path: Path) -> None:
+    """The deadline shuts the TLS connection down under its read as well."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    handle = _over_tls(_dripped_answer("chunked"), tmp_path)
+    threading.Thread(target=accept_each, args=(server, stop, handle), daemon=True).start()
+    settings = PrometheusSettings(url=f"https://127.0.0.1:{server.getsockname()[1]}", verifyTls=False)
+    client = PromClient(settings, timeout_seconds=0.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(MetricsUnavailable, match="did not finish its answer within 1s"):
+            client.large_vector("q", "q", END)
+        assert 1.0 <= time.monotonic() - started < 3.0  # the drip would take over 40 s
+    finally:
+        client.close()
+        stop.set()
+        server.close()
+
+
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_verify_tls_false_holds_beside_a_ca_bundle_named_in_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """requests lets REQUESTS_CA_BUNDLE override a session's verify: every query, the fast paths too, still
+    takes an untrusted certificate when the policy says verifyTls: false."""
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", requests.certs.where())
+    connections: list[socket.socket] = []
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    handle = _over_tls(_keep_alive_answers(connections), tmp_path)
+    threading.Thread(target=accept_each, args=(server, stop, handle), daemon=True).start()
+    client = PromClient(PrometheusSettings(url=f"https://127.0.0.1:{server.getsockname()[1]}", verifyTls=False))
+    try:
+        assert client.vector("q", "q", END) == [(AB, 0.25)]
+        assert client.large_vector("q", "q", END) == [(AB, 0.25)]
     finally:
         client.close()
         stop.set()

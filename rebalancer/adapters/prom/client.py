@@ -260,11 +260,14 @@ class PromClient:
         front of it commonly refuse request lines of over 4-8 KB."""
         fields = {"query": promql, **(params if params is not None else self._params(at))}
         url = f"{self.url}/api/v1/{path}"
+        # verify given with each request, as the library gives it: requests would let a CA bundle named in the
+        # environment (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE) override the session's verifyTls: false
+        timeout, verify = self.timeout_seconds, self._session.verify
         with self._transport_errors(name):
             if len(promql) > LONG_QUERY_CHARS:
-                response = self._session.post(url, data=fields, timeout=self.timeout_seconds)
+                response = self._session.post(url, data=fields, timeout=timeout, verify=verify)
             else:
-                response = self._session.get(url, params=fields, timeout=self.timeout_seconds)
+                response = self._session.get(url, params=fields, timeout=timeout, verify=verify)
         if response.status_code != 200:  # the cause custom_query would have raised
             cause = PrometheusApiClientException(f"HTTP Status Code {response.status_code} ({response.content!r})")
             raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from cause
