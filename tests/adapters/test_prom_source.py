@@ -30,6 +30,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 
 from rebalancer.adapters.prom import PrometheusUsageSource
 from rebalancer.adapters.prom.client import PromClient
+from rebalancer.adapters.prom.deadline import AnswerDeadline
 from rebalancer.domain.errors import MetricsMalformed, MetricsStale, MetricsUnavailable, SourceError
 from rebalancer.domain.settings.shared import DEFAULT_POD_CPU_QUERY, PrometheusSettings, UsageQueries
 from tests import builders
@@ -567,6 +568,47 @@ def test_an_answer_read_in_time_leaves_its_connection_open_past_the_deadline() -
         assert len(connections) == 1  # every query went over the first connection, kept alive
     finally:
         client.close()
+        stop.set()
+        server.close()
+
+
+def _answers_after(delays: list[float], connections: list[socket.socket]) -> Callable[[socket.socket], None]:
+    """Answers the n-th request on a connection after ``delays[n]`` seconds, keeping the connection open."""
+
+    def handle(conn: socket.socket) -> None:
+        connections.append(conn)
+        with conn, contextlib.suppress(OSError):
+            for delay in delays:
+                if not conn.recv(65536):
+                    return
+                time.sleep(delay)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+            conn.recv(65536)
+
+    return handle
+
+
+def test_a_late_deadline_never_cuts_the_pooled_connection_another_query_took() -> None:
+    """An answer read whole gives its connection back to the pool before its query ends (its decoding and
+    checks come after), and another thread's query may take it at once: the first answer's deadline passing
+    then must not shut that other query's answer down."""
+    connections: list[socket.socket] = []
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    threading.Thread(
+        target=accept_each, args=(server, stop, _answers_after([0.0, 1.0], connections)), daemon=True
+    ).start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/"
+    session = requests.Session()
+    first = AnswerDeadline(time.monotonic() + 0.3)  # armed on the first answer, not yet disarmed
+    try:
+        assert session.get(url, timeout=5, hooks={"response": lambda response, **_: first.arm(response)}).text == "ok"
+        second = session.get(url, timeout=5)  # the pooled connection: answered after the first deadline
+        assert second.text == "ok"
+        assert len(connections) == 1 and not first.cut
+    finally:
+        first.disarm()
+        session.close()
         stop.set()
         server.close()
 
