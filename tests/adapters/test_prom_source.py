@@ -483,6 +483,35 @@ def test_an_answer_still_coming_at_twice_the_timeout_is_cut_off(framing: str, as
         server.close()
 
 
+def test_an_answer_behind_a_redirect_is_cut_off_at_the_same_deadline() -> None:
+    """A redirect (a proxy sending /api/v1/query elsewhere) answers first; the answer it leads to, dripped,
+    is still cut at twice the timeout from the request."""
+    drip = _dripped_answer("length")
+
+    def handle(conn: socket.socket) -> None:
+        if conn.recv(65536, socket.MSG_PEEK).startswith(b"GET /api/"):  # the dripped one reads its request
+            with conn, contextlib.suppress(OSError):
+                conn.sendall(
+                    b"HTTP/1.1 302 Found\r\nLocation: /moved/query\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                )
+            return
+        drip(conn)
+
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    threading.Thread(target=accept_each, args=(server, stop, handle), daemon=True).start()
+    client = PromClient(PrometheusSettings(url=f"http://127.0.0.1:{server.getsockname()[1]}"), timeout_seconds=0.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(MetricsUnavailable, match="did not finish its answer within 1s"):
+            client.vector("q", "q", END)
+        assert 1.0 <= time.monotonic() - started < 3.0  # the drip would take over 40 s
+    finally:
+        client.close()
+        stop.set()
+        server.close()
+
+
 def _over_tls(handle: Callable[[socket.socket], None], directory: Path) -> Callable[[socket.socket], None]:
     """``handle`` behind TLS, with a certificate of a test CA (not trusted: the client sets verifyTls false)."""
     pki = make_pki(directory)

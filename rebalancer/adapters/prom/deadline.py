@@ -26,12 +26,14 @@ _log = logging.getLogger(__name__)
 
 
 class AnswerDeadline:
-    """Arms on an answer's headers (``arm``), disarms when its body has been read (``disarm``)."""
+    """Arms on an answer's headers (``arm``), disarms when its body has been read (``disarm``). A redirect's
+    answer arms it first; the answer the redirect leads to takes its place, under the same deadline."""
 
     def __init__(self, deadline: float) -> None:
         self._deadline = deadline  # time.monotonic() by which the whole answer must have arrived
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
+        self._raw: urllib3.HTTPResponse | None = None  # the answer being read, which the deadline cuts
         self._done = False
         self.cut = False  # the deadline passed before the answer was complete, and its socket was shut down
 
@@ -42,12 +44,14 @@ class AnswerDeadline:
             _log.debug("no connection to bound the answer of %s by a deadline", response.url)
             return
         with self._lock:
-            if self._done or self._timer is not None:
+            if self._done:
                 return
-            remaining = max(0.0, self._deadline - time.monotonic())
-            self._timer = threading.Timer(remaining, self._shut, args=(raw,))
-            self._timer.daemon = True
-            self._timer.start()
+            self._raw = raw
+            if self._timer is None:
+                remaining = max(0.0, self._deadline - time.monotonic())
+                self._timer = threading.Timer(remaining, self._shut)
+                self._timer.daemon = True
+                self._timer.start()
 
     def disarm(self) -> None:
         with self._lock:
@@ -56,9 +60,10 @@ class AnswerDeadline:
         if timer is not None:
             timer.cancel()
 
-    def _shut(self, raw: urllib3.HTTPResponse) -> None:
+    def _shut(self) -> None:
         with self._lock:
-            if self._done:  # read completely just before the deadline: the connection goes back to the pool intact
+            raw = self._raw
+            if self._done or raw is None:  # read completely just before the deadline: the connection stays intact
                 return
             self._done = True
             # RuntimeError: the answer was read whole and its connection is back in the pool (perhaps another
