@@ -434,7 +434,7 @@ DRIP_SECONDS = 0.1  # one byte of the answer every this long: each read gets a b
 
 def _dripped_answer(framing: str) -> Callable[[socket.socket], None]:
     """An answer sent a byte at a time, steadily, so that no read ever times out (a broken proxy, a hostile
-    peer): plain with a Content-Length, chunked, or gzip-compressed and chunked."""
+    peer): plain with a Content-Length, chunked, gzip-compressed and chunked, or ended by closing the connection."""
 
     def handle(conn: socket.socket) -> None:
         with conn, contextlib.suppress(OSError):  # the client cuts it off
@@ -446,6 +446,9 @@ def _dripped_answer(framing: str) -> Callable[[socket.socket], None]:
                 head += b"Content-Encoding: gzip\r\n"
             if framing == "length":
                 conn.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body))
+                wire = body
+            elif framing == "close":  # no length, not chunked: the answer ends where the connection does
+                conn.sendall(head + b"Connection: close\r\n\r\n")
                 wire = body
             else:
                 conn.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
@@ -459,7 +462,13 @@ def _dripped_answer(framing: str) -> Callable[[socket.socket], None]:
 
 @pytest.mark.parametrize(
     ("framing", "ask"),
-    [("length", "vector"), ("chunked", "large_vector"), ("gzip", "pod_values")],
+    [
+        ("length", "vector"),
+        ("chunked", "large_vector"),
+        ("gzip", "pod_values"),
+        ("close", "vector"),
+        ("close", "large_vector"),
+    ],
 )
 def test_an_answer_still_coming_at_twice_the_timeout_is_cut_off(framing: str, ask: str) -> None:
     server = socket.create_server(("127.0.0.1", 0))

@@ -301,6 +301,10 @@ class PromClient:
         self._last.deadline = AnswerDeadline(started + self.answer_deadline_seconds)
         try:
             yield
+        except MetricsMalformed as exc:  # an answer ended by the connection (no length, not chunked) reads as cut short
+            if self._last.deadline.cut:
+                raise self._cut_off(name) from exc
+            raise
         finally:
             self._last.deadline.disarm()
             self._last.response = None  # do not keep a large answer alive between cycles
@@ -313,11 +317,14 @@ class PromClient:
         except requests.RequestException as exc:
             deadline: AnswerDeadline | None = getattr(self._last, "deadline", None)
             if deadline is not None and deadline.cut:
-                raise MetricsUnavailable(
-                    f"query {name}: Prometheus at {self.shown_url} did not finish its answer within "
-                    f"{self.answer_deadline_seconds:g}s (twice prometheus.timeout); it was cut off"
-                ) from exc
+                raise self._cut_off(name) from exc
             raise self._transport_error(name, exc) from exc
+
+    def _cut_off(self, name: str) -> MetricsUnavailable:
+        return MetricsUnavailable(
+            f"query {name}: Prometheus at {self.shown_url} did not finish its answer within "
+            f"{self.answer_deadline_seconds:g}s (twice prometheus.timeout); it was cut off"
+        )
 
     def _transport_error(self, name: str, exc: requests.RequestException) -> MetricsUnavailable:
         where = f"Prometheus at {self.shown_url}"
