@@ -146,11 +146,18 @@ FILLER = tuple(plain(f"z{i}", NORMAL) for i in range(4))  # cool nodes, so that 
             id="markTtl shortened, usage unknown: kept, but no longer than the new ttl",
         ),
         pytest.param(
-            marked("n", NORMAL, MarkReason.RELIEVED, NOW + 600 + 50),
+            marked("n", NORMAL, MarkReason.RELIEVED, NOW + 900 + 50),
             None,
             None,
             None,
             id="a hold up to a minute too long: another instance's clock ahead, left",
+        ),
+        pytest.param(
+            marked("n", NORMAL, MarkReason.RELIEVED, NOW + 900 + 61),
+            Action.REFRESH,
+            "relieved",
+            NOW + 900,
+            id="a hold over a minute too long: cut",
         ),
         pytest.param(
             GuardedNode(
