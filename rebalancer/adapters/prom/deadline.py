@@ -35,7 +35,7 @@ class AnswerDeadline:
         self._timer: threading.Timer | None = None
         self._raw: urllib3.HTTPResponse | None = None  # the answer being read, which the deadline cuts
         self._done = False
-        self.cut = False  # the deadline passed before the answer was complete, and its socket was shut down
+        self._cut = False
 
     def arm(self, response: requests.Response) -> None:
         raw = response.raw
@@ -52,6 +52,13 @@ class AnswerDeadline:
                 self._timer = threading.Timer(remaining, self._shut)
                 self._timer.daemon = True
                 self._timer.start()
+
+    @property
+    def cut(self) -> bool:
+        """The deadline passed before the answer was complete, and its socket was shut down. Read under the
+        lock the shutdown holds: the read it wakes may fail before the shutdown has returned."""
+        with self._lock:
+            return self._cut
 
     def disarm(self) -> None:
         with self._lock:
@@ -70,4 +77,4 @@ class AnswerDeadline:
             # query's now); ValueError: closed; OSError: already closed by the peer (the read has ended)
             with contextlib.suppress(RuntimeError, ValueError, OSError):
                 raw.shutdown()
-                self.cut = True
+                self._cut = True
