@@ -187,7 +187,9 @@ def bounded(state: EfficiencyState, settings: EfficiencySettings, now: float) ->
     :data:`MAX_RECORDS_BYTES`, down to 10. Pending reliefs are kept through that (their follow-ups are still
     to be judged), so when those alone overflow (each lists the usage of the pods that stayed on its node),
     the oldest are closed as unknown until the records fit: unjudged, and counted so, rather than no record
-    written at all. The in-flight correction reads the evictions of a relief, which stay."""
+    written at all. The in-flight correction reads the evictions of a relief, which stay; only when the reliefs
+    closed so still overflow by their evictions alone (whole nodes emptied) are the oldest of them dropped
+    like any judged record, rather than no record written in any cycle."""
     horizon = settings.horizon.total_seconds()
     limit = settings.max_records
     state = state.prune(now, horizon, limit)
@@ -203,6 +205,10 @@ def bounded(state: EfficiencyState, settings: EfficiencySettings, now: float) ->
                     MAX_RECORDS_BYTES, count, pending)  # fmt: skip
         state = close_oldest_pending(state, now, count, detail)
         pending -= count
+    if len(state.to_json()) > MAX_RECORDS_BYTES:
+        log.warning("efficiency records above %d bytes with every relief closed: keeping the newest %d of each kind",
+                    MAX_RECORDS_BYTES, limit)  # fmt: skip
+        state = state.prune(now, horizon, limit)
     return state
 
 

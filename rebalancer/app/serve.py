@@ -311,10 +311,10 @@ def _leader_election(
 ) -> LeaderElection | None:
     """The election on the policy's Lease (a dry run's own: :func:`lease_name`); None when leader election
     is off (this replica always leads)."""
-    lease = policy.service.leader_election
-    if not lease.enabled:
+    lease, elected = policy.service.leader_election, elected_lease(policy, dry_run)
+    if elected is None:
         return None
-    name, namespace = lease_name(policy, dry_run), state_namespace(policy.state.namespace)
+    namespace, name = elected
     if dry_run is not DryRun.OFF:
         log.info("dry run: electing on Lease %s/%s, apart from the live service's", namespace, name)
     elector = LeaderElector(
@@ -328,11 +328,20 @@ def _leader_election(
     return LeaderElection(elector, on_change=on_change)
 
 
+def elected_lease(policy: Policy, dry_run: DryRun) -> tuple[str, str] | None:
+    """The (namespace, name) of the Lease serve elects on with ``policy`` (a dry run's own: :func:`lease_name`);
+    None when leader election is off."""
+    if not policy.service.leader_election.enabled:
+        return None
+    return state_namespace(policy.state.namespace), lease_name(policy, dry_run)
+
+
 def check_state_at_start(state_access: StateAccess, policy: Policy) -> None:
     """A missing state namespace or permission stops `serve` before it leads or plans (the Lease lives in
     that namespace too); an API server that does not answer yet is left to the cycles, which check first.
-    The Lease is checked as the policy serve starts with asks for it (the elector is built from it)."""
-    state_access.lease = policy.service.leader_election.enabled
+    The Lease is checked as the policy serve starts with names it (the elector is built from it, and keeps it
+    through reloads)."""
+    state_access.lease = elected_lease(policy, state_access.dry_run)
     try:
         state_access.check(policy, state_namespace(policy.state.namespace))
     except KubeUnavailable as exc:

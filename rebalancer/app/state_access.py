@@ -45,22 +45,24 @@ def lease_name(policy: Policy, dry_run: DryRun) -> str:
     return name if dry_run is DryRun.OFF else name + DRY_RUN_LEASE_SUFFIX
 
 
-def state_permissions(
-    policy: Policy, namespace: str, lease: bool, dry_run: DryRun = DryRun.OFF
-) -> tuple[Permission, ...]:
-    """What a cycle's state writes need: ``lease`` when this process holds a leader-election Lease (the one
-    :func:`lease_name` names for ``dry_run``)."""
+def state_permissions(policy: Policy, namespace: str) -> tuple[Permission, ...]:
+    """What a cycle's state writes need in ``namespace``: get and update of its ConfigMaps, and their create
+    (the Lease's are :func:`lease_permissions`)."""
     state = policy.state
     names = [state.config_map, state.backoff_config_map]
     if policy.efficiency.enabled:
         names.append(state.efficiency_config_map)
     needed = [Permission("create", "configmaps", namespace)]
     needed += [Permission(verb, "configmaps", namespace, name=name) for name in names for verb in ("get", "update")]
-    if lease:
-        name = lease_name(policy, dry_run)
-        needed.append(Permission("create", "leases", namespace, LEASES))
-        needed += [Permission(verb, "leases", namespace, LEASES, name) for verb in ("get", "update")]
     return tuple(needed)
+
+
+def lease_permissions(namespace: str, name: str) -> tuple[Permission, ...]:
+    """What electing on the Lease ``name`` in ``namespace`` needs: create (it may not exist yet), get, update."""
+    return (
+        Permission("create", "leases", namespace, LEASES),
+        *(Permission(verb, "leases", namespace, LEASES, name) for verb in ("get", "update")),
+    )
 
 
 def action_permissions(policy: Policy, dry_run: DryRun) -> tuple[Permission, ...]:
@@ -87,21 +89,25 @@ def action_permissions(policy: Policy, dry_run: DryRun) -> tuple[Permission, ...
 
 class StateAccess:
     """The check, remembered once passed (``serve`` keeps one across cycles; `run --once` asks once).
-    ``lease``: this process holds a leader-election Lease (``serve`` sets it from the policy it started with);
-    ``dry_run``: the run's mode, which decides the actuators' calls."""
+    ``lease``: the (namespace, name) of the leader-election Lease this process holds, None for none (``serve``
+    sets it from the policy it started with: its elector keeps that Lease through a reload that names
+    another); ``dry_run``: the run's mode, which decides the actuators' calls."""
 
-    def __init__(self, api: ApiClient, *, lease: bool = False, dry_run: DryRun = DryRun.OFF) -> None:
+    def __init__(self, api: ApiClient, *, lease: tuple[str, str] | None = None, dry_run: DryRun = DryRun.OFF) -> None:
         self._api = api
         self.lease = lease
         self.dry_run = dry_run
         self._passed: tuple[str, tuple[Permission, ...]] | None = None
 
+    def needed(self, policy: Policy, namespace: str) -> tuple[Permission, ...]:
+        """Every verb :meth:`check` asks for, the state's in ``namespace``."""
+        lease = () if self.lease is None else lease_permissions(*self.lease)
+        return state_permissions(policy, namespace) + lease + action_permissions(policy, self.dry_run)
+
     def check(self, policy: Policy, namespace: str) -> None:
         """Raises :class:`KubeUnavailable` (404) when the namespace does not exist, :class:`KubeForbidden`
         naming every verb missing, or the error of a request that failed."""
-        needed = state_permissions(policy, namespace, self.lease, self.dry_run) + action_permissions(
-            policy, self.dry_run
-        )
+        needed = self.needed(policy, namespace)
         if self._passed == (namespace, needed):
             return
         ConfigMapStateStore(self._api, namespace, policy.state.config_map).check_create()

@@ -169,6 +169,7 @@ def test_a_node_cooldown_blocks_every_node_emptied_whole_and_the_policy_says_so(
         ("{workload: {maxPerCycle: 2}}", "limits.workload.maxPerCycle", "more than 2 movable pods of one workload"),
         ("{workload: {minInterval: 10m}}", "limits.workload.minInterval", "more than 1 movable pod of one workload"),
         ("{workload: {maxPerPeriod: [{count: 2, period: 1d}]}}", "limits.workload.maxPerPeriod[0]", "of one workload"),
+        ("{workload: {maxUnavailable: 2}}", "limits.workload.maxUnavailable", "more than 2 ready pods of one workload"),
     ],
 )
 def test_every_cap_below_a_nodes_group_blocks_it_and_the_policy_says_so(

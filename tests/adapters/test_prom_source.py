@@ -14,6 +14,7 @@ import gc
 import gzip
 import json
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -29,6 +30,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 
 from rebalancer.adapters.prom import PrometheusUsageSource
 from rebalancer.adapters.prom.client import PromClient
+from rebalancer.adapters.prom.deadline import AnswerDeadline
 from rebalancer.domain.errors import MetricsMalformed, MetricsStale, MetricsUnavailable, SourceError
 from rebalancer.domain.settings.shared import DEFAULT_POD_CPU_QUERY, PrometheusSettings, UsageQueries
 from tests import builders
@@ -43,6 +45,7 @@ from tests.adapters.cadvisor import (
     spike,
 )
 from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, StartPrometheus, closed_port
+from tests.controlplane.pki import make_pki
 from tests.raw_http import accept_each, chunk
 
 pytestmark = pytest.mark.prometheus
@@ -431,7 +434,7 @@ DRIP_SECONDS = 0.1  # one byte of the answer every this long: each read gets a b
 
 def _dripped_answer(framing: str) -> Callable[[socket.socket], None]:
     """An answer sent a byte at a time, steadily, so that no read ever times out (a broken proxy, a hostile
-    peer): plain with a Content-Length, chunked, or gzip-compressed and chunked."""
+    peer): plain with a Content-Length, chunked, gzip-compressed and chunked, or ended by closing the connection."""
 
     def handle(conn: socket.socket) -> None:
         with conn, contextlib.suppress(OSError):  # the client cuts it off
@@ -443,6 +446,9 @@ def _dripped_answer(framing: str) -> Callable[[socket.socket], None]:
                 head += b"Content-Encoding: gzip\r\n"
             if framing == "length":
                 conn.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body))
+                wire = body
+            elif framing == "close":  # no length, not chunked: the answer ends where the connection does
+                conn.sendall(head + b"Connection: close\r\n\r\n")
                 wire = body
             else:
                 conn.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
@@ -456,7 +462,13 @@ def _dripped_answer(framing: str) -> Callable[[socket.socket], None]:
 
 @pytest.mark.parametrize(
     ("framing", "ask"),
-    [("length", "vector"), ("chunked", "large_vector"), ("gzip", "pod_values")],
+    [
+        ("length", "vector"),
+        ("chunked", "large_vector"),
+        ("gzip", "pod_values"),
+        ("close", "vector"),
+        ("close", "large_vector"),
+    ],
 )
 def test_an_answer_still_coming_at_twice_the_timeout_is_cut_off(framing: str, ask: str) -> None:
     server = socket.create_server(("127.0.0.1", 0))
@@ -474,6 +486,90 @@ def test_an_answer_still_coming_at_twice_the_timeout_is_cut_off(framing: str, as
         assert 1.0 <= elapsed < 3.0, elapsed
         message = str(caught.value)
         assert "did not finish its answer within 1s (twice prometheus.timeout)" in message, message
+    finally:
+        client.close()
+        stop.set()
+        server.close()
+
+
+def test_an_answer_behind_a_redirect_is_cut_off_at_the_same_deadline() -> None:
+    """A redirect (a proxy sending /api/v1/query elsewhere) answers first; the answer it leads to, dripped,
+    is still cut at twice the timeout from the request."""
+    drip = _dripped_answer("length")
+
+    def handle(conn: socket.socket) -> None:
+        if conn.recv(65536, socket.MSG_PEEK).startswith(b"GET /api/"):  # the dripped one reads its request
+            with conn, contextlib.suppress(OSError):
+                conn.sendall(
+                    b"HTTP/1.1 302 Found\r\nLocation: /moved/query\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                )
+            return
+        drip(conn)
+
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    threading.Thread(target=accept_each, args=(server, stop, handle), daemon=True).start()
+    client = PromClient(PrometheusSettings(url=f"http://127.0.0.1:{server.getsockname()[1]}"), timeout_seconds=0.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(MetricsUnavailable, match="did not finish its answer within 1s"):
+            client.vector("q", "q", END)
+        assert 1.0 <= time.monotonic() - started < 3.0  # the drip would take over 40 s
+    finally:
+        client.close()
+        stop.set()
+        server.close()
+
+
+def _over_tls(handle: Callable[[socket.socket], None], directory: Path) -> Callable[[socket.socket], None]:
+    """``handle`` behind TLS, with a certificate of a test CA (not trusted: the client sets verifyTls false)."""
+    pki = make_pki(directory)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pki.serving_cert, pki.serving_key)
+
+    def wrapped(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            handle(context.wrap_socket(conn, server_side=True))
+
+    return wrapped
+
+
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_an_https_answer_still_coming_at_twice_the_timeout_is_cut_off(tmp_path: Path) -> None:
+    """The deadline shuts the TLS connection down under its read as well."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    handle = _over_tls(_dripped_answer("chunked"), tmp_path)
+    threading.Thread(target=accept_each, args=(server, stop, handle), daemon=True).start()
+    settings = PrometheusSettings(url=f"https://127.0.0.1:{server.getsockname()[1]}", verifyTls=False)
+    client = PromClient(settings, timeout_seconds=0.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(MetricsUnavailable, match="did not finish its answer within 1s"):
+            client.large_vector("q", "q", END)
+        assert 1.0 <= time.monotonic() - started < 3.0  # the drip would take over 40 s
+    finally:
+        client.close()
+        stop.set()
+        server.close()
+
+
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_verify_tls_false_holds_beside_a_ca_bundle_named_in_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """requests lets REQUESTS_CA_BUNDLE override a session's verify: every query, the fast paths too, still
+    takes an untrusted certificate when the policy says verifyTls: false."""
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", requests.certs.where())
+    connections: list[socket.socket] = []
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    handle = _over_tls(_keep_alive_answers(connections), tmp_path)
+    threading.Thread(target=accept_each, args=(server, stop, handle), daemon=True).start()
+    client = PromClient(PrometheusSettings(url=f"https://127.0.0.1:{server.getsockname()[1]}", verifyTls=False))
+    try:
+        assert client.vector("q", "q", END) == [(AB, 0.25)]
+        assert client.large_vector("q", "q", END) == [(AB, 0.25)]
     finally:
         client.close()
         stop.set()
@@ -510,6 +606,47 @@ def test_an_answer_read_in_time_leaves_its_connection_open_past_the_deadline() -
         assert len(connections) == 1  # every query went over the first connection, kept alive
     finally:
         client.close()
+        stop.set()
+        server.close()
+
+
+def _answers_after(delays: list[float], connections: list[socket.socket]) -> Callable[[socket.socket], None]:
+    """Answers the n-th request on a connection after ``delays[n]`` seconds, keeping the connection open."""
+
+    def handle(conn: socket.socket) -> None:
+        connections.append(conn)
+        with conn, contextlib.suppress(OSError):
+            for delay in delays:
+                if not conn.recv(65536):
+                    return
+                time.sleep(delay)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+            conn.recv(65536)
+
+    return handle
+
+
+def test_a_late_deadline_never_cuts_the_pooled_connection_another_query_took() -> None:
+    """An answer read whole gives its connection back to the pool before its query ends (its decoding and
+    checks come after), and another thread's query may take it at once: the first answer's deadline passing
+    then must not shut that other query's answer down."""
+    connections: list[socket.socket] = []
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    threading.Thread(
+        target=accept_each, args=(server, stop, _answers_after([0.0, 1.0], connections)), daemon=True
+    ).start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/"
+    session = requests.Session()
+    first = AnswerDeadline(time.monotonic() + 0.3)  # armed on the first answer, not yet disarmed
+    try:
+        assert session.get(url, timeout=5, hooks={"response": lambda response, **_: first.arm(response)}).text == "ok"
+        second = session.get(url, timeout=5)  # the pooled connection: answered after the first deadline
+        assert second.text == "ok"
+        assert len(connections) == 1 and not first.cut
+    finally:
+        first.disarm()
+        session.close()
         stop.set()
         server.close()
 

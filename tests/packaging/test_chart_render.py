@@ -295,6 +295,17 @@ def test_notes_name_the_mode_and_how_to_look_first(variant: tuple[Doc, Rendered]
         assert "create job --from=cronjob/" in notes
 
 
+@pytest.mark.parametrize("dry_run", ["off", "client"])
+def test_the_notes_name_the_lease_the_role_grants(dry_run: str) -> None:
+    """A dry run elects on <leaseName>-dry-run: the command the notes give to see the leader reads that one."""
+    rendered = render({"kind": "Deployment", "replicas": 2, "dryRun": dry_run})
+    [granted] = [rule["resourceNames"] for role in rendered.of_kind("Role") for rule in role["rules"]
+                 if "leases" in rule["resources"] and "resourceNames" in rule]  # fmt: skip
+    shown = re.search(r"get lease (\S+) -o jsonpath", rendered.notes)
+    assert shown is not None, rendered.notes
+    assert [shown[1]] == granted == ["rebalancer" if dry_run == "off" else "rebalancer-dry-run"]
+
+
 def mount_of(rendered: Rendered, volume: str) -> dict[str, Any]:
     mounts = [m for m in rendered.container["volumeMounts"] if m["name"] == volume]
     assert len(mounts) == 1, f"volume {volume} mounted {len(mounts)} times"

@@ -23,12 +23,13 @@ from rebalancer.adapters.kube import connect
 from rebalancer.adapters.kube.access import Permission
 from rebalancer.app import root as app
 from rebalancer.app.cli import main
-from rebalancer.app.serve import serve
-from rebalancer.app.state_access import StateAccess, action_permissions, state_permissions
+from rebalancer.app.serve import check_state_at_start, elected_lease, serve
+from rebalancer.app.state_access import StateAccess, action_permissions, lease_permissions, state_permissions
 from rebalancer.domain.errors import KubeForbidden, KubeUnavailable
 from rebalancer.policy import load_policy, parse_policy
-from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus
+from tests.adapters.prom_fixture import PrometheusServer, StartPrometheus, closed_port
 from tests.controlplane import ControlPlane
+from tests.kubeapi.builders import write_kubeconfig
 from tests.realcluster import shop
 from tests.realcluster.access import Account, Denied
 from tests.service.scenario import END, HISTORY, LOADS, write_policy
@@ -146,7 +147,7 @@ def test_a_passed_check_is_asked_again_only_when_what_it_covers_changes(plane: C
     access = StateAccess(connect(str(account.kubeconfig)))
     access.check(checked, "rebalancer")
     asked = len(plane.audit(account.user))
-    reviews = state_permissions(checked, "rebalancer", lease=False) + action_permissions(checked, DryRun.OFF)
+    reviews = state_permissions(checked, "rebalancer") + action_permissions(checked, DryRun.OFF)
     assert asked == 1 + len(reviews)  # the dry-run create + reviews
     assert [e.dry_run for e in plane.audit(account.user) if e.resource == "configmaps"] == [True]
 
@@ -163,17 +164,35 @@ def test_a_passed_check_is_asked_again_only_when_what_it_covers_changes(plane: C
 
 def test_what_the_state_needs_follows_the_policy() -> None:
     base = parse_policy(LNU)
-    needed = set(state_permissions(base, "ns", lease=False))
+    needed = set(state_permissions(base, "ns"))
     assert Permission("create", "configmaps", "ns") in needed
     assert Permission("update", "configmaps", "ns", name="rebalancer-efficiency") in needed  # efficiency is on
     assert not {p for p in needed if p.resource in ("leases", "nodes")}
 
     off = parse_policy(LNU + "efficiency: {enabled: false}\n")
-    assert not {p for p in state_permissions(off, "ns", lease=False) if p.name == "rebalancer-efficiency"}
+    assert not {p for p in state_permissions(off, "ns") if p.name == "rebalancer-efficiency"}
 
-    guarded = parse_policy(LNU + GUARD)
-    with_lease = set(state_permissions(guarded, "ns", lease=True))
-    assert Permission("update", "leases", "ns", "coordination.k8s.io", "rebalancer") in with_lease
+    assert Permission("update", "leases", "ns", "coordination.k8s.io", "rebalancer") in lease_permissions(
+        "ns", "rebalancer"
+    )
+
+
+@pytest.mark.parametrize("dry_run", [DryRun.OFF, DryRun.CLIENT])
+def test_the_lease_checked_is_the_one_serve_elects_on_through_a_reload(dry_run: DryRun, tmp_path: Path) -> None:
+    """serve's elector keeps the Lease of the policy it started with (a reload naming another, or another
+    state namespace, needs a restart): every later check asks for that Lease, a dry run's own in a dry run,
+    not the reloaded policy's."""
+    started = parse_policy(LNU + "state: {namespace: rebalancer}\n")
+    with closed_port() as port:  # the API server not answering yet: the first cycle checks (logged)
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")
+        access = StateAccess(connect(str(kubeconfig)), dry_run=dry_run)
+        check_state_at_start(access, started)
+    name = "rebalancer" if dry_run is DryRun.OFF else "rebalancer-dry-run"
+    reloaded = parse_policy(LNU + "state: {namespace: elsewhere}\nservice: {leaderElection: {leaseName: other}}\n")
+    leases = {p for p in access.needed(reloaded, "elsewhere") if p.resource == "leases"}
+    assert leases == set(lease_permissions("rebalancer", name))
+    assert elected_lease(started, dry_run) == ("rebalancer", name)
+    assert elected_lease(parse_policy(LNU + "service: {leaderElection: {enabled: false}}\n"), dry_run) is None
 
 
 def test_what_the_actuators_need_follows_the_policy_and_the_dry_run() -> None:

@@ -354,3 +354,18 @@ def test_pending_reliefs_too_large_for_the_configmap_close_oldest_first_as_unkno
     assert kept.reliefs[-1].result is None and kept.reliefs[-1].remaining == stayed
     small = EfficiencyState(reliefs=reliefs[:10])
     assert bounded(small, settings, T0 + 600) == small  # within the limit: nothing closed
+
+
+def test_reliefs_too_large_by_their_evictions_alone_keep_the_newest_and_fit() -> None:
+    """150 pending reliefs of whole nodes emptied (110 evicted pods each, about 3 MB): closing them as unknown
+    leaves their evictions, still too large, so the oldest of them go like any judged record, and the records
+    fit the ConfigMap (otherwise no cycle could write them)."""
+    pods = tuple(EvictedPod("default", f"web-5d4f8b7c9-{n:05d}", "Deployment/default/web", 300) for n in range(110))
+    reliefs = tuple(
+        Relief(f"node-{i:03d}", "default", "HighNodeUtilization", T0 + i, 70.0, 90.0, pods, T0 + 900 + i, {})
+        for i in range(150)
+    )
+    kept = bounded(EfficiencyState(reliefs=reliefs), EfficiencySettings(), T0 + 600)
+
+    assert len(kept.to_json()) <= MAX_RECORDS_BYTES
+    assert kept.reliefs and [r.node for r in kept.reliefs] == [r.node for r in reliefs[-len(kept.reliefs) :]]

@@ -128,8 +128,8 @@ FILLER = tuple(plain(f"z{i}", NORMAL) for i in range(4))  # cool nodes, so that 
             marked("n", NORMAL, MarkReason.RELIEVED, NOW + 86_400),
             Action.REFRESH,
             "relieved",
-            NOW + 600,
-            id="holdAfterRelief shortened since the hold was set: cut to the new hold from now",
+            NOW + 900,
+            id="holdAfterRelief shortened since the hold was set: cut to the longest a hold lasts now (markTtl)",
         ),
         pytest.param(
             marked("n", HOT, MarkReason.HOT, NOW + 86_400),
@@ -146,11 +146,18 @@ FILLER = tuple(plain(f"z{i}", NORMAL) for i in range(4))  # cool nodes, so that 
             id="markTtl shortened, usage unknown: kept, but no longer than the new ttl",
         ),
         pytest.param(
-            marked("n", NORMAL, MarkReason.RELIEVED, NOW + 600 + 50),
+            marked("n", NORMAL, MarkReason.RELIEVED, NOW + 900 + 50),
             None,
             None,
             None,
             id="a hold up to a minute too long: another instance's clock ahead, left",
+        ),
+        pytest.param(
+            marked("n", NORMAL, MarkReason.RELIEVED, NOW + 900 + 61),
+            Action.REFRESH,
+            "relieved",
+            NOW + 900,
+            id="a hold over a minute too long: cut",
         ),
         pytest.param(
             GuardedNode(
@@ -193,6 +200,34 @@ def test_rules(node: GuardedNode, action: Action | None, reason: str | None, exp
         assert change.mark is None
     else:
         assert change.mark is not None and change.mark.expires == expires and change.mark.owner == ME
+
+
+@pytest.mark.parametrize(
+    ("node_class", "written"),
+    [
+        (HOT, [(0, Action.SET), (8, Action.REFRESH)]),
+        (NORMAL, [(0, Action.SET), (3, Action.REFRESH), (11, Action.REFRESH)]),
+    ],
+    ids=["hot when relieved", "relieved, then hot"],
+)
+def test_a_relieved_node_that_stays_hot_is_written_again_only_to_renew(
+    node_class: NodeClass, written: list[tuple[int, Action]]
+) -> None:
+    """A node relieved, then hot in the cycles a minute apart that follow, keeps its relieved mark, which
+    the hot node stretches to markTtl (15m, longer than holdAfterRelief, 10m): it is written again only
+    once half of markTtl is left, not in every cycle."""
+    node = plain("n", node_class, relieved=True)
+    writes = []
+    for minute in range(16):
+        change = only(decide((node, *FILLER), guard(), ME, NOW + 60 * minute), "n")
+        if change is not None:
+            assert change.reason == "relieved"
+            writes.append((minute, change.action))
+            edit = apply_change(change, node.taints, node.annotation)
+            assert edit is not None
+            node = GuardedNode("n", "p", node.node_class, node.relieved, edit.taints, edit.annotation)
+        node = GuardedNode("n", "p", HOT, False, node.taints, node.annotation)
+    assert writes == written
 
 
 def test_effect_no_schedule_and_the_edit_keeps_foreign_taints() -> None:
@@ -408,6 +443,27 @@ def test_deciding_again_on_what_was_written_writes_nothing(nodes: list[GuardedNo
         after.append(GuardedNode(node.name, node.pool, node.node_class, node.relieved, written.taints,
                                  written.annotation, node.usage_pct))  # fmt: skip
     assert decide(after, policy, ME, NOW).changes == ()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(list(NodeClass)), st.booleans(), MARKS)
+def test_cycles_a_minute_apart_write_a_node_only_now_and_then(
+    node_class: NodeClass, relieved: bool, mark: Mark | None
+) -> None:
+    """No flapping over time: a node whose class stays the same (relieved, or not, in the first cycle only)
+    is written in at most 3 of 16 cycles a minute apart (the first, and a renewal once half of markTtl has
+    gone), whatever mark it started with."""
+    node = GuardedNode("n", "p", node_class, relieved, *((mark.taint(),), mark.annotation()) if mark else ())
+    writes = 0
+    for minute in range(16):
+        change = only(decide((node, *FILLER), guard(), ME, NOW + 60 * minute), "n")
+        if change is not None:
+            writes += 1
+            edit = apply_change(change, node.taints, node.annotation)
+            assert edit is not None
+            node = GuardedNode("n", "p", node_class, False, edit.taints, edit.annotation)
+        node = GuardedNode("n", "p", node_class, False, node.taints, node.annotation)
+    assert writes <= 3
 
 
 def test_run_summary_and_json_show_the_guard() -> None:

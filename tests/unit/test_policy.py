@@ -247,6 +247,28 @@ def test_node_caps_below_a_nodes_pod_count_are_named_for_high_node_utilization()
     assert parse_policy_warning(f"{caps}\nstrategies:\n- {disabled}\n")[1] == []
 
 
+def test_a_pools_caps_and_a_workloads_max_unavailable_are_named_for_high_node_utilization() -> None:
+    """A pool's cap holds back only that pool's nodes; maxUnavailable counts a workload's ready pods, as a
+    number or a percentage of its replicas."""
+    hnu = "{kind: HighNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}}"
+    caps = "limits: {global: {pools: {gpu: {rate: {perMinute: 1, burst: 2}}}}, workload: {maxUnavailable: 1}}"
+    _, warnings = parse_policy_warning(f"{caps}\nstrategies:\n- {hnu}\n")
+    assert [w.split(":")[0] for w in warnings] == [
+        "limits.global.pools.gpu.rate.burst",
+        "limits.workload.maxUnavailable",
+    ]
+    assert "allows bursts of 2 from pool gpu: a node of pool gpu with more than 2 movable pods is never" in warnings[0]
+    assert (
+        "allows 1 of a workload's replicas unavailable: a node with more than 1 ready pod of one workload"
+        in warnings[1]
+    )
+    percent = caps.replace("maxUnavailable: 1", "maxUnavailable: 25%")
+    [_, warning] = parse_policy_warning(f"{percent}\nstrategies:\n- {hnu}\n")[1]
+    assert (
+        "allows 25% of a workload's replicas unavailable (rounded down): a node with more of one workload's" in warning
+    )
+
+
 def test_merge_keys_read_as_yaml_defines_them_and_a_key_written_twice_is_still_refused() -> None:
     text = (
         "strategies:\n- kind: LowNodeUtilization\n  thresholds: &low {cpu: 20, memory: 20}\n"

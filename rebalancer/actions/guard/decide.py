@@ -23,7 +23,8 @@ Rules, per node of a pool with a guard (``landingGuard.pools``):
   a relieved mark ``holdAfterRelief`` after the last eviction.
 - a hot mark on a node known to be no longer hot (and not relieved): cleared (``cooled``).
 - a mark set to last longer than the policy now lets a mark of its reason last (``markTtl`` or
-  ``holdAfterRelief`` shortened since): its expiry is cut to that, from now.
+  ``holdAfterRelief`` shortened since): its expiry is cut to that, from now (a hot mark's to ``markTtl``, a
+  relieved mark's to the longer of the two, which a relieved node seen hot carries).
 - a relieved mark: kept until its expiry, even on a cool node: the replacements are scheduled in the
   minutes after an eviction, and the usage window lags behind.
 - unknown usage (no data, stale data, a failed usage source): no mark is set, and none is cleared as
@@ -356,9 +357,13 @@ def _kept_or_cleared(
 
 def _within_policy(mark: Mark, guard: PoolGuardSettings, now: float) -> float:
     """``mark``'s expiry, cut to what the policy lets a mark of its reason last from now (``markTtl`` or
-    ``holdAfterRelief`` shortened since it was written). A mark up to :data:`MARK_CLOCK_SKEW_SECONDS` beyond
-    that is left: another instance's clock may run ahead."""
-    lasts = guard.hold_after_relief if mark.reason is MarkReason.RELIEVED else guard.mark_ttl
+    ``holdAfterRelief`` shortened since it was written). A relieved mark lasts the longer of the two: a node
+    seen hot during its hold (or hot when relieved) stretches it to ``markTtl``, and cutting that to the hold
+    would rewrite it in every cycle. A mark up to :data:`MARK_CLOCK_SKEW_SECONDS` beyond that is left:
+    another instance's clock may run ahead."""
+    lasts = guard.mark_ttl
+    if mark.reason is MarkReason.RELIEVED:
+        lasts = max(lasts, guard.hold_after_relief)
     longest = now + lasts.total_seconds()
     return float(int(longest)) if mark.expires > longest + MARK_CLOCK_SKEW_SECONDS else mark.expires
 

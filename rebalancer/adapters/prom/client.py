@@ -260,11 +260,14 @@ class PromClient:
         front of it commonly refuse request lines of over 4-8 KB."""
         fields = {"query": promql, **(params if params is not None else self._params(at))}
         url = f"{self.url}/api/v1/{path}"
+        # verify given with each request, as the library gives it: requests would let a CA bundle named in the
+        # environment (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE) override the session's verifyTls: false
+        timeout, verify = self.timeout_seconds, self._session.verify
         with self._transport_errors(name):
             if len(promql) > LONG_QUERY_CHARS:
-                response = self._session.post(url, data=fields, timeout=self.timeout_seconds)
+                response = self._session.post(url, data=fields, timeout=timeout, verify=verify)
             else:
-                response = self._session.get(url, params=fields, timeout=self.timeout_seconds)
+                response = self._session.get(url, params=fields, timeout=timeout, verify=verify)
         if response.status_code != 200:  # the cause custom_query would have raised
             cause = PrometheusApiClientException(f"HTTP Status Code {response.status_code} ({response.content!r})")
             raise MetricsUnavailable(f"query {name}: {self._http_error()}; query: {clip(promql)}") from cause
@@ -298,6 +301,10 @@ class PromClient:
         self._last.deadline = AnswerDeadline(started + self.answer_deadline_seconds)
         try:
             yield
+        except MetricsMalformed as exc:  # an answer ended by the connection (no length, not chunked) reads as cut short
+            if self._last.deadline.cut:
+                raise self._cut_off(name) from exc
+            raise
         finally:
             self._last.deadline.disarm()
             self._last.response = None  # do not keep a large answer alive between cycles
@@ -310,11 +317,14 @@ class PromClient:
         except requests.RequestException as exc:
             deadline: AnswerDeadline | None = getattr(self._last, "deadline", None)
             if deadline is not None and deadline.cut:
-                raise MetricsUnavailable(
-                    f"query {name}: Prometheus at {self.shown_url} did not finish its answer within "
-                    f"{self.answer_deadline_seconds:g}s (twice prometheus.timeout); it was cut off"
-                ) from exc
+                raise self._cut_off(name) from exc
             raise self._transport_error(name, exc) from exc
+
+    def _cut_off(self, name: str) -> MetricsUnavailable:
+        return MetricsUnavailable(
+            f"query {name}: Prometheus at {self.shown_url} did not finish its answer within "
+            f"{self.answer_deadline_seconds:g}s (twice prometheus.timeout); it was cut off"
+        )
 
     def _transport_error(self, name: str, exc: requests.RequestException) -> MetricsUnavailable:
         where = f"Prometheus at {self.shown_url}"
