@@ -194,7 +194,7 @@ def bounded(state: EfficiencyState, settings: EfficiencySettings, now: float) ->
     limit = settings.max_records
     state = state.prune(now, horizon, limit)
     while len(state.to_json()) > MAX_RECORDS_BYTES and limit > 10:
-        limit //= 2
+        limit = max(10, limit // 2)
         log.warning("efficiency records above %d bytes: keeping the newest %d of each kind", MAX_RECORDS_BYTES, limit)
         state = state.prune(now, horizon, limit)
     pending = sum(1 for r in state.reliefs if r.result is None)

@@ -79,8 +79,11 @@ class LeaderElectionSettings(Model):
     lease_name: str = Field(
         default="rebalancer",
         min_length=1,
-        description="Lease name, in state.namespace. A dry run elects on its own, this name with -dry-run: beside "
-        "a live service of the same policy it never takes leadership from it.",
+        max_length=245,  # with -dry-run, within a Kubernetes name's 253 characters
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",  # a DNS subdomain name, as the API server requires
+        description="Lease name, in state.namespace (at most 245 characters: lowercase letters, digits, '-' and '.'). "
+        "A dry run elects on its own, this name with -dry-run: beside a live service of the same policy it never "
+        "takes leadership from it.",
     )
     lease_duration: Duration = Field(
         default=timedelta(seconds=15), description="How long a lease holds without renewal."

@@ -32,6 +32,7 @@ def test_demo_policy_loads() -> None:
     assert parse_policy(demo_policy_path().read_text()).strategies[0].kind == "LowNodeUtilization"
 
 
+_LNU = "strategies:\n- {kind: LowNodeUtilization, thresholds: {cpu: 20}, targetThresholds: {cpu: 70}}\n"
 BAD = [
     (
         "strategies:\n- kind: LowNodeUtilization\n  thresholds: {cpu: 80}\n  targetThresholds: {cpu: 70}\n",
@@ -213,6 +214,16 @@ BAD = [
     ),
     ("a: 1\na: 2\n", "", "duplicate key 'a'"),
     ("- just a list\n", "", "must be a YAML mapping"),
+    (
+        "service: {leaderElection: {leaseName: Rebalancer}}\n" + _LNU,
+        "service.leaderElection.leaseName",
+        "should match pattern",
+    ),
+    (
+        "service: {leaderElection: {leaseName: " + "a" * 246 + "}}\n" + _LNU,
+        "service.leaderElection.leaseName",
+        "at most 245 characters",  # room for a dry run's -dry-run within a name's 253
+    ),
 ]
 
 
