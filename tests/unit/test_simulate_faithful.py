@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from rebalancer.domain.model import Node, WorkloadRef
 from rebalancer.offline.simulate.cluster import NAMESPACE, Cluster, Workload, build_cluster, make_pod
 from rebalancer.offline.simulate.config import GI, SimConfig
 from rebalancer.offline.simulate.cpu_share import share_cpu
-from rebalancer.offline.simulate.engine import hot_again, simulate
+from rebalancer.offline.simulate.engine import hot_again, reading_policy, simulate
 from rebalancer.offline.simulate.readings import (
     NodeSamples,
     daily_table,
@@ -73,6 +74,32 @@ def test_a_node_asked_beyond_its_cores_is_read_at_its_cores_and_the_rest_is_unme
     assert sorted(report.pod_cpu_m.values()) == [500, 2000, 2000]  # cAdvisor reads the throttled usage
     assert report.node_cpu_m == {"n0": 4000 + SYSTEM, "n1": 500 + SYSTEM}
     assert node_usage(World(cluster), 5) == pytest.approx([4000 + SYSTEM, 500 + SYSTEM])  # the start's too
+
+
+def test_the_windowed_reading_is_a_rate_over_the_rate_window_as_the_default_queries_read_it() -> None:
+    """Each minute's sample is the mean over the last 5 minutes (rate() over a 5-minute window), the P95 over
+    the 10-minute window of those: a one-minute burst of 2 cores is read as a fifth of it in its sample."""
+    cluster = _cluster((1000, 1000, 500), ("n0", "n0", "n1"))
+    world = World(cluster)
+    world.served[:, :10] = np.array([[1000.0], [1000.0], [500.0]])
+    world.served[0, 9] = 3000.0  # the last minute: w0 bursts by 2 cores
+    rated, raw = NodeSamples(2, 10, rate_steps=5), NodeSamples(2, 10)
+    for step in range(10):
+        rated.add(node_usage(world, step))
+        raw.add(node_usage(world, step))
+
+    read = usage_report("window", world, 9, rated, 0.95)
+    # nine samples of 1000m and one of (4 x 1000 + 3000) / 5 = 1400m: P95 interpolates 55 % of the way up
+    # (the report truncates to whole millicores: 1m of tolerance for the float interpolation)
+    assert read.pod_cpu_m[world.pods[0].key] == pytest.approx(1220, abs=1)
+    assert read.node_cpu_m["n0"] == pytest.approx(2000 + SYSTEM + 220, abs=1)
+    assert read.node_cpu_m["n1"] == 500 + SYSTEM
+    instantly = usage_report("window", world, 9, raw, 0.95)  # a rate over one minute: the whole burst
+    assert instantly.pod_cpu_m[world.pods[0].key] == pytest.approx(2100, abs=1)
+    assert usage_report("instant", world, 9, rated, 0.95).node_cpu_m["n0"] == 4000 + SYSTEM  # the last minute
+    policy_read = reading_policy(policy(), "window", 60).prometheus
+    assert policy_read.rate_window == timedelta(minutes=5) and policy_read.window == timedelta(minutes=10)
+    assert reading_policy(policy(), "instant", 60).prometheus.rate_window == timedelta(minutes=1)
 
 
 def test_unmet_demand_and_the_unavoidable_hot_minutes_are_counted_per_variant() -> None:

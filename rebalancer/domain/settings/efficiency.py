@@ -160,7 +160,8 @@ class EfficiencySettings(Model):
     follow_up_window: Duration = Field(
         default=timedelta(minutes=15),
         description="An evicted-from node counts as cooled when its usage falls below the strategy's target within "
-        "this long after the eviction. Give it at least prometheus.window: the usage statistic needs that to drop.",
+        "this long after the eviction. Give it at least prometheus.window plus prometheus.rateWindow (15m by default): "
+        "only then does the usage statistic read nothing from before the eviction.",
     )
     bounce_back_memory: Duration = Field(
         default=timedelta(hours=6), description="How long a workload's eviction is remembered (bounce-backs, guard)."

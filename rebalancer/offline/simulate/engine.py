@@ -124,13 +124,20 @@ def hot_again(
 
 
 def reading_policy(policy: Policy, usage: UsageMode, step_seconds: int) -> Policy:
-    """``policy`` with the Prometheus settings that describe the simulated reading: a sample every step of
-    that step's usage (a rate over one step), the policy's quantile over its window of them; an instant or
-    requests reading is one sample. The in-flight correction's lag comes from them."""
+    """``policy`` with the Prometheus settings that describe the simulated reading: a sample every step, each
+    the usage over the policy's rate window (:func:`rate_steps`), the policy's quantile over its window of
+    them; an instant or requests reading is one step's sample. The in-flight correction's lag comes from them."""
     step = timedelta(seconds=step_seconds)
     window = policy.prometheus.window if usage == "window" else step
-    prometheus = policy.prometheus.model_copy(update={"step": step, "rate_window": step, "window": window})
+    rate = step * rate_steps(policy, step_seconds) if usage == "window" else step
+    prometheus = policy.prometheus.model_copy(update={"step": step, "rate_window": rate, "window": window})
     return policy.model_copy(update={"prometheus": prometheus})
+
+
+def rate_steps(policy: Policy, step_seconds: int) -> int:
+    """How many steps the policy's ``rateWindow`` spans (at least one): each sample of a windowed reading is
+    the mean usage over them, as ``rate()`` reads a counter."""
+    return max(1, round(policy.prometheus.rate_window.total_seconds() / step_seconds))
 
 
 class _Run:
@@ -152,7 +159,7 @@ class _Run:
         self.world = World(cluster)
         self.fresh_days = cluster.measured_from // config.steps_per_day  # days the tables hold as this run had them
         window = max(1, int(policy.prometheus.window.total_seconds()) // config.step_seconds)
-        self.samples = NodeSamples(len(cluster.nodes), window)
+        self.samples = NodeSamples(len(cluster.nodes), window, rate_steps(policy, config.step_seconds))
         self.now = cluster.time_of(cluster.measured_from)
         self.actions = SimActions(self.world, self.now)
         self.evictor = Evictor(
@@ -252,10 +259,10 @@ class _Run:
         been hot in a row by then (up to ``lag_steps``): an episode under way at the start began before it."""
         first = self.cluster.measured_from
         run = np.zeros(len(self.cluster.nodes), dtype=np.int64)
-        for step in range(max(0, first - max(self.samples.window, lag_steps)), first):
+        for step in range(max(0, first - max(self.samples.span, lag_steps)), first):
             usage = node_usage(self.world, step)
             run = np.where(usage > capacity, run + 1, 0)
-            if step >= first - self.samples.window:
+            if step >= first - self.samples.span:
                 self.samples.add(usage)
         return run
 

@@ -23,16 +23,27 @@ from rebalancer.planning.predict.profile import DailyProfiles
 
 
 class NodeSamples:
-    """The last ``window`` node usage samples of one world (a ring)."""
+    """The last ``window`` node usage samples of one world (a ring). With ``rate_steps`` above 1 a sample is
+    the mean of the last ``rate_steps`` steps' usage, as ``rate()`` over a counter reads it (a 5-minute
+    rate sampled every minute); :attr:`last` is the last step's own usage either way."""
 
-    def __init__(self, nodes: int, window: int) -> None:
-        self.window = window
+    def __init__(self, nodes: int, window: int, rate_steps: int = 1) -> None:
+        self.window, self.rate_steps = window, rate_steps
         self._ring = np.zeros((nodes, window))
-        self._filled = 0
+        self._raw = np.zeros((nodes, rate_steps))
+        self._filled = self._raw_filled = 0
         self.last: npt.NDArray[np.float64] = np.zeros(nodes)
 
+    @property
+    def span(self) -> int:
+        """Steps of usage one reading spans: the window of samples, each a rate over ``rate_steps``."""
+        return self.window + self.rate_steps - 1
+
     def add(self, node_usage: npt.NDArray[np.float64]) -> None:
-        self._ring[:, self._filled % self.window] = node_usage
+        self._raw[:, self._raw_filled % self.rate_steps] = node_usage
+        self._raw_filled += 1
+        rate: npt.NDArray[np.float64] = self._raw[:, : min(self._raw_filled, self.rate_steps)].mean(axis=1)
+        self._ring[:, self._filled % self.window] = rate
         self._filled += 1
         self.last = node_usage
 
@@ -83,13 +94,25 @@ def usage_report(mode: UsageMode, world: World, step: int, samples: NodeSamples,
         )
     window = samples.window
     start = max(0, step - window + 1)
-    per_slot = np.quantile(world.served[:, start : step + 1], quantile, axis=1)
+    per_slot = np.quantile(trailing_means(world.served, start, step, samples.rate_steps), quantile, axis=1)
     per_node = samples.quantile(quantile)
     return UsageReport(
         node_cpu_m={n: int(per_node[i]) for i, n in enumerate(names)},
         pod_cpu_m={p.key: int(per_slot[world.slot_of(p)]) for p, _ in bound},
         description=f"P{quantile * 100:g} over the last {window} samples",
     )
+
+
+def trailing_means(served: npt.NDArray[np.float32], start: int, end: int, steps: int) -> npt.NDArray[np.float64]:
+    """(slots, end - start + 1): at each step from ``start`` to ``end``, each slot's mean usage over the last
+    ``steps`` steps (fewer at the trace's start): its ``rate()`` over that many steps."""
+    low = max(0, start - steps + 1)
+    sums = np.zeros((len(served), end + 2 - low))
+    np.cumsum(served[:, low : end + 1], axis=1, dtype=np.float64, out=sums[:, 1:])
+    ends = np.arange(start, end + 1)
+    begins = np.maximum(ends - steps + 1, low)
+    out: npt.NDArray[np.float64] = (sums[:, ends + 1 - low] - sums[:, begins - low]) / (ends - begins + 1)
+    return out
 
 
 def daily_table(
