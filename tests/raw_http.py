@@ -3,9 +3,10 @@ end or stall at chosen moments), as the API server streams a watch."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
 def chunk(data: bytes) -> bytes:
@@ -27,3 +28,17 @@ def accept_each(server: socket.socket, stop: threading.Event, handle: Callable[[
                 return
             raise
         threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+
+@contextlib.contextmanager
+def serving(handle: Callable[[socket.socket], None], scheme: str = "http") -> Iterator[str]:
+    """A server on 127.0.0.1 handing each connection to ``handle`` (:func:`accept_each`) while the block runs;
+    yields its base URL."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    threading.Thread(target=accept_each, args=(server, stop, handle), daemon=True).start()
+    try:
+        yield f"{scheme}://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        server.close()

@@ -20,6 +20,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ from tests.adapters.cadvisor import (
 )
 from tests.adapters.prom_fixture import CannedHttpServer, PrometheusServer, StartPrometheus, closed_port
 from tests.controlplane.pki import make_pki
-from tests.raw_http import accept_each, chunk
+from tests.raw_http import chunk, serving
 
 pytestmark = pytest.mark.prometheus
 
@@ -409,12 +410,10 @@ def _stalled_answer(conn: socket.socket) -> None:
 
 
 def test_an_answer_that_stalls_midway_is_a_timeout() -> None:
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-    threading.Thread(target=accept_each, args=(server, stop, _stalled_answer), daemon=True).start()
-    url = f"http://127.0.0.1:{server.getsockname()[1]}"
-    client = PromClient(PrometheusSettings(url=url, timeout=timedelta(seconds=1)))
-    try:
+    with (
+        serving(_stalled_answer) as url,
+        closing(PromClient(PrometheusSettings(url=url, timeout=timedelta(seconds=1)))) as client,
+    ):
         for ask in (client.vector, client.large_vector, client.pod_values):
             started = time.monotonic()
             with pytest.raises(MetricsUnavailable) as caught:
@@ -423,10 +422,6 @@ def test_an_answer_that_stalls_midway_is_a_timeout() -> None:
             message = str(caught.value)
             assert "stopped sending its answer: nothing came for 1s" in message, message
             assert "cannot reach" not in message  # it was reached, and answered part of it
-    finally:
-        client.close()
-        stop.set()
-        server.close()
 
 
 DRIP_SECONDS = 0.1  # one byte of the answer every this long: each read gets a byte well within the timeout
@@ -471,25 +466,19 @@ def _dripped_answer(framing: str) -> Callable[[socket.socket], None]:
     ],
 )
 def test_an_answer_still_coming_at_twice_the_timeout_is_cut_off(framing: str, ask: str) -> None:
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-    threading.Thread(target=accept_each, args=(server, stop, _dripped_answer(framing)), daemon=True).start()
-    url = f"http://127.0.0.1:{server.getsockname()[1]}"
-    client = PromClient(PrometheusSettings(url=url), timeout_seconds=0.5)
-    try:
+    with (
+        serving(_dripped_answer(framing)) as url,
+        closing(PromClient(PrometheusSettings(url=url), timeout_seconds=0.5)) as client,
+    ):
         started = time.monotonic()
         with pytest.raises(MetricsUnavailable) as caught:
             getattr(client, ask)("q", "q", END)
         elapsed = time.monotonic() - started
-        # the answer takes over 40 s to drip; cut at 1 s (2 s of slack for the timer thread's wake-up on a
-        # loaded machine: still far below the drip)
-        assert 1.0 <= elapsed < 3.0, elapsed
-        message = str(caught.value)
-        assert "did not finish its answer within 1s (twice prometheus.timeout)" in message, message
-    finally:
-        client.close()
-        stop.set()
-        server.close()
+    # the answer takes over 40 s to drip; cut at 1 s (2 s of slack for the timer thread's wake-up on a
+    # loaded machine: still far below the drip)
+    assert 1.0 <= elapsed < 3.0, elapsed
+    message = str(caught.value)
+    assert "did not finish its answer within 1s (twice prometheus.timeout)" in message, message
 
 
 def test_an_answer_behind_a_redirect_is_cut_off_at_the_same_deadline() -> None:
@@ -506,19 +495,11 @@ def test_an_answer_behind_a_redirect_is_cut_off_at_the_same_deadline() -> None:
             return
         drip(conn)
 
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-    threading.Thread(target=accept_each, args=(server, stop, handle), daemon=True).start()
-    client = PromClient(PrometheusSettings(url=f"http://127.0.0.1:{server.getsockname()[1]}"), timeout_seconds=0.5)
-    try:
+    with serving(handle) as url, closing(PromClient(PrometheusSettings(url=url), timeout_seconds=0.5)) as client:
         started = time.monotonic()
         with pytest.raises(MetricsUnavailable, match="did not finish its answer within 1s"):
             client.vector("q", "q", END)
         assert 1.0 <= time.monotonic() - started < 3.0  # the drip would take over 40 s
-    finally:
-        client.close()
-        stop.set()
-        server.close()
 
 
 def _over_tls(handle: Callable[[socket.socket], None], directory: Path) -> Callable[[socket.socket], None]:
@@ -537,21 +518,14 @@ def _over_tls(handle: Callable[[socket.socket], None], directory: Path) -> Calla
 @pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 def test_an_https_answer_still_coming_at_twice_the_timeout_is_cut_off(tmp_path: Path) -> None:
     """The deadline shuts the TLS connection down under its read as well."""
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-    handle = _over_tls(_dripped_answer("chunked"), tmp_path)
-    threading.Thread(target=accept_each, args=(server, stop, handle), daemon=True).start()
-    settings = PrometheusSettings(url=f"https://127.0.0.1:{server.getsockname()[1]}", verifyTls=False)
-    client = PromClient(settings, timeout_seconds=0.5)
-    try:
+    with (
+        serving(_over_tls(_dripped_answer("chunked"), tmp_path), "https") as url,
+        closing(PromClient(PrometheusSettings(url=url, verifyTls=False), timeout_seconds=0.5)) as client,
+    ):
         started = time.monotonic()
         with pytest.raises(MetricsUnavailable, match="did not finish its answer within 1s"):
             client.large_vector("q", "q", END)
         assert 1.0 <= time.monotonic() - started < 3.0  # the drip would take over 40 s
-    finally:
-        client.close()
-        stop.set()
-        server.close()
 
 
 @pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
@@ -562,18 +536,12 @@ def test_verify_tls_false_holds_beside_a_ca_bundle_named_in_the_environment(
     takes an untrusted certificate when the policy says verifyTls: false."""
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", requests.certs.where())
     connections: list[socket.socket] = []
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-    handle = _over_tls(_keep_alive_answers(connections), tmp_path)
-    threading.Thread(target=accept_each, args=(server, stop, handle), daemon=True).start()
-    client = PromClient(PrometheusSettings(url=f"https://127.0.0.1:{server.getsockname()[1]}", verifyTls=False))
-    try:
+    with (
+        serving(_over_tls(_keep_alive_answers(connections), tmp_path), "https") as url,
+        closing(PromClient(PrometheusSettings(url=url, verifyTls=False))) as client,
+    ):
         assert client.vector("q", "q", END) == [(AB, 0.25)]
         assert client.large_vector("q", "q", END) == [(AB, 0.25)]
-    finally:
-        client.close()
-        stop.set()
-        server.close()
 
 
 def _keep_alive_answers(connections: list[socket.socket]) -> Callable[[socket.socket], None]:
@@ -594,20 +562,15 @@ def _keep_alive_answers(connections: list[socket.socket]) -> Callable[[socket.so
 
 def test_an_answer_read_in_time_leaves_its_connection_open_past_the_deadline() -> None:
     connections: list[socket.socket] = []
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-    threading.Thread(target=accept_each, args=(server, stop, _keep_alive_answers(connections)), daemon=True).start()
-    client = PromClient(PrometheusSettings(url=f"http://127.0.0.1:{server.getsockname()[1]}"), timeout_seconds=0.5)
-    try:
+    with (
+        serving(_keep_alive_answers(connections)) as url,
+        closing(PromClient(PrometheusSettings(url=url), timeout_seconds=0.5)) as client,
+    ):
         for _ in range(2):
             assert client.large_vector("q", "q", END) == [(AB, 0.25)]
             assert client.vector("q", "q", END) == [(AB, 0.25)]
             time.sleep(1.2)  # past the 1 s deadline of each answer: a deadline left armed would shut the socket
         assert len(connections) == 1  # every query went over the first connection, kept alive
-    finally:
-        client.close()
-        stop.set()
-        server.close()
 
 
 def _answers_after(delays: list[float], connections: list[socket.socket]) -> Callable[[socket.socket], None]:
@@ -631,24 +594,17 @@ def test_a_late_deadline_never_cuts_the_pooled_connection_another_query_took() -
     checks come after), and another thread's query may take it at once: the first answer's deadline passing
     then must not shut that other query's answer down."""
     connections: list[socket.socket] = []
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-    threading.Thread(
-        target=accept_each, args=(server, stop, _answers_after([0.0, 1.0], connections)), daemon=True
-    ).start()
-    url = f"http://127.0.0.1:{server.getsockname()[1]}/"
-    session = requests.Session()
     first = AnswerDeadline(time.monotonic() + 0.3)  # armed on the first answer, not yet disarmed
-    try:
-        assert session.get(url, timeout=5, hooks={"response": lambda response, **_: first.arm(response)}).text == "ok"
-        second = session.get(url, timeout=5)  # the pooled connection: answered after the first deadline
-        assert second.text == "ok"
-        assert len(connections) == 1 and not first.cut
-    finally:
-        first.disarm()
-        session.close()
-        stop.set()
-        server.close()
+    with serving(_answers_after([0.0, 1.0], connections)) as base, requests.Session() as session:
+        url = base + "/"
+        try:
+            hooks = {"response": lambda response, **_: first.arm(response)}
+            assert session.get(url, timeout=5, hooks=hooks).text == "ok"
+            second = session.get(url, timeout=5)  # the pooled connection: answered after the first deadline
+            assert second.text == "ok"
+            assert len(connections) == 1 and not first.cut
+        finally:
+            first.disarm()
 
 
 def answer(*series: dict[str, Any]) -> dict[str, Any]:
