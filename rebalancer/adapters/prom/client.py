@@ -301,8 +301,8 @@ class PromClient:
         self._last.deadline = AnswerDeadline(started + self.answer_deadline_seconds)
         try:
             yield
-        except MetricsMalformed as exc:  # an answer ended by the connection (no length, not chunked) reads as cut short
-            if self._last.deadline.cut:
+        except (MetricsUnavailable, MetricsMalformed) as exc:  # a failed read, or an answer ended by the
+            if self._last.deadline.cut:  # connection (no length, not chunked) that reads as cut short
                 raise self._cut_off(name) from exc
             raise
         finally:
@@ -314,10 +314,7 @@ class PromClient:
     def _transport_errors(self, name: str) -> Iterator[None]:
         try:
             yield
-        except requests.RequestException as exc:
-            deadline: AnswerDeadline | None = getattr(self._last, "deadline", None)
-            if deadline is not None and deadline.cut:
-                raise self._cut_off(name) from exc
+        except requests.RequestException as exc:  # one the deadline cut: _timed says so
             raise self._transport_error(name, exc) from exc
 
     def _cut_off(self, name: str) -> MetricsUnavailable:
