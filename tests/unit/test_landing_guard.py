@@ -3,6 +3,8 @@ foreign taints never touched (table, then properties)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -267,6 +269,23 @@ def test_the_cap_marks_relieved_then_hottest_and_never_the_whole_pool() -> None:
     assert [(c.node, c.reason) for c in off.changes] == [("a", "over-cap")], "fraction 0: every mark goes"
 
 
+def test_the_cap_counts_only_nodes_that_take_pods_and_their_marks_go_first() -> None:
+    """Two of four nodes cordoned or NotReady: a NoSchedule guard at fraction 1 marks one of the other two,
+    never both (the replacements would have nowhere to go), and a mark on a cordoned node yields its room."""
+    shut = [replace(plain("a", HOT, usage=99), takes_pods=False), replace(plain("b", HOT), takes_pods=False)]
+    nodes = [*shut, plain("c", HOT, usage=90), plain("d", HOT, usage=80)]
+    decision = decide(nodes, guard(fraction=1.0, effect="NoSchedule"), ME, NOW)
+    assert [(c.node, c.action) for c in decision.changes] == [("c", Action.SET)]
+    assert {n.node for n in decision.notes} == {"a", "b", "d"}
+    drained = replace(marked("a", HOT, MarkReason.RELIEVED, NOW + 500), takes_pods=False)
+    moved = decide([drained, plain("c", HOT), plain("d", NORMAL)], guard(fraction=0.5), ME, NOW)  # room: 1 of 2
+    assert [(c.node, c.action, c.reason) for c in moved.changes] == [
+        ("a", Action.CLEAR, "over-cap"),
+        ("c", Action.SET, "hot"),
+    ]
+    assert decide(shut, guard(fraction=1.0), ME, NOW).changes == (), "a pool that takes no pods gets no mark"
+
+
 def test_a_hotter_node_does_not_take_an_existing_mark_over_the_cap() -> None:
     existing = marked("a", HOT, MarkReason.HOT, NOW + 800)
     nodes = [GuardedNode("a", "p", HOT, False, existing.taints, existing.annotation, 80.0), plain("b", HOT, usage=95)]
@@ -380,7 +399,8 @@ def cluster_nodes(draw: st.DrawFn) -> list[GuardedNode]:
             if draw(st.booleans()):  # the taint too, unless the drawn taints already hold the key (foreign)
                 taints = (*taints, mark.taint())
         out.append(GuardedNode(f"n{i}", draw(st.sampled_from(["p", "q"])), draw(st.sampled_from(list(NodeClass))),
-                               draw(st.booleans()), taints, annotation, draw(st.none() | st.floats(0, 200))))  # fmt: skip
+                               draw(st.booleans()), taints, annotation, draw(st.none() | st.floats(0, 200)),
+                               takes_pods=draw(st.integers(0, 3)) > 0))  # fmt: skip
     return out
 
 
@@ -390,7 +410,7 @@ def _after(node: GuardedNode, decision: GuardDecision) -> GuardedNode:
         return node
     edit = apply_change(change, node.taints, node.annotation)
     assert edit is not None, "a change decided on a node must apply to that same node"
-    return GuardedNode(node.name, node.pool, node.node_class, False, edit.taints, edit.annotation, node.usage_pct)
+    return replace(node, relieved=False, taints=edit.taints, annotation=edit.annotation)
 
 
 @settings(max_examples=300, deadline=None)
@@ -404,12 +424,15 @@ def test_foreign_taints_are_never_changed_and_the_cap_holds(nodes: list[GuardedN
             assert now == before, "a node with a foreign taint of the key or annotation is never changed"
         assert [t for t in before.taints if t.key != GUARD_KEY] == [t for t in now.taints if t.key != GUARD_KEY]
     in_p = [n for n in after if n.pool == "p"]
+    open_nodes = [n for n in in_p if n.takes_pods]
     own = sum(1 for n in in_p if isinstance(n.state, Mark))
     foreign = sum(1 for n in in_p if isinstance(n.state, Foreign))
-    assert own <= max(0, pool_cap(policy.pools[0], len(in_p)) - foreign) or own == 0
+    assert own <= max(0, pool_cap(policy.pools[0], len(open_nodes)) - foreign) or own == 0
+    if own:
+        assert any(n.state is None for n in open_nodes), "a node that takes pods is always left without the key"
     assert all(not isinstance(n.state, Mark | Orphan) for n in after if n.pool == "q"), "pool q has no guard"
     # made one by one in the order given (the clears first), no moment has more marks than before or the cap
-    room = max(0, pool_cap(policy.pools[0], len(in_p)) - foreign)
+    room = max(0, pool_cap(policy.pools[0], len(open_nodes)) - foreign)
     current = {n.name: n for n in nodes}
     ceiling = max(room, sum(1 for n in nodes if n.pool == "p" and isinstance(n.state, Mark)))
     for change in decision.changes:
@@ -424,8 +447,7 @@ def test_every_mark_is_gone_after_its_expiry_once_nothing_renews_it(nodes: list[
     cycle after every expiry leaves no mark of the project anywhere."""
     policy = guard(fraction=fraction)
     after = [_after(n, decide(nodes, policy, ME, NOW)) for n in nodes]
-    cooled = [GuardedNode(n.name, n.pool, COLD if n.node_class is HOT else n.node_class, False, n.taints,
-                          n.annotation, n.usage_pct) for n in after]  # fmt: skip
+    cooled = [replace(n, node_class=COLD if n.node_class is HOT else n.node_class, relieved=False) for n in after]
     later = NOW + 4000  # beyond every expiry drawn or set (at most NOW + 2000, or NOW + 900)
     final = [_after(n, decide(cooled, policy, ME, later)) for n in cooled]
     assert not any(isinstance(n.state, Mark | Orphan) for n in final)
@@ -440,8 +462,7 @@ def test_deciding_again_on_what_was_written_writes_nothing(nodes: list[GuardedNo
     after = []
     for node in nodes:
         written = _after(node, decision)
-        after.append(GuardedNode(node.name, node.pool, node.node_class, node.relieved, written.taints,
-                                 written.annotation, node.usage_pct))  # fmt: skip
+        after.append(replace(node, taints=written.taints, annotation=written.annotation))
     assert decide(after, policy, ME, NOW).changes == ()
 
 

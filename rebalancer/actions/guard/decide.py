@@ -31,13 +31,15 @@ Rules, per node of a pool with a guard (``landingGuard.pools``):
   cooled: missing data says nothing about the node's load, so it is kept until its expiry, when it goes
   whatever the node's state (``expired``). A mark nobody renews always ends at its expiry: that bounds
   how long a mark can outlive a crashed instance.
-- at most ``maxMarkedFraction`` of the pool's nodes (rounded down), and never all of them, carry the
-  key at once (taints of the key the project did not set count too): relieved nodes first (ahead of the
-  evictions: every node the plan may relieve, ``relievable``, so that which of them the cap leaves
-  unmarked does not depend on the plan, and the landing prediction, made on this decision before planning,
-  sees the marks the guard sets), then the
-  marks already there (no swapping), then the hottest (the most over a target, relative to it); new marks beyond the cap are not set (``capped``
-  note), and existing marks beyond it (the fraction was lowered, the pool shrank) are cleared (``over-cap``).
+- at most ``maxMarkedFraction`` of the pool's nodes that take pods (neither cordoned nor NotReady), rounded
+  down, and never all of them, carry the key at once. Taints of the key the project did not set count too,
+  and so do marks on nodes that take no pods, which rank last (a mark there steers nothing). Then relieved
+  nodes come first (ahead of the evictions: every node the plan may relieve, ``relievable``, so that which
+  of them the cap leaves unmarked does not depend on the plan, and the landing prediction, made on this
+  decision before planning, sees the marks the guard sets), then the marks already there (no swapping),
+  then the hottest (the most over a target, relative to it). New marks beyond the cap are not set
+  (``capped`` note), and existing marks beyond it (the fraction was lowered, the pool shrank, a node was
+  cordoned) are cleared (``over-cap``).
 - a pool without a guard (never had one, or the policy dropped it) keeps no mark (``guard-off``).
 - any instance renews and clears the project's marks, whoever wrote them (only the leader acts):
   after a crash, failover or a CronJob's next run, the hold of a relieved node is honoured and the
@@ -67,7 +69,7 @@ from rebalancer.domain.guard_marks import (
     read_mark,
     with_mark,
 )
-from rebalancer.domain.model import Taint
+from rebalancer.domain.model import Node, Taint
 from rebalancer.domain.settings.guard import LandingGuardSettings, PoolGuardSettings
 from rebalancer.planning.plan import EvictionPlan, NodeClass
 from rebalancer.planning.snapshot import ClusterSnapshot
@@ -102,6 +104,7 @@ class GuardedNode:
     # quarter above); None: not known, the usage alone ranks it
     over_target: float | None = None
     relievable: bool = False  # the plan may relieve it (a hot node, ahead of the evictions): ranks as relieved
+    takes_pods: bool = True  # neither cordoned nor NotReady: a replacement could land there
 
     @property
     def state(self) -> MarkState:
@@ -186,6 +189,7 @@ def guarded_nodes(
                 usage.get(name),
                 over.get(name),
                 name in relievable,
+                takes_pods(node),
             )
         )
     return tuple(out)
@@ -194,9 +198,15 @@ def guarded_nodes(
 MARK_CLOCK_SKEW_SECONDS = 60.0
 
 
+def takes_pods(node: Node) -> bool:
+    """A replacement could land on ``node``: it is neither cordoned nor NotReady."""
+    return node.ready and not node.unschedulable
+
+
 def pool_sizes(snapshot: ClusterSnapshot) -> dict[str, int]:
-    """How many nodes each pool of the snapshot has (what a pool's cap is a fraction of)."""
-    return dict(Counter(snapshot.pool_of.values()))
+    """How many nodes of each pool of the snapshot take pods (what a pool's cap is a fraction of): a cordoned
+    or NotReady node takes no replacement, so marking every other node would leave them nowhere to go."""
+    return dict(Counter(snapshot.pool_of[name] for name, node in snapshot.nodes.items() if takes_pods(node)))
 
 
 def pool_cap(settings: PoolGuardSettings, pool_size: int) -> int:
@@ -213,7 +223,8 @@ def decide(
 ) -> GuardDecision:
     """The changes that bring every node's mark in line with the rules above. ``nodes``: every node of
     the cluster, or at least every one the rules can change or note (:func:`guarded_nodes`); ``sizes``:
-    each pool's number of nodes, which its cap is a fraction of (None: the nodes given are the whole pools)."""
+    each pool's number of nodes that take pods, which its cap is a fraction of (None: the nodes given are the
+    whole pools)."""
     by_pool: dict[str, list[GuardedNode]] = {}
     for node in nodes:
         by_pool.setdefault(node.pool, []).append(node)
@@ -224,7 +235,8 @@ def decide(
         if guard is None:
             changes.extend(_clear(n, ClearReason.GUARD_OFF) for n in members if isinstance(n.state, Mark | Orphan))
             continue
-        size = len(members) if sizes is None else max(sizes.get(pool, 0), len(members))
+        open_members = sum(1 for n in members if n.takes_pods)
+        size = open_members if sizes is None else max(sizes.get(pool, 0), open_members)
         _decide_pool(members, size, guard, owner, now, changes, notes)
     changes.sort(key=lambda c: c.action is not Action.CLEAR)  # clears first: no moment above the cap
     return GuardDecision(tuple(changes), tuple(notes))
@@ -368,8 +380,8 @@ def _within_policy(mark: Mark, guard: PoolGuardSettings, now: float) -> float:
     return float(int(longest)) if mark.expires > longest + MARK_CLOCK_SKEW_SECONDS else mark.expires
 
 
-def _priority(want: _Want) -> tuple[int, int, float, float, str]:
-    """Relieved (or, ahead of the evictions, about to be: any node the plan may relieve) before hot; then marks
+def _priority(want: _Want) -> tuple[bool, int, int, float, float, str]:
+    """Nodes that take pods before the others (cordoned, NotReady); then relieved (or, ahead of the evictions, about to be: any node the plan may relieve) before hot; then marks
     already there (no swap of two nodes' marks, two writes, each time
     their usage ranks change); then the hottest: the most over a target (a node far over its memory target
     before one barely over its CPU target), then the highest usage; then by name."""
@@ -377,7 +389,7 @@ def _priority(want: _Want) -> tuple[int, int, float, float, str]:
     new = 1 if want.previous is None or want.orphan else 0
     node = want.node
     over = math.inf if node.over_target is None else -node.over_target  # unknown: after every known one
-    return (relieved, new, over, -(node.usage_pct or 0.0), node.name)
+    return (not node.takes_pods, relieved, new, over, -(node.usage_pct or 0.0), node.name)
 
 
 def _clear(node: GuardedNode, reason: ClearReason) -> Change:

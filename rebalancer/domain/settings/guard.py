@@ -39,8 +39,9 @@ class PoolGuardSettings(Model):
         default=0.5,
         ge=0,
         le=1,
-        description="At most this fraction of the pool's nodes (rounded down) carries the taint at once, and "
-        "never every node: a pool fully tainted NoSchedule would leave its replicas nowhere to go. 0: no node "
+        description="At most this fraction of the pool's nodes that take pods (neither cordoned nor NotReady), "
+        "rounded down, carries the taint at once, and never all of them: a pool fully tainted NoSchedule would "
+        "leave its replicas nowhere to go. 0: no node "
         "is marked and every mark is cleared (how to turn the guard off while the chart still grants patch nodes).",
     )
 
