@@ -14,6 +14,9 @@ A real Prometheus scrapes it with one of two configs:
   target kind Node) and ``namespace``/``pod`` to a node-exporter target (kind Pod); node-exporter's
   ``relabelings`` are empty, so its ``instance`` stays the pod's ip:port. kube-state-metrics is scraped
   with ``honorLabels: true``.
+  With ``resource=True``, as with ``kubelet.serviceMonitor.resource: true``, the kubelet's
+  ``/metrics/resource`` endpoint is scraped too: the same containers' CPU and working set a second time,
+  under the same ``job`` (``kubelet``) and told apart only by ``metrics_path``.
 * :func:`plain_cadvisor`: a hand-written scrape of the kubelet's cAdvisor endpoint that keeps every cgroup
   and names the node in ``node``; no node_exporter.
 """
@@ -101,6 +104,27 @@ class LiveCluster:
             both(f'container="POD",id="{cgroup}/pause",image="pause:3.9",{base}', pod.pause_cores, 0)
         return "\n".join(lines) + "\n"
 
+    def resource(self, node: str) -> str:
+        """The kubelet's /metrics/resource of ``node``: each container once (no pod-level or pause series, no
+        ``id``), the pod and the node, every sample with its own timestamp as the kubelet gives it."""
+        stamp = int(time.time() * 1000)
+        lines = ["# TYPE container_cpu_usage_seconds_total counter", "# TYPE container_memory_working_set_bytes gauge"]
+        for pod in self.pods_on(node):
+            labels = f'container="app",namespace="{pod.namespace}",pod="{pod.name}"'
+            lines.append(f"container_cpu_usage_seconds_total{{{labels}}} {self.counter(pod.cores)} {stamp}")
+            lines.append(f"container_memory_working_set_bytes{{{labels}}} {pod.memory} {stamp}")
+        lines.append("# TYPE pod_cpu_usage_seconds_total counter")
+        for pod in self.pods_on(node):
+            cores = self.counter(pod.cores + pod.pause_cores)
+            lines.append(f'pod_cpu_usage_seconds_total{{namespace="{pod.namespace}",pod="{pod.name}"}} {cores} {stamp}')
+        lines += [
+            "# TYPE node_cpu_usage_seconds_total counter",
+            f"node_cpu_usage_seconds_total {self.counter(self.node_cores(node))} {stamp}",
+            "# TYPE resource_scrape_error gauge",
+            "resource_scrape_error 0",
+        ]
+        return "\n".join(lines) + "\n"
+
     def node_exporter(self, node: str) -> str:
         busy = self.node_cores(node) / CPUS
         lines = ["# TYPE node_cpu_seconds_total counter"]
@@ -143,8 +167,8 @@ def node_exporter_pod(node: str) -> str:
 
 
 class LiveExporter:
-    """The cluster's endpoints over HTTP: ``/kubelet/<node>/metrics/cadvisor``, ``/node-exporter/<node>/metrics``
-    (only on nodes that run one), ``/kube-state-metrics/metrics``."""
+    """The cluster's endpoints over HTTP: ``/kubelet/<node>/metrics/cadvisor`` and ``/metrics/resource``,
+    ``/node-exporter/<node>/metrics`` (only on nodes that run one), ``/kube-state-metrics/metrics``."""
 
     def __init__(self, cluster: LiveCluster) -> None:
         self.cluster = cluster
@@ -170,8 +194,11 @@ class LiveExporter:
     def body(self, path: str) -> str | None:
         parts = path.strip("/").split("/")
         names = {n.name for n in self.cluster.nodes}
-        if parts[:1] == ["kubelet"] and len(parts) == 4 and parts[1] in names:
-            return self.cluster.cadvisor(parts[1])
+        if parts[:1] == ["kubelet"] and len(parts) == 4 and parts[1] in names and parts[2] == "metrics":
+            if parts[3] == "cadvisor":
+                return self.cluster.cadvisor(parts[1])
+            if parts[3] == "resource":
+                return self.cluster.resource(parts[1])
         if parts[:1] == ["node-exporter"] and len(parts) == 3 and parts[1] in names:
             return self.cluster.node_exporter(parts[1]) if self.cluster.node(parts[1]).node_exporter else None
         if parts == ["kube-state-metrics", "metrics"]:
@@ -214,22 +241,27 @@ KPS_CADVISOR_METRIC_RELABELINGS: tuple[Mapping[str, object], ...] = (
 )
 
 
-def _kubelet_job(cluster: LiveCluster, address: str, metric_relabel: tuple[Mapping[str, object], ...]) -> dict:
-    """The kubelet's cAdvisor endpoint of every node: a target per node, ``node`` added as the Prometheus
-    Operator adds it to a kubelet Endpoints target (kind Node), ``instance`` the kubelet's ip:port."""
+def _kubelet_job(
+    cluster: LiveCluster, address: str, metric_relabel: tuple[Mapping[str, object], ...], endpoint: str = "cadvisor"
+) -> dict:
+    """A kubelet endpoint (``/metrics/cadvisor`` or ``/metrics/resource``) of every node: a target per node,
+    ``node`` added as the Prometheus Operator adds it to a kubelet Endpoints target (kind Node), ``instance``
+    the kubelet's ip:port, ``job`` the kubelet Service's (every endpoint of the ServiceMonitor shares it) and
+    ``metrics_path`` the path on the kubelet (this server's has the node in front of it)."""
     return {
-        "job_name": "kubelet",
+        "job_name": "kubelet" if endpoint == "cadvisor" else f"kubelet-{endpoint}",
         "honor_labels": True,
         "static_configs": [
             {
                 "targets": [address],
-                "labels": {"node": n.name, "__metrics_path__": f"/kubelet/{n.name}/metrics/cadvisor"},
+                "labels": {"node": n.name, "__metrics_path__": f"/kubelet/{n.name}/metrics/{endpoint}"},
             }
             for n in cluster.nodes
         ],
         "relabel_configs": [
             {"source_labels": ["node"], "target_label": "instance", "regex": "(.*)", "replacement": "$1:10250"},
-            {"source_labels": ["__metrics_path__"], "target_label": "metrics_path"},
+            {"target_label": "job", "replacement": "kubelet"},
+            {"source_labels": ["__metrics_path__"], "target_label": "metrics_path", "regex": "/kubelet/[^/]+(/.+)"},
         ],
         "metric_relabel_configs": list(metric_relabel),
     }
@@ -244,7 +276,7 @@ def _ksm_job(address: str) -> dict:
     }
 
 
-def kube_prometheus_stack(cluster: LiveCluster, address: str) -> list[dict]:
+def kube_prometheus_stack(cluster: LiveCluster, address: str, *, resource: bool = False) -> list[dict]:
     node_exporters = [
         {
             "targets": [address],
@@ -270,6 +302,7 @@ def kube_prometheus_stack(cluster: LiveCluster, address: str) -> list[dict]:
             "relabel_configs": [{"source_labels": ["__address_ip"], "target_label": "instance"}],
         },
         _ksm_job(address),
+        *([_kubelet_job(cluster, address, (), endpoint="resource")] if resource else []),
     ]
 
 

@@ -5,11 +5,14 @@ kube-state-metrics: tests/adapters/monitoring_shapes.py) with kube-prometheus-st
 which drops cAdvisor's root cgroup, or with a plain scrape that keeps it. ``rebalancer plan`` runs on
 config/low-node-utilization.yaml as shipped, only the Prometheus URL set and the window shortened to what
 seconds of scraping hold (the node sources and their queries are the file's). cold-2 runs no node_exporter:
-under kube-prometheus-stack it is read from the sum of its pods.
+under kube-prometheus-stack it is read from the sum of its pods. A third Prometheus scrapes the kubelet's
+``/metrics/resource`` too (kube-prometheus-stack's ``kubelet.serviceMonitor.resource: true``): the user
+guide's filter for that second scrape of the containers is checked there.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import urllib.request
@@ -22,6 +25,7 @@ import yaml
 
 from rebalancer.adapters.prom import PrometheusUsageSource
 from rebalancer.app.cli import main
+from rebalancer.domain.settings.shared import DEFAULT_POD_CPU_QUERY, DEFAULT_POD_MEMORY_QUERY
 from rebalancer.policy import load_policy
 from tests.adapters.monitoring_shapes import (
     LiveCluster,
@@ -89,6 +93,11 @@ def plain(start_prometheus: StartPrometheus, exporter: LiveExporter) -> Promethe
     return scraped(start_prometheus, exporter, plain_cadvisor)
 
 
+@pytest.fixture(scope="module")
+def kps_resource(start_prometheus: StartPrometheus, exporter: LiveExporter) -> PrometheusServer:
+    return scraped(start_prometheus, exporter, functools.partial(kube_prometheus_stack, resource=True))
+
+
 def build_cluster(plane: ControlPlane) -> None:
     for node in CLUSTER.nodes:
         api_made.add(plane, b.node(node.name, cpu="4", memory="16Gi"))
@@ -106,10 +115,11 @@ def build_cluster(plane: ControlPlane) -> None:
         )  # fmt: skip
 
 
-def shipped_policy(path: Path, url: str) -> Path:
-    """config/low-node-utilization.yaml with the URL set and the window shortened, nothing else changed."""
+def shipped_policy(path: Path, url: str, **prometheus: Any) -> Path:
+    """config/low-node-utilization.yaml with the URL set and the window shortened, nothing else changed
+    (but the ``prometheus`` settings given)."""
     document = yaml.safe_load(SHIPPED.read_text())
-    document["prometheus"] |= {"url": url, **SHORT}
+    document["prometheus"] |= {"url": url, **SHORT, **prometheus}
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
 
@@ -226,3 +236,60 @@ def test_the_efficiency_reference_reads_both_shapes(shape: str, request: pytest.
     hot = prometheus.query(definition.query.replace("[5m]", f"[{SHORT['window']}]"), now)
     assert isinstance(hot, dict)
     assert {r["metric"]["node"] for r in hot["result"]} == {"hot-1"}  # 3.36 of 4 cores: above 80%
+
+
+# -- a second scrape of the same containers ---------------------------------------------------------
+
+
+def cadvisor_only(query: str) -> str:
+    """The user guide's filter for a second scrape of the containers: the cAdvisor scrape's label added to the
+    pod query's selector, the rest of the shipped query as it is."""
+    filtered = query.replace('container!="POD"', 'container!="POD", metrics_path="/metrics/cadvisor"')
+    assert filtered != query
+    return filtered
+
+
+def filtered_policy(path: Path, url: str) -> Path:
+    queries = {"podCpu": cadvisor_only(DEFAULT_POD_CPU_QUERY), "podMemory": cadvisor_only(DEFAULT_POD_MEMORY_QUERY)}
+    return shipped_policy(path, url, queries=queries)
+
+
+def test_the_resource_endpoint_doubles_pods_until_the_documented_filter_keeps_one_scrape(
+    kps_resource: PrometheusServer, tmp_path: Path
+) -> None:
+    """Under kube-prometheus-stack with ``kubelet.serviceMonitor.resource: true`` the shipped queries read
+    every pod twice; with ``metrics_path="/metrics/cadvisor"`` in podCpu and podMemory, as the user guide
+    says, once. Tolerance: 20 m a pod, the scrape's timing over a 4 s rate."""
+    series = kps_resource.query(
+        "count by (job, metrics_path) (container_cpu_usage_seconds_total{pod='api-0'})", time.time()
+    )
+    assert isinstance(series, dict)
+    scrapes = {(r["metric"]["job"], r["metric"]["metrics_path"]) for r in series["result"]}
+    assert scrapes == {("kubelet", "/metrics/cadvisor"), ("kubelet", "/metrics/resource")}, "job tells them not apart"
+    shipped = shipped_policy(tmp_path / "shipped.yaml", kps_resource.url)
+    filtered = filtered_policy(tmp_path / "filtered.yaml", kps_resource.url)
+
+    for path, times in ((shipped, 2), (filtered, 1)):
+        with PrometheusUsageSource(load_policy(path).prometheus) as source:
+            report = source.read(time.time(), memory=True)
+        for pod in CLUSTER.all_pods():
+            key = (pod.namespace, pod.name)
+            assert report.pod_cpu_m[key] == pytest.approx(times * pod.cores * 1000, abs=20), (path.name, key)
+            assert report.pod_memory[key] == times * pod.memory, (path.name, key)
+        for name in ("hot-1", "cold-1"):  # node_exporter's reading is not the containers'
+            assert report.node_cpu_m[name] == pytest.approx(CLUSTER.node_cores(name) * 1000, abs=20), name
+
+
+def test_with_the_filter_the_sum_of_pods_reads_a_node_once(
+    api_cluster: ControlPlane, api_kubeconfig: Path, kps_resource: PrometheusServer, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """cold-2 (no node_exporter) is read as the sum of its pods: twice its usage with the shipped queries
+    under the second scrape, once with the filter. Tolerance: 20 m, as above."""
+    build_cluster(api_cluster)
+    for path, times in ((shipped_policy, 2), (filtered_policy, 1)):
+        code, record = plan_json(api_kubeconfig, path(tmp_path / "policy.yaml", kps_resource.url), capsys)
+        assert code == 0, record["blocked"]
+        cold = nodes_of(record)["cold-2"]
+        assert cold["usageSource"] == "podSum"
+        assert cold["usageM"] == pytest.approx(times * CLUSTER.pod_sum_cores("cold-2") * 1000, abs=20), path
