@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 import requests
+import urllib3
 from prometheus_api_client.exceptions import PrometheusApiClientException
 
 from rebalancer.adapters.prom import PrometheusUsageSource
@@ -594,8 +595,9 @@ def test_a_late_deadline_never_cuts_the_pooled_connection_another_query_took() -
     checks come after), and another thread's query may take it at once: the first answer's deadline passing
     then must not shut that other query's answer down."""
     connections: list[socket.socket] = []
-    first = AnswerDeadline(time.monotonic() + 0.3)  # armed on the first answer, not yet disarmed
-    with serving(_answers_after([0.0, 1.0], connections)) as base, requests.Session() as session:
+    # armed on the first answer, not yet disarmed; 1 s for the first answer to arrive on a loaded machine
+    first = AnswerDeadline(time.monotonic() + 1.0)
+    with serving(_answers_after([0.0, 2.0], connections)) as base, requests.Session() as session:
         url = base + "/"
         try:
             hooks = {"response": lambda response, **_: first.arm(response)}
@@ -605,6 +607,87 @@ def test_a_late_deadline_never_cuts_the_pooled_connection_another_query_took() -
             assert len(connections) == 1 and not first.cut
         finally:
             first.disarm()
+
+
+def test_a_deadline_passing_as_its_answer_goes_back_to_the_pool_spares_the_query_that_takes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """urllib3 puts a connection back in the pool before the answer lets go of it: a deadline passing in
+    between must not shut down the connection another thread's query has taken meanwhile. The pool is held
+    in that window until the deadline has passed (a timer that cannot act then waits for the window to close)."""
+    connections: list[socket.socket] = []
+    second_sent, answer_second = threading.Event(), threading.Event()
+
+    def handle(conn: socket.socket) -> None:
+        connections.append(conn)
+        with conn, contextlib.suppress(OSError):
+            for n in range(2):
+                if not conn.recv(65536):
+                    return
+                if n == 1:
+                    second_sent.set()
+                    answer_second.wait(10)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+            conn.recv(65536)
+
+    before = set(threading.enumerate())
+    first = AnswerDeadline(time.monotonic() + 1.0)  # 1 s for the first answer to arrive on a loaded machine
+    second: list[object] = []
+    put_conn = urllib3.HTTPConnectionPool._put_conn
+
+    def put_then_hold(pool: urllib3.HTTPConnectionPool, conn: Any) -> None:
+        put_conn(pool, conn)
+        if conn is None or second:
+            return
+        second.append("asked")
+        other = threading.Thread(target=lambda: second.append(ask(session.get)))
+        other.start()
+        assert second_sent.wait(10)  # the other query has taken the connection and sent its request
+        for timer in set(threading.enumerate()) - before:
+            if isinstance(timer, threading.Timer):
+                timer.join(2.0)  # the first deadline passes 1 s after it was set
+        answer_second.set()
+        other.join(10)
+
+    def ask(get: Callable[..., requests.Response]) -> object:
+        try:
+            return get(url, timeout=10).text
+        except requests.RequestException as exc:
+            return exc
+
+    monkeypatch.setattr(urllib3.HTTPConnectionPool, "_put_conn", put_then_hold)
+    with serving(handle) as base, requests.Session() as session:
+        url = base + "/"
+        try:
+            hooks = {"response": lambda response, **_: first.arm(response)}
+            assert session.get(url, timeout=10, hooks=hooks).text == "ok"
+        finally:
+            first.disarm()
+        assert second == ["asked", "ok"]
+        assert len(connections) == 1 and not first.cut
+
+
+def test_a_redirect_cut_off_is_not_followed_past_the_deadline() -> None:
+    """requests reads a redirect's answer to its end before following it, and follows it even when that read
+    fails: a redirect's answer cut by the deadline leaves the answer it leads to under the deadline, cut at once."""
+    drip = _dripped_answer("length")
+
+    def handle(conn: socket.socket) -> None:
+        if not conn.recv(65536, socket.MSG_PEEK).startswith(b"GET /api/"):
+            drip(conn)
+            return
+        with conn, contextlib.suppress(OSError):  # a redirect whose own answer drips for 4 s
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: /moved/query\r\nContent-Length: 40\r\n\r\n")
+            for _ in range(40):
+                conn.sendall(b"x")
+                time.sleep(DRIP_SECONDS)
+
+    with serving(handle) as url, closing(PromClient(PrometheusSettings(url=url), timeout_seconds=0.5)) as client:
+        started = time.monotonic()
+        with pytest.raises(MetricsUnavailable, match="did not finish its answer within 1s"):
+            client.vector("q", "q", END)
+        assert 1.0 <= time.monotonic() - started < 3.0  # the redirect would take 4 s, the drip after it 40 s
 
 
 def answer(*series: dict[str, Any]) -> dict[str, Any]:

@@ -7,9 +7,14 @@ when the deadline passes: the read in progress then ends at once, whatever layer
 TLS) it is in, and the request fails with a ``requests`` error that ``cut`` tells apart.
 
 An answer read to its end gives its connection back to the pool (urllib3 does so as it reads the last
-bytes, before the reading thread gets control back), where another thread's query may take it at once:
-the deadline cuts only a connection its answer still holds (urllib3's ``HTTPResponse.shutdown`` refuses
-one released), never a pooled one, however late the timer runs.
+bytes, before the reading thread gets control back), where another thread's query may take it at once.
+urllib3 puts the connection in the pool before the answer lets go of it, so its own check in
+``HTTPResponse.shutdown`` can pass on a connection already pooled (perhaps taken): the answer here gives
+its connection back under the deadline's lock, and the deadline cuts only an answer that still holds its
+connection, never a pooled one, however late the timer runs.
+
+A deadline that passes between two answers of a query (after a redirect's answer, perhaps cut, which
+requests follows all the same) cuts the next answer as soon as its headers arrive.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ class AnswerDeadline:
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
         self._raw: urllib3.HTTPResponse | None = None  # the answer being read, which the deadline cuts
-        self._done = False
+        self._done = False  # disarmed: the query has its answer, or has failed
+        self._passed = False  # the deadline has passed: an answer armed from now on is cut at once
         self._cut = False
 
     def arm(self, response: requests.Response) -> None:
@@ -47,7 +53,10 @@ class AnswerDeadline:
             if self._done:
                 return
             self._raw = raw
-            if self._timer is None:
+            self._hold(raw)
+            if self._passed:
+                self._shut_locked()
+            elif self._timer is None:
                 remaining = max(0.0, self._deadline - time.monotonic())
                 self._timer = threading.Timer(remaining, self._shut)
                 self._timer.daemon = True
@@ -67,14 +76,31 @@ class AnswerDeadline:
         if timer is not None:
             timer.cancel()
 
+    def _hold(self, raw: urllib3.HTTPResponse) -> None:
+        """Makes ``raw`` give its connection back to the pool under the lock, forgetting it first: the
+        timer then finds the answer either still holding its connection or gone, never in between."""
+
+        def release_conn() -> None:
+            with self._lock:
+                if self._raw is raw:
+                    self._raw = None
+                vars(raw).pop("release_conn", None)  # urllib3's own from now on (no reference cycle left)
+                raw.release_conn()
+
+        vars(raw)["release_conn"] = release_conn
+
     def _shut(self) -> None:
         with self._lock:
-            raw = self._raw
-            if self._done or raw is None:  # read completely just before the deadline: the connection stays intact
-                return
-            self._done = True
-            # RuntimeError: the answer was read whole and its connection is back in the pool (perhaps another
-            # query's now); ValueError: closed; OSError: already closed by the peer (the read has ended)
-            with contextlib.suppress(RuntimeError, ValueError, OSError):
-                raw.shutdown()
-                self._cut = True
+            if not self._done:
+                self._shut_locked()
+
+    def _shut_locked(self) -> None:
+        self._passed = True
+        raw, self._raw = self._raw, None
+        if raw is None:  # between two answers, or read completely just before the deadline
+            return
+        # ValueError: closed; OSError: already closed by the peer (the read has ended); RuntimeError: released
+        # (urllib3's own check: a release goes through the lock, which has just forgotten the answer)
+        with contextlib.suppress(RuntimeError, ValueError, OSError):
+            raw.shutdown()
+            self._cut = True
