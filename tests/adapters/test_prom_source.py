@@ -755,6 +755,18 @@ def test_no_library_exception_leaks(
     assert type(caught.value).__module__ == "rebalancer.domain.errors"
 
 
+@pytest.mark.parametrize("ask", ["vector", "large_vector", "pod_values"])
+def test_a_body_only_a_lenient_json_parser_reads_is_malformed(canned_http: CannedHttpServer, ask: str) -> None:
+    """NaN and Infinity are not JSON: the library's parser takes them, the strict one refuses them, and
+    every query says the body is not JSON."""
+    canned_http.reply(200, b'{"status": "success", "data": {"resultType": "vector", "result": []}, "stats": NaN}')
+    with (
+        closing(PromClient(PrometheusSettings(url=canned_http.url))) as client,
+        pytest.raises(MetricsMalformed, match="HTTP 200 but the body is not JSON"),
+    ):
+        getattr(client, ask)("q", "q", END)
+
+
 # -- request details ---------------------------------------------------------------------------
 
 

@@ -203,7 +203,11 @@ class PromClient:
             result = self._call(name, promql, self._params(at))
             response: requests.Response | None = self._last.response
             if response is not None:
-                refuse_warnings(name, _WARNINGS.decode(response.content).warnings)
+                try:
+                    warnings = _WARNINGS.decode(response.content).warnings
+                except msgspec.DecodeError as exc:  # NaN or Infinity, which the library's json module takes
+                    raise MetricsMalformed(f"query {name}: HTTP 200 but the body is not JSON: {self._body()}") from exc
+                refuse_warnings(name, warnings)
             return parse_vector(name, result, at)
 
     def large_vector(self, name: str, promql: str, at: float) -> Vector:
