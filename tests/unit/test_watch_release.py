@@ -1,13 +1,13 @@
 """A watch stream left open must not go back to the shared connection pool alive: the next request on that
 connection would read the rest of the watch (a chunk size as its status line) or wait for an answer the
 server never sends while it streams. Against a real HTTP server on 127.0.0.1 that streams a chunked watch,
-one event now and one a moment later, as an API server does."""
+one event now and one when the test lets the stream go on, as an API server does."""
 
 from __future__ import annotations
 
+import functools
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,12 +17,14 @@ from rebalancer.adapters.kube.informer import release_watch
 from tests.raw_http import accept_each, chunk
 
 EVENT = b'{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"1"}}}\n'
-LATER = 0.5  # seconds before the stream's second event: after the next request has been sent
+HELD = 10.0  # seconds the stream waits at most for the test to let it go on: past the next request's timeout
+ANSWER_WITHIN = 5.0  # the next request's read timeout: it times out if it waits for the stream
 
 
-def _connection(conn: socket.socket) -> None:
-    """HTTP/1.1 with keep-alive: /watch streams two events then ends; any other path answers 200 "ok". A
-    request sent on the connection while it streams is read only after the stream."""
+def _connection(conn: socket.socket, go_on: threading.Event) -> None:
+    """HTTP/1.1 with keep-alive: /watch streams one event, then a second once ``go_on`` is set, then ends;
+    any other path answers 200 "ok". A request sent on the connection while it streams is read only after
+    the stream."""
     with conn:
         reader = conn.makefile("rb")
         while True:
@@ -33,20 +35,28 @@ def _connection(conn: socket.socket) -> None:
                 pass
             if request.startswith(b"GET /watch"):
                 conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(EVENT))
-                time.sleep(LATER)
+                go_on.wait(HELD)
                 conn.sendall(chunk(EVENT) + b"0\r\n\r\n")
             else:
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
 
 @pytest.fixture
-def pool() -> Iterator[urllib3.HTTPConnectionPool]:
+def go_on() -> threading.Event:
+    """Set: the watch stream sends its second event and ends."""
+    return threading.Event()
+
+
+@pytest.fixture
+def pool(go_on: threading.Event) -> Iterator[urllib3.HTTPConnectionPool]:
     server = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
-    thread = threading.Thread(target=accept_each, args=(server, stop, _connection), daemon=True)
+    handle = functools.partial(_connection, go_on=go_on)
+    thread = threading.Thread(target=accept_each, args=(server, stop, handle), daemon=True)
     thread.start()
     with urllib3.HTTPConnectionPool("127.0.0.1", server.getsockname()[1], maxsize=1, block=True) as shared:
         yield shared
+    go_on.set()
     stop.set()
     thread.join(timeout=5)
     server.close()
@@ -64,17 +74,17 @@ def test_a_watch_left_open_is_closed_and_the_next_request_gets_its_own_answer(
 ) -> None:
     response, events = _first_event(pool)  # the stream stays open: its reader is still alive, as a watcher's is
     release_watch(response, read_to_end=False)
-    started = time.monotonic()
-    answer = pool.request("GET", "/version", retries=False, timeout=urllib3.Timeout(connect=2, read=LATER * 4))
+    # answered while the stream is held: a fresh connection (the watch's would give the stream's rest or wait)
+    answer = pool.request("GET", "/version", retries=False, timeout=urllib3.Timeout(connect=2, read=ANSWER_WITHIN))
     assert (answer.status, answer.data) == (200, b"ok")
-    assert time.monotonic() - started < LATER  # a fresh connection: it did not wait out the stream
     events.close()
 
 
 def test_a_watch_read_to_its_end_keeps_its_connection_for_the_next_request(
-    pool: urllib3.HTTPConnectionPool,
+    pool: urllib3.HTTPConnectionPool, go_on: threading.Event
 ) -> None:
     response, events = _first_event(pool)
+    go_on.set()
     assert b"".join(events) == EVENT  # the rest, up to the end of the stream
     release_watch(response, read_to_end=True)
     answer = pool.request("GET", "/version", retries=False)
