@@ -197,9 +197,10 @@ def one_leader(candidates: list[Candidate], timeout: float) -> tuple[Candidate, 
 
 
 def test_exactly_one_leads_and_a_killed_leader_is_replaced_after_its_lease(launch: Launch, writes: Writes) -> None:
-    # a renewal may stall up to the renew deadline (1.4 s) before the leader steps down: a loaded 2-core
-    # machine (the suite beside the closed loop) can stall a process for most of a second
-    lease, renew, retry = 2.0, 1.4, 0.4
+    # renewals may fail for up to the renew deadline (2.4 s, six attempts) before the leader steps down: a
+    # loaded 2-core machine (the suite beside the closed loop) can stall a process or the API server for
+    # a second or two
+    lease, renew, retry = 3.0, 2.4, 0.4
     candidates = [launch(ident, lease, renew, retry) for ident in ("a", "b")]
     leader, follower = one_leader(candidates, timeout=20)
 
@@ -207,7 +208,9 @@ def test_exactly_one_leads_and_a_killed_leader_is_replaced_after_its_lease(launc
     assert leader.words() == ["contact", "leading"] and follower.words() == ["contact"]
     renewals = [w for w in writes if w.method == "PUT"]  # (both may have tried to create it: one was refused)
     assert {w.holder for w in renewals} == {leader.identity}
-    assert len(renewals) >= 3 * lease / retry - 2  # renewed every retry period
+    # renewed every retry period (each attempt waits a period after the last one ended, so a slow API
+    # server stretches it): at least half as often, where renewing at the renew deadline is a sixth
+    assert len(renewals) >= 3 * lease / retry / 2, len(renewals)
 
     killed = time.time()
     os.kill(leader.process.pid, signal.SIGKILL)
@@ -216,12 +219,12 @@ def test_exactly_one_leads_and_a_killed_leader_is_replaced_after_its_lease(launc
     last_renewal = max(w.at for w in writes if w.holder == leader.identity)
     takeover = next(w for w in writes if w.method == "PUT" and w.holder == follower.identity)
     assert takeover.at - last_renewal >= lease  # never before the dead leader's lease has run out
-    assert took_over - killed <= lease + 2 * retry + 1.0, took_over - killed  # 1 s for a loaded machine
+    assert took_over - killed <= lease + 2 * retry + 2.0, took_over - killed  # 2 s for a loaded machine
     assert takeover.transitions == 1
 
 
 def test_a_stopped_leader_releases_and_the_other_takes_over_at_once(launch: Launch, writes: Writes) -> None:
-    lease, renew, retry = 5.0, 3.0, 0.2  # without the release, the takeover would wait 5 s
+    lease, renew, retry = 8.0, 3.0, 0.2  # without the release, the takeover would wait 8 s
     candidates = [launch(ident, lease, renew, retry) for ident in ("a", "b")]
     leader, follower = one_leader(candidates, timeout=20)
     time.sleep(2 * retry)
@@ -234,7 +237,9 @@ def test_a_stopped_leader_releases_and_the_other_takes_over_at_once(launch: Laun
     leader.wait_for("<eof>", timeout=10)  # the process has exited; its reader may not have met the pipe's end yet
     assert leader.words() == ["contact", "leading", "following", "stopped", "<eof>"]
     assert leader.said("following")[0] <= took_over  # it had stopped leading before the other began
-    assert took_over - stopping <= retry + 0.5, took_over - stopping
+    # the leader's stop and release, then the other's next attempt: a few tenths of a second, with 3 s for a
+    # loaded machine (signal, two processes and two writes), still well before the lease's 8 s
+    assert took_over - stopping <= retry + 3.0, took_over - stopping
     released = [w for w in writes if w.holder == ""]
     assert len(released) == 1
     takeover = next(w for w in writes if w.method == "PUT" and w.holder == follower.identity)
