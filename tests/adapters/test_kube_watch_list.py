@@ -228,7 +228,10 @@ _pods = st.lists(
 )
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# its own list replaces the suite profile's: too_slow named again (see tests/conftest.py)
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(pods=_pods, nodes=st.integers(1, 4), replicas=st.integers(0, 3), budgets=st.booleans())
 def test_both_paths_give_the_same_snapshot(
     tmp_path: Path, pods: list[tuple[str, str, int, str | None, bool]], nodes: int, replicas: int, budgets: bool
