@@ -75,3 +75,25 @@ def test_the_sweep_clears_the_marks_of_a_guard_removed_from_the_policy(
     assert taints(kube_server) == []
     assert GUARD_KEY not in (kube_server.store.get("nodes", "n1") or {})["metadata"].get("annotations", {})
     assert 'reason="guard-off",result="applied"' in metrics.exposition()[0].decode()
+
+
+def test_the_sweep_clears_a_mark_when_a_cordon_leaves_every_open_node_marked(
+    kube_server: TestApiServer, kubeconfig: Path
+) -> None:
+    """Two nodes carry live NoSchedule marks and the third is cordoned since the last cycle: with no cycle to
+    come soon, the sweep clears one mark so that replacements still have a node to land on."""
+    mark = Mark(OWNER, "NoSchedule", MarkReason.HOT, NOW + 600)
+    kube_server.add(b.node("n1"), b.node("n2"), b.node("n3", unschedulable=True))
+    for name in ("n1", "n2"):
+        node = kube_server.store.get("nodes", name)
+        assert node is not None
+        node["spec"]["taints"] = [{"key": GUARD_KEY, "value": "hot", "effect": "NoSchedule"}]
+        node["metadata"]["annotations"][GUARD_KEY] = mark.annotation()
+        kube_server.store.update(node)
+    metrics = Metrics()
+    guard = "landingGuard: {pools: [{pool: default, effect: NoSchedule, maxMarkedFraction: 1}]}\n"
+
+    sweep_once(kubeconfig, parse_policy(STRATEGY + UNCACHED + guard), metrics)
+
+    assert [name for name in ("n1", "n2", "n3") if taints(kube_server, name)] == ["n1"]
+    assert 'reason="over-cap",result="applied"' in metrics.exposition()[0].decode()

@@ -19,6 +19,7 @@ from rebalancer.actions.guard.decide import (
     decide,
     guarded_nodes,
     pool_sizes,
+    takes_pods,
 )
 from rebalancer.domain.guard_marks import GUARD_KEY, NodeEdit
 from rebalancer.domain.model import Node
@@ -80,9 +81,18 @@ def relieved_nodes(report: EvictorReport) -> frozenset[str]:
 
 def unknown_nodes(pools: PoolSettings, nodes: Iterable[Node]) -> list[GuardedNode]:
     """``nodes`` as a sweep sees them, without a cycle: every class unknown and nothing relieved, so the
-    rules only clear expired marks, marks of pools without a guard and annotations without their taint."""
+    rules only clear expired marks, marks of pools without a guard, annotations without their taint, and
+    marks over a pool's cap (a node cordoned or NotReady since the last cycle shrinks it)."""
     resolver = PoolResolver(pools)
     return [
-        GuardedNode(n.name, resolver.pool_of(n), NodeClass.UNKNOWN, False, n.taints, n.annotations.get(GUARD_KEY))
+        GuardedNode(
+            n.name,
+            resolver.pool_of(n),
+            NodeClass.UNKNOWN,
+            False,
+            n.taints,
+            n.annotations.get(GUARD_KEY),
+            takes_pods=takes_pods(n),
+        )
         for n in nodes
     ]
