@@ -306,6 +306,17 @@ def test_the_notes_name_the_lease_the_role_grants(dry_run: str) -> None:
     assert [shown[1]] == granted == ["rebalancer" if dry_run == "off" else "rebalancer-dry-run"]
 
 
+@pytest.mark.parametrize("state", [{}, {"configMap": "a", "backoffConfigMap": "b", "efficiencyConfigMap": "c"}])
+def test_the_notes_name_every_configmap_rebalancer_makes(state: dict[str, str]) -> None:
+    """The notes say which ConfigMaps an uninstall leaves: every one the Role lets rebalancer update."""
+    rendered = render({"policy": {"state": state}})
+    [granted] = [rule["resourceNames"] for rule in rendered.one("Role")["rules"]
+                 if "configmaps" in rule["resources"] and "resourceNames" in rule]  # fmt: skip
+    shown = re.search(r"State: ConfigMaps (\S+), (\S+) and (\S+) ", rendered.notes)
+    assert shown is not None, rendered.notes
+    assert list(shown.groups()) == granted
+
+
 def mount_of(rendered: Rendered, volume: str) -> dict[str, Any]:
     mounts = [m for m in rendered.container["volumeMounts"] if m["name"] == volume]
     assert len(mounts) == 1, f"volume {volume} mounted {len(mounts)} times"
