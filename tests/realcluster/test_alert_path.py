@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -212,13 +211,13 @@ def start_serve(
     return process, log_path
 
 
-def listening(port: int) -> bool:
-    """Whether a process accepts connections on the port (a replica may still be starting)."""
+def ready(port: int) -> bool:
+    """Whether the status port's /readyz answers 200 (503 while the watch cache is still listing)."""
     try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+            return bool(answer.status == 200)
+    except OSError:  # HTTPError (503) and connection errors
         return False
-    return True
 
 
 def wait_for(condition: object, seconds: float, what: str, logs: list[Path]) -> None:
@@ -258,8 +257,7 @@ def test_two_replicas_only_the_leader_evicts_and_a_killed_leader_hands_over(
         first = holder(cluster)
         assert set(requesters(cluster)) == {f"rebalancer/{first}"}  # only the leader evicted
         for port in status_ports:  # the follower is ready too (its watch cache is listed): a rollout does not stall
-            wait_for(partial(listening, port), 30, f"nothing listening on {port}", logs)
-            assert urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status == 200
+            wait_for(partial(ready, port), 30, f"no ready replica on {port}", logs)
         leader = next(p for p, log in replicas if f"{first} is now the leader" in log.read_text())
         survivor_port = status_ports[[p for p, _ in replicas].index(leader) - 1]
         leader.kill()  # no release: the survivor must wait for the lease to expire
