@@ -589,6 +589,13 @@ def test_an_answer_read_in_time_leaves_its_connection_open_past_the_deadline() -
                 time.sleep(4.2)  # past the 4 s deadline of each answer: a deadline left armed would shut the socket
             assert client.large_vector("q", "q", END) == [(AB, 0.25)]
             assert client.vector("q", "q", END) == [(AB, 0.25)]
+            # each query's deadline is disarmed with its answer: its timer ends now, not at the deadline (4 s)
+            timers = [t for t in threading.enumerate() if isinstance(t, threading.Timer)
+                      and isinstance(getattr(t.function, "__self__", None), AnswerDeadline)]  # fmt: skip
+            ended_by = time.monotonic() + 1.5  # well before the deadline, 4 s from each request
+            for timer in timers:
+                timer.join(max(0.0, ended_by - time.monotonic()))
+            assert not [t for t in timers if t.is_alive()]
         assert len(connections) == 1  # every query went over the first connection, kept alive
 
 
