@@ -17,7 +17,9 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from rebalancer.actions.evictor import DryRun
+import msgspec
+
+from rebalancer.actions.evictor import DryRun, EvictorReport, Outcome
 from rebalancer.actions.guard.applier import GuardReport
 from rebalancer.actions.steerer import SteeringReport, steering_summary
 from rebalancer.adapters.kube import ApiClient, KubeSource, connect
@@ -261,7 +263,7 @@ class _Cycles:
                 observers.efficiency.after(policy, trigger.kind, outcome)
         facts = outcome.planned.facts
         if cache is None and facts is not None:
-            self._facts = facts
+            self._facts = _after_evictions(facts, outcome.report)
             if known is None:  # a full listing: the age of the facts restarts
                 self._facts_at = time.monotonic()
         if facts is not None:
@@ -282,6 +284,24 @@ class _Cycles:
         self._usage.close()
         if self._observers.efficiency is not None:
             self._observers.efficiency.close()
+
+
+_MAY_HAVE_EVICTED = frozenset({Outcome.EVICTED, Outcome.UNANSWERED})
+
+
+def _after_evictions(facts: ClusterFacts, report: EvictorReport) -> ClusterFacts:
+    """``facts`` as an alert cycle takes them for the nodes it does not list: they were read before this
+    cycle's evictions, so each pod it evicted (or may have: no clear answer) is terminating there, never
+    ready. Else that cycle would count the pod's workload whole and exceed workload.maxUnavailable."""
+    evicted = {(r.eviction.namespace, r.eviction.name, r.eviction.uid)
+               for r in report.results if r.outcome in _MAY_HAVE_EVICTED}  # fmt: skip
+    if not evicted:
+        return facts
+    pods = tuple(
+        msgspec.structs.replace(p, terminating=True) if (p.namespace, p.name, p.uid) in evicted else p
+        for p in facts.pods
+    )
+    return msgspec.structs.replace(facts, pods=pods)
 
 
 def _sweep_marks(runtime: Runtime, known: _KnownNodes, metrics: Metrics, policy: Policy) -> None:
