@@ -97,6 +97,16 @@ class EvictorReport(Report[EvictionResult]):
     """``problems`` also names backoff not saved and limiter state replaced."""
 
 
+class _Throttled(Abort):
+    """The API server refused an eviction with a 429 naming no budget (its flow control): the rest of the
+    run is not sent into it. ``result``: that eviction's (its reservation already given back)."""
+
+    def __init__(self, result: EvictionResult, retry_after: float | None) -> None:
+        after = f"; retry after {retry_after:.0f} s" if retry_after else ""
+        super().__init__(f"the API server throttles evictions (HTTP 429, no disruption budget named{after})")
+        self.result = result
+
+
 class ClusterActions(Protocol):
     def get_pod(self, namespace: str, name: str, annotations: frozenset[str]) -> Pod | None: ...
 
@@ -115,6 +125,7 @@ class _Run:
     backoff: BackoffState
     backoff_version: str | None
     backoff_changed: bool = False
+    throttled: EvictionRejected | None = None  # the API server's flow control refused the last eviction
     cycle: CycleCounts = field(default_factory=CycleCounts)
     reserved_on: LimiterState | None = None  # the state the last reservation was made on
     results: list[EvictionResult] = field(default_factory=list)
@@ -190,6 +201,9 @@ class Evictor:
             except Unanswered as stop:  # the rest of the run is not attempted; this one may have happened
                 why = f"sent without a clear answer ({stop.__cause__}): it may have happened; its reservation stands"
                 run.results.append(EvictionResult(planned, Outcome.UNANSWERED, why))
+                raise
+            except _Throttled as stop:  # the rest of the run is not attempted; this one did not happen
+                run.results.append(stop.result)
                 raise
             run.results.append(result)
             if len(group) > 1 and result.outcome not in _DONE:
@@ -358,6 +372,8 @@ class Evictor:
         if result.outcome in _DID_NOT_HAPPEN:
             run.cycle = run.cycle.remove(request)
             self._release(run, request, reserved_at, reserved_on)
+        if run.throttled is not None:
+            raise _Throttled(result, run.throttled.retry_after)
         return result
 
     def _release(self, run: _Run, request: EvictionRequest, at: float, before: LimiterState) -> None:
@@ -424,7 +440,9 @@ class Evictor:
             self._act.write(key, "eviction", lambda dry_run: self._actions.evict(
                 planned.namespace, planned.name, planned.uid, dry_run=dry_run, annotations=annotations))  # fmt: skip
         except EvictionRejected as exc:
-            if exc.budget and not server_dry_run:
+            if not exc.budget:
+                run.throttled = exc
+            elif not server_dry_run:
                 run.backoff = run.backoff.after_rejection(key, run.now, exc.retry_after)
                 run.backoff_changed = True
             retry = run.backoff.blocked_until(key, run.now)

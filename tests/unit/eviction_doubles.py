@@ -22,6 +22,7 @@ from rebalancer.domain.model import DisruptionBudget, Pod, PodKey
 
 MULTIPLE_BUDGETS = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
 VIOLATION = "Cannot evict pod as it would violate the pod's disruption budget."
+THROTTLED = "Too many requests, please try again later."
 
 
 class TickingClock:
@@ -79,7 +80,8 @@ class MemoryCluster:
     """Pods and budgets in memory, with the Eviction API's rules (see the module).
 
     ``after_read``: pod key -> what the pod becomes (None: deleted) just after its first re-read answers,
-    as if it changed between the evictor's re-read and its eviction."""
+    as if it changed between the evictor's re-read and its eviction. ``throttled`` (a Retry-After in
+    seconds): the API server's flow control refuses every eviction with a 429 that names no budget."""
 
     def __init__(
         self, pods: tuple[Pod, ...], budgets: tuple[DisruptionBudget, ...], clock: TickingClock | None = None
@@ -93,6 +95,7 @@ class MemoryCluster:
         self.read_as: dict[PodKey, Pod | None] = {}  # each pod as its last re-read answered
         self.events: list[Pod] = []
         self.after_read: dict[PodKey, Pod | None] = {}
+        self.throttled: float | None = None
         # the controller's replica count: it does not shrink when a pod is evicted
         self.expected = {b.name: sum(1 for p in pods if b.selects(p)) for b in budgets}
 
@@ -120,6 +123,8 @@ class MemoryCluster:
         self.requests.append(request)
 
     def _evict(self, request: EvictionRequest) -> None:
+        if self.throttled is not None:
+            raise EvictionRejected(THROTTLED, self.throttled, budget=False)
         name = request.name
         pod = self.pods.get(request.key)
         if pod is None:

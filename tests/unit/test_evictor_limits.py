@@ -106,3 +106,34 @@ def test_an_eviction_from_a_node_with_an_empty_pool_label_leaves_the_state_reada
         assert report.aborted is None and report.problems == ()
         assert [r.outcome for r in report.results] == [Outcome.EVICTED]
     assert len(LimiterState.from_json(store.text or "", clock.now).reservations) == 2
+
+
+def test_an_api_server_throttling_evictions_stops_the_run_after_one_refusal() -> None:
+    """A 429 that names no budget is the API server's flow control, not the pod's: the rest of the plan is
+    not sent into it (each eviction would cost a re-read and two state writes, and be refused alike). The
+    refused eviction's reservation is given back; the pods not attempted are reported so."""
+    pol = policy(LNU)
+    pods = [pod(f"web-{i}", "n1", workload=f"web-{i}") for i in range(3)]
+    snap = snapshot([node("n1")], pods, usage({"n1": 9_000}), taken_at=NOW)
+    evictions = tuple(
+        PlannedEviction("LowNodeUtilization", "default", p.name, p.uid, "n1", "", p.workload, 100, "hot", "")
+        for p in pods
+    )
+    plan = EvictionPlan(NOW, (StrategyResult("LowNodeUtilization", evictions, (), ()),))
+    clock = TickingClock(NOW, (1.0,))
+    cluster = MemoryCluster(tuple(pods), (), clock)
+    cluster.throttled = 5.0
+    store = MemoryStore()
+    evictor = Evictor(
+        cluster, store, MemoryStore(), pol.limits, Protections.from_settings(pol.protections), DryRun.OFF,
+        clock=clock,
+    )  # fmt: skip
+
+    report = evictor.apply(plan, snap)
+
+    assert [r.outcome for r in report.results] == [Outcome.REJECTED, Outcome.SKIPPED, Outcome.SKIPPED]
+    assert [r.name for r in cluster.requests] == ["web-0"]
+    assert [name for _, name in cluster.read_as] == ["web-0"]
+    assert report.aborted is not None and "throttl" in report.aborted and "retry after 5 s" in report.aborted
+    assert all(r.detail.startswith("not attempted: ") for r in report.results[1:])
+    assert LimiterState.from_json(store.text or "", clock.now).reservations == ()
