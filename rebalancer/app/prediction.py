@@ -16,11 +16,10 @@ from dataclasses import dataclass
 
 from rebalancer.adapters.kube import KubeSource, connect
 from rebalancer.adapters.prom import PrometheusUsageSource
-from rebalancer.adapters.prom.history import PodHistory, Progress, PrometheusHistorySource
+from rebalancer.adapters.prom.history import PodHistory, Progress, PrometheusHistorySource, read_days
 from rebalancer.app import collector
 from rebalancer.domain.errors import SourceError
 from rebalancer.domain.model import ClusterFacts
-from rebalancer.planning.predict.days import last_days
 from rebalancer.planning.predict.predictor import Prediction, predict, predict_with_book, scheduled_pods
 from rebalancer.planning.predicted import PREDICTIVE, PredictedLoad
 from rebalancer.planning.protections import Protections
@@ -66,7 +65,7 @@ def read_history(
     cache: HistoryCache | None = None,
 ) -> PodHistory:
     """The pods' daily peaks (raises a ``SourceError`` when Prometheus fails or answers nonsense)."""
-    days = last_days(now, policy.predictor.days, policy.predictor.history.time_zone)
+    days = read_days(policy.predictor, now)  # the days the read covers: a new read when they change
     key = (str(days[-1].end), policy.prometheus.model_dump_json(), policy.predictor.model_dump_json())
     if cache is not None and (cached := cache.get(key)) is not None:
         return cached

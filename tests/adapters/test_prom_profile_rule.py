@@ -7,7 +7,8 @@ placed by its window's middle; a missing hour stays missing; a pod rescheduled w
 from __future__ import annotations
 
 import math
-from urllib.parse import unquote
+from datetime import UTC, datetime
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import numpy as np
 import pytest
@@ -146,6 +147,26 @@ def test_the_profile_reads_the_rules_samples_with_an_instant_query(canned_http: 
     assert profile and all(path.startswith("/api/v1/query?") for path in profile)
     # Jan 2's raw samples: 24 hours and a second, up to half an hour after its closing midnight
     assert f"query={PROFILE_RULE}{{}}[86401s]&time=1704241800.000&" in profile[0]
+
+
+def test_a_read_just_after_midnight_leaves_out_the_day_whose_last_hour_is_not_recorded(
+    canned_http: CannedHttpServer,
+) -> None:
+    """At 00:10 the hourly rule has not recorded Jan 9's last hour yet (the sample whose window's middle is in
+    23:00-24:00 is taken up to 00:30): the read covers Jan 1..8, every sample of them recorded, and asks
+    nothing of Jan 9 (serve mode would keep a Jan 9 without its last hour for the whole day)."""
+    canned_http.reply(body={"status": "success", "data": {"resultType": "vector", "result": []}})
+    settings = PredictorSettings.model_validate(
+        {"history": {"concurrency": 1, "profileRule": PROFILE_RULE, "recordingRule": RULE}}
+    )
+    at = datetime(2024, 1, 10, 0, 10, tzinfo=UTC).timestamp()
+    history = PrometheusHistorySource(PrometheusSettings(url=canned_http.url), settings)
+    with history, pytest.raises(MetricsMalformed):  # the profile query answered with a vector
+        history.read({"n1": 1}, at)
+    asked = [dict(parse_qsl(urlsplit(r.path).query)) for r in canned_http.requests]
+    pods_times = [float(q["time"]) for q in asked if PROFILE_RULE not in q["query"]]
+    assert pods_times == [datetime(2024, 1, d, tzinfo=UTC).timestamp() for d in range(2, 10)]  # Jan 1..8's ends
+    assert all(float(q["time"]) <= at for q in asked)
 
 
 STRATEGY = "strategies:\n- {kind: HighNodeUtilization, thresholds: {cpu: 5}}\n"

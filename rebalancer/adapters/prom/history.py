@@ -33,7 +33,13 @@ import numpy.typing as npt
 
 from rebalancer.adapters.prom.client import PromClient, Vector, by_node, iso
 from rebalancer.adapters.prom.matrix import PodMatrix, rows_of
-from rebalancer.adapters.prom.profiles import ProfileTable, bucket_seconds, day_range, hourly_samples
+from rebalancer.adapters.prom.profiles import (
+    HOURLY_SAMPLES_AFTER,
+    ProfileTable,
+    bucket_seconds,
+    day_range,
+    hourly_samples,
+)
 from rebalancer.domain.model import PodKey
 from rebalancer.domain.settings.predictor import PredictorSettings
 from rebalancer.domain.settings.shared import PrometheusSettings, format_duration
@@ -43,6 +49,22 @@ from rebalancer.planning.predict.profile import DailyProfiles
 
 Progress = Callable[[int, int, str], None]
 K = TypeVar("K", bound=Hashable)
+
+
+RECORDING_LAG_SECONDS = 300
+"""How long after its time a sample is taken to be stored: a scrape's or a rule group's evaluation (one
+minute apart by default), a few of them late, or a remote write."""
+
+
+def read_days(predictor: PredictorSettings, at: float) -> tuple[DayWindow, ...]:
+    """The days a read at ``at`` covers: the last ``days`` calendar days whose every sample its queries read
+    is recorded by ``at``. Up to RECORDING_LAG_SECONDS after midnight (with ``nodePeak: coincident`` and the
+    hourly ``profileRule``, half an hour more: the sample of the day's last hour is taken up to 00:30) the
+    last of them is the day before yesterday, never yesterday without its last samples (serve mode keeps a
+    read for the whole day)."""
+    hourly = predictor.node_peak == "coincident" and predictor.history.profile_rule is not None
+    latest = HOURLY_SAMPLES_AFTER if hourly else 0
+    return last_days(at - latest - RECORDING_LAG_SECONDS, predictor.days, predictor.history.time_zone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +131,9 @@ class PrometheusHistorySource:
         self.close()
 
     def read(self, pods_per_node: Mapping[str, int], at: float, progress: Progress | None = None) -> PodHistory:
-        """The daily peaks of the pods on ``pods_per_node``'s nodes for the days before ``at``."""
-        days = last_days(at, self._predictor.days, self._history.time_zone)
+        """The daily peaks of the pods on ``pods_per_node``'s nodes for the days before ``at`` recorded by then
+        (:func:`read_days`)."""
+        days = read_days(self._predictor, at)
         pooled = self._predictor.aggregation == "pooled_p95"
         day_batches = self._batches(pods_per_node, 1)
         pooled_batches = self._batches(pods_per_node, len(days)) if pooled else []

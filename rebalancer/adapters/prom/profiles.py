@@ -28,6 +28,7 @@ from rebalancer.planning.predict.days import DayWindow
 from rebalancer.planning.predict.profile import DAY_SECONDS, DailyProfiles, bucket_of
 
 HOUR = 3600
+HOURLY_SAMPLES_AFTER = HOUR // 2  # the hourly rule's samples of a day are taken up to this long after its end
 
 
 def bucket_seconds(buckets: int) -> int:
@@ -45,7 +46,7 @@ def hourly_samples(day: DayWindow) -> tuple[float, int]:
     window's middle falls in the day: those taken from half an hour after its opening midnight to half an
     hour after its closing one, a second wider (so that both ends are in under closed or left-open ranges;
     the samples outside the day are dropped by their window's middle)."""
-    return day.end + HOUR / 2, day.seconds + 1
+    return day.end + HOURLY_SAMPLES_AFTER, day.seconds + 1
 
 
 class ProfileTable:
