@@ -417,10 +417,16 @@ def _serve_http(
     policy: Policy, source: str, webhook: App, ready: Callable[[], bool], metrics: Metrics
 ) -> Callable[[], None]:
     """Start the webhook's listener and the status listener (/metrics and the probes), both or neither;
-    returns what stops both (no new requests, the ones in flight finish)."""
+    returns what stops both (no new requests, the ones in flight finish). The webhook's first: once the
+    probes answer, alerts are taken (a pod ready to the kubelet is one its Service may send alerts to)."""
     settings = policy.service
     status_host = settings.metrics_host if settings.metrics_host is not None else settings.host
     webhook_limits, status_limits = server_limits(settings)
+    try:
+        http = _listen(webhook, (settings.host, settings.port, "service.port"), source, webhook_limits, metrics)
+    except BaseException:
+        webhook.close()
+        raise
     try:
         status_http = _listen(
             make_status_app(metrics=metrics, ready=ready),
@@ -430,12 +436,7 @@ def _serve_http(
             metrics,
         )
     except BaseException:
-        webhook.close()
-        raise
-    try:
-        http = _listen(webhook, (settings.host, settings.port, "service.port"), source, webhook_limits, metrics)
-    except BaseException:
-        status_http.stop()
+        http.stop()
         raise
     log.info(
         "serving the webhook on %s:%d; /metrics, /healthz and /readyz on %s:%d",

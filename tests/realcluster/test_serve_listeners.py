@@ -88,7 +88,11 @@ def test_serve_runs_unauthenticated_only_when_told_and_says_so(
         code, metrics = get(f"http://127.0.0.1:{metrics_port}/metrics")
         assert code == 200
         assert "rebalancer_webhook_unauthenticated 1.0" in metrics
-        assert get(f"http://127.0.0.1:{port}/metrics")[0] == 404  # the webhook's port serves the webhook only
+        try:  # the probes answer once the webhook listens
+            webhook = get(f"http://127.0.0.1:{port}/metrics")
+        except OSError as exc:
+            raise AssertionError(f"the webhook's port: {exc}\n" + log.read_text()) from exc
+        assert webhook[0] == 404  # the webhook's port serves the webhook only
         sample = WEBHOOK_SAMPLE.read_bytes()
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}/webhook/alertmanager", sample, {"Content-Type": "application/json"}
